@@ -1,0 +1,243 @@
+"""The command line: `kvtune tune | run | sweep | show | restore | knobs`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kvtune.errors import KvtuneError, UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Honest auto-tuning of memcached and Redis and the Linux host under them.")
+out = Console()
+err = Console(stderr=True)
+
+
+def _storage_for(study_or_file: str, storage: str | None) -> tuple[str, str]:
+    """`kvtune show` takes a study file or a study name (with --storage or the default
+    results/NAME.db)."""
+    p = Path(study_or_file)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        from kvtune.spec import load_spec
+
+        spec, _ = load_spec(p)
+        return spec.study, storage or spec.storage_url(Path.cwd())
+    url = storage or f"sqlite:///{(Path.cwd() / 'results' / f'{study_or_file}.db').as_posix()}"
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+        raise UserError(f"no results for study {study_or_file!r}: {url} does not exist (give "
+                        "the study file, or --storage URL)")
+    return study_or_file, url
+
+
+@app.command()
+def tune(
+    study_file: Annotated[Path, typer.Argument(help="the study file (YAML)")],
+    trials: Annotated[int | None, typer.Option(help="override budget.trials")] = None,
+    no_confirm: Annotated[bool, typer.Option("--no-confirm", help="skip the confirmation")]
+    = False,
+) -> None:
+    """Tune: baseline and noise floor, Bayesian search, confirmation against the defaults.
+    Running it again resumes the same study."""
+    from kvtune import study as st
+    from kvtune.summary import collect, render
+
+    loaded = st.load(study_file)
+    if trials is not None:
+        loaded.spec.budget.trials = trials
+    run = st.StudyRun(loaded, err)
+    run.run(confirm=not no_confirm)
+    render(collect(run.store, loaded.spec.study), out)
+
+
+def _parse_sets(sets: list[str]) -> dict[str, str]:
+    pairs = {}
+    for s in sets:
+        if "=" not in s:
+            raise UserError(f"--set {s!r}: expected knob=value")
+        k, v = s.split("=", 1)
+        pairs[k.strip()] = v.strip()
+    return pairs
+
+
+@app.command()
+def run(
+    study_file: Annotated[Path, typer.Argument(help="the study file (YAML)")],
+    set_: Annotated[list[str] | None, typer.Option("--set", help="knob=value (repeatable)")]
+    = None,
+    repetitions: Annotated[int | None, typer.Option(help="override repetitions")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Measure one configuration (the defaults, changed by --set) with repetitions and CIs."""
+    from kvtune import study as st
+
+    loaded = st.load(study_file)
+    res = st.run_config(loaded, _parse_sets(set_ or []), repetitions, err)
+    if as_json:
+        print(json.dumps(res, indent=1, default=str))
+        return
+    t = Table(title="Measured configuration")
+    t.add_column("metric")
+    t.add_column("median")
+    t.add_column("95% CI")
+    for k, v in res["metrics"].items():
+        if v is None:
+            continue
+        ci = res["metric_cis"].get(k, [None, None])
+        t.add_row(k, f"{v:,.4g}", f"{ci[0]:,.4g} … {ci[1]:,.4g}" if ci[0] is not None else "-")
+    out.print(t)
+    if res.get("failed"):
+        out.print(f"[red]failed:[/] {res['failed']}")
+        raise typer.Exit(1)
+
+
+@app.command()
+def sweep(
+    study_file: Annotated[Path, typer.Argument(help="the study file (YAML)")],
+    knob: Annotated[str, typer.Option(help="the knob to sweep")],
+    values: Annotated[str | None, typer.Option(help="comma-separated values")] = None,
+    repetitions: Annotated[int | None, typer.Option(help="repetitions per value")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Measure each value of one knob with N repetitions, the others at their defaults."""
+    from kvtune import study as st
+
+    loaded = st.load(study_file)
+    vals = [v.strip() for v in values.split(",")] if values else None
+    res = st.sweep(loaded, knob, vals, repetitions, err)
+    if as_json:
+        print(json.dumps(res, indent=1, default=str))
+        return
+    t = Table(title=f"Sweep of {knob}: {res['metric']} ({res['direction']})")
+    for c in ("value", "median", "95% CI", "n", ""):
+        t.add_column(c)
+    for r in res["rows"]:
+        ci = r["ci"]
+        t.add_row(str(r["value"]), f"{r['median']:,.4g}" if r["median"] == r["median"] else "-",
+                  f"{ci[0]:,.4g} … {ci[1]:,.4g}" if ci[0] == ci[0] else "-", str(r["n"]),
+                  ("baseline" if r["value"] == res["baseline_value"] else "")
+                  + (f" failed: {r['failed']}" if r["failed"] else ""))
+    out.print(t)
+
+
+@app.command()
+def show(
+    study: Annotated[str, typer.Argument(help="a study file, or a study name")],
+    storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the results")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+) -> None:
+    """Trials, and the best configuration beside the baseline, metric by metric."""
+    from kvtune.store import Store
+    from kvtune.summary import collect, render
+
+    name, url = _storage_for(study, storage)
+    data = collect(Store(url), name)
+    if as_json:
+        print(json.dumps(data, indent=1, default=str))
+        return
+    render(data, out)
+
+
+@app.command()
+def restore(
+    journal: Annotated[Path | None, typer.Option(help="journal file")] = None,
+) -> None:
+    """Put back every host value an interrupted study changed, verified by read-back."""
+    from kvtune.host.journal import default_path, restore_from_file
+
+    path = journal or default_path()
+    results = restore_from_file(path)
+    if not results:
+        out.print(f"Nothing to restore ({path} is absent: the host is as kvtune found it).")
+        return
+    failed = False
+    for r in results:
+        mark = "[green]ok[/]" if r.ok else "[red]FAILED[/]"
+        failed |= not r.ok
+        out.print(f"{mark} {r.what}: {r.detail}")
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def knobs(
+    target: Annotated[str | None, typer.Option(help="memcached, redis or synthetic")] = None,
+    preset: Annotated[str | None, typer.Option(help="only the knobs of a preset")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """The knob catalog with availability on this host, and why not."""
+    from kvtune.host.facts import collect
+    from kvtune.knobs import catalog
+    from kvtune.knobs.appliers.base import HostContext
+    from kvtune.targets.base import parse_version, run_version
+
+    if preset and preset not in catalog.PRESETS:
+        raise UserError(f"--preset: unknown preset {preset!r}; known: "
+                        f"{', '.join(catalog.PRESETS)}")
+    if target and target not in ("memcached", "redis", "synthetic"):
+        raise UserError(f"--target: unknown target {target!r}; known: memcached, redis, synthetic")
+    ctx = HostContext(collect())
+    import shutil
+
+    for name, binary, flag in (("memcached", "memcached", "-V"), ("redis", "redis-server",
+                                                                  "--version")):
+        b = shutil.which(binary)
+        if b:
+            ctx.versions[name] = parse_version(run_version([b, flag]))
+    if target == "synthetic":
+        from kvtune.targets.synthetic import SYNTHETIC_KNOBS
+
+        rows = list(SYNTHETIC_KNOBS.values())
+    else:
+        rows = list(catalog.for_target(target))
+    if preset:
+        names = catalog.PRESETS[preset]
+        rows = [k for k in rows if k.name in names]
+    data = []
+    for k in rows:
+        a = k.applier.check(ctx)
+        cur = a.current if a.current is not None else k.applier.current(ctx)
+        data.append({**k.as_row(), "available": a.ok, "reason": a.reason, "current": cur})
+    if as_json:
+        print(json.dumps(data, indent=1, default=str))
+        return
+    t = Table(title=f"kvtune knob catalog on {ctx.facts.kernel} ({len(data)} knobs)")
+    for c in ("knob", "domain", "default", "current", "restart", "available"):
+        t.add_column(c)
+    for d in data:
+        avail = "[green]yes[/]" if d["available"] else f"[red]no[/]: {d['reason']}"
+        t.add_row(d["name"], d["domain"], str(d["default"] if d["default"] is not None
+                                              else "(host)"),
+                  str(d["current"] if d["current"] is not None else "-"),
+                  "yes" if d["restart"] else "no", avail)
+    out.print(t)
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        app(args=argv, standalone_mode=False)
+    except KvtuneError as e:
+        err.print(f"[red]kvtune: error:[/] {e}", highlight=False, markup=True)
+        sys.exit(e.exit_code)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        err.print("kvtune: interrupted")
+        sys.exit(130)
+    except Exception as e:  # click usage errors
+        import click
+
+        if isinstance(e, click.exceptions.UsageError):
+            e.show()
+            sys.exit(2)
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        raise
+
+

@@ -1,0 +1,108 @@
+"""Facts about this host, recorded with every repetition so that results of different
+machines or placements are never compared silently."""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvtune.host.fs import HostFS
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    kernel: str
+    kernel_version: tuple[int, int]
+    cpu_model: str
+    cpus: int
+    cgroup: str  # "v1", "v2" or "hybrid"
+    thp: str | None
+    scheduler: str  # "eevdf" (>= 6.6) or "cfs"
+    virtualized: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["kernel_version"] = list(self.kernel_version)
+        return d
+
+
+def parse_kernel_version(release: str) -> tuple[int, int]:
+    parts = release.split("-")[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return (0, 0)
+
+
+def cgroup_mode(fs: HostFS) -> str:
+    root = fs.path("/sys/fs/cgroup")
+    if (root / "cgroup.controllers").exists():
+        return "v2"
+    if (root / "unified" / "cgroup.controllers").exists() or (root / "cpu").exists():
+        return "hybrid" if (root / "unified").exists() else "v1"
+    return "none"
+
+
+def collect(fs: HostFS | None = None) -> HostFacts:
+    fs = fs or HostFS()
+    release = fs.read_text("/proc/sys/kernel/osrelease", default=platform.release()).strip()
+    kv = parse_kernel_version(release)
+    model = "unknown"
+    virtualized = False
+    for line in fs.read_text("/proc/cpuinfo", default="").splitlines():
+        if line.startswith("model name") and model == "unknown":
+            model = line.split(":", 1)[1].strip()
+        if line.startswith("flags") and " hypervisor" in line:
+            virtualized = True
+    thp_raw = fs.read_text("/sys/kernel/mm/transparent_hugepage/enabled", default="")
+    thp = None
+    if "[" in thp_raw:
+        thp = thp_raw.split("[", 1)[1].split("]", 1)[0]
+    return HostFacts(
+        kernel=release,
+        kernel_version=kv,
+        cpu_model=model,
+        cpus=os.cpu_count() or 1,
+        cgroup=cgroup_mode(fs),
+        thp=thp,
+        scheduler="eevdf" if kv >= (6, 6) else "cfs",
+        virtualized=virtualized,
+    )
+
+
+def steal_jiffies(fs: HostFS | None = None) -> int:
+    """Total steal time (USER_HZ ticks) from /proc/stat's aggregate cpu line."""
+    fs = fs or HostFS()
+    for line in fs.read_text("/proc/stat", default="").splitlines():
+        if line.startswith("cpu "):
+            fields = line.split()
+            return int(fields[8]) if len(fields) > 8 else 0
+    return 0
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """Voluntary and involuntary context switches of a process, from /proc/PID/status."""
+    out: dict[str, int] = {}
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        key, _, val = line.partition(":")
+        if key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
+            out[key] = int(val.strip())
+    return out
+
+
+def proc_cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a process in seconds (all threads), or None if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks

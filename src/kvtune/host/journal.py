@@ -1,0 +1,296 @@
+"""The journal: the one place through which kvtune writes to the host.
+
+Before the first write to a file, its original value is written to the journal on disk
+(flushed and fsynced); every write is read back; `restore()` puts every original back,
+removes the cgroups kvtune created and stops server processes it left behind. After a
+crash (kill -9), `kvtune restore` does the same from the file alone.
+
+Only files under /proc/sys, /sys (which holds the cgroup trees) may be written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvtune.errors import HarnessError, UserError
+
+DEFAULT_PATH = Path("/var/lib/kvtune/journal.json")
+ALLOWED_ROOTS: tuple[Path, ...] = (Path("/proc/sys"), Path("/sys"))
+
+
+def default_path() -> Path:
+    return Path(os.environ.get("KVTUNE_JOURNAL", str(DEFAULT_PATH)))
+
+
+def _plain(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _bracketed(text: str) -> str:
+    """sysfs multiple-choice files show the selected value in brackets: 'always [madvise] never'."""
+    if "[" in text and "]" in text:
+        return text.split("[", 1)[1].split("]", 1)[0].strip()
+    return _plain(text)
+
+
+READERS: dict[str, Callable[[str], str]] = {"plain": _plain, "bracketed": _bracketed}
+
+
+def read_value(path: Path, reader: str = "plain") -> str:
+    return READERS[reader](path.read_text())
+
+
+def _starttime(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+@dataclass
+class RestoreResult:
+    what: str
+    ok: bool
+    detail: str
+
+
+class Journal:
+    """A journal bound to one file. Use as a context manager for a study: it takes an
+    exclusive lock, refuses to start over a journal left by a crashed study, and
+    restores everything on exit."""
+
+    def __init__(
+        self,
+        path: Path | None = None,
+        allowed_roots: tuple[Path, ...] = ALLOWED_ROOTS,
+        study: str = "",
+    ) -> None:
+        self.path = path or default_path()
+        self.allowed_roots = tuple(Path(r) for r in allowed_roots)
+        self.study = study
+        self._lock_fd: int | None = None
+        self._state: dict[str, Any] = {
+            "version": 1,
+            "owner_pid": os.getpid(),
+            "study": study,
+            "started": time.time(),
+            "entries": [],
+            "created_dirs": [],
+            "processes": [],
+        }
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> Journal:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            failures = [r for r in self.restore() if not r.ok]
+        finally:
+            self.close()
+        if failures and exc[0] is None:
+            raise HarnessError(
+                "could not restore every host value: "
+                + "; ".join(f"{r.what}: {r.detail}" for r in failures)
+                + f" (the journal {self.path} is kept; fix the cause and run `kvtune restore`)"
+            )
+
+    def open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = _take_lock(self.path)
+        if self.path.exists() and _load(self.path).get("entries") is not None:
+            left = _load(self.path)
+            if left.get("entries") or left.get("created_dirs") or left.get("processes"):
+                self.close()
+                raise UserError(
+                    f"an earlier study ({left.get('study') or 'unnamed'}, pid "
+                    f"{left.get('owner_pid')}) left host changes in {self.path}; "
+                    "run `kvtune restore` first"
+                )
+        self._flush()
+
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def check_allowed(self, path: Path) -> Path:
+        real = Path(os.path.realpath(path))
+        # cgroup and sysfs entries are often symlinks inside /sys; judge the resolved path.
+        if not any(real == r or r in real.parents for r in self.allowed_roots):
+            raise HarnessError(f"refusing to write {path}: only /proc/sys and /sys may be written")
+        return real
+
+    def original(self, path: Path) -> str | None:
+        for e in self._state["entries"]:
+            if e["path"] == str(path):
+                return str(e["original"])
+        return None
+
+    def write(self, path: Path, value: str, reader: str = "plain") -> None:
+        """Write `value` to `path`, recording the original first, and verify by read-back.
+        Raises OSError when the kernel refuses the write and ValueError when the value
+        read back differs (the write did not take)."""
+        path = Path(path)
+        self.check_allowed(path)
+        if self.original(path) is None and not self._created(path):
+            current = read_value(path, reader)
+            self._state["entries"].append({"path": str(path), "original": current, "reader": reader})
+            self._flush()
+        _write_file(path, value)
+        got = read_value(path, reader)
+        if got != READERS[reader](value):
+            raise ValueError(f"{path}: wrote {value!r} but read back {got!r}")
+
+    def make_dir(self, path: Path) -> None:
+        """Create a directory (a cgroup) and record it so restore removes it."""
+        path = Path(path)
+        self.check_allowed(path)
+        if str(path) not in self._state["created_dirs"]:
+            self._state["created_dirs"].append(str(path))
+            self._flush()
+        path.mkdir(exist_ok=True)
+
+    def add_process(self, pid: int, name: str) -> None:
+        self._state["processes"].append({"pid": pid, "starttime": _starttime(pid), "name": name})
+        self._flush()
+
+    def forget_process(self, pid: int) -> None:
+        self._state["processes"] = [p for p in self._state["processes"] if p["pid"] != pid]
+        self._flush()
+
+    def _created(self, path: Path) -> bool:
+        return any(Path(d) in path.parents for d in self._state["created_dirs"])
+
+    # -- restore ----------------------------------------------------------------------------
+
+    def restore(self) -> list[RestoreResult]:
+        results = restore_state(self._state)
+        if all(r.ok for r in results):
+            self._state.update(entries=[], created_dirs=[], processes=[])
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+        else:
+            # Restoring is idempotent: keep every entry so `kvtune restore` can try again.
+            self._flush()
+        return results
+
+    def _flush(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(self._state, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+
+def _write_file(path: Path, value: str) -> None:
+    # A plain open/write: the kernel validates the value and answers EINVAL/EPERM itself.
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def _take_lock(journal_path: Path) -> int:
+    fd = os.open(str(journal_path) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UserError(
+            f"another kvtune study holds {journal_path}.lock; wait for it or stop it first"
+        ) from None
+    return fd
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
+    except (OSError, ValueError):
+        return {}
+
+
+def restore_state(state: dict[str, Any]) -> list[RestoreResult]:
+    results: list[RestoreResult] = []
+    for proc in state.get("processes", []):
+        pid = int(proc["pid"])
+        if proc.get("starttime") is not None and _starttime(pid) == proc["starttime"]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            for _ in range(100):
+                if _starttime(pid) is None:
+                    break
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+                time.sleep(0.02)
+            results.append(RestoreResult(f"process {pid} ({proc.get('name')})", True, "stopped"))
+    for entry in reversed(state.get("entries", [])):
+        path = Path(entry["path"])
+        reader = entry.get("reader", "plain")
+        try:
+            _write_file(path, entry["original"])
+            got = read_value(path, reader)
+            ok = got == READERS[reader](entry["original"])
+            results.append(RestoreResult(str(path), ok, f"restored {entry['original']!r}"
+                                         if ok else f"read back {got!r}"))
+        except FileNotFoundError:
+            # A file inside a cgroup that no longer exists has nothing left to restore.
+            results.append(RestoreResult(str(path), True, "gone"))
+        except OSError as e:
+            results.append(RestoreResult(str(path), False, e.strerror or str(e)))
+    for d in reversed(state.get("created_dirs", [])):
+        path = Path(d)
+        try:
+            _drain_cgroup(path)
+            path.rmdir()
+            results.append(RestoreResult(str(path), True, "removed"))
+        except FileNotFoundError:
+            results.append(RestoreResult(str(path), True, "gone"))
+        except OSError as e:
+            results.append(RestoreResult(str(path), False, e.strerror or str(e)))
+    return results
+
+
+def _drain_cgroup(path: Path) -> None:
+    """Kill whatever still runs in a cgroup kvtune created, so it can be removed."""
+    procs = path / "cgroup.procs"
+    for _ in range(50):
+        try:
+            pids = [int(p) for p in procs.read_text().split()]
+        except OSError:
+            return
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+
+
+def restore_from_file(path: Path | None = None) -> list[RestoreResult]:
+    """`kvtune restore`: undo what a crashed or killed study left, verified by read-back."""
+    path = path or default_path()
+    if not path.exists():
+        return []
+    lock = _take_lock(path)
+    try:
+        state = _load(path)
+        results = restore_state(state)
+        if all(r.ok for r in results):
+            path.unlink()
+        return results
+    finally:
+        os.close(lock)

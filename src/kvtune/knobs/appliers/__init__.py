@@ -1,0 +1,1 @@
+"""Appliers: one base (`base.Applier`), one module per family of knobs."""

@@ -1,0 +1,127 @@
+"""Host files: sysctls under /proc/sys and sysfs files under /sys, resolved per kernel.
+
+A knob may live in different places on different kernels (the CFS scheduler tunables moved
+from /proc/sys/kernel to debugfs in 5.13, and EEVDF replaced some of them in 6.6).
+`HostFile` takes the candidate locations with the kernel versions they exist in and uses
+the first that applies; when none does, `check` says why."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from dataclasses import dataclass
+
+from kvtune.knobs.appliers.base import Applier, ApplyEnv, HostContext
+from kvtune.knobs.domain import Value
+from kvtune.knobs.knob import Availability
+
+DEBUGFS = "/sys/kernel/debug"
+
+
+@dataclass(frozen=True)
+class Location:
+    path: str
+    since: tuple[int, int] = (0, 0)
+    until: tuple[int, int] | None = None  # exclusive
+
+    def applies(self, kv: tuple[int, int]) -> bool:
+        return kv >= self.since and (self.until is None or kv < self.until)
+
+
+def _vs(v: tuple[int, int]) -> str:
+    return f"{v[0]}.{v[1]}"
+
+
+class HostFile(Applier):
+    scope = "host"
+    restart = False
+
+    def __init__(self, locations: list[Location], reader: str = "plain",
+                 note: str = "") -> None:
+        self.locations = locations
+        self.reader = reader
+        self.note = note
+
+    def where(self) -> str:
+        return " | ".join(loc.path for loc in self.locations)
+
+    def resolve(self, ctx: HostContext) -> str | None:
+        for loc in self.locations:
+            if loc.applies(ctx.facts.kernel_version):
+                return loc.path
+        return None
+
+    def check(self, ctx: HostContext) -> Availability:
+        kv = ctx.facts.kernel_version
+        path = self.resolve(ctx)
+        if path is None:
+            spans = ", ".join(
+                f"{loc.path} on {_vs(loc.since)}" + (f"–{_vs(loc.until)}" if loc.until else "+")
+                for loc in self.locations
+            )
+            return Availability(False, f"absent on kernel {_vs(kv)} (exists as {spans})"
+                                + (f"; {self.note}" if self.note else ""))
+        if path.startswith(DEBUGFS) and not ctx.fs.exists(DEBUGFS + "/sched"):
+            return Availability(False, f"{path}: debugfs is not mounted at {DEBUGFS} "
+                                       "(or the kernel hides it)")
+        p = ctx.fs.path(path)
+        if not p.exists():
+            return Availability(False, f"{path} does not exist on kernel {ctx.facts.kernel}"
+                                + (f"; {self.note}" if self.note else ""))
+        try:
+            value = self._read(ctx, path)
+        except PermissionError:
+            return Availability(False, f"{path}: EPERM on read (kernel lockdown)")
+        except OSError as e:
+            if e.errno == errno.EPERM:
+                return Availability(False, f"{path}: EPERM (kernel lockdown)")
+            return Availability(False, f"{path}: {e.strerror}")
+        mode = p.stat().st_mode
+        if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(p, os.W_OK):
+            return Availability(False, f"{path} is read-only here", current=value)
+        return Availability(True, current=value)
+
+    def _read(self, ctx: HostContext, path: str) -> Value:
+        from kvtune.host.journal import READERS
+
+        text = READERS[self.reader](ctx.fs.read_text(path))
+        try:
+            return int(text)
+        except ValueError:
+            return text
+
+    def current(self, ctx: HostContext) -> Value | None:
+        path = self.resolve(ctx)
+        if path is None:
+            return None
+        try:
+            return self._read(ctx, path)
+        except OSError:
+            return None
+
+    def apply(self, value: Value, env: ApplyEnv) -> None:
+        path = self.resolve(env.ctx)
+        assert path is not None and env.journal is not None
+        env.journal.write(env.ctx.fs.path(path), self.format(value), self.reader)
+
+
+class Sysctl(HostFile):
+    """A sysctl by its dotted name, e.g. `net.core.somaxconn`."""
+
+    def __init__(self, key: str, since: tuple[int, int] = (0, 0),
+                 until: tuple[int, int] | None = None, note: str = "") -> None:
+        self.key = key
+        super().__init__([Location("/proc/sys/" + key.replace(".", "/"), since, until)],
+                         note=note)
+
+
+def sched_tunable(name: str, proc_name: str | None, since_debugfs: tuple[int, int] = (5, 13),
+                  until: tuple[int, int] | None = None, note: str = "") -> HostFile:
+    """A scheduler tunable: /proc/sys/kernel/<proc_name> before 5.13, then
+    /sys/kernel/debug/sched/<name> (until `until`, when EEVDF removed it)."""
+    locations = []
+    if proc_name:
+        locations.append(Location(f"/proc/sys/kernel/{proc_name}", (0, 0), since_debugfs))
+    locations.append(Location(f"{DEBUGFS}/sched/{name}", since_debugfs, until))
+    return HostFile(locations, note=note)

@@ -1,0 +1,1 @@
+"""Load drivers: kvload (open loop, coordinated-omission corrected) and, later, adapters."""

@@ -1,0 +1,115 @@
+"""Drive kvload and turn its JSON document into metrics.
+
+kvload's contract (docs/kvload.md): exit 0 with a JSON document when the run completed
+(its verdict may still be `saturated` or `client_bound`), exit 2 for bad arguments, exit
+1 with one `kvload: error: ...` line for runtime failures such as a refused connection.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from kvtune.errors import HarnessError, TrialFailed
+from kvtune.spec import LoadSpec
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def find_kvload() -> str:
+    """$KVLOAD, then the repo's release build, then PATH."""
+    env = os.environ.get("KVLOAD")
+    candidates = [env] if env else []
+    candidates += [str(REPO / "kvload" / "target" / "release" / "kvload")]
+    for c in candidates:
+        if c and os.access(c, os.X_OK):
+            return c
+    found = shutil.which("kvload")
+    if found:
+        return found
+    raise HarnessError("kvload not found: build it with `make kvload` (or set KVLOAD=/path)")
+
+
+def build_argv(binary: str, load: LoadSpec, server: str, protocol: str, seed: int,
+               json_path: str) -> list[str]:
+    w = load.workload
+    argv = [
+        binary, "--server", server, "--protocol", load.protocol or protocol,
+        "--mode", load.mode, "--connections", str(load.connections),
+        "--pipeline", str(load.pipeline), "--duration", f"{load.duration:g}s",
+        "--warmup", f"{load.warmup:g}s", "--keys", str(w.keys), "--key-size", str(w.key_size),
+        "--value-size", str(w.value_size), "--popularity", w.popularity, "--mix", w.mix,
+        "--mget-size", str(w.mget_size), "--arrival", w.arrival, "--seed", str(seed),
+        "--json", json_path, "--quiet",
+    ]
+    if load.mode == "open" and load.rate is not None:
+        argv += ["--rate", f"{load.rate:g}"]
+    if load.cpus:
+        argv += ["--cpus", load.cpus]
+    argv.append("--preload" if w.preload else "--no-preload")
+    if load.workload_file:
+        argv += ["--workload", load.workload_file]
+    argv += list(load.extra_args)
+    return argv
+
+
+def run(load: LoadSpec, server: str, protocol: str, seed: int,
+        binary: str | None = None) -> dict[str, Any]:
+    """Run kvload once and return its JSON document.
+    Raises TrialFailed when the server failed under load (refused, reset, malformed
+    answers), HarnessError when kvload itself was misused or is missing."""
+    binary = binary or find_kvload()
+    with tempfile.TemporaryDirectory(prefix="kvtune-") as tmp:
+        json_path = str(Path(tmp) / "kvload.json")
+        argv = build_argv(binary, load, server, protocol, seed, json_path)
+        budget = load.duration + load.warmup + 120
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=budget)
+        except subprocess.TimeoutExpired:
+            raise TrialFailed(f"kvload did not finish within {budget:g}s (server hung?)") \
+                from None
+        except OSError as e:
+            raise HarnessError(f"cannot run kvload ({binary}): {e.strerror}") from None
+        err = out.stderr.strip().splitlines()
+        last = err[-1] if err else f"exit code {out.returncode}"
+        if out.returncode == 2:
+            raise HarnessError(f"kvload rejected its arguments: {last}")
+        if out.returncode != 0:
+            raise TrialFailed(f"load failed: {last}", out.stderr[-4000:])
+        try:
+            doc: dict[str, Any] = json.loads(Path(json_path).read_text())
+        except (OSError, ValueError) as e:
+            raise HarnessError(f"kvload wrote no readable JSON: {e}") from None
+        doc["argv"] = argv
+        return doc
+
+
+def metrics_from(doc: dict[str, Any]) -> dict[str, Any]:
+    """The flat metrics kvtune optimizes and reports, from a kvload document."""
+    total = doc.get("latency", {}).get("total", {})
+    corr = total.get("corrected", {}) or {}
+    serv = total.get("service", {}) or {}
+    errors = doc.get("errors", {}) or {}
+    return {
+        "ops_per_sec": float(doc.get("achieved_rate") or 0.0),
+        "p50_us": corr.get("p50_us"),
+        "p90_us": corr.get("p90_us"),
+        "p99_us": corr.get("p99_us"),
+        "p999_us": corr.get("p999_us"),
+        "p9999_us": corr.get("p9999_us"),
+        "max_us": corr.get("max_us"),
+        "mean_us": corr.get("mean_us"),
+        "service_p99_us": serv.get("p99_us"),
+        "hit_ratio": doc.get("hit_ratio"),
+        "errors": int(errors.get("total", 0)),
+        "server_errors": int(errors.get("server_error", 0)) + int(errors.get("out_of_memory", 0)),
+        "verdict": doc.get("verdict", "ok"),
+        "verdict_reason": doc.get("verdict_reason", ""),
+        "client_utilization": (doc.get("client_cpu") or {}).get("utilization"),
+        "offered_rate": doc.get("offered_rate"),
+    }

@@ -1,0 +1,241 @@
+"""The trial runner: one repetition of one configuration.
+
+Each repetition starts the server fresh with the configuration's application knobs,
+pinned to its CPUs and inside kvtune's cgroup; applies host knobs through the journal;
+waits until the server accepts connections; runs kvload pinned to the client CPUs (kvload
+preloads, warms up and measures); reads the server's stats and the host's noise counters;
+stops the server and waits until its port is free.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kvtune.errors import TrialFailed, UserError
+from kvtune.host import facts as hostfacts
+from kvtune.host.cgroup import ServerCgroup
+from kvtune.host.journal import Journal
+from kvtune.knobs.appliers.base import ApplyEnv, HostContext, Launch
+from kvtune.knobs.domain import Value
+from kvtune.knobs.knob import Knob
+from kvtune.load import kvload
+from kvtune.spec import StudySpec, parse_cpus
+from kvtune.targets import make_target
+from kvtune.targets.base import Target
+from kvtune.targets.synthetic import SyntheticTarget
+
+Config = dict[str, Value]
+
+
+@dataclass
+class Repetition:
+    status: str  # "ok", "flagged" (client-bound, saturated, steal) or "failed"
+    metrics: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict)
+    flags: list[str] = field(default_factory=list)
+    reason: str = ""
+
+
+class Session:
+    """Everything a study holds open: spec, knobs, target, host context, journal, cgroup."""
+
+    def __init__(self, spec: StudySpec, knobs: list[Knob], journal: Journal | None) -> None:
+        self.spec = spec
+        self.knobs = knobs
+        self.journal = journal
+        self.facts = hostfacts.collect()
+        self.target: Target | SyntheticTarget = make_target(spec.target)
+        self.ctx = HostContext(self.facts)
+        if spec.target.kind != "synthetic":
+            self.ctx.versions[spec.target.kind] = self.target.version()
+        self.cgroup: ServerCgroup | None = None
+        self.kvload_bin: str | None = None
+        self.rng = np.random.default_rng(spec.seed)
+        self._rep_counter = 0
+        self.baseline: Config = {}
+
+    # -- before anything is applied ---------------------------------------------------------
+
+    def preflight(self) -> None:
+        """Check every knob (exists, readable, writable, version) and the harness, and work
+        out the baseline. Raises UserError listing every problem; nothing is applied."""
+        problems = []
+        for k in self.knobs:
+            a = k.applier.check(self.ctx)
+            if not a.ok:
+                problems.append(f"knob {k.name} ({k.applier.where()}): unavailable: {a.reason}")
+            elif k.default is not None and not k.domain.contains(k.default):
+                problems.append(f"knob {k.name}: default {k.default!r} is outside "
+                                f"{k.domain.describe()}")
+        if self.spec.target.kind != "synthetic":
+            ncpu = os.cpu_count() or 1
+            for label, cpus in (("target.cpus", self.spec.target.cpus),
+                                ("load.cpus", self.spec.load.cpus if self.spec.load else None)):
+                if cpus and max(parse_cpus(cpus)) >= ncpu:
+                    problems.append(f"{label}: CPU list {cpus!r} names a CPU this host lacks "
+                                    f"(it has {ncpu})")
+            if (self.spec.target.cpus and self.spec.load and self.spec.load.cpus
+                    and set(parse_cpus(self.spec.target.cpus)) & set(parse_cpus(
+                        self.spec.load.cpus))):
+                problems.append("target.cpus and load.cpus overlap: the server and the load "
+                                "generator must run on disjoint CPUs")
+            if self.knobs_needing_host() and os.geteuid() != 0:
+                problems.append("host knobs need root (run kvtune as root or drop them)")
+        if problems:
+            raise UserError(f"{len(problems)} problem(s) before the study could start "
+                            "(nothing was applied)", problems)
+        if self.spec.target.kind != "synthetic":
+            self.kvload_bin = kvload.find_kvload()
+        self.baseline = {}
+        for k in self.knobs:
+            v: Any = k.default if k.default is not None else k.applier.current(self.ctx)
+            if v is None:
+                raise UserError(f"knob {k.name}: cannot read its current value for the baseline")
+            if isinstance(v, int) and k.domain.type == "bool":
+                v = bool(v)
+            if not k.domain.contains(v):
+                raise UserError(f"knob {k.name}: the host's current value {v!r} is outside "
+                                f"{k.domain.describe()}; widen the range in the study file")
+            self.baseline[k.name] = v
+
+    def knobs_needing_host(self) -> list[Knob]:
+        return [k for k in self.knobs if k.scope in ("host", "cgroup")]
+
+    def setup_host(self) -> None:
+        """Create the server cgroup when cgroup knobs are in the study, and probe that every
+        host knob is writable by writing back its current value (through the journal)."""
+        assert self.journal is not None
+        controllers = {c for k in self.knobs if k.scope == "cgroup"
+                       for c in _controllers_of(k)}
+        if controllers:
+            self.cgroup = ServerCgroup(self.journal, controllers, mode=self.facts.cgroup)
+            self.cgroup.create()
+        for k in self.knobs:
+            if k.scope == "host":
+                try:
+                    k.applier.apply(self.baseline[k.name], ApplyEnv(self.journal, Launch(),
+                                                                    self.ctx))
+                except (OSError, ValueError) as e:
+                    raise UserError(f"knob {k.name}: not writable on this host: "
+                                    f"{getattr(e, 'strerror', None) or e}") from None
+
+    # -- one repetition --------------------------------------------------------------------
+
+    def launch_for(self, config: Config) -> Launch:
+        launch = Launch(params=dict(config))
+        env = ApplyEnv(self.journal, launch, self.ctx)
+        for k in self.knobs:
+            if k.scope != "host":
+                k.applier.apply(config[k.name], env)
+        return launch
+
+    def apply_host(self, config: Config) -> None:
+        env = ApplyEnv(self.journal, Launch(), self.ctx)
+        for k in self.knobs:
+            if k.scope == "host":
+                try:
+                    k.applier.apply(config[k.name], env)
+                except OSError as e:
+                    raise TrialFailed(f"knob {k.name}: the kernel refused {config[k.name]!r}: "
+                                      f"{e.strerror}") from None
+                except ValueError as e:
+                    raise TrialFailed(f"knob {k.name}: the write did not take: {e}") from None
+
+    def measure(self, config: Config) -> Repetition:
+        self._rep_counter += 1
+        seed = self.spec.seed * 1_000_003 + self._rep_counter
+        if isinstance(self.target, SyntheticTarget):
+            try:
+                m = self.target.measure(config, self.rng)
+            except TrialFailed as e:
+                return Repetition("failed", reason=e.reason, raw={"stderr": e.stderr})
+            return Repetition("ok", m, {"config": config, "seed": seed})
+        try:
+            return self._measure_real(config, seed)
+        except TrialFailed as e:
+            return Repetition("failed", reason=e.reason, raw={"stderr": e.stderr,
+                                                              "config": config})
+
+    def _measure_real(self, config: Config, seed: int) -> Repetition:
+        assert isinstance(self.target, Target) and self.spec.load is not None
+        target = self.target
+        self.apply_host(config)
+        launch = self.launch_for(config)
+        if self.cgroup is not None:
+            for (controller, filename), value in launch.cgroup_files.items():
+                try:
+                    self.cgroup.write(controller, filename, value)
+                except (OSError, ValueError) as e:
+                    raise TrialFailed(f"cgroup {controller}/{filename}={value}: "
+                                      f"{getattr(e, 'strerror', None) or e}") from None
+        dirs = self.cgroup.unique_dirs() if self.cgroup else []
+        server = target.start(launch, self.journal, dirs)
+        raw: dict[str, Any] = {"config": config, "argv": server.argv, "seed": seed,
+                               "host": self.facts.as_dict(),
+                               "placement": {"server_cpus": launch.server_cpus
+                                             or self.spec.target.cpus,
+                                             "client_cpus": self.spec.load.cpus}}
+        try:
+            steal0 = hostfacts.steal_jiffies()
+            sw0 = hostfacts.proc_status(server.pid)
+            cpu0 = hostfacts.proc_cpu_seconds(server.pid)
+            thr0 = self.cgroup.throttling() if self.cgroup else {}
+            t0 = time.monotonic()
+            doc = kvload.run(self.spec.load, target.address, target.protocol, seed,
+                             self.kvload_bin)
+            elapsed = time.monotonic() - t0
+            if server.proc.poll() is not None:
+                raise TrialFailed(f"{target.kind} exited during the load (code "
+                                  f"{server.proc.returncode})", server.stderr_text())
+            stats = target.stats()
+            sw1 = hostfacts.proc_status(server.pid)
+            cpu1 = hostfacts.proc_cpu_seconds(server.pid)
+            steal = (hostfacts.steal_jiffies() - steal0) / (
+                os.sysconf("SC_CLK_TCK") * elapsed * (os.cpu_count() or 1))
+            thr1 = self.cgroup.throttling() if self.cgroup else {}
+        except TrialFailed as e:
+            e.stderr = e.stderr or server.stderr_text()
+            target.stop(server, self.journal)
+            raise
+        except BaseException:
+            target.stop(server, self.journal)
+            raise
+        rc = target.stop(server, self.journal)
+        metrics = kvload.metrics_from(doc)
+        metrics["steal"] = steal
+        metrics["server_cpu_s"] = (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None \
+            else None
+        for key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
+            if key in sw0 and key in sw1:
+                metrics["server_" + key] = sw1[key] - sw0[key]
+        for key in thr1:
+            metrics["cgroup_" + key] = thr1[key] - thr0.get(key, 0)
+        raw.update(kvload=doc, server_stats=stats, server_exit=rc)
+        flags = []
+        if metrics["verdict"] == "client_bound":
+            flags.append("client_bound")
+        if metrics["verdict"] == "saturated":
+            flags.append("saturated")
+        if steal > self.spec.evaluation.steal_threshold:
+            flags.append(f"steal {steal:.1%}")
+        return Repetition("flagged" if flags else "ok", metrics, raw, flags,
+                          metrics.get("verdict_reason", ""))
+
+    def close(self) -> None:
+        pass
+
+
+def _controllers_of(k: Knob) -> set[str]:
+    from kvtune.knobs.appliers.cgroup import CpuQuota, CpusetCpus
+
+    if isinstance(k.applier, CpuQuota):
+        return {"cpu"}
+    if isinstance(k.applier, CpusetCpus):
+        return {"cpuset"}
+    return set()
+

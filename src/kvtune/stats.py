@@ -1,0 +1,101 @@
+"""Statistics for noisy repetitions: robust centre, bootstrap CIs, and the comparison of a
+candidate with the baseline (ratio CI and Mann–Whitney U)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+
+def centre(values: Sequence[float], statistic: str = "median") -> float:
+    xs = [v for v in values if v is not None and not math.isnan(v)]
+    if not xs:
+        return math.nan
+    return float(np.median(xs) if statistic == "median" else np.mean(xs))
+
+
+def bootstrap_ci(values: Sequence[float], statistic: str = "median", level: float = 0.95,
+                 resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap CI of the median (or mean). With fewer than 2 values the CI is
+    (nan, nan): one sample says nothing about its spread."""
+    xs = np.array([v for v in values if v is not None and not math.isnan(v)], dtype=float)
+    if len(xs) < 2:
+        return (math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(xs), size=(resamples, len(xs)))
+    samples = xs[idx]
+    stat = np.median(samples, axis=1) if statistic == "median" else samples.mean(axis=1)
+    lo, hi = np.percentile(stat, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
+    return float(lo), float(hi)
+
+
+def cov(values: Sequence[float]) -> float:
+    xs = np.array([v for v in values if v is not None and not math.isnan(v)], dtype=float)
+    if len(xs) < 2 or xs.mean() == 0:
+        return math.nan
+    return float(xs.std(ddof=1) / abs(xs.mean()))
+
+
+@dataclass
+class Comparison:
+    """A candidate against the baseline. `improvement` is signed so that > 0 is better in
+    the objective's direction (for minimize: baseline/candidate - 1)."""
+
+    improvement: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    n_candidate: int
+    n_baseline: int
+
+    def significant(self, alpha: float, min_improvement: float = 0.0) -> bool:
+        return self.p_value < alpha and self.ci_low > min_improvement
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {"improvement": self.improvement, "ci_low": self.ci_low, "ci_high": self.ci_high,
+                "p_value": self.p_value, "n_candidate": self.n_candidate,
+                "n_baseline": self.n_baseline}
+
+
+def compare(candidate: Sequence[float], baseline: Sequence[float], direction: str,
+            level: float = 0.95, resamples: int = 4000, seed: int = 0,
+            two_sided: bool = False) -> Comparison:
+    """Improvement of the candidate's median over the baseline's, with a bootstrap CI of the
+    ratio (each group resampled on its own) and a Mann–Whitney U p-value (one-sided in the
+    objective's direction, or two-sided to ask "did it move at all?")."""
+    c = np.array([v for v in candidate if v is not None and not math.isnan(v)], dtype=float)
+    b = np.array([v for v in baseline if v is not None and not math.isnan(v)], dtype=float)
+    if len(c) == 0 or len(b) == 0:
+        return Comparison(math.nan, math.nan, math.nan, 1.0, len(c), len(b))
+
+    def gain(cm: np.ndarray | float, bm: np.ndarray | float) -> np.ndarray | float:
+        return cm / bm - 1 if direction == "maximize" else bm / cm - 1
+
+    point = float(gain(np.median(c), np.median(b)))
+    rng = np.random.default_rng(seed)
+    cs = np.median(c[rng.integers(0, len(c), size=(resamples, len(c)))], axis=1)
+    bs = np.median(b[rng.integers(0, len(b), size=(resamples, len(b)))], axis=1)
+    boot = np.asarray(gain(cs, bs))
+    lo, hi = np.percentile(boot, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
+    alt = "two-sided" if two_sided else "greater" if direction == "maximize" else "less"
+    if len(c) >= 2 and len(b) >= 2:
+        p = float(sps.mannwhitneyu(c, b, alternative=alt).pvalue)
+    else:
+        p = 1.0
+    return Comparison(point, float(lo), float(hi), p, len(c), len(b))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm–Bonferroni adjusted p-values (confirmation compares several candidates)."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [1.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted

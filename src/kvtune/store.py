@@ -1,0 +1,125 @@
+"""The store: Optuna's RDB storage for trials, plus kvtune's own tables in the same database
+for every raw repetition and the study's results (noise floor, drift, confirmation).
+
+Any SQLAlchemy URL works: a SQLite file by default, PostgreSQL when several workers share a
+study. Nothing measured is ever lost: a repetition is written as soon as it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import sqlalchemy as sa
+
+from kvtune.errors import UserError
+
+_META = sa.MetaData()
+REPETITIONS = sa.Table(
+    "kvtune_repetitions", _META,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("study", sa.String(256), nullable=False, index=True),
+    sa.Column("kind", sa.String(32), nullable=False),  # trial, baseline, drift, confirm, run
+    sa.Column("trial_number", sa.Integer, nullable=True),
+    sa.Column("config_key", sa.String(64), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),  # ok, flagged, failed
+    sa.Column("value", sa.Float, nullable=True),
+    sa.Column("params", sa.Text, nullable=False),
+    sa.Column("metrics", sa.Text, nullable=False),
+    sa.Column("raw", sa.Text, nullable=False),
+    sa.Column("created", sa.Float, nullable=False),
+)
+RESULTS = sa.Table(
+    "kvtune_results", _META,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("study", sa.String(256), nullable=False, index=True),
+    sa.Column("key", sa.String(64), nullable=False),
+    sa.Column("data", sa.Text, nullable=False),
+    sa.Column("created", sa.Float, nullable=False),
+)
+
+
+def _clean(obj: Any) -> Any:
+    """JSON without NaN/Infinity (they become null), so every reader can parse it."""
+    if isinstance(obj, float):
+        return None if math.isnan(obj) or math.isinf(obj) else obj
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(_clean(obj), default=str, allow_nan=False)
+
+
+class Store:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.storage = optuna.storages.RDBStorage(url)
+        except Exception as e:  # SQLAlchemy and driver errors vary by backend
+            raise UserError(f"storage {url!r} cannot be opened: {e}") from None
+        self.engine = sa.create_engine(url)
+        _META.create_all(self.engine)
+
+    def add_repetition(self, study: str, kind: str, trial_number: int | None,
+                       config_key: str, status: str, value: float | None,
+                       params: dict[str, Any], metrics: dict[str, Any],
+                       raw: dict[str, Any]) -> None:
+        with self.engine.begin() as c:
+            c.execute(REPETITIONS.insert().values(
+                study=study, kind=kind, trial_number=trial_number, config_key=config_key,
+                status=status, value=None if value is None or math.isnan(value) else value,
+                params=dumps(params), metrics=dumps(metrics), raw=dumps(raw),
+                created=time.time()))
+
+    def repetitions(self, study: str, kind: str | None = None,
+                    trial_number: int | None = None) -> list[dict[str, Any]]:
+        q = sa.select(REPETITIONS).where(REPETITIONS.c.study == study)
+        if kind is not None:
+            q = q.where(REPETITIONS.c.kind == kind)
+        if trial_number is not None:
+            q = q.where(REPETITIONS.c.trial_number == trial_number)
+        with self.engine.connect() as c:
+            rows = c.execute(q.order_by(REPETITIONS.c.id)).mappings().all()
+        out = []
+        for r in rows:
+            d = dict(r)
+            for k in ("params", "metrics", "raw"):
+                d[k] = json.loads(d[k])
+            out.append(d)
+        return out
+
+    def put_result(self, study: str, key: str, data: Any) -> None:
+        with self.engine.begin() as c:
+            c.execute(RESULTS.insert().values(study=study, key=key, data=dumps(data),
+                                              created=time.time()))
+
+    def results(self, study: str, key: str) -> list[Any]:
+        q = (sa.select(RESULTS.c.data).where(RESULTS.c.study == study)
+             .where(RESULTS.c.key == key).order_by(RESULTS.c.id))
+        with self.engine.connect() as c:
+            return [json.loads(r[0]) for r in c.execute(q)]
+
+    def last_result(self, study: str, key: str) -> Any | None:
+        rs = self.results(study, key)
+        return rs[-1] if rs else None
+
+    def study_names(self) -> list[str]:
+        return [s.study_name for s in optuna.get_all_study_summaries(self.storage)]
+
+
+def config_key(params: dict[str, Any]) -> str:
+    """A stable short key for a configuration (knob name → value)."""
+    import hashlib
+
+    text = json.dumps(_clean(params), sort_keys=True, default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:16]

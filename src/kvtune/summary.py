@@ -1,0 +1,128 @@
+"""What a study found, for the terminal (`kvtune show`) and for scripts (`--json`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import optuna
+from rich.console import Console
+from rich.table import Table
+
+from kvtune.errors import UserError
+from kvtune.store import Store
+
+SHOWN = ("ops_per_sec", "p50_us", "p99_us", "p999_us", "hit_ratio", "errors", "server_errors")
+
+
+def _f(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)
+
+
+def collect(store: Store, name: str) -> dict[str, Any]:
+    try:
+        study = optuna.load_study(study_name=name, storage=store.storage)
+    except KeyError:
+        known = ", ".join(store.study_names()) or "none"
+        raise UserError(f"no study named {name!r} in {store.url} (studies there: {known})") \
+            from None
+    trials = []
+    for t in study.get_trials(deepcopy=False):
+        ev = t.user_attrs.get("eval", {})
+        trials.append({
+            "number": t.number, "state": t.state.name, "kind": t.user_attrs.get("kind"),
+            "value": t.value, "ci": ev.get("ci"), "n": ev.get("n"),
+            "config": t.user_attrs.get("config", {}), "metrics": ev.get("metrics", {}),
+            "feasible": all(v <= 0 for v in t.user_attrs.get("violations", [0.0])),
+            "flags": ev.get("flags", []), "failed": t.user_attrs.get("failed"),
+        })
+    base = next((t for t in trials if t["kind"] == "baseline" and t["state"] == "COMPLETE"),
+                None)
+    direction = study.direction.name.lower()
+    done = [t for t in trials if t["state"] == "COMPLETE" and t["feasible"]]
+    best = None
+    if done:
+        best = (max if direction == "maximize" else min)(done, key=lambda t: t["value"])
+    spec = study.user_attrs.get("spec", {})
+    return {
+        "study": name, "storage": store.url, "direction": direction,
+        "metric": spec.get("objective", {}).get("metric"), "host": study.user_attrs.get("host"),
+        "trials": trials, "baseline": base, "best": best,
+        "noise_floor": store.last_result(name, "noise_floor"),
+        "drift": store.results(name, "drift"),
+        "confirmation": store.last_result(name, "confirmation"),
+    }
+
+
+def render(data: dict[str, Any], console: Console) -> None:
+    console.print(f"[bold]Study {data['study']}[/]  ({data['direction']} {data['metric']}, "
+                  f"{len(data['trials'])} trials, {data['storage']})")
+    t = Table(title="Trials", show_lines=False)
+    for col in ("#", "kind", "state", data["metric"] or "value", "95% CI", "n", "configuration"):
+        t.add_column(col)
+    for tr in data["trials"]:
+        ci = tr["ci"] or [None, None]
+        cfg = ", ".join(f"{k.split('.', 1)[-1]}={_f(v)}" for k, v in tr["config"].items())
+        state = tr["state"] if tr["state"] != "FAIL" else f"FAIL: {tr['failed']}"
+        if tr["state"] == "COMPLETE" and not tr["feasible"]:
+            state = "infeasible"
+        t.add_row(str(tr["number"]), tr["kind"] or "", state, _f(tr["value"]),
+                  f"{_f(ci[0])} … {_f(ci[1])}" if ci[0] is not None else "-", _f(tr["n"]), cfg)
+    console.print(t)
+    base, best = data["baseline"], data["best"]
+    conf = data.get("confirmation")
+    if conf and conf.get("recommended"):
+        rec = conf["recommended"]
+        best_cfg = rec["config"]
+        best_m = rec.get("metrics", {})
+        base_m = conf["baseline"].get("metrics", {})
+        label = f"recommended ({rec['name']}, confirmed)"
+    elif best is not None:
+        best_cfg, best_m = best["config"], best["metrics"]
+        base_m = base["metrics"] if base else {}
+        label = f"best in search (trial {best['number']})"
+    else:
+        console.print("No feasible trial finished yet.")
+        return
+    if base is None:
+        return
+    cmp_t = Table(title="Best configuration beside the baseline")
+    cmp_t.add_column("")
+    cmp_t.add_column("baseline (defaults)")
+    cmp_t.add_column(label)
+    cmp_t.add_column("change")
+    for k, v in base["config"].items():
+        nv = best_cfg.get(k)
+        cmp_t.add_row(k, _f(v), _f(nv), "" if nv == v else "changed")
+    for m in SHOWN:
+        b, n = base_m.get(m), best_m.get(m)
+        change = ""
+        if isinstance(b, int | float) and isinstance(n, int | float) and b:
+            change = f"{(n / b - 1):+.1%}"
+        cmp_t.add_row(f"[bold]{m}[/]", _f(b), _f(n), change)
+    console.print(cmp_t)
+    if conf:
+        style = "green" if conf.get("recommended") else "yellow"
+        console.print(f"[{style}]Confirmation ({conf.get('rounds')} interleaved rounds): "
+                      f"{conf['verdict']}[/]")
+        for c in conf.get("candidates", []):
+            comp = c["comparison"]
+            console.print(f"  {c['name']}: {comp['improvement']:+.1%} (95% CI "
+                          f"{comp['ci_low']:+.1%} … {comp['ci_high']:+.1%}), p={comp['p_value']:.3g}"
+                          f", Holm-adjusted p={c['p_adjusted']:.3g}"
+                          + (f", failed: {c['failed']}" if c.get("failed") else ""))
+    else:
+        console.print("[yellow]Not confirmed yet: the search's best is one noisy estimate; "
+                      "`kvtune tune` runs the confirmation at the end.[/]")
+    for d in data.get("drift", []):
+        if d.get("moved"):
+            ch = d["change"]
+            console.print(f"[yellow]Baseline drift after trial {d['after_trial']}: "
+                          f"{ch['improvement']:+.1%} (95% CI {ch['ci_low']:+.1%} … "
+                          f"{ch['ci_high']:+.1%})[/]")

@@ -1,0 +1,194 @@
+"""The server life cycle shared by real targets.
+
+A fresh process for every repetition: started from an argv list (never a shell string),
+pinned to its CPUs with taskset, moved into the cgroup kvtune created for it, recorded in
+the journal (so `kvtune restore` can stop it after a crash), waited for until it accepts
+connections, and stopped and waited for until its port is free.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from kvtune.errors import HarnessError, TrialFailed, UserError
+from kvtune.knobs.appliers.base import Launch
+from kvtune.spec import TargetSpec
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen[bytes]
+    argv: list[str]
+    stderr_file: IO[bytes]
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stderr_text(self, limit: int = 4000) -> str:
+        with contextlib.suppress(OSError, ValueError):
+            self.stderr_file.flush()
+            self.stderr_file.seek(0)
+            return self.stderr_file.read()[-limit:].decode(errors="replace")
+        return ""
+
+
+def port_in_use(host: str, port: int) -> bool:
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(fam, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class Target(ABC):
+    """One kind of server. Subclasses build the argv and talk the protocol."""
+
+    kind: str
+    default_binary: str
+    protocol: str  # kvload --protocol
+
+    def __init__(self, spec: TargetSpec) -> None:
+        self.spec = spec
+        self.host = spec.host
+        self.port = spec.port or free_port(spec.host if spec.host != "localhost" else "127.0.0.1")
+        self.binary = self._find_binary(spec.binary or self.default_binary)
+
+    def _find_binary(self, name: str) -> str:
+        found = shutil.which(name)
+        if not found:
+            raise UserError(f"target.binary: {name!r} not found on PATH; install it "
+                            f"(`make setup` installs memcached and redis-server) or give a path")
+        return found
+
+    @abstractmethod
+    def version(self) -> tuple[int, ...]:
+        """The server binary's version."""
+
+    @abstractmethod
+    def argv(self, launch: Launch) -> list[str]:
+        """The full command line for one start, without the CPU pinning prefix."""
+
+    @abstractmethod
+    def ping(self, timeout: float = 1.0) -> bool:
+        """True when the server answers a request."""
+
+    @abstractmethod
+    def stats(self) -> dict[str, Any]:
+        """The server's own counters (memcached stats, Redis INFO)."""
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    # -- life cycle ------------------------------------------------------------------------
+
+    def start(self, launch: Launch, journal: Any | None = None,
+              cgroup_dirs: list[Path] | None = None) -> ServerProcess:
+        if port_in_use(self.host, self.port):
+            raise HarnessError(
+                f"port {self.port} on {self.host} is taken by another process; stop it or "
+                "set target.port to a free port")
+        argv = self.argv(launch)
+        full = argv
+        cpus = launch.server_cpus or self.spec.cpus
+        if cpus:
+            taskset = shutil.which("taskset")
+            if not taskset:
+                raise HarnessError("taskset (util-linux) is needed to pin the server")
+            full = [taskset, "-c", cpus, *argv]
+        err = tempfile.TemporaryFile()
+        try:
+            proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                    start_new_session=True)
+        except OSError as e:
+            err.close()
+            raise HarnessError(f"cannot start {argv[0]}: {e.strerror}") from None
+        server = ServerProcess(proc, full, err)
+        if journal is not None:
+            journal.add_process(proc.pid, self.kind)
+        for d in cgroup_dirs or []:
+            try:
+                (d / "cgroup.procs").write_text(str(proc.pid))
+            except OSError as e:
+                self.stop(server, journal)
+                raise HarnessError(f"cannot move the server into cgroup {d}: {e.strerror}") \
+                    from None
+        self._wait_ready(server, journal)
+        return server
+
+    def _wait_ready(self, server: ServerProcess, journal: Any | None) -> None:
+        deadline = time.monotonic() + self.spec.start_timeout
+        while time.monotonic() < deadline:
+            rc = server.proc.poll()
+            if rc is not None:
+                text = server.stderr_text()
+                self.stop(server, journal)
+                raise TrialFailed(f"{self.kind} exited with code {rc} at start", text)
+            if self.ping(timeout=0.5):
+                return
+            time.sleep(0.02)
+        text = server.stderr_text()
+        self.stop(server, journal)
+        raise TrialFailed(f"{self.kind} did not accept connections within "
+                          f"{self.spec.start_timeout:g}s", text)
+
+    def stop(self, server: ServerProcess, journal: Any | None = None) -> int | None:
+        """Stop the server (SIGTERM, then SIGKILL after 5 s), wait for it, and wait until
+        its port is free. Returns the exit code."""
+        proc = server.proc
+        rc = proc.poll()
+        if rc is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                rc = proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                rc = proc.wait(timeout=5)
+        if journal is not None:
+            journal.forget_process(proc.pid)
+        deadline = time.monotonic() + 10
+        while port_in_use(self.host, self.port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        server.stderr_file.close()
+        return rc
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    import re
+
+    m = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
+    if not m:
+        return (0,)
+    return tuple(int(x) for x in m.groups())
+
+
+def run_version(argv: list[str]) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise HarnessError(f"cannot run {argv[0]}: {e}") from None
+    return out.stdout + out.stderr

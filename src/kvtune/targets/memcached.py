@@ -1,0 +1,79 @@
+"""memcached: argv built structurally (flags, one combined `-o`), stats over the text protocol."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from functools import cached_property
+from typing import Any
+
+from kvtune.knobs.appliers.base import Launch
+from kvtune.knobs.appliers.memcached import memcached_argv_options
+from kvtune.targets.base import Target, parse_version, run_version
+
+
+class MemcachedTarget(Target):
+    kind = "memcached"
+    default_binary = "memcached"
+    protocol = "memcache"
+
+    @cached_property
+    def _version(self) -> tuple[int, ...]:
+        return parse_version(run_version([self.binary, "-V"]))
+
+    def version(self) -> tuple[int, ...]:
+        return self._version
+
+    def argv(self, launch: Launch) -> list[str]:
+        argv = [self.binary, "-l", self.host, "-p", str(self.port), "-U", "0"]
+        if os.geteuid() == 0:
+            argv += ["-u", "root"]  # memcached refuses to run as root without it
+        argv += list(self.spec.args)
+        argv += launch.flags
+        argv += memcached_argv_options(launch.memcached_options)
+        return argv
+
+    def _request(self, cmd: bytes, end: tuple[bytes, ...] = (b"END\r\n",),
+                 timeout: float = 2.0) -> bytes:
+        with socket.create_connection((self.host, self.port), timeout=timeout) as s:
+            s.sendall(cmd)
+            buf = b""
+            while not buf.endswith(end):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+            return buf
+
+    def ping(self, timeout: float = 1.0) -> bool:
+        try:
+            return self._request(b"version\r\n", (b"\r\n",), timeout).startswith(b"VERSION")
+        except OSError:
+            return False
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for sub, key in ((b"stats\r\n", "stats"), (b"stats settings\r\n", "settings"),
+                         (b"stats slabs\r\n", "slabs"), (b"stats items\r\n", "items")):
+            with contextlib.suppress(OSError):
+                out[key] = _parse_stats(self._request(sub))
+        return out
+
+
+def _parse_stats(raw: bytes) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for line in raw.decode(errors="replace").splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) == 3 and parts[0] == "STAT":
+            out[parts[1]] = _num(parts[2])
+    return out
+
+
+def _num(v: str) -> Any:
+    for t in (int, float):
+        try:
+            return t(v)
+        except ValueError:
+            pass
+    return v

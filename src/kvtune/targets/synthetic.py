@@ -1,0 +1,133 @@
+"""The synthetic target: a known response surface with realistic noise.
+
+For fast tests of the whole search loop and for the evaluator's benchmarks, never as a
+substitute for a real server. The surface mixes knob types (float, int, categorical,
+bool), has interactions, a failure region (the "server" refuses to start), and
+heteroscedastic multiplicative noise: the coefficient of variation grows with `x`.
+
+Surface "default" (maximize ops_per_sec; p99_us moves the other way):
+    true(x, threads, mode, flag) = 100000
+        * (1 + 0.30 * exp(-((x - 7) / 2.0) ** 2))              # a peak at x = 7
+        * (1 + 0.10 * (mode == "b") - 0.05 * (mode == "c"))    # categorical effect
+        * (1 - 0.02 * (threads - 6) ** 2 / 25)                 # best at 6 threads
+        * (1 + 0.08 * flag * (x > 5))                          # interaction
+    fails when threads >= 14 and mode == "c".
+The defaults (x=2, threads=4, mode="a", flag=False) sit well below the optimum.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from kvtune.errors import TrialFailed
+from kvtune.knobs.appliers.base import Applier, ApplyEnv, HostContext
+from kvtune.knobs.domain import Domain, Value
+from kvtune.knobs.knob import Availability, Knob
+from kvtune.spec import TargetSpec
+
+BASE_RATE = 100_000.0
+
+
+class SyntheticParam(Applier):
+    scope = "app"
+    restart = True
+    target = "synthetic"
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def where(self) -> str:
+        return f"synthetic surface parameter {self.name}"
+
+    def check(self, ctx: HostContext) -> Availability:
+        return Availability(True)
+
+    def apply(self, value: Value, env: ApplyEnv) -> None:
+        pass  # the value reaches the surface through launch.params
+
+
+def _knobs() -> dict[str, Knob]:
+    ks = [
+        Knob("synthetic.x", Domain("float", 0.0, 10.0), SyntheticParam("x"), 2.0,
+             "continuous knob with a peak at 7"),
+        Knob("synthetic.threads", Domain("int", 1, 16), SyntheticParam("threads"), 4,
+             "integer knob, best at 6, failure region at >= 14 with mode c"),
+        Knob("synthetic.mode", Domain("categorical", choices=("a", "b", "c")),
+             SyntheticParam("mode"), "a", "categorical knob, b is best"),
+        Knob("synthetic.flag", Domain("bool"), SyntheticParam("flag"), False,
+             "helps only when x > 5"),
+    ]
+    return {k.name: k for k in ks}
+
+
+SYNTHETIC_KNOBS = _knobs()
+
+
+def synthetic_knob(name: str) -> Knob | None:
+    return SYNTHETIC_KNOBS.get(name)
+
+
+def _get(params: dict[str, Any], key: str) -> Any:
+    return params.get(f"synthetic.{key}", SYNTHETIC_KNOBS[f"synthetic.{key}"].default)
+
+
+def true_value(params: dict[str, Any]) -> float:
+    """The noiseless ops_per_sec of a configuration (NaN in the failure region)."""
+    x = float(_get(params, "x"))
+    threads = int(_get(params, "threads"))
+    mode = str(_get(params, "mode"))
+    flag = bool(_get(params, "flag"))
+    if threads >= 14 and mode == "c":
+        return math.nan
+    v = BASE_RATE
+    v *= 1 + 0.30 * math.exp(-(((x - 7) / 2.0) ** 2))
+    v *= 1 + (0.10 if mode == "b" else -0.05 if mode == "c" else 0.0)
+    v *= 1 - 0.02 * (threads - 6) ** 2 / 25
+    v *= 1 + (0.08 if flag and x > 5 else 0.0)
+    return v
+
+
+def optimum() -> float:
+    """The true maximum over the domain, by a fine grid (the surface is smooth)."""
+    best = 0.0
+    for x in np.linspace(0, 10, 1001):
+        for t in range(1, 17):
+            v = true_value({"synthetic.x": float(x), "synthetic.threads": t,
+                            "synthetic.mode": "b", "synthetic.flag": True})
+            best = max(best, v)
+    return best
+
+
+class SyntheticTarget:
+    """Measured, not started: `measure` returns the metrics of one repetition."""
+
+    kind = "synthetic"
+    protocol = "none"
+
+    def __init__(self, spec: TargetSpec) -> None:
+        self.spec = spec
+        self.cov = spec.noise_cov
+
+    def version(self) -> tuple[int, ...]:
+        return (1, 0, 0)
+
+    def measure(self, params: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+        v = true_value(params)
+        if math.isnan(v):
+            raise TrialFailed("synthetic server refuses to start: threads >= 14 with mode c",
+                              "FATAL: thread pool exhausted (synthetic)")
+        x = float(_get(params, "x"))
+        cov = self.cov * (1 + 0.5 * x / 10)  # heteroscedastic
+        sigma = math.sqrt(math.log(1 + cov**2))
+        noise = float(rng.lognormal(-sigma**2 / 2, sigma))
+        ops = v * noise
+        p99 = 1e6 / v * 50 / noise
+        return {
+            "ops_per_sec": ops, "p50_us": p99 / 4, "p90_us": p99 / 2, "p99_us": p99,
+            "p999_us": p99 * 2, "p9999_us": p99 * 3, "max_us": p99 * 5, "mean_us": p99 / 3,
+            "service_p99_us": p99 * 0.8, "hit_ratio": 1.0, "errors": 0, "server_errors": 0,
+            "verdict": "ok", "client_utilization": 0.2,
+        }
