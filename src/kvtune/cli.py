@@ -15,8 +15,9 @@ from kvtune.errors import KvtuneError, UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Honest auto-tuning of memcached and Redis and the Linux host under them.")
-out = Console()
-err = Console(stderr=True)
+# Wide tables stay readable when piped to a file or a CI log.
+out = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 
 def _storage_for(study_or_file: str, storage: str | None) -> tuple[str, str]:

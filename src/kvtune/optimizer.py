@@ -13,11 +13,6 @@ from kvtune.knobs.knob import Knob
 from kvtune.runner import Config
 
 
-def constraints_of(trial: optuna.trial.FrozenTrial) -> list[float]:
-    v = trial.user_attrs.get("violations")
-    return list(v) if v else [0.0]
-
-
 def make_sampler(kind: str, seed: int, budget_trials: int | None,
                  n_constraints: int) -> optuna.samplers.BaseSampler:
     if kind == "random" or kind == "grid":
@@ -25,9 +20,9 @@ def make_sampler(kind: str, seed: int, budget_trials: int | None,
     startup = max(4, min(10, (budget_trials or 30) // 3))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        # Constraints reach TPE through Trial.set_constraint (the evaluator's violations).
         return optuna.samplers.TPESampler(
-            seed=seed, n_startup_trials=startup, multivariate=True, group=True,
-            constraints_func=constraints_of, warn_independent_sampling=False)
+            seed=seed, n_startup_trials=startup, multivariate=True, group=True)
 
 
 def suggest(trial: optuna.Trial, knobs: list[Knob]) -> Config:

@@ -94,6 +94,15 @@ class Session:
         self.baseline = {}
         for k in self.knobs:
             v: Any = k.default if k.default is not None else k.applier.current(self.ctx)
+            if v is None and k.scope in ("cgroup", "placement") and k.name != \
+                    "placement.cpu_quota_pct":
+                # The baseline placement is the study's own (target.cpus), else every CPU.
+                v = self.spec.target.cpus or f"0-{(os.cpu_count() or 1) - 1}"
+                if not k.domain.contains(v) and k.domain.type == "categorical":
+                    from dataclasses import replace
+
+                    k = replace(k, domain=replace(k.domain, choices=(*k.domain.choices, v)))
+                    self.knobs = [k if x.name == k.name else x for x in self.knobs]
             if v is None:
                 raise UserError(f"knob {k.name}: cannot read its current value for the baseline")
             if isinstance(v, int) and k.domain.type == "bool":

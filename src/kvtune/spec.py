@@ -449,7 +449,9 @@ def _build_knob(ks: KnobSpec, target_kind: str) -> Knob:
             if k is not None:
                 base = k
         if base is None:
-            close = [n for n in catalog.CATALOG if ks.name.split(".")[-1] in n][:3]
+            import difflib
+
+            close = difflib.get_close_matches(ks.name, list(catalog.CATALOG), n=3, cutoff=0.6)
             hint = f"; did you mean {', '.join(close)}?" if close else (
                 "; `kvtune knobs` lists the catalog, or define it inline with domain and applier")
             raise ValueError(f"unknown knob {ks.name!r}{hint}")

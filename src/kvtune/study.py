@@ -141,9 +141,9 @@ class StudyRun:
         """Trials left RUNNING by an interrupted run are failed and queued again."""
         for t in study.get_trials(deepcopy=False):
             if t.state == optuna.trial.TrialState.RUNNING:
-                study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
-                study._storage.set_trial_user_attr(t._trial_id, "failed",
-                                                   "interrupted; queued again")
+                study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+                self.store.put_result(self.spec.study, "requeued",
+                                      {"trial": t.number, "params": t.params})
                 study.enqueue_trial(t.params, skip_if_exists=False)
         best: Evaluation | None = None
         for t in study.get_trials(deepcopy=False,
@@ -280,8 +280,11 @@ class StudyRun:
         trial.set_user_attr("kind", kind)
         trial.set_user_attr("config", e.config)
         trial.set_user_attr("eval", _jsonable(e.summary()))
-        trial.set_user_attr("violations", e.violations or [0.0] * (
-            len(self.spec.constraints) + 1))
+        violations = e.violations or [0.0] * (len(self.spec.constraints) + 1)
+        trial.set_user_attr("violations", violations)
+        names = [*self.spec.constraints, "not saturated"]
+        for name, v in zip(names, violations, strict=False):
+            trial.set_constraint(name, v)
         if e.failed:
             trial.set_user_attr("failed", e.failed)
             trial.set_user_attr("stderr", e.failed_stderr[-2000:])

@@ -33,6 +33,12 @@ def _vs(v: tuple[int, int]) -> str:
     return f"{v[0]}.{v[1]}"
 
 
+def _span(loc: Location) -> str:
+    if loc.since == (0, 0):
+        return f"before {_vs(loc.until)}" if loc.until else "on every kernel"
+    return f"on {_vs(loc.since)}" + (f" to {_vs(loc.until)}" if loc.until else "+")
+
+
 class HostFile(Applier):
     scope = "host"
     restart = False
@@ -56,10 +62,7 @@ class HostFile(Applier):
         kv = ctx.facts.kernel_version
         path = self.resolve(ctx)
         if path is None:
-            spans = ", ".join(
-                f"{loc.path} on {_vs(loc.since)}" + (f"–{_vs(loc.until)}" if loc.until else "+")
-                for loc in self.locations
-            )
+            spans = ", ".join(f"{loc.path} {_span(loc)}" for loc in self.locations)
             return Availability(False, f"absent on kernel {_vs(kv)} (exists as {spans})"
                                 + (f"; {self.note}" if self.note else ""))
         if path.startswith(DEBUGFS) and not ctx.fs.exists(DEBUGFS + "/sched"):

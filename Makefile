@@ -1,0 +1,42 @@
+# kvtune: two commands do all set-up on a fresh Debian machine as root.
+#   make demo   installs what is missing, then tunes a local memcached for a few minutes
+#   make test   installs what is missing, then runs every test (Rust and Python)
+SHELL := /bin/bash
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+KVLOAD := kvload/target/release/kvload
+PY := .venv/bin/python
+CARGO_FLAGS := --release --quiet --manifest-path kvload/Cargo.toml
+
+.PHONY: setup kvload demo test test-rust test-python lint bench clean
+
+setup:
+	@scripts/setup.sh
+
+kvload: setup
+	@cargo build $(CARGO_FLAGS)
+
+demo: kvload
+	@rm -f results/memcached-demo.db
+	@$(PY) -m kvtune tune examples/memcached.yaml
+
+test: kvload
+	@$(MAKE) --no-print-directory test-rust test-python
+
+test-rust:
+	@cargo test $(CARGO_FLAGS)
+
+test-python:
+	@$(PY) -m pytest -q
+
+lint: setup
+	@.venv/bin/ruff check src tests
+	@.venv/bin/mypy src
+	@cargo fmt --manifest-path kvload/Cargo.toml --check
+	@cargo clippy $(CARGO_FLAGS) -- -D warnings
+
+bench: kvload
+	@bench/kvload/run.sh
+	@$(PY) bench/evaluator/run.py
+
+clean:
+	rm -rf .venv results kvload/target test-artifacts

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs what kvtune needs on a Debian machine, and only what is missing; quiet when
+# nothing is. Run as root (apt-get). Used by `make setup`, `make demo` and `make test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_pkgs=()
+for pkg in memcached redis-server redis-tools libmemcached-tools linux-perf util-linux procps \
+           iproute2; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$pkg")
+done
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${need_pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+# Debian starts memcached and redis-server as services when it can; kvtune starts its own
+# servers, so a packaged service must not hold the default ports. There is no systemd here,
+# so stop whatever the package scripts may have started.
+for svc in memcached redis-server; do
+  if [ -x "/etc/init.d/$svc" ] && pgrep -x "${svc%-server}" >/dev/null 2>&1; then
+    "/etc/init.d/$svc" stop >/dev/null 2>&1 || true
+  fi
+done
+
+if ! command -v cargo >/dev/null 2>&1; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    echo "setup: installing Rust from Debian's packages (cargo)"
+    apt-get install -y -qq cargo >/dev/null
+  fi
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating the Python virtual environment .venv"
+  if ! "$PY" -m venv .venv 2>/dev/null; then
+    apt-get install -y -qq python3-venv >/dev/null
+    "$PY" -m venv .venv
+  fi
+fi
+stamp=.venv/.kvtune-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "setup: installing kvtune and its dependencies into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check -U pip >/dev/null
+  .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]' >/dev/null
+  touch "$stamp"
+fi

@@ -1,0 +1,141 @@
+"""Knob resolution against fake /proc and /sys trees of other kernels (5.10, 6.1, 6.6+),
+and argv building for the servers."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+
+from kvtune.host.facts import HostFacts
+from kvtune.host.fs import HostFS
+from kvtune.knobs.appliers.base import ApplyEnv, HostContext, Launch
+from kvtune.knobs.appliers.memcached import memcached_argv_options
+from kvtune.knobs.catalog import CATALOG
+
+SCHED_61 = ["latency_ns", "min_granularity_ns", "wakeup_granularity_ns", "migration_cost_ns",
+            "nr_migrate"]
+SCHED_66 = ["base_slice_ns", "migration_cost_ns", "nr_migrate"]
+PROC_510 = ["sched_latency_ns", "sched_min_granularity_ns", "sched_wakeup_granularity_ns",
+            "sched_migration_cost_ns", "sched_nr_migrate", "sched_autogroup_enabled"]
+
+
+def fake_host(tmp_path: Path, kernel: tuple[int, int], debugfs: list[str] | None,
+              proc_kernel: list[str]) -> HostContext:
+    root = tmp_path / f"root-{kernel[0]}.{kernel[1]}"
+    pk = root / "proc/sys/kernel"
+    pk.mkdir(parents=True)
+    for name in proc_kernel:
+        (pk / name).write_text("1000000\n")
+    if debugfs is not None:
+        d = root / "sys/kernel/debug/sched"
+        d.mkdir(parents=True)
+        for name in debugfs:
+            (d / name).write_text("3000000\n")
+    thp = root / "sys/kernel/mm/transparent_hugepage"
+    thp.mkdir(parents=True)
+    (thp / "enabled").write_text("[always] madvise never\n")
+    facts = HostFacts(f"{kernel[0]}.{kernel[1]}.0", kernel, "fake", 2, "v1", "always",
+                      "eevdf" if kernel >= (6, 6) else "cfs", False)
+    return HostContext(facts, HostFS(root))
+
+
+def test_kernel_510_uses_proc_sys(tmp_path: Path) -> None:
+    ctx = fake_host(tmp_path, (5, 10), None, PROC_510)
+    for name in ("sched.migration_cost_ns", "sched.latency_ns", "sched.wakeup_granularity_ns"):
+        a = CATALOG[name].applier.check(ctx)
+        assert a.ok, (name, a.reason)
+        assert a.current == 1000000
+    assert not CATALOG["sched.base_slice_ns"].applier.check(ctx).ok
+    assert "absent on kernel 5.10" in CATALOG["sched.base_slice_ns"].applier.check(ctx).reason
+
+
+def test_kernel_61_uses_debugfs(tmp_path: Path) -> None:
+    ctx = fake_host(tmp_path, (6, 1), SCHED_61, ["sched_autogroup_enabled"])
+    for name in ("sched.migration_cost_ns", "sched.latency_ns", "sched.min_granularity_ns",
+                 "sched.wakeup_granularity_ns", "sched.nr_migrate"):
+        a = CATALOG[name].applier.check(ctx)
+        assert a.ok, (name, a.reason)
+        assert a.current == 3000000
+    assert CATALOG["sched.latency_ns"].applier.resolve(ctx) == \
+        "/sys/kernel/debug/sched/latency_ns"
+
+
+def test_kernel_66_is_eevdf(tmp_path: Path) -> None:
+    ctx = fake_host(tmp_path, (6, 6), SCHED_66, ["sched_autogroup_enabled"])
+    assert CATALOG["sched.base_slice_ns"].applier.check(ctx).ok
+    assert CATALOG["sched.migration_cost_ns"].applier.check(ctx).ok
+    for name in ("sched.latency_ns", "sched.wakeup_granularity_ns", "sched.min_granularity_ns"):
+        a = CATALOG[name].applier.check(ctx)
+        assert not a.ok
+        assert "absent on kernel 6.6" in a.reason and "EEVDF" in a.reason
+
+
+def test_debugfs_not_mounted(tmp_path: Path) -> None:
+    ctx = fake_host(tmp_path, (6, 12), None, ["sched_autogroup_enabled"])
+    a = CATALOG["sched.base_slice_ns"].applier.check(ctx)
+    assert not a.ok and "debugfs is not mounted" in a.reason
+
+
+def test_lockdown_eperm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = fake_host(tmp_path, (6, 12), SCHED_66, ["sched_autogroup_enabled"])
+    real = HostFS.read_text
+
+    def read(self: HostFS, host_path: str, default: str | None = None) -> str:
+        if "/debug/" in host_path:
+            raise OSError(errno.EPERM, "Operation not permitted")
+        return real(self, host_path, default)
+
+    monkeypatch.setattr(HostFS, "read_text", read)
+    a = CATALOG["sched.base_slice_ns"].applier.check(ctx)
+    assert not a.ok and "EPERM" in a.reason and "lockdown" in a.reason
+
+
+def test_read_only_file(tmp_path: Path) -> None:
+    ctx = fake_host(tmp_path, (6, 12), SCHED_66, ["sched_autogroup_enabled"])
+    p = ctx.fs.path("/proc/sys/kernel/sched_autogroup_enabled")
+    p.chmod(0o444)
+    a = CATALOG["kernel.sched_autogroup_enabled"].applier.check(ctx)
+    assert not a.ok and "read-only" in a.reason
+
+
+def test_thp_reads_bracketed_value(tmp_path: Path) -> None:
+    ctx = fake_host(tmp_path, (6, 12), None, [])
+    assert CATALOG["thp.enabled"].applier.current(ctx) == "always"
+
+
+def test_memcached_argv_is_structural() -> None:
+    launch = Launch()
+    env = ApplyEnv(None, launch, HostContext(fake_facts()))
+    CATALOG["memcached.threads"].applier.apply(2, env)
+    CATALOG["memcached.reqs_per_event"].applier.apply(5, env)
+    CATALOG["memcached.hashpower"].applier.apply(20, env)
+    CATALOG["memcached.slab_reassign"].applier.apply(True, env)
+    CATALOG["memcached.lru_crawler"].applier.apply(False, env)
+    CATALOG["memcached.growth_factor"].applier.apply(1.1, env)
+    assert launch.flags == ["-t", "2", "-R", "5", "-f", "1.1"]
+    assert memcached_argv_options(launch.memcached_options) == [
+        "-o", "hashpower=20,slab_reassign,no_lru_crawler"]
+
+
+def test_redis_directives() -> None:
+    launch = Launch()
+    env = ApplyEnv(None, launch, HostContext(fake_facts()))
+    CATALOG["redis.io_threads"].applier.apply(2, env)
+    CATALOG["redis.io_threads_do_reads"].applier.apply(True, env)
+    CATALOG["redis.maxmemory_policy"].applier.apply("allkeys-lru", env)
+    assert launch.redis_directives == {"io-threads": "2", "io-threads-do-reads": "yes",
+                                       "maxmemory-policy": "allkeys-lru"}
+
+
+def test_memcached_version_gate() -> None:
+    from kvtune.knobs.appliers.memcached import MemcachedOption
+
+    ctx = HostContext(fake_facts(), versions={"memcached": (1, 6, 18)})
+    a = MemcachedOption("worker_logbuf_size", min_version=(1, 6, 40)).check(ctx)
+    assert not a.ok and "needs memcached >= 1.6.40 (this is 1.6.18)" in a.reason
+
+
+def fake_facts() -> HostFacts:
+    return HostFacts("6.12.0", (6, 12), "fake", 2, "v1", "madvise", "eevdf", False)
