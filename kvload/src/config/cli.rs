@@ -1,0 +1,150 @@
+//! The command line. Every option is optional here so that a workload file can
+//! supply it; defaults are applied in [`super::Config::build`].
+
+use clap::Parser;
+use std::path::PathBuf;
+
+const ABOUT: &str =
+    "Open-loop, coordinated-omission-corrected load generator for memcached and Redis.";
+
+const LONG_ABOUT: &str = "\
+Open-loop, coordinated-omission-corrected load generator for memcached (text and
+meta protocols) and Redis (RESP2).
+
+In open mode (the default) requests arrive on a seeded schedule (Poisson, fixed
+or Facebook ETC inter-arrivals) at --rate requests/s in total. Each request's
+latency is measured from its intended send time (\"corrected\") and from its
+actual send time (\"service\"); the lag between the two is the schedule lag. A
+run whose lag keeps growing is reported as saturated. In closed mode every
+connection keeps --pipeline requests outstanding.
+
+One thread runs per CPU given with --cpus, pinned to it, owning its connections,
+schedule, random generator and histograms. The keyspace is preloaded with
+pipelined sets and verified before the warm-up window, which is discarded.
+
+Exit codes: 0 the run completed (its verdict may still be saturated or
+client_bound); 1 runtime failure (server unreachable, connection reset,
+malformed response, preload verification failed); 2 bad arguments or workload
+file. Errors are one line on stderr: 'kvload: error: ...'.
+
+The JSON schema (kvload/1) and the workload file format are documented in
+docs/kvload.md.";
+
+const AFTER: &str = "\
+Examples:
+  kvload --server 127.0.0.1:11211 --rate 50000 --duration 10s --cpus 1 --json out.json
+  kvload --server unix:/tmp/mc.sock --protocol meta --mix get:9,set:1 --popularity zipf:0.99
+  kvload --server 127.0.0.1:6379 --protocol resp --mode closed --connections 16 --pipeline 16
+  kvload --server 127.0.0.1:11211 --workload phases.json --json -";
+
+#[derive(Parser, Debug, Default, Clone)]
+#[command(name = "kvload", version, about = ABOUT, long_about = LONG_ABOUT, after_help = AFTER)]
+pub struct Cli {
+    /// Server address: HOST:PORT (TCP, TCP_NODELAY) or unix:PATH [default: 127.0.0.1:11211]
+    #[arg(long, value_name = "HOST:PORT|unix:PATH")]
+    pub server: Option<String>,
+
+    /// Wire protocol: memcache (text), meta (memcached meta commands) or resp (Redis RESP2) [default: memcache]
+    #[arg(long, value_name = "memcache|meta|resp")]
+    pub protocol: Option<String>,
+
+    /// open: seeded arrival schedule at --rate; closed: connections x pipeline depth [default: open]
+    #[arg(long, value_name = "open|closed")]
+    pub mode: Option<String>,
+
+    /// Total request rate in requests/s across all threads (open mode; required there)
+    #[arg(long, value_name = "N")]
+    pub rate: Option<f64>,
+
+    /// Inter-arrival distribution: poisson (exponential), fixed, or etc (Facebook ETC generalized Pareto, shape 0.154971, scaled to the rate) [default: poisson]
+    #[arg(long, value_name = "poisson|fixed|etc")]
+    pub arrival: Option<String>,
+
+    /// Total connections, spread over the threads [default: 4]
+    #[arg(long, value_name = "N")]
+    pub connections: Option<usize>,
+
+    /// Closed mode: requests outstanding per connection. Open mode: the default cap on outstanding requests per connection is max(pipeline, 64) [default: 1]
+    #[arg(long, value_name = "N")]
+    pub pipeline: Option<usize>,
+
+    /// Open mode: maximum outstanding requests per connection; an arrival finding every connection full is skipped and counted [default: max(pipeline, 64)]
+    #[arg(long, value_name = "N")]
+    pub max_outstanding: Option<usize>,
+
+    /// Measured window, e.g. 500ms, 3s, 1m [default: 10s, or the sum of the phases]
+    #[arg(long, value_name = "DURATION")]
+    pub duration: Option<String>,
+
+    /// Warm-up before the measured window, discarded [default: 2s]
+    #[arg(long, value_name = "DURATION")]
+    pub warmup: Option<String>,
+
+    /// CPUs to run on, e.g. 1 or 0-1,3: one thread per CPU, each pinned [default: one unpinned thread]
+    #[arg(long, value_name = "LIST")]
+    pub cpus: Option<String>,
+
+    /// Keyspace size (keys are zero-padded decimal indices) [default: 10000]
+    #[arg(long, value_name = "N")]
+    pub keys: Option<u64>,
+
+    /// Key size in bytes, or etc (Facebook ETC GEV, fixed per key) [default: 16]
+    #[arg(long, value_name = "N|etc")]
+    pub key_size: Option<String>,
+
+    /// Value size: N, A-B (uniform), etc (Facebook ETC), or list:SIZE:WEIGHT,SIZE:WEIGHT; sizes accept K and M suffixes [default: 100]
+    #[arg(long, value_name = "SPEC")]
+    pub value_size: Option<String>,
+
+    /// Key popularity: uniform, zipf:S (ranks scrambled over the keyspace), or hotset:FRACTION_KEYS:FRACTION_REQS [default: uniform]
+    #[arg(long, value_name = "SPEC")]
+    pub popularity: Option<String>,
+
+    /// Weighted verb mix of get, mget, set, delete [default: get:9,set:1]
+    #[arg(long, value_name = "VERB:W,...")]
+    pub mix: Option<String>,
+
+    /// Keys per mget request [default: 10]
+    #[arg(long, value_name = "N")]
+    pub mget_size: Option<usize>,
+
+    /// Seed of the request stream and arrival schedule [default: 1]
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+
+    /// Preload every key with pipelined sets before the warm-up and verify a sample (default)
+    #[arg(long, overrides_with = "no_preload")]
+    pub preload: bool,
+
+    /// Skip the preload
+    #[arg(long, overrides_with = "preload")]
+    pub no_preload: bool,
+
+    /// Workload file (JSON, or TOML when the name ends in .toml) with the same keys as the long options (dashes as underscores) plus phases; command-line options override it
+    #[arg(long, value_name = "FILE")]
+    pub workload: Option<PathBuf>,
+
+    /// Per-request timeout: a response later than this counts as a timeout; also the drain time after the window [default: 1s]
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+
+    /// Busy-poll when the next deadline is within N microseconds; 0 always blocks (never spin on a CPU shared with the server) [default: 0]
+    #[arg(long, value_name = "N")]
+    pub spin_us: Option<u64>,
+
+    /// Largest item the server accepts, in bytes (memcached -I); larger fixed sizes are rejected, ETC tails are clamped [default: 1M for memcached, 512M for Redis]
+    #[arg(long, value_name = "SIZE")]
+    pub max_item_size: Option<String>,
+
+    /// Write the JSON document to FILE, or to stdout with -
+    #[arg(long, value_name = "FILE|-")]
+    pub json: Option<String>,
+
+    /// Write every request's intended and actual send time (ns since the window start; open mode) to FILE as 'thread intended_ns sent_ns' lines
+    #[arg(long, value_name = "FILE")]
+    pub dump_arrivals: Option<PathBuf>,
+
+    /// No terminal summary
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}

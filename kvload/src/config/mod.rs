@@ -1,0 +1,539 @@
+//! Configuration: command line and workload file merged into one validated
+//! [`Config`]. Precedence: command line, then workload file, then defaults.
+
+pub mod cli;
+pub mod file;
+pub mod spec;
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+
+pub use cli::Cli;
+pub use spec::{Arrival, KeySize, Mix, Mode, Popularity, Protocol, ValueSize, Verb};
+
+use crate::Error;
+use file::{PhaseFile, Scalar, WorkloadFile};
+
+/// memcached's maximum key length.
+pub const MEMCACHED_MAX_KEY: usize = 250;
+/// Bytes of an item that are not value: memcached's item header, key and suffix.
+pub const ITEM_OVERHEAD: usize = 64;
+
+/// Where the server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for ServerAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerAddr::Tcp(a) => write!(f, "{a}"),
+            ServerAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+/// One workload segment of the measured window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Phase {
+    pub duration_ns: u64,
+    /// Total requests/s (open mode).
+    pub rate: Option<f64>,
+    pub value_size: ValueSize,
+    pub popularity: Popularity,
+    pub mix: Mix,
+}
+
+/// Every effective option of a run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerAddr,
+    pub protocol: Protocol,
+    pub mode: Mode,
+    pub rate: Option<f64>,
+    pub arrival: Arrival,
+    pub connections: usize,
+    pub pipeline: usize,
+    pub max_outstanding: usize,
+    pub duration_ns: u64,
+    pub warmup_ns: u64,
+    /// CPUs to pin threads to; empty means one unpinned thread.
+    pub cpus: Vec<usize>,
+    pub threads: usize,
+    pub keys: u64,
+    pub key_size: KeySize,
+    pub value_size: ValueSize,
+    pub popularity: Popularity,
+    pub mix: Mix,
+    pub mget_size: usize,
+    pub seed: u64,
+    pub preload: bool,
+    pub timeout_ns: u64,
+    pub spin_ns: u64,
+    pub max_item_size: usize,
+    /// Always at least one; phase 0 also drives the warm-up and the preload.
+    pub phases: Vec<Phase>,
+    /// Whether the phases came from the workload file (echoed in the JSON).
+    pub explicit_phases: bool,
+    pub json: Option<String>,
+    pub dump_arrivals: Option<PathBuf>,
+    pub quiet: bool,
+    pub workload_file: Option<PathBuf>,
+}
+
+fn pick<T>(cli: Option<T>, file: Option<T>) -> Option<T> {
+    cli.or(file)
+}
+
+fn scalar(s: Option<Scalar>) -> Option<String> {
+    s.map(|s| s.as_string())
+}
+
+fn flag<T>(name: &str, r: Result<T, String>) -> Result<T, Error> {
+    r.map_err(|e| Error::usage(format!("--{name}: {e}")))
+}
+
+impl Config {
+    /// Builds and validates the configuration. Errors name the flag or key at fault.
+    pub fn build(cli: Cli) -> Result<Config, Error> {
+        let overrides = cli.clone();
+        let file = match &cli.workload {
+            Some(p) => WorkloadFile::load(p)?,
+            None => WorkloadFile::default(),
+        };
+        let server_s = pick(cli.server, file.server).unwrap_or_else(|| "127.0.0.1:11211".into());
+        let server = parse_server(&server_s)?;
+        let protocol = flag(
+            "protocol",
+            Protocol::parse(
+                &pick(cli.protocol, file.protocol).unwrap_or_else(|| "memcache".into()),
+            ),
+        )?;
+        let mode = flag(
+            "mode",
+            Mode::parse(&pick(cli.mode, file.mode).unwrap_or_else(|| "open".into())),
+        )?;
+        let rate = pick(cli.rate, file.rate);
+        let arrival = flag(
+            "arrival",
+            Arrival::parse(&pick(cli.arrival, file.arrival).unwrap_or_else(|| "poisson".into())),
+        )?;
+        let connections = pick(cli.connections, file.connections).unwrap_or(4);
+        let pipeline = pick(cli.pipeline, file.pipeline).unwrap_or(1);
+        let max_outstanding =
+            pick(cli.max_outstanding, file.max_outstanding).unwrap_or(pipeline.max(64));
+        let cli_duration = cli.duration.clone();
+        let duration_s = pick(cli.duration, scalar(file.duration.clone()));
+        let warmup_ns = flag(
+            "warmup",
+            spec::parse_duration(
+                &pick(cli.warmup, scalar(file.warmup)).unwrap_or_else(|| "2s".into()),
+            ),
+        )?;
+        let cpus = match pick(cli.cpus, scalar(file.cpus)) {
+            Some(s) => flag("cpus", spec::parse_cpus(&s))?,
+            None => Vec::new(),
+        };
+        let threads = cpus.len().max(1);
+        let keys = pick(cli.keys, file.keys).unwrap_or(10_000);
+        let key_size = flag(
+            "key-size",
+            KeySize::parse(
+                &pick(cli.key_size, scalar(file.key_size)).unwrap_or_else(|| "16".into()),
+            ),
+        )?;
+        let value_size = flag(
+            "value-size",
+            ValueSize::parse(
+                &pick(cli.value_size.clone(), scalar(file.value_size))
+                    .unwrap_or_else(|| "100".into()),
+            ),
+        )?;
+        let popularity = flag(
+            "popularity",
+            Popularity::parse(
+                &pick(cli.popularity.clone(), file.popularity).unwrap_or_else(|| "uniform".into()),
+            ),
+        )?;
+        let mix = flag(
+            "mix",
+            Mix::parse(&pick(cli.mix.clone(), file.mix).unwrap_or_else(|| "get:9,set:1".into())),
+        )?;
+        let mget_size = pick(cli.mget_size, file.mget_size).unwrap_or(10);
+        let seed = pick(cli.seed, file.seed).unwrap_or(1);
+        let preload = if cli.no_preload {
+            false
+        } else if cli.preload {
+            true
+        } else {
+            file.preload.unwrap_or(true)
+        };
+        let timeout_ns = flag(
+            "timeout",
+            spec::parse_duration(
+                &pick(cli.timeout, scalar(file.timeout)).unwrap_or_else(|| "1s".into()),
+            ),
+        )?;
+        let spin_ns = pick(cli.spin_us, file.spin_us)
+            .unwrap_or(0)
+            .saturating_mul(1000);
+        let max_item_size = match pick(cli.max_item_size.clone(), scalar(file.max_item_size)) {
+            Some(s) => flag("max-item-size", spec::parse_size(&s))?,
+            None if protocol.is_memcached() => 1 << 20,
+            None => 512 << 20,
+        };
+
+        // Phases: from the file; command-line workload flags override every phase.
+        let explicit_phases = file.phases.as_ref().is_some_and(|p| !p.is_empty());
+        let phases = if explicit_phases {
+            if cli_duration.is_some() {
+                return Err(Error::usage(
+                    "--duration conflicts with the workload file's phases (the window is the sum of the phase durations)",
+                ));
+            }
+            let list = file.phases.unwrap_or_default();
+            let mut phases = Vec::with_capacity(list.len());
+            for (i, p) in list.into_iter().enumerate() {
+                phases.push(build_phase(
+                    i,
+                    p,
+                    &overrides,
+                    rate,
+                    &value_size,
+                    popularity,
+                    &mix,
+                )?);
+            }
+            phases
+        } else {
+            let duration_ns = flag(
+                "duration",
+                spec::parse_duration(&duration_s.unwrap_or_else(|| "10s".into())),
+            )?;
+            vec![Phase {
+                duration_ns,
+                rate,
+                value_size: value_size.clone(),
+                popularity,
+                mix: mix.clone(),
+            }]
+        };
+        let duration_ns = phases.iter().map(|p| p.duration_ns).sum();
+
+        let cfg = Config {
+            server,
+            protocol,
+            mode,
+            rate,
+            arrival,
+            connections,
+            pipeline,
+            max_outstanding,
+            duration_ns,
+            warmup_ns,
+            cpus,
+            threads,
+            keys,
+            key_size,
+            value_size,
+            popularity,
+            mix,
+            mget_size,
+            seed,
+            preload,
+            timeout_ns,
+            spin_ns,
+            max_item_size,
+            phases,
+            explicit_phases,
+            json: cli.json,
+            dump_arrivals: cli.dump_arrivals,
+            quiet: cli.quiet,
+            workload_file: cli.workload,
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// The largest value that fits the server's item limit with the longest key.
+    pub fn max_value_size(&self) -> usize {
+        self.max_item_size
+            .saturating_sub(ITEM_OVERHEAD + self.max_key_len())
+    }
+
+    /// Where ETC value sizes (an unbounded tail) are clamped: the item limit, at most 1 MiB.
+    pub fn etc_value_cap(&self) -> usize {
+        self.max_value_size()
+            .min((1 << 20) - ITEM_OVERHEAD - self.max_key_len())
+    }
+
+    /// The clamp applied to sizes drawn from `spec`.
+    pub fn value_cap(&self, spec: &ValueSize) -> usize {
+        match spec {
+            ValueSize::Etc => self.etc_value_cap(),
+            _ => self.max_value_size(),
+        }
+    }
+
+    /// The longest value any phase can send.
+    pub fn value_buffer_len(&self) -> usize {
+        self.phases
+            .iter()
+            .map(|p| p.value_size.max().unwrap_or_else(|| self.etc_value_cap()))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The shortest key that can hold every index of the keyspace.
+    pub fn min_key_len(&self) -> usize {
+        digits(self.keys.saturating_sub(1))
+    }
+
+    /// The longest key the run can produce.
+    pub fn max_key_len(&self) -> usize {
+        match self.key_size {
+            KeySize::Fixed(n) => n.max(self.min_key_len()),
+            KeySize::Etc => MEMCACHED_MAX_KEY.max(self.min_key_len()),
+        }
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        let u = |m: String| Err(Error::usage(m));
+        if self.connections == 0 {
+            return u("--connections must be at least 1".into());
+        }
+        if self.connections < self.threads {
+            return u(format!(
+                "--connections {} is fewer than the {} threads of --cpus (each thread needs a connection)",
+                self.connections, self.threads
+            ));
+        }
+        if self.pipeline == 0 || self.pipeline > 65536 {
+            return u("--pipeline must be between 1 and 65536".into());
+        }
+        if self.max_outstanding == 0 || self.max_outstanding > 65536 {
+            return u("--max-outstanding must be between 1 and 65536".into());
+        }
+        if self.keys == 0 {
+            return u("--keys must be at least 1".into());
+        }
+        if self.mget_size == 0 || self.mget_size > 1024 {
+            return u("--mget-size must be between 1 and 1024".into());
+        }
+        if self.duration_ns < 100_000_000 {
+            return u("--duration must be at least 100ms".into());
+        }
+        if self.timeout_ns < 1_000_000 {
+            return u("--timeout must be at least 1ms".into());
+        }
+        if let Some(r) = self.rate
+            && !(r.is_finite() && r > 0.0)
+        {
+            return u("--rate must be a positive number of requests/s".into());
+        }
+        if self.mode == Mode::Open {
+            for (i, p) in self.phases.iter().enumerate() {
+                match p.rate {
+                    None => {
+                        return u(if self.explicit_phases {
+                            format!("--rate is required in open mode (phase {i} has no rate)")
+                        } else {
+                            "--rate is required in open mode (or use --mode closed)".into()
+                        });
+                    }
+                    Some(r) if !(r.is_finite() && r > 0.0) => {
+                        return u(format!("phases[{i}].rate must be a positive number"));
+                    }
+                    Some(r) if r / (self.threads as f64) > 20e6 => {
+                        return u(format!("--rate {r} is beyond 20M requests/s per thread"));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if let KeySize::Fixed(n) = self.key_size {
+            if n == 0 {
+                return u("--key-size must be at least 1".into());
+            }
+            if n < self.min_key_len() {
+                return u(format!(
+                    "--key-size {n} is too short for --keys {} (keys are zero-padded indices of at least {} bytes)",
+                    self.keys,
+                    self.min_key_len()
+                ));
+            }
+            if self.protocol.is_memcached() && n > MEMCACHED_MAX_KEY {
+                return u(format!(
+                    "--key-size {n} exceeds memcached's key limit of {MEMCACHED_MAX_KEY} bytes"
+                ));
+            }
+        }
+        if self.protocol.is_memcached() && self.min_key_len() > MEMCACHED_MAX_KEY {
+            return u("--keys is too large for memcached's 250-byte keys".into());
+        }
+        let maxv = self.max_value_size();
+        for (i, p) in self.phases.iter().enumerate() {
+            if let Some(m) = p.value_size.max()
+                && m > maxv
+            {
+                let what = if self.explicit_phases {
+                    format!("phases[{i}].value_size")
+                } else {
+                    "--value-size".into()
+                };
+                return u(format!(
+                    "{what}: {m} bytes exceeds the server's item size limit ({} B including key and header; set --max-item-size if the server allows larger items, e.g. memcached -I)",
+                    self.max_item_size
+                ));
+            }
+            if p.duration_ns == 0 {
+                return u(format!("phases[{i}].duration must be positive"));
+            }
+        }
+        if let Some(cpu) = self.cpus.iter().find(|&&c| c >= libc::CPU_SETSIZE as usize) {
+            return u(format!("--cpus: CPU {cpu} is out of range"));
+        }
+        Ok(())
+    }
+}
+
+fn build_phase(
+    i: usize,
+    p: PhaseFile,
+    cli: &Cli,
+    rate: Option<f64>,
+    value_size: &ValueSize,
+    popularity: Popularity,
+    mix: &Mix,
+) -> Result<Phase, Error> {
+    let key = |k: &str| format!("phases[{i}].{k}");
+    let duration_ns = match p.duration {
+        Some(d) => spec::parse_duration(&d.as_string())
+            .map_err(|e| Error::usage(format!("{}: {e}", key("duration"))))?,
+        None => return Err(Error::usage(format!("{} is required", key("duration")))),
+    };
+    let value_size = match (&cli.value_size, p.value_size) {
+        (None, Some(v)) => ValueSize::parse(&v.as_string())
+            .map_err(|e| Error::usage(format!("{}: {e}", key("value_size"))))?,
+        _ => value_size.clone(),
+    };
+    let popularity = match (&cli.popularity, p.popularity) {
+        (None, Some(v)) => Popularity::parse(&v)
+            .map_err(|e| Error::usage(format!("{}: {e}", key("popularity"))))?,
+        _ => popularity,
+    };
+    let mix = match (&cli.mix, p.mix) {
+        (None, Some(v)) => {
+            Mix::parse(&v).map_err(|e| Error::usage(format!("{}: {e}", key("mix"))))?
+        }
+        _ => mix.clone(),
+    };
+    let rate = match (cli.rate, p.rate) {
+        (None, Some(r)) => Some(r),
+        _ => rate,
+    };
+    Ok(Phase {
+        duration_ns,
+        rate,
+        value_size,
+        popularity,
+        mix,
+    })
+}
+
+/// Number of decimal digits of `n` (at least 1).
+pub fn digits(mut n: u64) -> usize {
+    let mut d = 1;
+    while n >= 10 {
+        n /= 10;
+        d += 1;
+    }
+    d
+}
+
+fn parse_server(s: &str) -> Result<ServerAddr, Error> {
+    if let Some(path) = s.strip_prefix("unix:") {
+        if path.is_empty() {
+            return Err(Error::usage("--server unix: needs a socket path"));
+        }
+        return Ok(ServerAddr::Unix(PathBuf::from(path)));
+    }
+    let addr = s
+        .to_socket_addrs()
+        .map_err(|e| {
+            Error::usage(format!(
+                "--server '{s}': {e} (expected HOST:PORT or unix:PATH)"
+            ))
+        })?
+        .next()
+        .ok_or_else(|| Error::usage(format!("--server '{s}': no address found")))?;
+    Ok(ServerAddr::Tcp(addr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn build(args: &[&str]) -> Result<Config, Error> {
+        let mut v = vec!["kvload"];
+        v.extend_from_slice(args);
+        Config::build(Cli::try_parse_from(v).unwrap())
+    }
+
+    #[test]
+    fn defaults_and_errors() {
+        let c = build(&["--rate", "1000"]).unwrap();
+        assert_eq!(c.connections, 4);
+        assert_eq!(c.max_outstanding, 64);
+        assert_eq!(c.phases.len(), 1);
+        assert!(matches!(build(&[]), Err(Error::Usage(m)) if m.contains("--rate")));
+        assert!(
+            matches!(build(&["--rate", "1", "--key-size", "300"]), Err(Error::Usage(m)) if m.contains("250"))
+        );
+        assert!(
+            matches!(build(&["--rate", "1", "--value-size", "2M"]), Err(Error::Usage(m)) if m.contains("item size"))
+        );
+        assert!(build(&["--rate", "1", "--protocol", "resp", "--value-size", "2M"]).is_ok());
+        assert!(
+            matches!(build(&["--rate", "1", "--keys", "1000000", "--key-size", "3"]), Err(Error::Usage(m)) if m.contains("too short"))
+        );
+        assert!(matches!(
+            build(&["--mode", "closed", "--cpus", "0-3", "--connections", "2"]),
+            Err(Error::Usage(_))
+        ));
+    }
+
+    #[test]
+    fn workload_file_phases() {
+        let dir = std::env::temp_dir().join(format!("kvload-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("w.json");
+        std::fs::write(
+            &p,
+            r#"{"rate": 1000, "mix": "set:1", "phases": [
+                {"duration": "1s", "value_size": 100},
+                {"duration": "2s", "value_size": "1K", "rate": 500}]}"#,
+        )
+        .unwrap();
+        let c = build(&["--workload", p.to_str().unwrap()]).unwrap();
+        assert_eq!(c.duration_ns, 3_000_000_000);
+        assert_eq!(c.phases[1].value_size, ValueSize::Fixed(1024));
+        assert_eq!(c.phases[1].rate, Some(500.0));
+        assert_eq!(c.phases[0].rate, Some(1000.0));
+        std::fs::write(&p, r#"{"rate": 1000, "valu_size": 3}"#).unwrap();
+        let e = build(&["--workload", p.to_str().unwrap()]).unwrap_err();
+        assert!(e.to_string().contains("valu_size"), "{e}");
+        let t = dir.join("w.toml");
+        std::fs::write(
+            &t,
+            "rate = 10\nkeys = 5\n[[phases]]\nduration = \"1s\"\nvalue_size = \"etc\"\n",
+        )
+        .unwrap();
+        let c = build(&["--workload", t.to_str().unwrap()]).unwrap();
+        assert_eq!(c.keys, 5);
+        assert_eq!(c.phases[0].value_size, ValueSize::Etc);
+    }
+}

@@ -1,0 +1,471 @@
+//! Typed specifications of the workload knobs, parsed from the strings users
+//! write on the command line or in a workload file. Each type prints back to the
+//! same syntax it parses (used in the JSON config echo).
+
+use std::fmt;
+
+/// The wire protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// memcached text protocol: get, multi-get, set, delete.
+    Memcache,
+    /// memcached meta protocol: mg, ms, md.
+    Meta,
+    /// Redis RESP2: GET, MGET, SET, DEL.
+    Resp,
+}
+
+impl Protocol {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "memcache" | "memcached" | "text" => Ok(Protocol::Memcache),
+            "meta" => Ok(Protocol::Meta),
+            "resp" | "redis" | "resp2" => Ok(Protocol::Resp),
+            _ => Err(format!(
+                "unknown protocol '{s}' (expected memcache, meta or resp)"
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Memcache => "memcache",
+            Protocol::Meta => "meta",
+            Protocol::Resp => "resp",
+        }
+    }
+
+    /// Whether the memcached key (250 B) and item size limits apply.
+    pub fn is_memcached(self) -> bool {
+        !matches!(self, Protocol::Resp)
+    }
+}
+
+/// How requests are issued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Arrivals follow a seeded schedule; latency is measured from the intended send time.
+    Open,
+    /// Every connection keeps `pipeline` requests outstanding.
+    Closed,
+}
+
+impl Mode {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "open" => Ok(Mode::Open),
+            "closed" => Ok(Mode::Closed),
+            _ => Err(format!("unknown mode '{s}' (expected open or closed)")),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Open => "open",
+            Mode::Closed => "closed",
+        }
+    }
+}
+
+/// The inter-arrival distribution of the open-loop schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// Exponential inter-arrivals.
+    Poisson,
+    /// A constant interval.
+    Fixed,
+    /// Facebook ETC: generalized Pareto, shape 0.154971, scaled to the rate.
+    Etc,
+}
+
+impl Arrival {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "poisson" | "exponential" => Ok(Arrival::Poisson),
+            "fixed" | "uniform" => Ok(Arrival::Fixed),
+            "etc" | "fb_ia" => Ok(Arrival::Etc),
+            _ => Err(format!(
+                "unknown arrival '{s}' (expected poisson, fixed or etc)"
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Arrival::Poisson => "poisson",
+            Arrival::Fixed => "fixed",
+            Arrival::Etc => "etc",
+        }
+    }
+}
+
+/// Key length in bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KeySize {
+    Fixed(usize),
+    /// Facebook ETC GEV(30.7984, 8.20449, 0.078688), deterministic per key.
+    Etc,
+}
+
+impl KeySize {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if s == "etc" || s == "fb_key" {
+            return Ok(KeySize::Etc);
+        }
+        parse_size(s)
+            .map(KeySize::Fixed)
+            .map_err(|_| format!("invalid key size '{s}' (expected a byte count or etc)"))
+    }
+}
+
+impl fmt::Display for KeySize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeySize::Fixed(n) => write!(f, "{n}"),
+            KeySize::Etc => f.write_str("etc"),
+        }
+    }
+}
+
+/// Value length in bytes (drawn per set request).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ValueSize {
+    Fixed(usize),
+    /// Uniform over the inclusive range.
+    Range(usize, usize),
+    /// Weighted list of sizes.
+    List(Vec<(usize, f64)>),
+    /// Facebook ETC: discrete head for 0-14 B, then GPD(15, 214.476, 0.348238).
+    Etc,
+}
+
+impl ValueSize {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "invalid value size '{s}' (expected N, A-B, etc or list:SIZE:WEIGHT,SIZE:WEIGHT)"
+            )
+        };
+        if s == "etc" || s == "fb_value" {
+            return Ok(ValueSize::Etc);
+        }
+        if let Some(rest) = s.strip_prefix("list:") {
+            let mut items = Vec::new();
+            for part in rest.split(',') {
+                let (size, weight) = part.split_once(':').ok_or_else(bad)?;
+                let size = parse_size(size).map_err(|_| bad())?;
+                let weight: f64 = weight.trim().parse().map_err(|_| bad())?;
+                if !(weight.is_finite() && weight >= 0.0) {
+                    return Err(bad());
+                }
+                items.push((size, weight));
+            }
+            if items.iter().map(|i| i.1).sum::<f64>() <= 0.0 {
+                return Err(format!("value size list '{s}' has no positive weight"));
+            }
+            return Ok(ValueSize::List(items));
+        }
+        if let Some((a, b)) = s.split_once('-') {
+            let a = parse_size(a).map_err(|_| bad())?;
+            let b = parse_size(b).map_err(|_| bad())?;
+            if a > b {
+                return Err(format!("value size range '{s}' is empty"));
+            }
+            return Ok(ValueSize::Range(a, b));
+        }
+        parse_size(s).map(ValueSize::Fixed).map_err(|_| bad())
+    }
+
+    /// The largest size this specification can produce, if bounded.
+    pub fn max(&self) -> Option<usize> {
+        match self {
+            ValueSize::Fixed(n) => Some(*n),
+            ValueSize::Range(_, b) => Some(*b),
+            ValueSize::List(l) => l.iter().filter(|i| i.1 > 0.0).map(|i| i.0).max(),
+            ValueSize::Etc => None,
+        }
+    }
+}
+
+impl fmt::Display for ValueSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ValueSize::Fixed(n) => write!(f, "{n}"),
+            ValueSize::Range(a, b) => write!(f, "{a}-{b}"),
+            ValueSize::Etc => f.write_str("etc"),
+            ValueSize::List(l) => {
+                f.write_str("list:")?;
+                for (i, (s, w)) in l.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(",")?;
+                    }
+                    write!(f, "{s}:{w}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Key popularity over the keyspace.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Popularity {
+    Uniform,
+    /// Zipf with exponent s, ranks scrambled over the keyspace.
+    Zipf(f64),
+    /// A fraction of the keys receives a fraction of the requests.
+    HotSet {
+        keys: f64,
+        requests: f64,
+    },
+}
+
+impl Popularity {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if s == "uniform" {
+            return Ok(Popularity::Uniform);
+        }
+        if let Some(e) = s.strip_prefix("zipf:") {
+            let e: f64 = e
+                .parse()
+                .map_err(|_| format!("invalid zipf exponent in '{s}'"))?;
+            if !(e.is_finite() && e >= 0.0) {
+                return Err(format!("zipf exponent in '{s}' must be >= 0"));
+            }
+            return Ok(Popularity::Zipf(e));
+        }
+        if let Some(rest) = s.strip_prefix("hotset:") {
+            let (k, r) = rest.split_once(':').ok_or_else(|| {
+                format!("invalid hot set '{s}' (expected hotset:FRACTION_KEYS:FRACTION_REQS)")
+            })?;
+            let k: f64 = k
+                .parse()
+                .map_err(|_| format!("invalid key fraction in '{s}'"))?;
+            let r: f64 = r
+                .parse()
+                .map_err(|_| format!("invalid request fraction in '{s}'"))?;
+            if !(k > 0.0 && k < 1.0 && (0.0..=1.0).contains(&r)) {
+                return Err(format!(
+                    "hot set '{s}': the key fraction must be in (0,1) and the request fraction in [0,1]"
+                ));
+            }
+            return Ok(Popularity::HotSet {
+                keys: k,
+                requests: r,
+            });
+        }
+        Err(format!(
+            "unknown popularity '{s}' (expected uniform, zipf:S or hotset:FRACTION_KEYS:FRACTION_REQS)"
+        ))
+    }
+}
+
+impl fmt::Display for Popularity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Popularity::Uniform => f.write_str("uniform"),
+            Popularity::Zipf(s) => write!(f, "zipf:{s}"),
+            Popularity::HotSet { keys, requests } => write!(f, "hotset:{keys}:{requests}"),
+        }
+    }
+}
+
+/// The verbs kvload issues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Verb {
+    Get = 0,
+    Mget = 1,
+    Set = 2,
+    Delete = 3,
+}
+
+impl Verb {
+    pub const ALL: [Verb; 4] = [Verb::Get, Verb::Mget, Verb::Set, Verb::Delete];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::Mget => "mget",
+            Verb::Set => "set",
+            Verb::Delete => "delete",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Whether responses to this verb count as hits or misses.
+    pub fn is_read(self) -> bool {
+        matches!(self, Verb::Get | Verb::Mget)
+    }
+}
+
+/// A weighted verb mix, e.g. `get:9,set:1`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mix {
+    /// Weight per verb, indexed by `Verb::index`.
+    pub weights: [f64; 4],
+}
+
+impl Mix {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let mut weights = [0.0; 4];
+        for part in s.split(',') {
+            let (verb, w) = part.split_once(':').unwrap_or((part, "1"));
+            let v = match verb.trim() {
+                "get" => Verb::Get,
+                "mget" | "multiget" => Verb::Mget,
+                "set" => Verb::Set,
+                "delete" | "del" => Verb::Delete,
+                other => {
+                    return Err(format!(
+                        "unknown verb '{other}' in mix '{s}' (expected get, mget, set, delete)"
+                    ));
+                }
+            };
+            let w: f64 = w
+                .trim()
+                .parse()
+                .map_err(|_| format!("invalid weight '{w}' in mix '{s}'"))?;
+            if !(w.is_finite() && w >= 0.0) {
+                return Err(format!("weight '{w}' in mix '{s}' must be >= 0"));
+            }
+            weights[v.index()] += w;
+        }
+        if weights.iter().sum::<f64>() <= 0.0 {
+            return Err(format!("mix '{s}' has no positive weight"));
+        }
+        Ok(Mix { weights })
+    }
+
+    pub fn has(&self, v: Verb) -> bool {
+        self.weights[v.index()] > 0.0
+    }
+}
+
+impl fmt::Display for Mix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for v in Verb::ALL {
+            let w = self.weights[v.index()];
+            if w > 0.0 {
+                if !first {
+                    f.write_str(",")?;
+                }
+                first = false;
+                write!(f, "{}:{}", v.name(), w)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parses `500ms`, `3s`, `1m`, `250us`, `2.5s` or a bare number of seconds into nanoseconds.
+pub fn parse_duration(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let bad = || format!("invalid duration '{s}' (expected e.g. 500ms, 3s, 1m)");
+    let (num, mult) = if let Some(n) = s.strip_suffix("ns") {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix("us").or_else(|| s.strip_suffix("µs")) {
+        (n, 1e3)
+    } else if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e6)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1e9)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60e9)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3600e9)
+    } else {
+        (s, 1e9)
+    };
+    let v: f64 = num.trim().parse().map_err(|_| bad())?;
+    if !(v.is_finite() && v >= 0.0) {
+        return Err(bad());
+    }
+    Ok((v * mult).round() as u64)
+}
+
+/// Parses a byte count with an optional K/M suffix (powers of 1024): `100`, `10K`, `1M`.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let bad = || format!("invalid size '{s}'");
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&s[..i], 1024),
+        Some((i, 'm' | 'M')) => (&s[..i], 1024 * 1024),
+        _ => (s.strip_suffix(['b', 'B']).unwrap_or(s), 1),
+    };
+    let num = num.strip_suffix(['b', 'B']).unwrap_or(num);
+    let v: usize = num.trim().parse().map_err(|_| bad())?;
+    v.checked_mul(mult).ok_or_else(bad)
+}
+
+/// Parses a CPU list such as `1`, `0-1,3`.
+pub fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
+    let mut cpus = Vec::new();
+    let bad = || format!("invalid CPU list '{s}' (expected e.g. 1 or 0-1,3)");
+    for part in s.split(',') {
+        let part = part.trim();
+        if let Some((a, b)) = part.split_once('-') {
+            let a: usize = a.trim().parse().map_err(|_| bad())?;
+            let b: usize = b.trim().parse().map_err(|_| bad())?;
+            if a > b {
+                return Err(bad());
+            }
+            cpus.extend(a..=b);
+        } else {
+            cpus.push(part.parse().map_err(|_| bad())?);
+        }
+    }
+    let mut sorted = cpus.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if sorted.len() != cpus.len() {
+        return Err(format!("CPU list '{s}' names a CPU twice"));
+    }
+    Ok(cpus)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms").unwrap(), 500_000_000);
+        assert_eq!(parse_duration("3s").unwrap(), 3_000_000_000);
+        assert_eq!(parse_duration("1m").unwrap(), 60_000_000_000);
+        assert_eq!(parse_duration("2").unwrap(), 2_000_000_000);
+        assert_eq!(parse_duration("250us").unwrap(), 250_000);
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn sizes_and_specs() {
+        assert_eq!(parse_size("10K").unwrap(), 10240);
+        assert_eq!(parse_size("1M").unwrap(), 1 << 20);
+        assert_eq!(
+            ValueSize::parse("100-200").unwrap(),
+            ValueSize::Range(100, 200)
+        );
+        assert_eq!(
+            ValueSize::parse("list:100:3,1K:1").unwrap(),
+            ValueSize::List(vec![(100, 3.0), (1024, 1.0)])
+        );
+        assert!(ValueSize::parse("200-100").is_err());
+        assert_eq!(
+            Popularity::parse("zipf:0.99").unwrap(),
+            Popularity::Zipf(0.99)
+        );
+        assert!(Popularity::parse("hotset:1.5:0.9").is_err());
+        let m = Mix::parse("get:9,set:1").unwrap();
+        assert_eq!(m.weights, [9.0, 0.0, 1.0, 0.0]);
+        assert_eq!(m.to_string(), "get:9,set:1");
+        assert!(Mix::parse("put:1").is_err());
+        assert_eq!(parse_cpus("0-1,3").unwrap(), vec![0, 1, 3]);
+        assert!(parse_cpus("1,1").is_err());
+    }
+}

@@ -1,0 +1,514 @@
+//! One engine thread: pinned, owning its connections, schedule, workload
+//! generator and metrics, running an epoll loop (mio) until the window and the
+//! drain are over. Nothing on the per-request path allocates, locks or logs.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+
+use super::conn::{Conn, InFlight, ReadStatus, StdStream};
+use super::sys::{Timer, now_ns, pin_to_cpu, set_min_timer_slack, thread_cpu_ns};
+use crate::Error;
+use crate::config::{Config, Mode};
+use crate::metrics::Metrics;
+use crate::protocol::{self, Outcome};
+use crate::workload::{Request, Schedule, Workload, phase_at};
+
+const TIMER: Token = Token(usize::MAX);
+/// How often outstanding requests are checked for timeouts.
+const HOUSEKEEPING_NS: u64 = 10_000_000;
+
+/// Absolute times shared by all threads (CLOCK_MONOTONIC ns).
+#[derive(Debug, Clone, Copy)]
+pub struct Timeline {
+    /// First send (warm-up starts).
+    pub start: u64,
+    pub window_start: u64,
+    pub window_end: u64,
+}
+
+impl Timeline {
+    #[inline]
+    fn in_window(&self, t: u64) -> bool {
+        t >= self.window_start && t < self.window_end
+    }
+
+    #[inline]
+    fn second(&self, t: u64) -> usize {
+        ((t - self.window_start) / 1_000_000_000) as usize
+    }
+}
+
+/// What a thread hands back.
+pub struct WorkerResult {
+    pub metrics: Metrics,
+    /// CPU time of this thread during the window.
+    pub user_ns: u64,
+    pub sys_ns: u64,
+    /// (intended, sent) of window requests, when --dump-arrivals is set.
+    pub arrivals: Vec<(u64, u64)>,
+}
+
+pub struct Worker {
+    cfg: Arc<Config>,
+    thread: usize,
+    cpu: Option<usize>,
+    streams: Vec<StdStream>,
+    tl: Timeline,
+    abort: Arc<AtomicBool>,
+    value: Arc<Vec<u8>>,
+}
+
+impl Worker {
+    pub fn new(
+        cfg: Arc<Config>,
+        thread: usize,
+        cpu: Option<usize>,
+        streams: Vec<StdStream>,
+        tl: Timeline,
+        abort: Arc<AtomicBool>,
+        value: Arc<Vec<u8>>,
+    ) -> Self {
+        Worker {
+            cfg,
+            thread,
+            cpu,
+            streams,
+            tl,
+            abort,
+            value,
+        }
+    }
+
+    /// Runs the thread's share of the load. On error the other threads are told to stop.
+    pub fn run(self) -> Result<WorkerResult, Error> {
+        let abort = self.abort.clone();
+        let r = self.run_inner();
+        if r.is_err() {
+            abort.store(true, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn run_inner(self) -> Result<WorkerResult, Error> {
+        if let Some(cpu) = self.cpu {
+            pin_to_cpu(cpu)
+                .map_err(|e| Error::usage(format!("--cpus: cannot run on CPU {cpu}: {e}")))?;
+        }
+        set_min_timer_slack();
+        let cfg = self.cfg.clone();
+        let io_err = |e: io::Error| Error::runtime(format!("event loop setup failed: {e}"));
+        let poll = Poll::new().map_err(io_err)?;
+        let max_out = match cfg.mode {
+            Mode::Open => cfg.max_outstanding,
+            Mode::Closed => cfg.pipeline,
+        };
+        let mut conns = Vec::with_capacity(self.streams.len());
+        for (i, s) in self.streams.into_iter().enumerate() {
+            let mut st = s.into_mio().map_err(io_err)?;
+            st.register(poll.registry(), Token(i)).map_err(io_err)?;
+            conns.push(Conn::new(st, max_out));
+        }
+        let timer = Timer::new().map_err(io_err)?;
+        let tfd: RawFd = timer.raw_fd();
+        poll.registry()
+            .register(&mut SourceFd(&tfd), TIMER, Interest::READABLE)
+            .map_err(io_err)?;
+        let seconds = cfg.duration_ns.div_ceil(1_000_000_000) as usize;
+        let arrivals_cap = match (&cfg.dump_arrivals, cfg.mode) {
+            (Some(_), Mode::Open) => {
+                let rate = cfg.phases.iter().filter_map(|p| p.rate).fold(0.0, f64::max);
+                ((rate / cfg.threads as f64) * (cfg.duration_ns as f64 / 1e9) * 1.2) as usize + 1024
+            }
+            _ => 0,
+        };
+        let mut lp = Loop {
+            schedule: Schedule::new(&cfg, self.thread, self.tl.start, self.tl.window_start),
+            workload: Workload::new(&cfg, self.thread),
+            req: Request::with_capacity(cfg.mget_size),
+            metrics: Metrics::new(seconds.max(1)),
+            conns,
+            dirty: Vec::new(),
+            rr: 0,
+            max_out,
+            tl: self.tl,
+            value: self.value,
+            arrivals: Vec::with_capacity(arrivals_cap),
+            dump: arrivals_cap > 0,
+            cfg,
+            poll,
+            timer,
+            abort: self.abort,
+        };
+        lp.dirty.reserve(lp.conns.len());
+        lp.run()
+    }
+}
+
+struct Loop {
+    cfg: Arc<Config>,
+    schedule: Schedule,
+    workload: Workload,
+    req: Request,
+    metrics: Metrics,
+    conns: Vec<Conn>,
+    dirty: Vec<usize>,
+    rr: usize,
+    max_out: usize,
+    tl: Timeline,
+    value: Arc<Vec<u8>>,
+    arrivals: Vec<(u64, u64)>,
+    dump: bool,
+    poll: Poll,
+    timer: Timer,
+    abort: Arc<AtomicBool>,
+}
+
+impl Loop {
+    fn conn_error(&self, e: io::Error) -> Error {
+        let what = match e.kind() {
+            io::ErrorKind::ConnectionReset => "connection reset by the server".to_string(),
+            io::ErrorKind::UnexpectedEof => "the server closed the connection".to_string(),
+            io::ErrorKind::BrokenPipe => {
+                "the server closed the connection (broken pipe)".to_string()
+            }
+            _ => format!("connection error: {e}"),
+        };
+        Error::runtime(format!("{} during the run: {what}", self.cfg.server))
+    }
+
+    fn run(mut self) -> Result<WorkerResult, Error> {
+        let mut events = Events::with_capacity(256);
+        let open = self.cfg.mode == Mode::Open;
+        let drain_end = self.tl.window_end + self.cfg.timeout_ns;
+        let spin = self.cfg.spin_ns;
+        let mut cpu_start: Option<(u64, u64)> = None;
+        let mut cpu_end: Option<(u64, u64)> = None;
+        let mut next_housekeeping = now_ns() + HOUSEKEEPING_NS;
+        // Wait for the common start so that all threads share one timeline.
+        self.sleep_until(self.tl.start)?;
+        if !open {
+            for c in 0..self.conns.len() {
+                self.refill(c, self.tl.start);
+            }
+        }
+        loop {
+            let now = now_ns();
+            if self.abort.load(Ordering::Relaxed) {
+                break;
+            }
+            if cpu_start.is_none() && now >= self.tl.window_start {
+                cpu_start = Some(thread_cpu_ns());
+            }
+            if now >= self.tl.window_end {
+                if cpu_end.is_none() {
+                    cpu_end = Some(thread_cpu_ns());
+                }
+                if now >= drain_end || self.conns.iter().all(|c| c.inflight.is_empty()) {
+                    break;
+                }
+            }
+            if open {
+                while self.schedule.peek() <= now && self.schedule.peek() < self.tl.window_end {
+                    self.dispatch_open();
+                    self.schedule.advance();
+                }
+            }
+            self.flush_dirty()?;
+            if now >= next_housekeeping {
+                self.check_timeouts(now);
+                next_housekeeping = now + HOUSEKEEPING_NS;
+            }
+            // The next moment something must happen without a socket event.
+            let mut deadline = next_housekeeping.min(drain_end);
+            if open && self.schedule.peek() < self.tl.window_end {
+                deadline = deadline.min(self.schedule.peek());
+            }
+            if cpu_start.is_none() {
+                deadline = deadline.min(self.tl.window_start);
+            }
+            if cpu_end.is_none() {
+                deadline = deadline.min(self.tl.window_end);
+            }
+            let now = now_ns();
+            let timeout = if deadline <= now || (spin > 0 && deadline - now <= spin) {
+                Some(Duration::ZERO)
+            } else {
+                self.timer
+                    .arm_at(deadline)
+                    .map_err(|e| Error::runtime(format!("timerfd: {e}")))?;
+                None
+            };
+            match self.poll.poll(&mut events, timeout) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::runtime(format!("epoll_wait failed: {e}"))),
+            }
+            for ev in events.iter() {
+                let tok = ev.token();
+                if tok == TIMER {
+                    continue;
+                }
+                let c = tok.0;
+                if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                    self.on_readable(c)?;
+                    if !open {
+                        let now = now_ns();
+                        self.refill(c, now);
+                    }
+                }
+                if ev.is_writable() && self.conns[c].has_pending_writes() {
+                    self.conns[c].flush().map_err(|e| self.conn_error(e))?;
+                }
+            }
+        }
+        let now = now_ns();
+        let cpu_start = cpu_start.unwrap_or_else(thread_cpu_ns);
+        let cpu_end = cpu_end.unwrap_or_else(thread_cpu_ns);
+        // Whatever is still outstanding never answered in time.
+        for c in &self.conns {
+            for e in &c.inflight {
+                if e.measured && !e.timed_out {
+                    self.metrics.counters.timeouts += 1;
+                }
+            }
+        }
+        let _ = now;
+        Ok(WorkerResult {
+            metrics: self.metrics,
+            user_ns: cpu_end.0.saturating_sub(cpu_start.0),
+            sys_ns: cpu_end.1.saturating_sub(cpu_start.1),
+            arrivals: self.arrivals,
+        })
+    }
+
+    fn sleep_until(&mut self, t: u64) -> Result<(), Error> {
+        let mut events = Events::with_capacity(16);
+        while now_ns() < t {
+            self.timer
+                .arm_at(t)
+                .map_err(|e| Error::runtime(format!("timerfd: {e}")))?;
+            match self.poll.poll(&mut events, None) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::runtime(format!("epoll_wait failed: {e}"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// Issues the schedule's next arrival on a connection with room, or skips it.
+    #[inline]
+    fn dispatch_open(&mut self) {
+        let t = self.schedule.peek();
+        let measured = self.tl.in_window(t);
+        if measured {
+            self.metrics.counters.scheduled += 1;
+        }
+        let n = self.conns.len();
+        let mut chosen = None;
+        for i in 0..n {
+            let c = (self.rr + i) % n;
+            if self.conns[c].inflight.len() < self.max_out {
+                chosen = Some(c);
+                break;
+            }
+        }
+        self.rr = if self.rr + 1 == n { 0 } else { self.rr + 1 };
+        let Some(c) = chosen else {
+            if measured {
+                self.metrics.counters.skipped += 1;
+            }
+            return;
+        };
+        self.workload.next(self.schedule.phase(), &mut self.req);
+        self.enqueue(c, t, measured);
+    }
+
+    /// Encodes `self.req` on connection `c`.
+    #[inline]
+    fn enqueue(&mut self, c: usize, intended: u64, measured: bool) {
+        let conn = &mut self.conns[c];
+        protocol::encode(
+            self.cfg.protocol,
+            &mut conn.wbuf,
+            &self.req,
+            &self.workload.key_format,
+            &self.value,
+        );
+        conn.inflight.push_back(InFlight {
+            intended,
+            sent: 0,
+            verb: self.req.verb,
+            nkeys: self.req.keys.len() as u16,
+            measured,
+            timed_out: false,
+        });
+        conn.unstamped += 1;
+        if !conn.dirty {
+            conn.dirty = true;
+            self.dirty.push(c);
+        }
+    }
+
+    /// Closed mode: tops connection `c` up to the pipeline depth.
+    #[inline]
+    fn refill(&mut self, c: usize, now: u64) {
+        if now >= self.tl.window_end {
+            return;
+        }
+        let phase = phase_at(&self.cfg, self.tl.window_start, now);
+        while self.conns[c].inflight.len() < self.max_out {
+            self.workload.next(phase, &mut self.req);
+            self.enqueue(c, 0, false);
+        }
+    }
+
+    /// Stamps the send time of newly encoded requests and writes them.
+    #[inline]
+    fn flush_dirty(&mut self) -> Result<(), Error> {
+        if self.dirty.is_empty() {
+            return Ok(());
+        }
+        let now = now_ns();
+        let open = self.cfg.mode == Mode::Open;
+        let in_window = self.tl.in_window(now);
+        let sec = if in_window { self.tl.second(now) } else { 0 };
+        for i in 0..self.dirty.len() {
+            let c = self.dirty[i];
+            let conn = &mut self.conns[c];
+            conn.dirty = false;
+            let len = conn.inflight.len();
+            for e in conn.inflight.range_mut(len - conn.unstamped..) {
+                e.sent = now;
+                if open {
+                    if e.measured {
+                        self.metrics.record_lag(
+                            self.tl.second(now.max(self.tl.window_start)),
+                            now.saturating_sub(e.intended),
+                        );
+                        if self.dump {
+                            self.arrivals.push((e.intended, now));
+                        }
+                    }
+                } else {
+                    e.intended = now;
+                    e.measured = in_window;
+                    if in_window {
+                        self.metrics.counters.scheduled += 1;
+                        self.metrics.counters.sent += 1;
+                    }
+                }
+            }
+            let _ = sec;
+            conn.unstamped = 0;
+            if let Err(e) = conn.flush() {
+                self.dirty.clear();
+                return Err(self.conn_error(e));
+            }
+        }
+        self.dirty.clear();
+        Ok(())
+    }
+
+    /// Reads and parses everything available on connection `c`.
+    fn on_readable(&mut self, c: usize) -> Result<(), Error> {
+        loop {
+            let status = match self.conns[c].read_some() {
+                Ok(s) => s,
+                Err(e) => return Err(self.conn_error(e)),
+            };
+            let now = now_ns();
+            self.parse_responses(c, now)?;
+            if let ReadStatus::Drained = status {
+                return Ok(());
+            }
+        }
+    }
+
+    #[inline]
+    fn parse_responses(&mut self, c: usize, now: u64) -> Result<(), Error> {
+        let proto = self.cfg.protocol;
+        let timeout = self.cfg.timeout_ns;
+        let in_window = self.tl.in_window(now);
+        let sec = if in_window { self.tl.second(now) } else { 0 };
+        loop {
+            let conn = &mut self.conns[c];
+            let Some(head) = conn.inflight.front().copied() else {
+                break;
+            };
+            if head.sent == 0 {
+                break;
+            }
+            let parsed = protocol::parse(
+                proto,
+                head.verb,
+                head.nkeys as usize,
+                &conn.rbuf[conn.rstart..conn.rend],
+            );
+            let (used, outcome): (usize, Outcome) = match parsed {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(e) => {
+                    return Err(Error::runtime(format!(
+                        "malformed response from {}: {}",
+                        self.cfg.server, e.0
+                    )));
+                }
+            };
+            conn.rstart += used;
+            conn.inflight.pop_front();
+            let corrected = now.saturating_sub(head.intended);
+            let service = now.saturating_sub(head.sent);
+            if head.measured {
+                self.metrics
+                    .record_response(head.verb, corrected, service, &outcome);
+                if !head.timed_out && service > timeout {
+                    self.metrics.counters.timeouts += 1;
+                }
+            }
+            if in_window {
+                self.metrics
+                    .record_second(sec, corrected, outcome.error.is_some());
+            }
+        }
+        let conn = &self.conns[c];
+        if conn.rstart < conn.rend && conn.inflight.is_empty() {
+            return Err(Error::runtime(format!(
+                "malformed response from {}: {} unexpected bytes with no request outstanding: {}",
+                self.cfg.server,
+                conn.rend - conn.rstart,
+                protocol_show(&conn.rbuf[conn.rstart..conn.rend])
+            )));
+        }
+        Ok(())
+    }
+
+    /// Marks requests outstanding for longer than --timeout (FIFO: oldest first).
+    fn check_timeouts(&mut self, now: u64) {
+        let timeout = self.cfg.timeout_ns;
+        for conn in &mut self.conns {
+            for e in conn.inflight.iter_mut() {
+                if e.sent == 0 || now.saturating_sub(e.sent) <= timeout {
+                    break;
+                }
+                if !e.timed_out {
+                    e.timed_out = true;
+                    if e.measured {
+                        self.metrics.counters.timeouts += 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn protocol_show(b: &[u8]) -> String {
+    let b = &b[..b.len().min(60)];
+    format!("{:?}", String::from_utf8_lossy(b))
+}

@@ -1,0 +1,300 @@
+//! Per-thread measurements: HdrHistograms in nanoseconds (3 significant
+//! digits) per verb and in total, counters, and a per-second series. A thread
+//! owns its [`Metrics`]; the main thread merges them at the end.
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::config::Verb;
+use crate::protocol::{ErrorKind, Outcome};
+
+/// Largest latency a histogram holds (larger values saturate).
+pub const HIST_MAX_NS: u64 = 60_000_000_000;
+/// Index of the all-verbs histogram in [`Metrics::corrected`] and [`Metrics::service`].
+pub const TOTAL: usize = 4;
+
+/// A histogram of nanoseconds, 1 ns to 60 s, 3 significant digits.
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HIST_MAX_NS, 3).expect("valid histogram bounds")
+}
+
+/// The per-second series uses 2 significant digits to stay small.
+fn coarse_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HIST_MAX_NS, 2).expect("valid histogram bounds")
+}
+
+/// Errors by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ErrorCounts {
+    pub total: u64,
+    pub server_error: u64,
+    pub out_of_memory: u64,
+    pub client_error: u64,
+    pub error: u64,
+    /// Malformed responses; fatal to a run, so 0 in any completed run.
+    pub protocol: u64,
+    /// Lost connections; fatal to a run, so 0 in any completed run.
+    pub connection: u64,
+}
+
+impl ErrorCounts {
+    #[inline]
+    pub fn count(&mut self, kind: ErrorKind) {
+        self.total += 1;
+        match kind {
+            ErrorKind::ServerError => self.server_error += 1,
+            ErrorKind::OutOfMemory => self.out_of_memory += 1,
+            ErrorKind::ClientError => self.client_error += 1,
+            ErrorKind::Error => self.error += 1,
+        }
+    }
+
+    fn add(&mut self, o: &ErrorCounts) {
+        self.total += o.total;
+        self.server_error += o.server_error;
+        self.out_of_memory += o.out_of_memory;
+        self.client_error += o.client_error;
+        self.error += o.error;
+        self.protocol += o.protocol;
+        self.connection += o.connection;
+    }
+}
+
+/// Request counters of the measured window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Arrivals whose intended time fell in the window (open mode) or requests sent in it (closed).
+    pub scheduled: u64,
+    pub sent: u64,
+    /// Responses to window requests, including those that arrived while draining.
+    pub completed: u64,
+    /// Arrivals dropped because every connection had `max_outstanding` requests in flight.
+    pub skipped: u64,
+    /// Responses later than `--timeout` after the send, or never received.
+    pub timeouts: u64,
+    pub hits: u64,
+    pub misses: u64,
+    /// Responses of any request received inside the window (the achieved rate).
+    pub received_in_window: u64,
+    pub errors: ErrorCounts,
+}
+
+impl Counters {
+    fn add(&mut self, o: &Counters) {
+        self.scheduled += o.scheduled;
+        self.sent += o.sent;
+        self.completed += o.completed;
+        self.skipped += o.skipped;
+        self.timeouts += o.timeouts;
+        self.hits += o.hits;
+        self.misses += o.misses;
+        self.received_in_window += o.received_in_window;
+        self.errors.add(&o.errors);
+    }
+}
+
+/// One second of the measured window.
+#[derive(Debug, Clone)]
+pub struct Second {
+    pub completed: u64,
+    pub errors: u64,
+    /// Corrected latency of responses received in this second.
+    pub latency: Histogram<u64>,
+    /// Schedule lag of requests sent in this second.
+    pub lag: Histogram<u64>,
+}
+
+/// Everything one thread measured.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    /// Intended send time to response, per verb (`Verb::index`) and in total (`TOTAL`).
+    pub corrected: Vec<Histogram<u64>>,
+    /// Actual send time to response, indexed like `corrected`.
+    pub service: Vec<Histogram<u64>>,
+    /// Actual minus intended send time.
+    pub lag: Histogram<u64>,
+    pub counters: Counters,
+    pub series: Vec<Second>,
+}
+
+impl Metrics {
+    /// Allocates everything up front for a window of `seconds` (rounded up).
+    pub fn new(seconds: usize) -> Self {
+        Metrics {
+            corrected: (0..5).map(|_| histogram()).collect(),
+            service: (0..5).map(|_| histogram()).collect(),
+            lag: histogram(),
+            counters: Counters::default(),
+            series: (0..seconds)
+                .map(|_| Second {
+                    completed: 0,
+                    errors: 0,
+                    latency: coarse_histogram(),
+                    lag: coarse_histogram(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Records one completed window request.
+    #[inline]
+    pub fn record_response(&mut self, verb: Verb, corrected: u64, service: u64, outcome: &Outcome) {
+        let v = verb.index();
+        self.corrected[v].saturating_record(corrected);
+        self.corrected[TOTAL].saturating_record(corrected);
+        self.service[v].saturating_record(service);
+        self.service[TOTAL].saturating_record(service);
+        let c = &mut self.counters;
+        c.completed += 1;
+        if verb.is_read() {
+            c.hits += outcome.hits as u64;
+            c.misses += outcome.misses as u64;
+        }
+        if let Some(kind) = outcome.error {
+            c.errors.count(kind);
+        }
+    }
+
+    /// Records a response received during second `sec` of the window.
+    #[inline]
+    pub fn record_second(&mut self, sec: usize, corrected: u64, error: bool) {
+        self.counters.received_in_window += 1;
+        if let Some(s) = self.series.get_mut(sec) {
+            s.completed += 1;
+            s.errors += error as u64;
+            s.latency.saturating_record(corrected);
+        }
+    }
+
+    /// Records the schedule lag of a window request sent during second `sec`.
+    #[inline]
+    pub fn record_lag(&mut self, sec: usize, lag: u64) {
+        self.counters.sent += 1;
+        self.lag.saturating_record(lag);
+        if let Some(s) = self.series.get_mut(sec) {
+            s.lag.saturating_record(lag);
+        }
+    }
+
+    /// Adds another thread's measurements (histograms are merged bucket by bucket).
+    pub fn merge(&mut self, o: &Metrics) {
+        for (a, b) in self.corrected.iter_mut().zip(&o.corrected) {
+            a.add(b).expect("histograms of equal bounds");
+        }
+        for (a, b) in self.service.iter_mut().zip(&o.service) {
+            a.add(b).expect("histograms of equal bounds");
+        }
+        self.lag.add(&o.lag).expect("histograms of equal bounds");
+        self.counters.add(&o.counters);
+        if self.series.len() < o.series.len() {
+            self.series.resize(o.series.len(), o.series[0].clone());
+        }
+        for (a, b) in self.series.iter_mut().zip(&o.series) {
+            a.completed += b.completed;
+            a.errors += b.errors;
+            a.latency
+                .add(&b.latency)
+                .expect("histograms of equal bounds");
+            a.lag.add(&b.lag).expect("histograms of equal bounds");
+        }
+    }
+}
+
+/// The percentiles reported for one histogram, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Percentiles {
+    pub count: u64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub p9999_us: f64,
+    pub max_us: f64,
+}
+
+impl Percentiles {
+    pub fn of(h: &Histogram<u64>) -> Self {
+        let us = |ns: u64| ns as f64 / 1000.0;
+        if h.is_empty() {
+            return Percentiles {
+                count: 0,
+                mean_us: 0.0,
+                p50_us: 0.0,
+                p90_us: 0.0,
+                p99_us: 0.0,
+                p999_us: 0.0,
+                p9999_us: 0.0,
+                max_us: 0.0,
+            };
+        }
+        Percentiles {
+            count: h.len(),
+            mean_us: h.mean() / 1000.0,
+            p50_us: us(h.value_at_quantile(0.5)),
+            p90_us: us(h.value_at_quantile(0.9)),
+            p99_us: us(h.value_at_quantile(0.99)),
+            p999_us: us(h.value_at_quantile(0.999)),
+            p9999_us: us(h.value_at_quantile(0.9999)),
+            max_us: us(h.max()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merging_equals_recording_everything_in_one() {
+        let mut a = Metrics::new(2);
+        let mut b = Metrics::new(3);
+        let mut all = histogram();
+        let ok = Outcome {
+            hits: 1,
+            misses: 0,
+            error: None,
+        };
+        let err = Outcome::err(ErrorKind::OutOfMemory);
+        for i in 0..10_000u64 {
+            let v = 1000 + i * 37 % 50_000;
+            let (m, o) = if i % 3 == 0 {
+                (&mut a, &err)
+            } else {
+                (&mut b, &ok)
+            };
+            m.record_response(if i % 2 == 0 { Verb::Get } else { Verb::Set }, v, v / 2, o);
+            m.record_second((i % 3) as usize, v, o.error.is_some());
+            all.record(v).unwrap();
+        }
+        a.merge(&b);
+        let merged = &a.corrected[TOTAL];
+        assert_eq!(merged.len(), 10_000);
+        for q in [0.5, 0.9, 0.99, 0.999, 1.0] {
+            assert_eq!(merged.value_at_quantile(q), all.value_at_quantile(q));
+        }
+        assert_eq!(
+            a.corrected[Verb::Get.index()].len() + a.corrected[Verb::Set.index()].len(),
+            10_000
+        );
+        assert_eq!(a.counters.errors.out_of_memory, 3334);
+        assert_eq!(a.counters.errors.total, 3334);
+        assert_eq!(a.counters.hits, 3333);
+        assert_eq!(a.series.len(), 3);
+        assert_eq!(a.series.iter().map(|s| s.completed).sum::<u64>(), 10_000);
+        assert_eq!(a.series[0].errors, 3334);
+    }
+
+    #[test]
+    fn percentiles_are_within_three_digits() {
+        let mut h = histogram();
+        for v in 1..=100_000u64 {
+            h.record(v * 10).unwrap();
+        }
+        let p = Percentiles::of(&h);
+        assert!((p.p50_us - 500.0).abs() / 500.0 < 0.001, "{}", p.p50_us);
+        assert!((p.p99_us - 990.0).abs() / 990.0 < 0.001, "{}", p.p99_us);
+        assert!((p.max_us - 1000.0).abs() / 1000.0 < 0.001);
+        assert_eq!(p.count, 100_000);
+    }
+}

@@ -1,0 +1,128 @@
+//! The versioned JSON document (schema `kvload/1`, documented in docs/kvload.md).
+
+use serde_json::{Map, Value, json};
+
+use super::Report;
+use crate::config::{Config, Mode};
+use crate::metrics::Percentiles;
+
+fn pct(p: &Percentiles) -> Value {
+    serde_json::to_value(p).expect("percentiles serialize")
+}
+
+/// Every effective option.
+pub fn config_echo(cfg: &Config) -> Value {
+    let phases: Vec<Value> = cfg
+        .phases
+        .iter()
+        .map(|p| {
+            json!({
+                "duration_s": p.duration_ns as f64 / 1e9,
+                "rate": p.rate,
+                "value_size": p.value_size.to_string(),
+                "popularity": p.popularity.to_string(),
+                "mix": p.mix.to_string(),
+            })
+        })
+        .collect();
+    json!({
+        "server": cfg.server.to_string(),
+        "protocol": cfg.protocol.name(),
+        "mode": cfg.mode.name(),
+        "rate": cfg.rate,
+        "arrival": cfg.arrival.name(),
+        "connections": cfg.connections,
+        "pipeline": cfg.pipeline,
+        "max_outstanding": cfg.max_outstanding,
+        "duration_s": cfg.duration_ns as f64 / 1e9,
+        "warmup_s": cfg.warmup_ns as f64 / 1e9,
+        "cpus": cfg.cpus,
+        "threads": cfg.threads,
+        "keys": cfg.keys,
+        "key_size": cfg.key_size.to_string(),
+        "value_size": cfg.value_size.to_string(),
+        "popularity": cfg.popularity.to_string(),
+        "mix": cfg.mix.to_string(),
+        "mget_size": cfg.mget_size,
+        "seed": cfg.seed,
+        "preload": cfg.preload,
+        "timeout_s": cfg.timeout_ns as f64 / 1e9,
+        "spin_us": cfg.spin_ns / 1000,
+        "max_item_size": cfg.max_item_size,
+        "workload_file": cfg.workload_file.as_ref().map(|p| p.display().to_string()),
+        "phases": phases,
+    })
+}
+
+pub fn document(r: &Report) -> Value {
+    let cfg = r.cfg;
+    let m = &r.run.metrics;
+    let c = &m.counters;
+    let (total_c, total_s) = r.total();
+    let mut per_verb = Map::new();
+    for (v, pc, ps) in r.per_verb() {
+        per_verb.insert(
+            v.name().into(),
+            json!({"corrected": pct(&pc), "service": pct(&ps)}),
+        );
+    }
+    let series: Vec<Value> = r
+        .series
+        .iter()
+        .map(|s| {
+            json!({
+                "t": s.t,
+                "completed": s.completed,
+                "rate": s.rate,
+                "p50_us": s.p50_us,
+                "p99_us": s.p99_us,
+                "lag_p99_us": s.lag_p99_us,
+                "errors": s.errors,
+            })
+        })
+        .collect();
+    let schedule_lag = match cfg.mode {
+        Mode::Open => pct(&Percentiles::of(&m.lag)),
+        Mode::Closed => Value::Null,
+    };
+    json!({
+        "schema": crate::SCHEMA,
+        "kvload_version": crate::VERSION,
+        "config": config_echo(cfg),
+        "placement": {"cpus": cfg.cpus, "threads": cfg.threads, "pinned": !cfg.cpus.is_empty()},
+        "duration_s": r.duration_s,
+        "offered_rate": r.offered_rate,
+        "achieved_rate": r.achieved_rate,
+        "requests": {
+            "scheduled": c.scheduled,
+            "sent": c.sent,
+            "completed": c.completed,
+            "skipped": c.skipped,
+            "timeouts": c.timeouts,
+        },
+        "hits": c.hits,
+        "misses": c.misses,
+        "hit_ratio": r.hit_ratio(),
+        "errors": serde_json::to_value(c.errors).expect("errors serialize"),
+        "latency": {
+            "total": {"corrected": pct(&total_c), "service": pct(&total_s)},
+            "per_verb": per_verb,
+        },
+        "schedule_lag": schedule_lag,
+        "client_cpu": {
+            "user_s": r.run.user_ns as f64 / 1e9,
+            "sys_s": r.run.sys_ns as f64 / 1e9,
+            "utilization": r.utilization,
+        },
+        "preload": r.run.preload.map(|p| json!({
+            "keys": p.keys,
+            "verified": p.verified,
+            "sampled": p.sampled,
+            "errors": p.errors,
+            "seconds": p.seconds,
+        })),
+        "series": series,
+        "verdict": r.verdict.name(),
+        "verdict_reason": r.verdict_reason,
+    })
+}

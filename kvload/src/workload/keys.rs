@@ -1,0 +1,99 @@
+//! Keys are zero-padded decimal indices. A key's length is fixed, or drawn from
+//! the ETC GEV with a uniform hashed from the index (mutilate's FNV trick), so a
+//! key has the same size on every request and in every run.
+
+use super::dist::{ETC_KEY_GEV, gev_inv};
+use crate::config::KeySize;
+
+/// FNV-1a 64 over the index's 8 little-endian bytes.
+pub fn fnv1a64(index: u64) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in index.to_le_bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Turns key indices into key bytes.
+#[derive(Debug, Clone)]
+pub struct KeyFormat {
+    fixed: Option<usize>,
+    min: usize,
+    max: usize,
+}
+
+impl KeyFormat {
+    /// `min` is the shortest length holding every index; `max` the protocol limit.
+    pub fn new(size: KeySize, min: usize, max: usize) -> Self {
+        match size {
+            KeySize::Fixed(n) => KeyFormat {
+                fixed: Some(n.max(min)),
+                min,
+                max,
+            },
+            KeySize::Etc => KeyFormat {
+                fixed: None,
+                min,
+                max,
+            },
+        }
+    }
+
+    /// The length of key `index` in bytes.
+    #[inline]
+    pub fn len(&self, index: u64) -> usize {
+        if let Some(n) = self.fixed {
+            return n;
+        }
+        // (h + 0.5) / 2^64 lies strictly inside (0, 1).
+        let u = ((fnv1a64(index) >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        let (loc, scale, shape) = ETC_KEY_GEV;
+        let g = gev_inv(u, loc, scale, shape).round();
+        (g.max(0.0) as usize).clamp(self.min, self.max)
+    }
+
+    /// Appends key `index` to `buf`.
+    #[inline]
+    pub fn write(&self, index: u64, buf: &mut Vec<u8>) {
+        let len = self.len(index);
+        let mut digits = [0u8; 20];
+        let mut n = index;
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        let d = &digits[i..];
+        buf.extend(std::iter::repeat_n(b'0', len.saturating_sub(d.len())));
+        buf.extend_from_slice(d);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_padded_and_stable() {
+        let f = KeyFormat::new(KeySize::Fixed(8), 4, 250);
+        let mut b = Vec::new();
+        f.write(42, &mut b);
+        assert_eq!(b, b"00000042");
+        let e = KeyFormat::new(KeySize::Etc, 5, 250);
+        for i in 0..1000 {
+            let l = e.len(i);
+            assert_eq!(l, e.len(i));
+            assert!((5..=250).contains(&l));
+            let mut b = Vec::new();
+            e.write(i, &mut b);
+            assert_eq!(b.len(), l);
+        }
+        let mean = (0..100_000).map(|i| e.len(i) as f64).sum::<f64>() / 100_000.0;
+        assert!((mean - 36.2).abs() < 0.5, "mean key length {mean}");
+    }
+}

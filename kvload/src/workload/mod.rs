@@ -1,0 +1,205 @@
+//! Seeded request streams. Each engine thread owns one [`Workload`] (what to
+//! send) and one [`Schedule`] (when to send it), each with its own generator, so
+//! the sequence of requests does not depend on timing.
+
+pub mod dist;
+pub mod keys;
+
+use rand::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+use crate::config::{Config, Verb};
+pub use dist::{ArrivalGen, KeyGen, MixGen, ValueSizeGen};
+pub use keys::KeyFormat;
+
+/// Derives an independent seed for a stream (SplitMix64 finaliser).
+pub fn derive_seed(seed: u64, stream: u64, thread: u64) -> u64 {
+    let mut z = seed
+        .wrapping_add(stream.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        .wrapping_add(thread.wrapping_mul(0xbf58_476d_1ce4_e5b9));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Random streams a thread owns.
+pub const STREAM_REQUESTS: u64 = 1;
+pub const STREAM_ARRIVALS: u64 = 2;
+pub const STREAM_PRELOAD: u64 = 3;
+
+/// One request to encode; `keys` is reused between requests.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub verb: Verb,
+    pub keys: Vec<u64>,
+    pub value_len: usize,
+}
+
+impl Request {
+    pub fn with_capacity(n: usize) -> Self {
+        Request {
+            verb: Verb::Get,
+            keys: Vec::with_capacity(n),
+            value_len: 0,
+        }
+    }
+}
+
+struct PhaseGen {
+    mix: MixGen,
+    keys: KeyGen,
+    values: ValueSizeGen,
+}
+
+/// What a thread sends: verbs, keys and value sizes per phase.
+pub struct Workload {
+    phases: Vec<PhaseGen>,
+    pub key_format: KeyFormat,
+    mget_size: usize,
+    rng: Xoshiro256PlusPlus,
+}
+
+impl Workload {
+    pub fn new(cfg: &Config, thread: usize) -> Self {
+        let phases = cfg
+            .phases
+            .iter()
+            .map(|p| PhaseGen {
+                mix: MixGen::new(&p.mix),
+                keys: KeyGen::new(p.popularity, cfg.keys),
+                values: ValueSizeGen::new(&p.value_size, cfg.value_cap(&p.value_size)),
+            })
+            .collect();
+        Workload {
+            phases,
+            key_format: key_format(cfg),
+            mget_size: cfg.mget_size,
+            rng: Xoshiro256PlusPlus::seed_from_u64(derive_seed(
+                cfg.seed,
+                STREAM_REQUESTS,
+                thread as u64,
+            )),
+        }
+    }
+
+    /// Fills `req` with the next request of `phase`.
+    #[inline]
+    pub fn next(&mut self, phase: usize, req: &mut Request) {
+        let p = &self.phases[phase.min(self.phases.len() - 1)];
+        req.verb = p.mix.sample(&mut self.rng);
+        req.keys.clear();
+        let n = if req.verb == Verb::Mget {
+            self.mget_size
+        } else {
+            1
+        };
+        for _ in 0..n {
+            req.keys.push(p.keys.sample(&mut self.rng));
+        }
+        req.value_len = if req.verb == Verb::Set {
+            p.values.sample(&mut self.rng)
+        } else {
+            0
+        };
+    }
+}
+
+/// The key format of a configuration.
+pub fn key_format(cfg: &Config) -> KeyFormat {
+    let max = if cfg.protocol.is_memcached() {
+        crate::config::MEMCACHED_MAX_KEY
+    } else {
+        cfg.max_key_len()
+    };
+    KeyFormat::new(cfg.key_size, cfg.min_key_len(), max)
+}
+
+/// When a thread sends: absolute intended send times in CLOCK_MONOTONIC ns.
+pub struct Schedule {
+    next: f64,
+    gens: Vec<ArrivalGen>,
+    /// Absolute end of each phase; phase 0 also covers the warm-up.
+    phase_ends: Vec<u64>,
+    phase: usize,
+    rng: Xoshiro256PlusPlus,
+}
+
+impl Schedule {
+    /// The schedule of `thread` among `threads`, starting at `start` (absolute ns)
+    /// with the measured window starting at `window_start`. Each thread carries
+    /// 1/threads of every phase's rate.
+    pub fn new(cfg: &Config, thread: usize, start: u64, window_start: u64) -> Self {
+        let threads = cfg.threads as f64;
+        let gens: Vec<ArrivalGen> = cfg
+            .phases
+            .iter()
+            .map(|p| ArrivalGen::new(cfg.arrival, p.rate.unwrap_or(1.0) / threads))
+            .collect();
+        let mut end = window_start;
+        let phase_ends = cfg
+            .phases
+            .iter()
+            .map(|p| {
+                end += p.duration_ns;
+                end
+            })
+            .collect();
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(derive_seed(
+            cfg.seed,
+            STREAM_ARRIVALS,
+            thread as u64,
+        ));
+        // Fixed arrivals of several threads interleave evenly; random ones start with one gap.
+        let first = match cfg.arrival {
+            crate::config::Arrival::Fixed => gens[0].mean_ns() * (thread as f64 / threads),
+            _ => gens[0].next_gap(&mut rng),
+        };
+        Schedule {
+            next: start as f64 + first,
+            gens,
+            phase_ends,
+            phase: 0,
+            rng,
+        }
+    }
+
+    /// The next intended send time.
+    #[inline]
+    pub fn peek(&self) -> u64 {
+        self.next as u64
+    }
+
+    /// The phase of the next arrival.
+    #[inline]
+    pub fn phase(&self) -> usize {
+        self.phase
+    }
+
+    /// Moves to the following arrival.
+    #[inline]
+    pub fn advance(&mut self) {
+        while self.phase + 1 < self.phase_ends.len()
+            && self.next >= self.phase_ends[self.phase] as f64
+        {
+            self.phase += 1;
+        }
+        self.next += self.gens[self.phase].next_gap(&mut self.rng);
+        while self.phase + 1 < self.phase_ends.len()
+            && self.next >= self.phase_ends[self.phase] as f64
+        {
+            self.phase += 1;
+        }
+    }
+}
+
+/// The phase in force at absolute time `t` for a window starting at `window_start`.
+pub fn phase_at(cfg: &Config, window_start: u64, t: u64) -> usize {
+    let mut end = window_start;
+    for (i, p) in cfg.phases.iter().enumerate() {
+        end += p.duration_ns;
+        if t < end {
+            return i;
+        }
+    }
+    cfg.phases.len() - 1
+}
