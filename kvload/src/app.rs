@@ -83,9 +83,11 @@ fn run_args() -> Result<(), Error> {
 }
 
 fn write_arrivals(path: &std::path::Path, arrivals: &[(usize, i64, i64)]) -> Result<(), Error> {
-    let mut out = String::with_capacity(arrivals.len() * 24);
+    let mut sorted = arrivals.to_vec();
+    sorted.sort_unstable_by_key(|a| (a.1, a.0));
+    let mut out = String::with_capacity(sorted.len() * 24);
     out.push_str("# thread intended_ns sent_ns (ns since the window start)\n");
-    for (t, i, s) in arrivals {
+    for (t, i, s) in &sorted {
         use std::fmt::Write as _;
         let _ = writeln!(out, "{t} {i} {s}");
     }

@@ -267,7 +267,6 @@ impl Loop {
                 }
             }
         }
-        let now = now_ns();
         let cpu_start = cpu_start.unwrap_or_else(thread_cpu_ns);
         let cpu_end = cpu_end.unwrap_or_else(thread_cpu_ns);
         // Whatever is still outstanding never answered in time.
@@ -278,7 +277,6 @@ impl Loop {
                 }
             }
         }
-        let _ = now;
         Ok(WorkerResult {
             metrics: self.metrics,
             user_ns: cpu_end.0.saturating_sub(cpu_start.0),
@@ -378,7 +376,6 @@ impl Loop {
         let now = now_ns();
         let open = self.cfg.mode == Mode::Open;
         let in_window = self.tl.in_window(now);
-        let sec = if in_window { self.tl.second(now) } else { 0 };
         for i in 0..self.dirty.len() {
             let c = self.dirty[i];
             let conn = &mut self.conns[c];
@@ -405,7 +402,6 @@ impl Loop {
                     }
                 }
             }
-            let _ = sec;
             conn.unstamped = 0;
             if let Err(e) = conn.flush() {
                 self.dirty.clear();

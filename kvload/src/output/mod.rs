@@ -113,7 +113,7 @@ impl<'a> Report<'a> {
             })
             .collect::<Vec<_>>();
         let (verdict, verdict_reason) =
-            verdict(cfg, c, offered_rate, achieved_rate, utilization, &series);
+            verdict(c, offered_rate, achieved_rate, utilization, &series);
         Report {
             cfg,
             run,
@@ -157,7 +157,6 @@ impl<'a> Report<'a> {
 }
 
 fn verdict(
-    cfg: &Config,
     c: &crate::metrics::Counters,
     offered: Option<f64>,
     achieved: f64,
@@ -177,7 +176,6 @@ fn verdict(
     let Some(offered) = offered else {
         return (Verdict::Ok, String::new());
     };
-    let _ = cfg;
     let sched = c.scheduled.max(1) as f64;
     if c.skipped as f64 > SATURATED_SKIP_FRACTION * sched {
         return (

@@ -1,0 +1,308 @@
+//! Test harness: starts real servers on free loopback ports, runs the kvload
+//! binary, and parses its JSON.
+#![allow(dead_code)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A server process killed when dropped.
+pub struct Server {
+    child: Child,
+    pub port: u16,
+    pub addr: String,
+    pub dir: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn find_binary(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+pub fn scratch_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "kvload-test-{tag}-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn wait_ready(child: &mut Child, ready: impl Fn() -> bool, what: &str) {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) {
+        if ready() {
+            return;
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("{what} exited early: {st}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{what} did not become ready within 10s");
+}
+
+/// Starts memcached listening on a unix socket only (`-s`), or returns None
+/// (after saying why) if it is absent.
+pub fn memcached_unix(extra: &[&str]) -> Option<Server> {
+    let Some(bin) = find_binary("memcached") else {
+        eprintln!("SKIPPED: memcached binary not found in PATH");
+        return None;
+    };
+    let port = free_port();
+    let dir = scratch_dir("mc");
+    let sock = dir.join("mc.sock");
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "-l",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-U",
+        "0",
+        "-t",
+        "1",
+    ]);
+    cmd.arg("-s").arg(&sock).args(["-a", "0700"]);
+    // memcached refuses to run as root without -u.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.args(["-u", "root"]);
+    }
+    cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::null());
+    let mut child = cmd.spawn().expect("spawn memcached");
+    let s = sock.clone();
+    wait_ready(&mut child, move || s.exists(), "memcached");
+    Some(Server {
+        child,
+        port,
+        addr: format!("unix:{}", sock.display()),
+        dir,
+    })
+}
+
+/// Starts memcached on a TCP port.
+pub fn memcached_tcp(extra: &[&str]) -> Option<Server> {
+    let Some(bin) = find_binary("memcached") else {
+        eprintln!("SKIPPED: memcached binary not found in PATH");
+        return None;
+    };
+    let port = free_port();
+    let dir = scratch_dir("mct");
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "-l",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-U",
+        "0",
+        "-t",
+        "1",
+    ]);
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.args(["-u", "root"]);
+    }
+    cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::null());
+    let mut child = cmd.spawn().expect("spawn memcached");
+    wait_ready(
+        &mut child,
+        move || TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        "memcached",
+    );
+    Some(Server {
+        child,
+        port,
+        addr: format!("127.0.0.1:{port}"),
+        dir,
+    })
+}
+
+/// Starts redis-server without persistence, or returns None if it is absent.
+pub fn redis(extra: &[&str]) -> Option<Server> {
+    let Some(bin) = find_binary("redis-server") else {
+        eprintln!("SKIPPED: redis-server binary not found in PATH");
+        return None;
+    };
+    let port = free_port();
+    let dir = scratch_dir("redis");
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]);
+    cmd.arg("--dir").arg(&dir);
+    cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::null());
+    let mut child = cmd.spawn().expect("spawn redis-server");
+    wait_ready(
+        &mut child,
+        move || TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        "redis-server",
+    );
+    Some(Server {
+        child,
+        port,
+        addr: format!("127.0.0.1:{port}"),
+        dir,
+    })
+}
+
+pub fn kvload(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kvload"))
+        .args(args)
+        .output()
+        .expect("run kvload")
+}
+
+/// Runs kvload with `--json -` and returns the document, asserting exit 0.
+pub fn run_json(args: &[&str]) -> Value {
+    let mut a = args.to_vec();
+    a.extend_from_slice(&["--json", "-", "--quiet"]);
+    let out = kvload(&a);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kvload {args:?} failed: {stderr}");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {stderr}"))
+}
+
+/// Asserts a one-line `kvload: error: ...` message, the exit code, and a substring.
+pub fn assert_error(out: &Output, code: i32, needle: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "stderr: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "expected one line, got: {stderr}");
+    assert!(lines[0].starts_with("kvload: error: "), "{stderr}");
+    assert!(
+        lines[0].contains(needle),
+        "expected '{needle}' in: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// Checks the keys every kvload/1 document has.
+pub fn assert_schema(d: &Value) {
+    assert_eq!(d["schema"], "kvload/1");
+    for k in [
+        "kvload_version",
+        "config",
+        "placement",
+        "duration_s",
+        "offered_rate",
+        "achieved_rate",
+        "requests",
+        "hits",
+        "misses",
+        "hit_ratio",
+        "errors",
+        "latency",
+        "schedule_lag",
+        "client_cpu",
+        "preload",
+        "series",
+        "verdict",
+        "verdict_reason",
+    ] {
+        assert!(d.get(k).is_some(), "missing key {k}");
+    }
+    for k in ["scheduled", "sent", "completed", "skipped", "timeouts"] {
+        assert!(d["requests"][k].is_u64(), "requests.{k}");
+    }
+    for k in [
+        "total",
+        "server_error",
+        "out_of_memory",
+        "client_error",
+        "error",
+        "protocol",
+        "connection",
+    ] {
+        assert!(d["errors"][k].is_u64(), "errors.{k}");
+    }
+    for k in [
+        "count", "mean_us", "p50_us", "p90_us", "p99_us", "p999_us", "p9999_us", "max_us",
+    ] {
+        assert!(
+            d["latency"]["total"]["corrected"][k].is_number(),
+            "latency pct {k}"
+        );
+        assert!(
+            d["latency"]["total"]["service"][k].is_number(),
+            "latency pct {k}"
+        );
+    }
+    for k in ["user_s", "sys_s", "utilization"] {
+        assert!(d["client_cpu"][k].is_number(), "client_cpu.{k}");
+    }
+    for k in [
+        "seed",
+        "server",
+        "protocol",
+        "mode",
+        "rate",
+        "arrival",
+        "connections",
+        "pipeline",
+        "duration_s",
+        "warmup_s",
+        "keys",
+        "key_size",
+        "value_size",
+        "popularity",
+        "mix",
+        "phases",
+    ] {
+        assert!(d["config"].get(k).is_some(), "config.{k}");
+    }
+    let v = d["verdict"].as_str().unwrap();
+    assert!(["ok", "saturated", "client_bound"].contains(&v), "{v}");
+}
+
+pub fn u(d: &Value, path: &[&str]) -> u64 {
+    let mut v = d;
+    for p in path {
+        v = &v[*p];
+    }
+    v.as_u64()
+        .unwrap_or_else(|| panic!("{path:?} is not an integer: {v}"))
+}
+
+pub fn f(d: &Value, path: &[&str]) -> f64 {
+    let mut v = d;
+    for p in path {
+        v = &v[*p];
+    }
+    v.as_f64()
+        .unwrap_or_else(|| panic!("{path:?} is not a number: {v}"))
+}
+
+pub fn write_file(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, body).unwrap();
+    p
+}
