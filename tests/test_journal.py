@@ -66,9 +66,9 @@ def test_read_back_mismatch_raises(tmp_path: Path, tree: Path,
     real = jmod._write_file
     monkeypatch.setattr(jmod, "_write_file",
                         lambda p, v: real(p, "50" if v == "5000" else v))
-    with Journal(tmp_path / "j.json", allowed_roots=(tree,)) as j:
-        with pytest.raises(ValueError, match="read back '50'"):
-            j.write(tree / "a", "5000")
+    with (Journal(tmp_path / "j.json", allowed_roots=(tree,)) as j,
+          pytest.raises(ValueError, match="read back '50'")):
+        j.write(tree / "a", "5000")
     assert (tree / "a").read_text() == "10"
 
 

@@ -58,7 +58,8 @@ def test_failure_region_fails_trials_but_the_study_goes_on(in_tmp: Path) -> None
     p = in_tmp / "f.yaml"
     p.write_text(STUDY.format(name="f", trials=12, noise=0.05, sampler="grid", seed=1)
                  .replace("[synthetic.x, synthetic.threads, synthetic.mode, synthetic.flag]",
-                          "[{name: synthetic.threads, range: [13, 15], default: 13}, synthetic.mode]"))
+                          "[{name: synthetic.threads, range: [13, 15], default: 13}, "
+                          "synthetic.mode]"))
     run = StudyRun(load(p), base_dir=in_tmp)
     run.run(confirm=False)
     study = optuna.load_study(study_name="f", storage=run.store.storage)

@@ -94,6 +94,8 @@ def run(
     out.print(t)
     if res.get("failed"):
         out.print(f"[red]failed:[/] {res['failed']}")
+        if res.get("stderr"):
+            out.print(f"server stderr:\n{res['stderr']}", markup=False, highlight=False)
         raise typer.Exit(1)
 
 
@@ -221,7 +223,9 @@ def knobs(
 
 def main(argv: list[str] | None = None) -> None:
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)
+        if isinstance(rc, int) and rc:
+            sys.exit(rc)
     except KvtuneError as e:
         err.print(f"[red]kvtune: error:[/] {e}", highlight=False, markup=True)
         sys.exit(e.exit_code)

@@ -1,4 +1,5 @@
-"""Error types. Each says what went wrong, where, and what to do; the CLI maps them to exit codes."""
+"""Error types. Each says what went wrong, where, and what to do; the CLI maps them to exit
+codes."""
 
 from __future__ import annotations
 

@@ -52,6 +52,7 @@ class Evaluation:
             "metrics": self.metrics, "metric_cis": {k: list(v) for k, v in
                                                     self.metric_cis.items()},
             "violations": self.violations, "flags": self.flags, "failed": self.failed,
+            "stderr": self.failed_stderr[-2000:],
             "stopped_early": self.stopped_early, "values": self.values,
         }
 

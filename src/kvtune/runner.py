@@ -189,15 +189,20 @@ class Session:
                                "placement": {"server_cpus": launch.server_cpus
                                              or self.spec.target.cpus,
                                              "client_cpus": self.spec.load.cpus}}
+        from kvtune import telemetry  # local: this method is the only user
+
+        probe = telemetry.Probe(server.pid)
         try:
             steal0 = hostfacts.steal_jiffies()
             sw0 = hostfacts.proc_status(server.pid)
             cpu0 = hostfacts.proc_cpu_seconds(server.pid)
             thr0 = self.cgroup.throttling() if self.cgroup else {}
+            probe.start()
             t0 = time.monotonic()
             doc = kvload.run(self.spec.load, target.address, target.protocol, seed,
                              self.kvload_bin)
             elapsed = time.monotonic() - t0
+            tele = probe.stop()
             if server.proc.poll() is not None:
                 raise TrialFailed(f"{target.kind} exited during the load (code "
                                   f"{server.proc.returncode})", server.stderr_text())
@@ -208,10 +213,12 @@ class Session:
                 os.sysconf("SC_CLK_TCK") * elapsed * (os.cpu_count() or 1))
             thr1 = self.cgroup.throttling() if self.cgroup else {}
         except TrialFailed as e:
+            probe.close()
             e.stderr = e.stderr or server.stderr_text()
             target.stop(server, self.journal)
             raise
         except BaseException:
+            probe.close()
             target.stop(server, self.journal)
             raise
         rc = target.stop(server, self.journal)
@@ -225,6 +232,10 @@ class Session:
         for key in thr1:
             metrics["cgroup_" + key] = thr1[key] - thr0.get(key, 0)
         raw.update(kvload=doc, server_stats=stats, server_exit=rc)
+        server_m, server_raw = telemetry.server_digest(target.kind, stats)
+        metrics.update(tele.metrics)
+        metrics.update(server_m)
+        raw["telemetry"] = {**tele.raw, "server": server_raw}
         flags = []
         if metrics["verdict"] == "client_bound":
             flags.append("client_bound")

@@ -114,7 +114,8 @@ def render(data: dict[str, Any], console: Console) -> None:
         for c in conf.get("candidates", []):
             comp = c["comparison"]
             console.print(f"  {c['name']}: {comp['improvement']:+.1%} (95% CI "
-                          f"{comp['ci_low']:+.1%} … {comp['ci_high']:+.1%}), p={comp['p_value']:.3g}"
+                          f"{comp['ci_low']:+.1%} … {comp['ci_high']:+.1%}), "
+                          f"p={comp['p_value']:.3g}"
                           f", Holm-adjusted p={c['p_adjusted']:.3g}"
                           + (f", failed: {c['failed']}" if c.get("failed") else ""))
     else:

@@ -85,16 +85,22 @@ def steal_jiffies(fs: HostFS | None = None) -> int:
 
 
 def proc_status(pid: int) -> dict[str, int]:
-    """Voluntary and involuntary context switches of a process, from /proc/PID/status."""
+    """Voluntary and involuntary context switches of a process, summed over its threads
+    (/proc/PID/task/*/status; the process's own status counts only its main thread)."""
     out: dict[str, int] = {}
     try:
-        text = Path(f"/proc/{pid}/status").read_text()
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
         return out
-    for line in text.splitlines():
-        key, _, val = line.partition(":")
-        if key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
-            out[key] = int(val.strip())
+    for task in tasks:
+        try:
+            text = (task / "status").read_text()
+        except OSError:
+            continue  # a thread that just exited
+        for line in text.splitlines():
+            key, _, val = line.partition(":")
+            if key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
+                out[key] = out.get(key, 0) + int(val.strip())
     return out
 
 

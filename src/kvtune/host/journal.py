@@ -148,7 +148,8 @@ class Journal:
         self.check_allowed(path)
         if self.original(path) is None and not self._created(path):
             current = read_value(path, reader)
-            self._state["entries"].append({"path": str(path), "original": current, "reader": reader})
+            self._state["entries"].append(
+                {"path": str(path), "original": current, "reader": reader})
             self._flush()
         _write_file(path, value)
         got = read_value(path, reader)

@@ -118,7 +118,7 @@ class Target(ABC):
             if not taskset:
                 raise HarnessError("taskset (util-linux) is needed to pin the server")
             full = [taskset, "-c", cpus, *argv]
-        err = tempfile.TemporaryFile()
+        err = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
         try:
             proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
                                     start_new_session=True)

@@ -1,0 +1,230 @@
+"""End to end against real servers on loopback: memcached and redis-server started by
+kvtune's own target layer, load from kvload, host knobs through the journal."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kvtune.host.journal import default_path
+
+pytestmark = pytest.mark.integration
+
+STUDY = """\
+study: {name}
+target: {{kind: {kind}, cpus: "0", port: {port}}}
+load:
+  mode: open
+  rate: {rate}
+  connections: 4
+  duration: {duration}
+  warmup: 300ms
+  cpus: "1"
+  workload: {{keys: 2000, value_size: 100, mix: "get:9,set:1"}}
+knobs:
+{knobs}
+objective: {{metric: p99_us}}
+constraints: ["hit_ratio >= 0.5"]
+budget: {{trials: {trials}}}
+repetitions: 1
+evaluation: {{noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 2, drift_every: 0,
+              max_reruns: 1}}
+sampler: {sampler}
+seed: 1
+"""
+
+
+def study_file(tmp: Path, name: str, kind: str = "memcached", knobs: str = "",
+               trials: int = 2, rate: int = 5000, duration: str = "1s", port: int = 0,
+               sampler: str = "tpe") -> Path:
+    p = tmp / f"{name}.yaml"
+    p.write_text(STUDY.format(name=name, kind=kind, knobs=knobs or "  []", trials=trials,
+                              rate=rate, duration=duration, port=port, sampler=sampler))
+    return p
+
+
+def kvtune(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kvtune", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def show(spec: Path, cwd: Path) -> dict:
+    r = kvtune("show", str(spec), "--json", cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_memcached_study_end_to_end(in_tmp: Path, kvload_bin: str, memcached_bin: str) -> None:
+    spec = study_file(in_tmp, "mc", knobs="  - {name: memcached.threads, range: [1, 4]}\n"
+                                          "  - memcached.reqs_per_event\n")
+    r = kvtune("tune", str(spec), cwd=in_tmp)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "Best configuration beside the baseline" in r.stdout
+    assert "Confirmation" in r.stdout
+    data = show(spec, in_tmp)
+    base = data["baseline"]
+    assert base["config"] == {"memcached.threads": 4, "memcached.reqs_per_event": 20}
+    assert base["metrics"]["p99_us"] > 0 and base["metrics"]["hit_ratio"] > 0.9
+    assert len([t for t in data["trials"] if t["kind"] == "trial"]) == 2
+    # Every repetition is kept raw: the kvload document, the server's stats, the argv, host.
+    from kvtune.store import Store
+
+    reps = Store(data["storage"]).repetitions("mc")
+    assert len(reps) >= 2 + 2 + 2 * 2  # noise floor, trials, confirmation
+    raw = reps[0]["raw"]
+    assert raw["kvload"]["schema"] == "kvload/1"
+    assert raw["server_stats"]["stats"]["cmd_get"] > 0
+    assert raw["argv"][:3] == ["/usr/bin/taskset", "-c", "0"] or raw["argv"][1:3] == ["-c", "0"]
+    assert "-t" in raw["argv"] and raw["placement"] == {"server_cpus": "0", "client_cpus": "1"}
+    assert raw["host"]["kernel"]
+    # The trial's application knobs reached memcached's argv.
+    t1 = next(x for x in reps if x["kind"] == "trial")
+    argv = t1["raw"]["argv"]
+    assert argv[argv.index("-t") + 1] == str(t1["params"]["memcached.threads"])
+    assert argv[argv.index("-R") + 1] == str(t1["params"]["memcached.reqs_per_event"])
+    # Running it again resumes: nothing is re-measured, the budget is already spent.
+    r2 = kvtune("tune", str(spec), "--no-confirm", cwd=in_tmp)
+    assert r2.returncode == 0, r2.stderr
+    assert len(show(spec, in_tmp)["trials"]) == len(data["trials"])
+
+
+def test_redis_study_end_to_end(in_tmp: Path, kvload_bin: str, redis_bin: str) -> None:
+    spec = study_file(in_tmp, "rd", kind="redis",
+                      knobs="  - redis.hz\n  - {name: redis.io_threads, range: [1, 2]}\n")
+    r = kvtune("tune", str(spec), "--no-confirm", cwd=in_tmp)
+    assert r.returncode == 0, r.stderr + r.stdout
+    data = show(spec, in_tmp)
+    from kvtune.store import Store
+
+    reps = Store(data["storage"]).repetitions("rd")
+    info = reps[0]["raw"]["server_stats"]["info"]
+    assert info["redis_version"].startswith("7.")
+    assert info["total_commands_processed"] > 1000
+    argv = reps[-1]["raw"]["argv"]
+    assert "--hz" in argv and "--io-threads" in argv
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="host knobs need root")
+def test_host_and_cgroup_knobs_are_applied_and_restored(in_tmp: Path, kvload_bin: str,
+                                                        memcached_bin: str) -> None:
+    autocork = Path("/proc/sys/net/ipv4/tcp_autocorking")
+    before = autocork.read_text().strip()
+    spec = study_file(in_tmp, "host", trials=3, sampler="grid", knobs=(
+        "  - net.ipv4.tcp_autocorking\n"
+        "  - {name: placement.cpu_quota_pct, range: [20, 100]}\n"))
+    r = kvtune("tune", str(spec), "--no-confirm", cwd=in_tmp)
+    assert r.returncode == 0, r.stderr + r.stdout
+    from kvtune.store import Store
+
+    data = show(spec, in_tmp)
+    reps = Store(data["storage"]).repetitions("host")
+    quota_reps = [x for x in reps if x["params"]["placement.cpu_quota_pct"] != -1]
+    assert quota_reps, "some trial ran under a CPU quota"
+    assert any("cgroup_nr_periods" in x["metrics"] for x in quota_reps)
+    assert autocork.read_text().strip() == before
+    assert not list(Path("/sys/fs/cgroup/cpu").glob("kvtune-*"))
+    assert not default_path().exists()
+
+
+def _wait_for(cond, timeout: float = 30.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _journal_has_process() -> bool:
+    try:
+        state = json.loads(default_path().read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(state.get("processes"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="host knobs need root")
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_study_leaves_nothing_changed(in_tmp: Path, kvload_bin: str, memcached_bin: str,
+                                             sig: signal.Signals) -> None:
+    """SIGKILL mid-trial: `kvtune restore` puts every knob back, stops the orphaned server
+    and removes the cgroup. SIGTERM: the study restores by itself."""
+    autocork = Path("/proc/sys/net/ipv4/tcp_autocorking")
+    before = autocork.read_text().strip()
+    changed = "0" if before == "1" else "1"
+    spec = study_file(in_tmp, "kill", duration="20s", knobs=(
+        "  - net.ipv4.tcp_autocorking\n  - {name: placement.cpu_quota_pct, range: [50, 100]}\n"))
+    p = subprocess.Popen([sys.executable, "-m", "kvtune", "run", str(spec), "--set",
+                          f"net.ipv4.tcp_autocorking={changed}", "--set",
+                          "placement.cpu_quota_pct=50"], cwd=in_tmp,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert _wait_for(_journal_has_process), "the study never started its server"
+        time.sleep(0.5)
+        assert autocork.read_text().strip() == changed
+        state = json.loads(default_path().read_text())
+        server_pid = state["processes"][0]["pid"]
+        cg = list(Path("/sys/fs/cgroup/cpu").glob("kvtune-*"))
+        assert cg and (cg[0] / "cpu.cfs_quota_us").read_text().strip() == "50000"
+        p.send_signal(sig)
+        p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    if sig == signal.SIGKILL:
+        assert autocork.read_text().strip() == changed  # nothing ran after the kill ...
+        assert Path(f"/proc/{server_pid}").exists()
+        r = kvtune("restore", cwd=in_tmp)
+        assert r.returncode == 0, r.stderr + r.stdout
+        assert "tcp_autocorking" in r.stdout
+    else:
+        assert p.returncode == 130, p.stderr.read() if p.stderr else ""
+    assert autocork.read_text().strip() == before
+    assert not list(Path("/sys/fs/cgroup/cpu").glob("kvtune-*"))
+    assert not default_path().exists()
+    assert _wait_for(lambda: not Path(f"/proc/{server_pid}").exists()
+                     or Path(f"/proc/{server_pid}/stat").read_text().split()[2] == "Z", 5)
+    r = kvtune("restore", cwd=in_tmp)
+    assert r.returncode == 0 and "Nothing to restore" in r.stdout
+
+
+def test_a_failing_configuration_fails_the_trial_with_stderr(in_tmp: Path, kvload_bin: str,
+                                                             memcached_bin: str) -> None:
+    spec = study_file(in_tmp, "bad", knobs="  - name: memcached.max_item_size\n"
+                                           "    choices: ['1m', '100']\n")
+    r = kvtune("run", str(spec), "--set", "memcached.max_item_size=100", "--repetitions", "1",
+               cwd=in_tmp)
+    assert r.returncode == 1
+    assert "memcached exited with code" in r.stdout + r.stderr
+    assert "Item max size cannot be less than" in r.stdout  # the server's own stderr
+
+
+def test_port_taken_stops_the_study(in_tmp: Path, kvload_bin: str, memcached_bin: str) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        spec = study_file(in_tmp, "port", port=port)
+        r = kvtune("tune", str(spec), cwd=in_tmp)
+    assert r.returncode == 1
+    assert f"port {port} on 127.0.0.1 is taken by another process" in r.stderr
+
+
+def test_saturated_baseline_stops_before_the_search(in_tmp: Path, kvload_bin: str,
+                                                    memcached_bin: str) -> None:
+    spec = study_file(in_tmp, "sat", rate=2_000_000, knobs="  - memcached.threads\n")
+    r = kvtune("tune", str(spec), cwd=in_tmp)
+    assert r.returncode == 2, r.stderr
+    assert "the baseline is" in r.stderr and "saturated" in r.stderr
+    assert "pipelining" in r.stderr
+    data = show(spec, in_tmp)
+    assert [t["kind"] for t in data["trials"]] == ["baseline"]
