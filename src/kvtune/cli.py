@@ -222,27 +222,12 @@ def knobs(
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Entry point. Usage errors are typer's (exit 2); kvtune's own errors are printed as
+    one message for people, never a stack trace, with their exit code."""
     try:
-        rc = app(args=argv, standalone_mode=False)
-        if isinstance(rc, int) and rc:
-            sys.exit(rc)
+        app(args=argv)
     except KvtuneError as e:
-        err.print(f"[red]kvtune: error:[/] {e}", highlight=False, markup=True)
+        from rich.markup import escape
+
+        err.print(f"[red]kvtune: error:[/] {escape(str(e))}", highlight=False)
         sys.exit(e.exit_code)
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
-    except (typer.Abort, KeyboardInterrupt):
-        err.print("kvtune: interrupted")
-        sys.exit(130)
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.exceptions.UsageError):
-            e.show()
-            sys.exit(2)
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        raise
-
-
