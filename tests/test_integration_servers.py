@@ -228,3 +228,35 @@ def test_saturated_baseline_stops_before_the_search(in_tmp: Path, kvload_bin: st
     assert "pipelining" in r.stderr
     data = show(spec, in_tmp)
     assert [t["kind"] for t in data["trials"]] == ["baseline"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="host knobs need root")
+def test_tune_killed_mid_trial_then_restore(in_tmp: Path, kvload_bin: str,
+                                            memcached_bin: str) -> None:
+    """`kvtune tune` SIGKILLed while a search trial runs with a changed host knob."""
+    autocork = Path("/proc/sys/net/ipv4/tcp_autocorking")
+    before = autocork.read_text().strip()
+    spec = study_file(in_tmp, "tunekill", trials=4, sampler="grid", duration="2s",
+                      knobs="  - net.ipv4.tcp_autocorking\n")
+    p = subprocess.Popen([sys.executable, "-m", "kvtune", "tune", str(spec)], cwd=in_tmp,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert _wait_for(lambda: autocork.read_text().strip() != before
+                         and _journal_has_process(), timeout=120), "no trial changed the knob"
+        p.kill()
+        p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert autocork.read_text().strip() != before
+    r = kvtune("restore", cwd=in_tmp)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert autocork.read_text().strip() == before
+    assert not default_path().exists()
+    # The study resumes afterwards: the interrupted trial is failed and queued again.
+    r = kvtune("tune", str(spec), "--no-confirm", cwd=in_tmp)
+    assert r.returncode == 0, r.stderr + r.stdout
+    data = show(spec, in_tmp)
+    assert any(t["state"] == "FAIL" for t in data["trials"])
+    assert sum(1 for t in data["trials"] if t["kind"] == "baseline") == 1

@@ -4,6 +4,7 @@ resumable, confirmation that can say yes and can say no."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +139,40 @@ def test_cli_show_json(in_tmp: Path) -> None:
     r = subprocess.run([env_py, "-m", "kvtune", "show", "nosuch"], cwd=in_tmp,
                        capture_output=True, text=True)
     assert r.returncode == 2 and "no results for study 'nosuch'" in r.stderr
+
+
+def test_sweep_measures_each_value_with_repetitions(in_tmp: Path) -> None:
+    from rich.console import Console
+
+    from kvtune.study import sweep
+
+    spec = write(in_tmp, name="sw", trials=1, noise=0.02)
+    res = sweep(load(spec), "synthetic.x", ["2", "5", "7"], 4, Console(stderr=True),
+                base_dir=in_tmp)
+    assert [r["value"] for r in res["rows"]] == [2.0, 5.0, 7.0]
+    assert all(r["n"] == 4 for r in res["rows"])
+    medians = [r["median"] for r in res["rows"]]
+    assert medians[0] < medians[1] < medians[2]  # the peak of the surface is at x = 7
+    assert all(r["ci"][0] <= r["median"] <= r["ci"][1] for r in res["rows"])
+    assert res["baseline_value"] == 2.0
+
+
+def test_bad_set_value_is_a_user_error(in_tmp: Path) -> None:
+    spec = write(in_tmp, name="bs")
+    r = subprocess.run([sys.executable, "-m", "kvtune", "run", str(spec), "--set",
+                        "synthetic.threads=99"], cwd=in_tmp, capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "--set synthetic.threads=99: '99' is outside [1, 16]" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "kvtune", "sweep", str(spec), "--knob",
+                        "synthetic.nope"], cwd=in_tmp, capture_output=True, text=True)
+    assert r.returncode == 2 and "unknown knob 'synthetic.nope'" in r.stderr
+
+
+def test_missing_kvload_is_a_harness_error(in_tmp: Path) -> None:
+    p = in_tmp / "m.yaml"
+    p.write_text("study: m\ntarget: {kind: memcached}\nload: {rate: 100}\n")
+    env = dict(os.environ, KVLOAD=str(in_tmp / "no-such-kvload"))
+    r = subprocess.run([sys.executable, "-m", "kvtune", "tune", str(p)], cwd=in_tmp,
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 1
+    assert "no-such-kvload is not an executable kvload binary" in r.stderr

@@ -49,22 +49,46 @@ def collect(store: Store, name: str) -> dict[str, Any]:
     best = None
     if done:
         best = (max if direction == "maximize" else min)(done, key=lambda t: t["value"])
+    drift = store.results(name, "drift")
+    _vs_nearest_baseline(trials, base, drift, direction)
     spec = study.user_attrs.get("spec", {})
     return {
         "study": name, "storage": store.url, "direction": direction,
         "metric": spec.get("objective", {}).get("metric"), "host": study.user_attrs.get("host"),
         "trials": trials, "baseline": base, "best": best,
         "noise_floor": store.last_result(name, "noise_floor"),
-        "drift": store.results(name, "drift"),
+        "drift": drift,
         "confirmation": store.last_result(name, "confirmation"),
     }
+
+
+def _vs_nearest_baseline(trials: list[dict[str, Any]], base: dict[str, Any] | None,
+                         drift: list[dict[str, Any]], direction: str) -> None:
+    """Each trial's change against the baseline measured nearest to it in time (the first
+    baseline, or a drift re-measurement), so that a drifting host does not pass for a
+    better or worse configuration. Positive is better."""
+    if base is None or base["value"] is None:
+        return
+    points = [(0, float(base["value"]))] + [
+        (d["after_trial"] if d["after_trial"] is not None else 10**9, float(d["value"]))
+        for d in drift if d.get("value") is not None]
+    for t in trials:
+        if t["value"] is None or t["kind"] != "trial":
+            continue
+        _, ref = min(points, key=lambda p: abs(p[0] - t["number"]))
+        if not ref:
+            continue
+        ratio = t["value"] / ref
+        t["vs_baseline"] = ratio - 1 if direction == "maximize" else 1 / ratio - 1
+        t["baseline_ref"] = ref
 
 
 def render(data: dict[str, Any], console: Console) -> None:
     console.print(f"[bold]Study {data['study']}[/]  ({data['direction']} {data['metric']}, "
                   f"{len(data['trials'])} trials, {data['storage']})")
     t = Table(title="Trials", show_lines=False)
-    for col in ("#", "kind", "state", data["metric"] or "value", "95% CI", "n", "configuration"):
+    for col in ("#", "kind", "state", data["metric"] or "value", "95% CI", "n",
+                "vs baseline", "configuration"):
         t.add_column(col)
     for tr in data["trials"]:
         ci = tr["ci"] or [None, None]
@@ -72,8 +96,10 @@ def render(data: dict[str, Any], console: Console) -> None:
         state = tr["state"] if tr["state"] != "FAIL" else f"FAIL: {tr['failed']}"
         if tr["state"] == "COMPLETE" and not tr["feasible"]:
             state = "infeasible"
+        vs = f"{tr['vs_baseline']:+.1%}" if tr.get("vs_baseline") is not None else ""
         t.add_row(str(tr["number"]), tr["kind"] or "", state, _f(tr["value"]),
-                  f"{_f(ci[0])} … {_f(ci[1])}" if ci[0] is not None else "-", _f(tr["n"]), cfg)
+                  f"{_f(ci[0])} … {_f(ci[1])}" if ci[0] is not None else "-", _f(tr["n"]), vs,
+                  cfg)
     console.print(t)
     base, best = data["baseline"], data["best"]
     conf = data.get("confirmation")

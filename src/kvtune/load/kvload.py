@@ -24,11 +24,13 @@ REPO = Path(__file__).resolve().parents[3]
 def find_kvload() -> str:
     """$KVLOAD, then the repo's release build, then PATH."""
     env = os.environ.get("KVLOAD")
-    candidates = [env] if env else []
-    candidates += [str(REPO / "kvload" / "target" / "release" / "kvload")]
-    for c in candidates:
-        if c and os.access(c, os.X_OK):
-            return c
+    if env:
+        if os.access(env, os.X_OK):
+            return env
+        raise HarnessError(f"KVLOAD={env} is not an executable kvload binary")
+    build = REPO / "kvload" / "target" / "release" / "kvload"
+    if os.access(build, os.X_OK):
+        return str(build)
     found = shutil.which("kvload")
     if found:
         return found
