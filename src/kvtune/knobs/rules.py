@@ -1,42 +1,100 @@
-"""Rules between knobs, checked before a trial runs so that invalid combinations are never
-measured (and never mistaken for a bad configuration)."""
+"""Rules between knobs, declared in the catalog (`catalog.RULES`) and checked before a trial
+runs, so that invalid combinations are never measured (and never mistaken for a bad
+configuration).
+
+A rule sees the trial's configuration; a knob the study does not tune reads as its
+server default (application knobs) or the host's value now (host knobs)."""
 
 from __future__ import annotations
 
-import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from kvtune.knobs.appliers.base import HostContext
 
 
-def _cpus_in(text: Any) -> int:
-    from kvtune.spec import parse_cpus
+class Values:
+    """A configuration completed with defaults and host facts, for rules to read."""
 
-    try:
-        return len(parse_cpus(str(text)))
-    except ValueError:
-        return os.cpu_count() or 1
+    def __init__(self, config: dict[str, Any], ctx: HostContext) -> None:
+        self.config = config
+        self.ctx = ctx
+
+    def get(self, name: str) -> Any:
+        if name in self.config:
+            return self.config[name]
+        if name == "thp.enabled" and self.ctx.facts.thp is not None:
+            return self.ctx.facts.thp
+        from kvtune.knobs import catalog
+
+        knob = catalog.lookup(name)
+        if knob is None:
+            return None
+        if knob.default is not None:
+            return knob.default
+        return knob.applier.current(self.ctx)
+
+    def server_cpus(self) -> int:
+        """How many CPUs the server may run on: its pinning, else its cpuset, else the host."""
+        from kvtune.spec import parse_cpus
+
+        for name in ("placement.server_cpus", "placement.cpuset"):
+            text = self.config.get(name)
+            if text is not None:
+                try:
+                    return len(parse_cpus(str(text)))
+                except ValueError:
+                    pass
+        return self.ctx.facts.cpus
 
 
-def check_rules(config: dict[str, Any], ctx: HostContext) -> str | None:
+@dataclass(frozen=True)
+class Rule:
+    """`broken(values)` says whether a configuration breaks the rule; `message` says so to a
+    person. A rule applies when the configuration sets at least one of its `knobs`.
+    `relaxable` rules guard a behaviour a study may want to give up on purpose (turning
+    off CFS wake-up preemption, as case study 002 did); `check_rules(relax=...)` skips them."""
+
+    name: str
+    knobs: tuple[str, ...]
+    broken: Callable[[Values], bool]
+    message: str
+    relaxable: bool = False
+
+    def applies(self, config: dict[str, Any]) -> bool:
+        return any(k in config for k in self.knobs)
+
+
+def check_rules(config: dict[str, Any], ctx: HostContext,
+                relax: Iterable[str] = ()) -> str | None:
     """The first rule the configuration breaks, as a sentence, or None."""
-    # memcached -L (large pages) refuses to start when THP is never.
-    if config.get("memcached.large_pages") and (
-            config.get("thp.enabled", ctx.facts.thp) == "never"):
-        return "memcached.large_pages needs thp.enabled other than never"
-    # slab_chunk_max must stay at most half the item size limit.
-    if "memcached.slab_chunk_max" in config and "memcached.max_item_size" in config:
-        sizes = {"512k": 512, "1m": 1024, "2m": 2048, "4m": 4096}
-        item_kb = sizes.get(str(config["memcached.max_item_size"]), 1024)
-        if int(config["memcached.slab_chunk_max"]) > item_kb // 2:
-            return "memcached.slab_chunk_max must be at most half of memcached.max_item_size"
-    # Redis I/O threads beyond the server's CPUs only contend.
-    if "redis.io_threads" in config:
-        cpus = config.get("placement.server_cpus") or config.get("placement.cpuset")
-        if cpus is not None and int(config["redis.io_threads"]) > _cpus_in(cpus) + 1:
-            return "redis.io_threads exceeds the server's CPUs"
-    # CFS: wake-up preemption stays on only while wakeup_granularity < latency / 2.
-    if "sched.wakeup_granularity_ns" in config and "sched.latency_ns" in config and (
-            int(config["sched.wakeup_granularity_ns"]) >= int(config["sched.latency_ns"])):
-        return "sched.wakeup_granularity_ns must be below sched.latency_ns"
+    from kvtune.knobs.catalog import RULES
+
+    values = Values(config, ctx)
+    skip = set(relax)
+    for rule in RULES:
+        if rule.name in skip or not rule.applies(config):
+            continue
+        try:
+            if rule.broken(values):
+                return f"{rule.message} (rule {rule.name})"
+        except (TypeError, ValueError):
+            continue  # a knob the rule needs is unreadable here; preflight reports that
     return None
+
+
+def broken_rules(config: dict[str, Any], ctx: HostContext) -> list[str]:
+    """Every rule the configuration breaks (for export and for tests)."""
+    from kvtune.knobs.catalog import RULES
+
+    values = Values(config, ctx)
+    out = []
+    for rule in RULES:
+        if rule.applies(config):
+            try:
+                if rule.broken(values):
+                    out.append(rule.name)
+            except (TypeError, ValueError):
+                pass
+    return out

@@ -27,6 +27,7 @@ class HostContext:
     facts: HostFacts
     fs: HostFS = field(default_factory=HostFS)
     versions: dict[str, tuple[int, ...]] = field(default_factory=dict)  # "memcached": (1, 6, 18)
+    binaries: dict[str, str] = field(default_factory=dict)  # "redis": "/usr/bin/redis-server"
 
 
 @dataclass

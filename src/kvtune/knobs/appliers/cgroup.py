@@ -1,39 +1,126 @@
-"""cgroup files of the cgroup kvtune creates for the server: CPU quota and cpuset.
+"""cgroup files of the cgroup kvtune creates for the server (and removes after the study):
+CPU quota and period, cpuset; plus the server's CPU affinity.
 
-Values are given in v1 terms and translated for v2 (`cpu.cfs_quota_us` → `cpu.max`)."""
+Values are given in v1 terms and translated for v2 by `host.cgroup.ServerCgroup`
+(`cpu.cfs_quota_us` → `cpu.max`)."""
 
 from __future__ import annotations
+
+import os
+import shutil
 
 from kvtune.knobs.appliers.base import Applier, ApplyEnv, HostContext
 from kvtune.knobs.domain import Value
 from kvtune.knobs.knob import Availability
 
+PERIOD_KNOB = "placement.cpu_period_us"
+DEFAULT_PERIOD_US = 100_000
+
+
+def host_cpus() -> list[int]:
+    """The CPUs kvtune may place the server on: its own affinity (a cpuset it runs in)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return list(range(os.cpu_count() or 1))
+
+
+def cpu_list_choices(cpus: list[int]) -> tuple[str, ...]:
+    """CPU lists worth searching on a host with `cpus`: each single CPU, then each run of
+    consecutive CPUs starting at the first (0-1, 0-2, ...), then all of them."""
+    if not cpus:
+        return ("0",)
+    out: list[str] = [str(c) for c in cpus]
+    for hi in range(1, len(cpus)):
+        if cpus[hi] - cpus[0] == hi:
+            out.append(f"{cpus[0]}-{cpus[hi]}")
+    whole = ",".join(str(c) for c in cpus)
+    if not any(len(_parse(x)) == len(cpus) for x in out):
+        out.append(whole)
+    return tuple(dict.fromkeys(out))
+
+
+def _parse(text: str) -> list[int]:
+    from kvtune.spec import parse_cpus
+
+    return parse_cpus(text)
+
+
+def _cpu_controller(ctx: HostContext) -> Availability:
+    if ctx.facts.cgroup in ("v1", "hybrid") and ctx.fs.exists(
+            "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"):
+        return Availability(True)
+    if ctx.facts.cgroup == "v2" and "cpu" in ctx.fs.read_text(
+            "/sys/fs/cgroup/cgroup.subtree_control", default="").split():
+        return Availability(True)
+    return Availability(False, "no cgroup cpu controller with CFS bandwidth is mounted "
+                               "(v1 /sys/fs/cgroup/cpu, or cpu in the v2 subtree_control)")
+
 
 class CpuQuota(Applier):
-    """The server's CPU quota in percent of one CPU (200 = two CPUs' worth); -1 = none."""
+    """The server's CPU quota in percent of one CPU (200 = two CPUs' worth); -1 = none.
+    The period is `placement.cpu_period_us` when the study tunes it, else 100 ms."""
 
     scope = "cgroup"
     restart = False
 
-    def __init__(self, period_us: int = 100_000) -> None:
+    def __init__(self, period_us: int = DEFAULT_PERIOD_US) -> None:
         self.period_us = period_us
 
     def where(self) -> str:
         return "cgroup cpu.cfs_quota_us (v1) / cpu.max (v2)"
 
     def check(self, ctx: HostContext) -> Availability:
-        if ctx.facts.cgroup in ("v1", "hybrid") and ctx.fs.exists("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"):
-            return Availability(True)
-        if ctx.facts.cgroup == "v2" and "cpu" in ctx.fs.read_text(
-                "/sys/fs/cgroup/cgroup.subtree_control", default=""):
-            return Availability(True)
-        return Availability(False, "no cgroup cpu controller with CFS bandwidth is mounted")
+        return _cpu_controller(ctx)
+
+    def quota_us(self, pct: int, period_us: int) -> int:
+        # The kernel refuses quotas under 1 ms.
+        return -1 if pct < 0 else max(1000, period_us * pct // 100)
 
     def apply(self, value: Value, env: ApplyEnv) -> None:
-        pct = int(value)  # type: ignore[arg-type]
-        quota = -1 if pct < 0 else max(1000, self.period_us * pct // 100)
-        env.launch.cgroup_files[("cpu", "cpu.cfs_period_us")] = str(self.period_us)
-        env.launch.cgroup_files[("cpu", "cpu.cfs_quota_us")] = str(quota)
+        period = int(env.launch.params.get(PERIOD_KNOB, self.period_us))  # type: ignore[arg-type]
+        env.launch.cgroup_files[("cpu", "cpu.cfs_period_us")] = str(period)
+        env.launch.cgroup_files[("cpu", "cpu.cfs_quota_us")] = str(
+            self.quota_us(int(value), period))  # type: ignore[arg-type]
+
+
+class CpuPeriod(Applier):
+    """The CFS bandwidth period of the server's cgroup (1 ms … 1 s). The quota follows it,
+    so `placement.cpu_quota_pct` keeps meaning the same share of CPU."""
+
+    scope = "cgroup"
+    restart = False
+
+    def where(self) -> str:
+        return "cgroup cpu.cfs_period_us (v1)"
+
+    def check(self, ctx: HostContext) -> Availability:
+        if ctx.facts.cgroup == "v2":
+            return Availability(False, "on cgroup v2 the period is part of cpu.max, and "
+                                       "kvtune's v2 cgroup writer fixes it at 100000 µs")
+        return _cpu_controller(ctx)
+
+    def apply(self, value: Value, env: ApplyEnv) -> None:
+        env.launch.cgroup_files[("cpu", "cpu.cfs_period_us")] = str(int(value))  # type: ignore[arg-type]
+
+
+def _cpus_check(ctx: HostContext) -> Availability:
+    # `current` is for people (`kvtune knobs`); the study's baseline placement is its own
+    # target.cpus, which the runner decides.
+    return Availability(True, current=cpu_list_text(host_cpus()))
+
+
+def cpu_list_text(cpus: list[int]) -> str:
+    """[0, 1, 2, 5] → '0-2,5'."""
+    parts: list[str] = []
+    i = 0
+    while i < len(cpus):
+        j = i
+        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
+            j += 1
+        parts.append(str(cpus[i]) if i == j else f"{cpus[i]}-{cpus[j]}")
+        i = j + 1
+    return ",".join(parts)
 
 
 class CpusetCpus(Applier):
@@ -47,8 +134,8 @@ class CpusetCpus(Applier):
 
     def check(self, ctx: HostContext) -> Availability:
         if ctx.fs.exists("/sys/fs/cgroup/cpuset/cpuset.cpus") or "cpuset" in ctx.fs.read_text(
-                "/sys/fs/cgroup/cgroup.subtree_control", default=""):
-            return Availability(True)
+                "/sys/fs/cgroup/cgroup.subtree_control", default="").split():
+            return _cpus_check(ctx)
         return Availability(False, "no cgroup cpuset controller is mounted")
 
     def apply(self, value: Value, env: ApplyEnv) -> None:
@@ -62,10 +149,12 @@ class ServerCpus(Applier):
     restart = True
 
     def where(self) -> str:
-        return "server CPU affinity"
+        return "server CPU affinity (taskset)"
 
     def check(self, ctx: HostContext) -> Availability:
-        return Availability(True)
+        if shutil.which("taskset") is None:
+            return Availability(False, "taskset (util-linux) is not installed")
+        return _cpus_check(ctx)
 
     def apply(self, value: Value, env: ApplyEnv) -> None:
         env.launch.server_cpus = str(value)

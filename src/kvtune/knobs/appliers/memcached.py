@@ -1,10 +1,25 @@
-"""memcached command-line flags and `-o` extended options, built structurally as argv."""
+"""memcached command-line flags and `-o` extended options, built structurally as argv.
+
+Version traps handled here, not by callers:
+- an option outside its version gate is never emitted (`worker_logbuf_size` before 1.6.40
+  also sets `slab_sizes` to its value, which silently wrecks the slab classes);
+- `slab_chunk_max` is given to kvtune in KB and emitted in the unit of the running binary
+  (bytes before 1.6.24, KB from 1.6.24);
+- `-L` is refused while transparent huge pages are `never` (memcached exits at start).
+"""
 
 from __future__ import annotations
 
+from kvtune.errors import UserError
 from kvtune.knobs.appliers.base import Applier, ApplyEnv, HostContext
 from kvtune.knobs.domain import Value
 from kvtune.knobs.knob import Availability
+
+THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def _v(version: tuple[int, ...]) -> str:
+    return ".".join(map(str, version))
 
 
 def _version_ok(ctx: HostContext, min_version: tuple[int, ...] | None,
@@ -12,14 +27,27 @@ def _version_ok(ctx: HostContext, min_version: tuple[int, ...] | None,
     have = ctx.versions.get("memcached")
     if have is None:
         return Availability(True)
-    v = ".".join(map(str, have))
     if min_version and have < min_version:
-        return Availability(False, f"needs memcached >= {'.'.join(map(str, min_version))} "
-                                   f"(this is {v})")
+        return Availability(False, f"needs memcached >= {_v(min_version)} (this is {_v(have)})")
     if max_version and have > max_version:
-        return Availability(False, f"removed after memcached {'.'.join(map(str, max_version))} "
-                                   f"(this is {v})")
+        return Availability(False, f"removed after memcached {_v(max_version)} "
+                                   f"(this is {_v(have)})")
     return Availability(True)
+
+
+def _refuse_outside_gate(where: str, env: ApplyEnv, min_version: tuple[int, ...] | None,
+                         max_version: tuple[int, ...] | None) -> None:
+    gate = _version_ok(env.ctx, min_version, max_version)
+    if not gate.ok:
+        raise UserError(f"memcached {where}: {gate.reason}; kvtune does not emit it")
+
+
+def thp_mode(ctx: HostContext) -> str | None:
+    """THP `enabled` as the host has it now (it may have been changed by this trial)."""
+    raw = ctx.fs.read_text(THP_ENABLED, default="")
+    if "[" in raw:
+        return raw.split("[", 1)[1].split("]", 1)[0]
+    return ctx.facts.thp
 
 
 class MemcachedFlag(Applier):
@@ -41,18 +69,37 @@ class MemcachedFlag(Applier):
     def check(self, ctx: HostContext) -> Availability:
         return _version_ok(ctx, self.min_version, self.max_version)
 
-    def apply(self, value: Value, env: ApplyEnv) -> None:
+    def argv(self, value: Value, ctx: HostContext) -> list[str]:
+        """The argv words for `value` (nothing for a false boolean)."""
         if isinstance(value, bool):
-            if value:
-                env.launch.flags.append(self.flag)
-            return
-        env.launch.flags += [self.flag, self.format(value)]
+            return [self.flag] if value else []
+        return [self.flag, self.format(value)]
+
+    def apply(self, value: Value, env: ApplyEnv) -> None:
+        _refuse_outside_gate(self.flag, env, self.min_version, self.max_version)
+        env.launch.flags += self.argv(value, env.ctx)
+
+
+class LargePagesFlag(MemcachedFlag):
+    """`-L`: preallocate item memory in huge pages. memcached exits at start when THP is
+    `never`, so kvtune refuses the combination instead of measuring a failed start."""
+
+    def __init__(self) -> None:
+        super().__init__("-L")
+
+    def apply(self, value: Value, env: ApplyEnv) -> None:
+        if value is True and thp_mode(env.ctx) == "never":
+            raise UserError("memcached -L (memcached.large_pages): transparent huge pages are "
+                            "`never` on this host, and memcached refuses to start with -L then; "
+                            "set thp.enabled to madvise or always, or drop -L")
+        super().apply(value, env)
 
 
 class MemcachedOption(Applier):
     """An extended option: all of them are joined into one `-o a=b,c` argument.
     Booleans become a bare option name when true (`-o slab_reassign`), nothing when false,
-    or `no_<name>` when `negate` says the default is on."""
+    or `negate` (`no_lru_crawler`) when false and the option has a negative form.
+    `omit` is a value that means "leave the option out" (temporary_ttl 0 = no TEMP LRU)."""
 
     scope = "app"
     restart = True
@@ -60,11 +107,13 @@ class MemcachedOption(Applier):
 
     def __init__(self, key: str, negate: str | None = None,
                  min_version: tuple[int, ...] | None = None,
-                 max_version: tuple[int, ...] | None = None) -> None:
+                 max_version: tuple[int, ...] | None = None,
+                 omit: Value | None = None) -> None:
         self.key = key
         self.negate = negate
         self.min_version = min_version
         self.max_version = max_version
+        self.omit = omit
 
     def where(self) -> str:
         return f"-o {self.key}"
@@ -72,15 +121,41 @@ class MemcachedOption(Applier):
     def check(self, ctx: HostContext) -> Availability:
         return _version_ok(ctx, self.min_version, self.max_version)
 
-    def apply(self, value: Value, env: ApplyEnv) -> None:
-        opts = env.launch.memcached_options
+    def option(self, value: Value, ctx: HostContext) -> tuple[str, str] | None:
+        """(name, value) of the option for `value`; value "" for a bare option; None to omit."""
+        if self.omit is not None and value == self.omit and not isinstance(value, bool):
+            return None
         if isinstance(value, bool):
             if value:
-                opts[self.key] = ""
-            elif self.negate:
-                opts[self.negate] = ""
-            return
-        opts[self.key] = self.format(value)
+                return self.key, ""
+            return (self.negate, "") if self.negate else None
+        return self.key, self.format(value)
+
+    def apply(self, value: Value, env: ApplyEnv) -> None:
+        _refuse_outside_gate(f"-o {self.key}", env, self.min_version, self.max_version)
+        opt = self.option(value, env.ctx)
+        if opt is not None:
+            env.launch.memcached_options[opt[0]] = opt[1]
+
+
+class SlabChunkMax(MemcachedOption):
+    """`-o slab_chunk_max`, given in KB; emitted in bytes before 1.6.24 and in KB after.
+    Without a known version it assumes the newer (KB) form."""
+
+    KB_SINCE = (1, 6, 24)
+
+    def __init__(self) -> None:
+        super().__init__("slab_chunk_max")
+
+    def where(self) -> str:
+        return "-o slab_chunk_max (bytes before 1.6.24, KB after)"
+
+    def option(self, value: Value, ctx: HostContext) -> tuple[str, str] | None:
+        kb = int(value)  # type: ignore[arg-type]
+        have = ctx.versions.get("memcached")
+        if have is not None and have < self.KB_SINCE:
+            return self.key, str(kb * 1024)
+        return self.key, str(kb)
 
 
 def memcached_argv_options(options: dict[str, str]) -> list[str]:
