@@ -12,7 +12,7 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
 use super::conn::{Conn, InFlight, ReadStatus, StdStream};
-use super::sys::{Timer, now_ns, pin_to_cpu, set_min_timer_slack, thread_cpu_ns};
+use super::sys::{Clock, Timer, now_ns, pin_to_cpu, set_min_timer_slack, thread_cpu_ns};
 use crate::Error;
 use crate::config::{Config, Mode};
 use crate::metrics::Metrics;
@@ -143,6 +143,7 @@ impl Worker {
             cfg,
             poll,
             timer,
+            clock: Clock::new(),
             abort: self.abort,
         };
         lp.dirty.reserve(lp.conns.len());
@@ -166,6 +167,7 @@ struct Loop {
     dump: bool,
     poll: Poll,
     timer: Timer,
+    clock: Clock,
     abort: Arc<AtomicBool>,
 }
 
@@ -189,7 +191,7 @@ impl Loop {
         let spin = self.cfg.spin_ns;
         let mut cpu_start: Option<(u64, u64)> = None;
         let mut cpu_end: Option<(u64, u64)> = None;
-        let mut next_housekeeping = now_ns() + HOUSEKEEPING_NS;
+        let mut next_housekeeping = self.clock.now() + HOUSEKEEPING_NS;
         // Wait for the common start so that all threads share one timeline.
         self.sleep_until(self.tl.start)?;
         if !open {
@@ -198,7 +200,7 @@ impl Loop {
             }
         }
         loop {
-            let now = now_ns();
+            let now = self.clock.now();
             if self.abort.load(Ordering::Relaxed) {
                 break;
             }
@@ -221,6 +223,7 @@ impl Loop {
             }
             self.flush_dirty()?;
             if now >= next_housekeeping {
+                self.clock.reanchor();
                 self.check_timeouts(now);
                 next_housekeeping = now + HOUSEKEEPING_NS;
             }
@@ -235,7 +238,7 @@ impl Loop {
             if cpu_end.is_none() {
                 deadline = deadline.min(self.tl.window_end);
             }
-            let now = now_ns();
+            let now = self.clock.now();
             let timeout = if deadline <= now || (spin > 0 && deadline - now <= spin) {
                 Some(Duration::ZERO)
             } else {
@@ -252,13 +255,14 @@ impl Loop {
             for ev in events.iter() {
                 let tok = ev.token();
                 if tok == TIMER {
+                    self.timer.fired();
                     continue;
                 }
                 let c = tok.0;
                 if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                     self.on_readable(c)?;
                     if !open {
-                        let now = now_ns();
+                        let now = self.clock.now();
                         self.refill(c, now);
                     }
                 }
@@ -373,7 +377,7 @@ impl Loop {
         if self.dirty.is_empty() {
             return Ok(());
         }
-        let now = now_ns();
+        let now = self.clock.now();
         let open = self.cfg.mode == Mode::Open;
         let in_window = self.tl.in_window(now);
         for i in 0..self.dirty.len() {
@@ -419,7 +423,7 @@ impl Loop {
                 Ok(s) => s,
                 Err(e) => return Err(self.conn_error(e)),
             };
-            let now = now_ns();
+            let now = self.clock.now();
             self.parse_responses(c, now)?;
             if let ReadStatus::Drained = status {
                 return Ok(());

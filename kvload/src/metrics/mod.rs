@@ -10,8 +10,6 @@ use crate::protocol::{ErrorKind, Outcome};
 
 /// Largest latency a histogram holds (larger values saturate).
 pub const HIST_MAX_NS: u64 = 60_000_000_000;
-/// Index of the all-verbs histogram in [`Metrics::corrected`] and [`Metrics::service`].
-pub const TOTAL: usize = 4;
 
 /// A histogram of nanoseconds, 1 ns to 60 s, 3 significant digits.
 pub fn histogram() -> Histogram<u64> {
@@ -100,14 +98,17 @@ pub struct Second {
     pub errors: u64,
     /// Corrected latency of responses received in this second.
     pub latency: Histogram<u64>,
-    /// Schedule lag of requests sent in this second.
-    pub lag: Histogram<u64>,
+    /// Sum and count of the schedule lag of window requests sent in this second.
+    pub lag_sum_ns: u64,
+    pub lag_count: u64,
 }
 
 /// Everything one thread measured.
 #[derive(Debug, Clone)]
 pub struct Metrics {
-    /// Intended send time to response, per verb (`Verb::index`) and in total (`TOTAL`).
+    /// Intended send time to response, per verb (`Verb::index`); the total is
+    /// merged from these at the end ([`Metrics::total_corrected`]), which keeps
+    /// the per-request path to one record per histogram kind.
     pub corrected: Vec<Histogram<u64>>,
     /// Actual send time to response, indexed like `corrected`.
     pub service: Vec<Histogram<u64>>,
@@ -121,8 +122,8 @@ impl Metrics {
     /// Allocates everything up front for a window of `seconds` (rounded up).
     pub fn new(seconds: usize) -> Self {
         Metrics {
-            corrected: (0..5).map(|_| histogram()).collect(),
-            service: (0..5).map(|_| histogram()).collect(),
+            corrected: (0..4).map(|_| histogram()).collect(),
+            service: (0..4).map(|_| histogram()).collect(),
             lag: histogram(),
             counters: Counters::default(),
             series: (0..seconds)
@@ -130,7 +131,8 @@ impl Metrics {
                     completed: 0,
                     errors: 0,
                     latency: coarse_histogram(),
-                    lag: coarse_histogram(),
+                    lag_sum_ns: 0,
+                    lag_count: 0,
                 })
                 .collect(),
         }
@@ -141,9 +143,7 @@ impl Metrics {
     pub fn record_response(&mut self, verb: Verb, corrected: u64, service: u64, outcome: &Outcome) {
         let v = verb.index();
         self.corrected[v].saturating_record(corrected);
-        self.corrected[TOTAL].saturating_record(corrected);
         self.service[v].saturating_record(service);
-        self.service[TOTAL].saturating_record(service);
         let c = &mut self.counters;
         c.completed += 1;
         if verb.is_read() {
@@ -172,7 +172,8 @@ impl Metrics {
         self.counters.sent += 1;
         self.lag.saturating_record(lag);
         if let Some(s) = self.series.get_mut(sec) {
-            s.lag.saturating_record(lag);
+            s.lag_sum_ns += lag;
+            s.lag_count += 1;
         }
     }
 
@@ -195,8 +196,35 @@ impl Metrics {
             a.latency
                 .add(&b.latency)
                 .expect("histograms of equal bounds");
-            a.lag.add(&b.lag).expect("histograms of equal bounds");
+            a.lag_sum_ns += b.lag_sum_ns;
+            a.lag_count += b.lag_count;
         }
+    }
+
+    /// Corrected latency over all verbs.
+    pub fn total_corrected(&self) -> Histogram<u64> {
+        merged(&self.corrected)
+    }
+
+    /// Service time over all verbs.
+    pub fn total_service(&self) -> Histogram<u64> {
+        merged(&self.service)
+    }
+}
+
+fn merged(hs: &[Histogram<u64>]) -> Histogram<u64> {
+    let mut t = histogram();
+    for h in hs {
+        t.add(h).expect("histograms of equal bounds");
+    }
+    t
+}
+
+impl Metrics {
+    /// Mean schedule lag of second `sec` in µs, if anything was sent then.
+    pub fn lag_mean_us(&self, sec: usize) -> Option<f64> {
+        let s = self.series.get(sec)?;
+        (s.lag_count > 0).then(|| s.lag_sum_ns as f64 / s.lag_count as f64 / 1000.0)
     }
 }
 
@@ -268,7 +296,7 @@ mod tests {
             all.record(v).unwrap();
         }
         a.merge(&b);
-        let merged = &a.corrected[TOTAL];
+        let merged = &a.total_corrected();
         assert_eq!(merged.len(), 10_000);
         for q in [0.5, 0.9, 0.99, 0.999, 1.0] {
             assert_eq!(merged.value_at_quantile(q), all.value_at_quantile(q));

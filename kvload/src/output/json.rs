@@ -76,7 +76,7 @@ pub fn document(r: &Report) -> Value {
                 "rate": s.rate,
                 "p50_us": s.p50_us,
                 "p99_us": s.p99_us,
-                "lag_p99_us": s.lag_p99_us,
+                "lag_mean_us": s.lag_mean_us,
                 "errors": s.errors,
             })
         })

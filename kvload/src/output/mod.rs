@@ -6,7 +6,7 @@ pub mod text;
 
 use crate::config::{Config, Mode, Verb};
 use crate::engine::RunResult;
-use crate::metrics::{Percentiles, TOTAL};
+use crate::metrics::Percentiles;
 
 /// Client utilization at or above which a run is `client_bound`.
 pub const CLIENT_BOUND_UTILIZATION: f64 = 0.9;
@@ -14,7 +14,7 @@ pub const CLIENT_BOUND_UTILIZATION: f64 = 0.9;
 pub const SATURATED_SKIP_FRACTION: f64 = 0.001;
 /// Saturation: achieved rate below this fraction of the offered rate.
 pub const SATURATED_RATE_FRACTION: f64 = 0.9;
-/// Saturation: last-second lag p99 above this multiple of the first second's, and above
+/// Saturation: last-second mean lag above this multiple of the first second's, and above
 /// `SATURATED_LAG_FLOOR_US`.
 pub const SATURATED_LAG_GROWTH: f64 = 10.0;
 pub const SATURATED_LAG_FLOOR_US: f64 = 1000.0;
@@ -44,7 +44,8 @@ pub struct SeriesPoint {
     pub rate: f64,
     pub p50_us: f64,
     pub p99_us: f64,
-    pub lag_p99_us: f64,
+    /// Mean schedule lag of requests sent in this second (open mode).
+    pub lag_mean_us: f64,
     pub errors: u64,
 }
 
@@ -107,7 +108,7 @@ impl<'a> Report<'a> {
                     },
                     p50_us: q(&s.latency, 0.5),
                     p99_us: q(&s.latency, 0.99),
-                    lag_p99_us: q(&s.lag, 0.99),
+                    lag_mean_us: run.metrics.lag_mean_us(i).unwrap_or(0.0),
                     errors: s.errors,
                 }
             })
@@ -129,8 +130,8 @@ impl<'a> Report<'a> {
 
     pub fn total(&self) -> (Percentiles, Percentiles) {
         (
-            Percentiles::of(&self.run.metrics.corrected[TOTAL]),
-            Percentiles::of(&self.run.metrics.service[TOTAL]),
+            Percentiles::of(&self.run.metrics.total_corrected()),
+            Percentiles::of(&self.run.metrics.total_service()),
         )
     }
 
@@ -200,13 +201,13 @@ fn verdict(
     }
     let full: Vec<&SeriesPoint> = series.iter().filter(|s| s.completed > 0).collect();
     if full.len() >= 2 {
-        let first = full[0].lag_p99_us;
-        let last = full[full.len() - 1].lag_p99_us;
+        let first = full[0].lag_mean_us;
+        let last = full[full.len() - 1].lag_mean_us;
         if last > SATURATED_LAG_FLOOR_US && last > SATURATED_LAG_GROWTH * first.max(1.0) {
             return (
                 Verdict::Saturated,
                 format!(
-                    "schedule lag grew: p99 {first:.0} us in the first second, {last:.0} us in the last"
+                    "schedule lag grew: mean {first:.0} us in the first second, {last:.0} us in the last"
                 ),
             );
         }
