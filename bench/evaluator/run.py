@@ -29,31 +29,12 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 
-def _pin_source(argv: list[str]) -> str:
-    """Import kvtune from a snapshot of the last commit (git archive HEAD src/kvtune), not
-    from the working tree, which other engineers edit while this runs. --worktree opts out.
-    Returns what was measured, for the results."""
-    import subprocess
+from pin import pin_source  # noqa: E402
 
-    if "--worktree" in argv:
-        return "working tree " + str(REPO / "src")
-    sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], check=True,
-                         capture_output=True, text=True).stdout.strip()
-    dest = Path(f"/tmp/kvtune-bench-src-{sha[:12]}")
-    if not (dest / "src" / "kvtune").is_dir():
-        dest.mkdir(parents=True, exist_ok=True)
-        tar = subprocess.run(["git", "-C", str(REPO), "archive", "HEAD", "src/kvtune"],
-                             check=True, capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(dest)], input=tar, check=True)
-    sys.path.insert(0, str(dest / "src"))
-    return f"commit {sha}"
-
-
-SOURCE = _pin_source(sys.argv)
+SOURCE = pin_source(sys.argv)
 
 from harness import METHODS, SCENARIOS, run_study  # noqa: E402
 from variants import VARIANTS, variant  # noqa: E402
@@ -211,6 +192,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=HERE / "results.json")
     ap.add_argument("--worktree", action="store_true",
                     help="measure src/ as it is on disk instead of the last commit")
+    ap.add_argument("--commit", default="HEAD", help="measure src/kvtune of this commit")
     a = ap.parse_args()
     jobs = max(1, min(2, a.jobs))
     vstudies = a.studies if a.variant_studies is None else a.variant_studies
