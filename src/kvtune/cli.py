@@ -221,6 +221,42 @@ def knobs(
     out.print(t)
 
 
+@app.command()
+def export(
+    study: Annotated[str, typer.Argument(help="a study file, or a study name")],
+    format_: Annotated[list[str] | None, typer.Option(
+        "--format", help="sysctl, tuned, memcached, redis or systemd (repeatable; default: "
+                         "every format the configuration has knobs for)")] = None,
+    out_dir: Annotated[Path | None, typer.Option(
+        "-o", "--out", help="directory for the files (default ./export/STUDY/)")] = None,
+    storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the results")] = None,
+    best_in_search: Annotated[bool, typer.Option(
+        "--best-in-search", help="without a significant recommendation, export the best "
+                                 "feasible trial of the search (unconfirmed)")] = False,
+) -> None:
+    """Ready-to-use files for the recommended configuration, each with a rollback file:
+    sysctl.d, a TuneD profile, memcached.conf options, a redis.conf include, a systemd
+    drop-in. Files are written to a directory, never to /etc."""
+    from kvtune import export as ex
+    from kvtune.store import Store
+
+    name, url = _storage_for(study, storage)
+    rec = ex.recommendation(Store(url), name, best_in_search)
+    formats = format_ or list(ex.EXPORTERS)
+    target = out_dir or Path.cwd() / "export" / name
+    made = ex.write(rec, formats, target)
+    out.print(f"[bold]{name}[/]: {rec.source}")
+    if not made:
+        out.print(f"Nothing to export: the configuration has no knobs for {', '.join(formats)}.")
+        return
+    for fmt, f in made:
+        out.print(f"[green]{fmt}[/] {target / f.path}\n    rollback {target / f.rollback_path}"
+                  f"\n    {f.install}", highlight=False)
+    empty = [f for f in formats if f not in {m for m, _ in made}]
+    if empty:
+        out.print(f"(no knobs for: {', '.join(empty)})")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point. Usage errors are typer's (exit 2); kvtune's own errors are printed as
     one message for people, never a stack trace, with their exit code."""

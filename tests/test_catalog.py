@@ -1,0 +1,366 @@
+"""Every catalog entry checked on this host: it exists and round-trips a write of its
+current value (through the journal), or it is reported unavailable for the reason that
+applies. Application knobs are checked against the real servers."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvtune.host.cgroup import ServerCgroup
+from kvtune.host.journal import Journal
+from kvtune.knobs import catalog
+from kvtune.knobs.appliers.base import ApplyEnv, HostContext, Launch
+from kvtune.knobs.appliers.cgroup import CpuQuota, CpusetCpus, host_cpus
+from kvtune.knobs.appliers.memcached import memcached_argv_options
+from kvtune.knobs.rules import check_rules
+from kvtune.spec import parse_cpus
+from kvtune.targets.base import free_port
+
+# Why a host knob may be missing here; anything else is a catalog bug.
+REASONS = ("debugfs is not mounted", "absent on kernel", "does not exist", "is read-only",
+           "EPERM")
+
+
+def ctx() -> HostContext:
+    return catalog.host_context()
+
+
+@pytest.mark.parametrize("name", [k.name for k in catalog.CATALOG.values() if k.scope == "host"])
+def test_host_knob_round_trips_or_says_why(name: str) -> None:
+    knob = catalog.CATALOG[name]
+    c = ctx()
+    a = knob.applier.check(c)
+    if not a.ok:
+        assert any(r in a.reason for r in REASONS), a.reason
+        return
+    current = a.current
+    assert current is not None
+    value: Any = bool(current) if knob.domain.type == "bool" else current
+    assert knob.domain.contains(value), f"the host's {current!r} is outside " \
+                                        f"{knob.domain.describe()}"
+    with Journal() as j:
+        knob.applier.apply(value, ApplyEnv(j, Launch(), c))
+        assert knob.applier.current(c) == current
+    assert knob.applier.current(c) == current
+
+
+def test_scheduler_knobs_on_this_kernel_say_why() -> None:
+    c = ctx()
+    kv = c.facts.kernel_version
+    for name in ("sched.latency_ns", "sched.wakeup_granularity_ns", "sched.min_granularity_ns"):
+        a = catalog.CATALOG[name].applier.check(c)
+        if kv >= (6, 6):
+            assert not a.ok and f"absent on kernel {kv[0]}.{kv[1]}" in a.reason
+            assert "EEVDF" in a.reason or "base_slice" in a.reason
+    base = catalog.CATALOG["sched.base_slice_ns"].applier.check(c)
+    if kv >= (6, 6) and not Path("/sys/kernel/debug/sched").exists():
+        assert not base.ok and "debugfs is not mounted" in base.reason
+
+
+def test_case_study_names_map_to_catalog_knobs() -> None:
+    for alias, name in catalog.ALIASES.items():
+        assert name in catalog.CATALOG, alias
+        knob = catalog.lookup(alias)
+        assert knob is not None and knob.name == name
+    knob = catalog.lookup("kernel.sched_wakeup_granularity_ns")
+    assert knob is not None
+    a = knob.applier.check(ctx())
+    if ctx().facts.kernel_version >= (6, 6):
+        assert not a.ok and "EEVDF" in a.reason
+
+
+def test_excluded_foot_guns_are_not_in_the_catalog() -> None:
+    for name in catalog.EXCLUDED:
+        assert catalog.lookup(name) is None
+
+
+def test_per_netns_tags_match_this_kernel() -> None:
+    """A knob tagged netns:per is visible in a fresh network namespace; netns:init is not."""
+    out = subprocess.run(["unshare", "-n", "sh", "-c", "cd /proc/sys && find net -type f"],
+                         capture_output=True, text=True, timeout=30)
+    if out.returncode != 0:
+        pytest.skip(f"cannot create a network namespace: {out.stderr.strip()}")
+    visible = {p.replace("/", ".") for p in out.stdout.split()}
+    for k in catalog.CATALOG.values():
+        if catalog.PER_NS in k.tags and catalog.CATALOG[k.name].applier.check(ctx()).ok:
+            assert k.name in visible, k.name
+        if catalog.INIT_NS in k.tags:
+            assert k.name not in visible, k.name
+
+
+def test_cgroup_knobs_round_trip_in_a_cgroup_kvtune_creates() -> None:
+    c = ctx()
+    for name in ("placement.cpu_quota_pct", "placement.cpu_period_us", "placement.cpuset"):
+        a = catalog.CATALOG[name].applier.check(c)
+        assert a.ok, (name, a.reason)
+    with Journal() as j:
+        cg = ServerCgroup(j, {"cpu", "cpuset"}, mode=c.facts.cgroup)
+        cg.create()
+        launch = Launch(params={"placement.cpu_period_us": 50_000})
+        env = ApplyEnv(j, launch, c)
+        CpuQuota().apply(150, env)
+        CpusetCpus().apply(catalog.CATALOG["placement.cpuset"].domain.choices[-1], env)
+        for (controller, filename), value in launch.cgroup_files.items():
+            cg.write(controller, filename, value)
+        d = cg.dirs["cpu"]
+        if c.facts.cgroup in ("v1", "hybrid"):
+            assert (d / "cpu.cfs_period_us").read_text().strip() == "50000"
+            assert (d / "cpu.cfs_quota_us").read_text().strip() == "75000"
+        # Back to unlimited: the quota round-trips too.
+        cg.write("cpu", "cpu.cfs_quota_us", "-1")
+    assert not any(Path("/sys/fs/cgroup/cpu").glob("kvtune-*"))
+
+
+def test_placement_choices_come_from_this_host() -> None:
+    cpus = set(host_cpus())
+    for name in ("placement.cpuset", "placement.server_cpus"):
+        choices = catalog.CATALOG[name].domain.choices
+        assert choices
+        for ch in choices:
+            assert set(parse_cpus(str(ch))) <= cpus
+        assert any(set(parse_cpus(str(ch))) == cpus for ch in choices)
+    assert catalog.CATALOG["placement.cpu_quota_pct"].domain.high == 100 * len(cpus)
+
+
+# -- application knobs against the real servers ---------------------------------------------
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited: {proc.stderr.read() if proc.stderr else ''!r}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.02)
+    raise AssertionError("server did not listen")
+
+
+def _request(port: int, data: bytes, end: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(data)
+        buf = b""
+        while not buf.endswith(end):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+        return buf
+
+
+def start_memcached(binary: str, words: list[str]) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    proc = subprocess.Popen([binary, "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-u",
+                             "root", *words], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        _wait_port(port, proc)
+    except AssertionError:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, port
+
+
+def memcached_settings(port: int) -> dict[str, str]:
+    raw = _request(port, b"stats settings\r\n", b"END\r\n").decode()
+    return {p[1]: p[2] for p in (ln.split(" ", 2) for ln in raw.splitlines()) if len(p) == 3}
+
+
+def _memcached_argv(config: dict[str, Any]) -> list[str]:
+    launch = Launch()
+    env = ApplyEnv(None, launch, ctx())
+    for name, value in config.items():
+        catalog.CATALOG[name].applier.apply(value, env)
+    return launch.flags + memcached_argv_options(launch.memcached_options)
+
+
+def test_every_memcached_knob_starts_memcached_at_its_default(memcached_bin: str) -> None:
+    knobs = [k for k in catalog.for_target("memcached") if k.target == "memcached"]
+    avail = {k.name: k.default for k in knobs if k.applier.check(ctx()).ok}
+    missing = {k.name: k.applier.check(ctx()).reason for k in knobs if k.name not in avail}
+    if ctx().versions["memcached"] < (1, 6, 40):
+        assert "memcached.worker_logbuf_size" in missing
+    assert set(missing) <= {"memcached.worker_logbuf_size"}, missing
+    argv = _memcached_argv(avail)
+    assert "worker_logbuf_size" not in " ".join(argv)
+    proc, port = start_memcached(memcached_bin, argv)
+    try:
+        s = memcached_settings(port)
+        assert s["num_threads"] == "4" and s["maxbytes"] == str(64 * 1024 * 1024)
+        assert s["growth_factor"] == "1.25" and s["hashpower_init"] == "16"
+        assert s["slab_chunk_max"] == str(512 * 1024)  # bytes on every version's stats
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+TUNED_MC: dict[str, Any] = {
+    "memcached.threads": 2, "memcached.memory_mb": 128, "memcached.max_connections": 512,
+    "memcached.growth_factor": 1.5, "memcached.min_item_bytes": 64, "memcached.backlog": 512,
+    "memcached.reqs_per_event": 50, "memcached.protocol": "ascii",
+    "memcached.max_item_size": "2m", "memcached.disable_cas": True,
+    "memcached.hashpower": 18, "memcached.no_hashexpand": True,
+    "memcached.hash_algorithm": "xxh3", "memcached.maxconns_fast": False,
+    "memcached.slab_reassign": True, "memcached.slab_automove": 2,
+    "memcached.slab_automove_ratio": 0.5, "memcached.slab_automove_window": 20,
+    "memcached.slab_chunk_max": 256, "memcached.lru_crawler": False,
+    "memcached.lru_crawler_sleep": 200, "memcached.lru_maintainer": True,
+    "memcached.hot_lru_pct": 30, "memcached.warm_lru_pct": 30, "memcached.temporary_ttl": 30,
+    "memcached.idle_timeout": 600, "memcached.modern": True,
+}
+EXPECT_MC = {"num_threads": "2", "maxconns": "512", "growth_factor": "1.50",
+             "chunk_size": "64", "tcp_backlog": "512", "reqs_per_event": "50",
+             "binding_protocol": "ascii", "item_size_max": str(2 * 1024 * 1024),
+             "cas_enabled": "no", "hashpower_init": "18", "hash_algorithm": "xxh3",
+             "maxconns_fast": "no", "slab_reassign": "yes", "slab_automove": "2",
+             "slab_automove_ratio": "0.50", "slab_automove_window": "20",
+             "slab_chunk_max": str(256 * 1024), "lru_crawler": "no",
+             "lru_crawler_sleep": "200", "lru_maintainer_thread": "yes", "hot_lru_pct": "30",
+             "warm_lru_pct": "30", "temp_lru": "yes", "temporary_ttl": "30",
+             "idle_timeout": "600"}
+
+
+def test_memcached_knobs_take_effect(memcached_bin: str) -> None:
+    """Every non-default value shows in `stats settings`: the flags really are applied
+    (A-Tune's sed lines never applied -b and -R)."""
+    assert check_rules(TUNED_MC, ctx()) is None
+    proc, port = start_memcached(memcached_bin, _memcached_argv(TUNED_MC))
+    try:
+        s = memcached_settings(port)
+        wrong = {k: (s.get(k), v) for k, v in EXPECT_MC.items() if s.get(k) != v}
+        assert not wrong, wrong
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_slab_chunk_max_unit_matches_the_binary(memcached_bin: str) -> None:
+    argv = _memcached_argv({"memcached.slab_chunk_max": 128})
+    if ctx().versions["memcached"] < (1, 6, 24):
+        assert argv == ["-o", f"slab_chunk_max={128 * 1024}"]
+    else:
+        assert argv == ["-o", "slab_chunk_max=128"]
+
+
+def resp(*args: str) -> bytes:
+    out = f"*{len(args)}\r\n".encode()
+    for a in args:
+        out += f"${len(a.encode())}\r\n{a}\r\n".encode()
+    return out
+
+
+def redis_call(port: int, *args: str) -> str:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(resp(*args))
+        time.sleep(0.05)
+        return s.recv(65536).decode(errors="replace")
+
+
+def start_redis(binary: str, extra: list[str], cwd: Path) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--daemonize", "no", "--logfile", "",
+                             "--dir", str(cwd), *extra], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, cwd=cwd)
+    try:
+        _wait_port(port, proc)
+    except AssertionError:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, port
+
+
+def test_every_redis_directive_and_its_live_flag(redis_bin: str, tmp_path: Path) -> None:
+    """Each directive starts redis at its default; CONFIG SET succeeds exactly for the
+    directives the catalog calls live."""
+    knobs = [k for k in catalog.for_target("redis") if k.target == "redis"]
+    missing = {k.name: k.applier.check(ctx()).reason for k in knobs
+               if not k.applier.check(ctx()).ok}
+    assert set(missing) <= {"redis.activedefrag"}, missing
+    if missing:
+        assert "build" in missing["redis.activedefrag"]
+    launch = Launch()
+    env = ApplyEnv(None, launch, ctx())
+    avail = [k for k in knobs if k.name not in missing]
+    for k in avail:
+        k.applier.apply(k.default, env)  # type: ignore[arg-type]
+    extra = [w for d, v in launch.redis_directives.items() for w in (f"--{d}", v)]
+    proc, port = start_redis(redis_bin, extra, tmp_path)
+    try:
+        for k in avail:
+            d = k.applier.directive  # type: ignore[attr-defined]
+            got = redis_call(port, "CONFIG", "GET", d)
+            assert d in got, (d, got)
+            answer = redis_call(port, "CONFIG", "SET", d, k.applier.format(k.default))  # type: ignore[arg-type]
+            if k.restart:
+                assert answer.startswith("-") and "immutable" in answer, (d, answer)
+            else:
+                assert answer.startswith("+OK"), (d, answer)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+# -- rules and presets --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("config", "rule"), [
+    ({"memcached.slab_chunk_max": 512, "memcached.max_item_size": "512k"},
+     "memcached-slab-chunk-max"),
+    ({"memcached.max_item_size": "4m", "memcached.memory_mb": 4}, "memcached-item-size-memory"),
+    ({"memcached.hot_lru_pct": 50, "memcached.warm_lru_pct": 40}, "memcached-lru-segments"),
+    ({"memcached.temporary_ttl": 10, "memcached.lru_maintainer": False},
+     "memcached-temporary-ttl"),
+    ({"memcached.large_pages": True, "thp.enabled": "never"}, "memcached-large-pages-thp"),
+    ({"redis.io_threads": 3, "placement.server_cpus": "0-1"}, "redis-io-threads-cpus"),
+    ({"sched.wakeup_granularity_ns": 4_000_000, "sched.latency_ns": 6_000_000},
+     "cfs-wakeup-preemption"),
+    ({"placement.cpu_quota_pct": 300, "placement.cpuset": "0"}, "placement-quota-cpuset"),
+    ({"placement.server_cpus": "0-1", "placement.cpuset": "1"}, "placement-pin-inside-cpuset"),
+    ({"vm.dirty_ratio": 10, "vm.dirty_background_ratio": 20}, "vm-dirty-ratios"),
+])
+def test_rules_refuse_invalid_combinations(config: dict[str, Any], rule: str) -> None:
+    msg = check_rules(config, ctx())
+    assert msg is not None and f"rule {rule}" in msg
+
+
+def test_rules_pass_valid_combinations_and_can_be_relaxed() -> None:
+    c = ctx()
+    assert check_rules({"memcached.slab_chunk_max": 256, "memcached.max_item_size": "1m"},
+                       c) is None
+    assert check_rules({"redis.io_threads": 2, "placement.server_cpus": "0-1"}, c) is None
+    assert check_rules({"sched.wakeup_granularity_ns": 2_000_000,
+                        "sched.latency_ns": 6_000_000}, c) is None
+    off = {"sched.wakeup_granularity_ns": 40_000_000, "sched.latency_ns": 6_000_000}
+    assert check_rules(off, c, relax=["cfs-wakeup-preemption"]) is None
+
+
+def test_presets() -> None:
+    app = catalog.PRESETS["memcached-app"]
+    assert app == ["memcached.memory_mb", "memcached.max_connections", "memcached.growth_factor",
+                   "memcached.min_item_bytes", "memcached.backlog", "memcached.threads",
+                   "memcached.reqs_per_event"]
+    knobs = {k.name: k for k in catalog.preset_knobs("memcached-app")}
+    assert knobs["memcached.threads"].domain.describe() == "[4, 16] step 4"
+    assert knobs["memcached.memory_mb"].domain.describe() == "[1024, 10240] step 1024"
+    for k in knobs.values():
+        assert k.default is not None and catalog.CATALOG[k.name].domain.contains(k.default)
+    for preset in ("memcached-full", "redis-throughput", "placement"):
+        names = catalog.PRESETS[preset]
+        assert names
+        for n in names:
+            assert catalog.CATALOG[n].applier.check(ctx()).ok, (preset, n)
+    full = catalog.PRESETS["memcached-full"]
+    assert set(app) <= set(full) and any(n.startswith("net.") for n in full)
+    assert re.search(r"thp\.|kernel\.", " ".join(full))
