@@ -1,0 +1,120 @@
+"""A study as the analysis sees it: its trials from Optuna's storage, its raw repetitions
+and its results (noise floor, confirmation, sweeps) from kvtune's tables."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+import sqlalchemy as sa
+
+from kvtune.errors import UserError
+from kvtune.store import RESULTS, Store
+
+SEARCH_KINDS = ("baseline", "trial")
+
+
+@dataclass
+class KnobInfo:
+    name: str
+    kind: str  # "float", "int" or "categorical"
+    log: bool = False
+    choices: tuple[Any, ...] = ()
+
+    @property
+    def numeric(self) -> bool:
+        return self.kind in ("float", "int")
+
+
+@dataclass
+class StudyData:
+    name: str
+    metric: str
+    direction: str  # "maximize" or "minimize"
+    study: optuna.Study
+    trials: list[optuna.trial.FrozenTrial]
+    reps: list[dict[str, Any]]
+    knobs: list[KnobInfo]
+    spec: dict[str, Any] = field(default_factory=dict)
+    host: dict[str, Any] = field(default_factory=dict)
+    baseline: dict[str, Any] = field(default_factory=dict)
+    noise_floor: dict[str, Any] | None = None
+    confirmation: dict[str, Any] | None = None
+    drift: list[dict[str, Any]] = field(default_factory=list)
+    sweeps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    sweep_reps: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    storage: str = ""
+
+    @property
+    def maximize(self) -> bool:
+        return self.direction == "maximize"
+
+    def better(self, a: float, b: float) -> bool:
+        return a > b if self.maximize else a < b
+
+    def search_trials(self, feasible_only: bool = True) -> list[optuna.trial.FrozenTrial]:
+        """Completed baseline and search trials (with a finite value)."""
+        out = []
+        for t in self.trials:
+            if t.state != optuna.trial.TrialState.COMPLETE or t.value is None:
+                continue
+            if t.user_attrs.get("kind") not in SEARCH_KINDS or math.isnan(t.value):
+                continue
+            if feasible_only and not all(v <= 0 for v in t.user_attrs.get("violations", [0])):
+                continue
+            out.append(t)
+        return out
+
+    def ok_reps(self) -> list[dict[str, Any]]:
+        """Repetitions that measured something (not failed), with the objective's value."""
+        return [r for r in self.reps if r["status"] != "failed" and r["value"] is not None]
+
+
+def _knob_info(name: str, dist: optuna.distributions.BaseDistribution) -> KnobInfo:
+    if isinstance(dist, optuna.distributions.CategoricalDistribution):
+        return KnobInfo(name, "categorical", choices=tuple(dist.choices))
+    if isinstance(dist, optuna.distributions.IntDistribution):
+        return KnobInfo(name, "int", log=dist.log)
+    if isinstance(dist, optuna.distributions.FloatDistribution):
+        return KnobInfo(name, "float", log=dist.log)
+    return KnobInfo(name, "categorical")
+
+
+def _result_keys(store: Store, name: str) -> list[str]:
+    q = sa.select(RESULTS.c.key).where(RESULTS.c.study == name).distinct()
+    with store.engine.connect() as c:
+        return [r[0] for r in c.execute(q)]
+
+
+def load(store: Store, name: str) -> StudyData:
+    try:
+        study = optuna.load_study(study_name=name, storage=store.storage)
+    except KeyError:
+        known = ", ".join(s for s in store.study_names() if ".sweep." not in s) or "none"
+        raise UserError(f"no study named {name!r} in {store.url} (studies there: {known})") \
+            from None
+    trials = study.get_trials(deepcopy=False)
+    spec = study.user_attrs.get("spec", {}) or {}
+    knobs: dict[str, KnobInfo] = {}
+    for t in trials:
+        for k, d in t.distributions.items():
+            if k not in knobs:
+                knobs[k] = _knob_info(k, d)
+    sig = study.user_attrs.get("signature", {}) or {}
+    metric = spec.get("objective", {}).get("metric") or sig.get("metric") or "value"
+    data = StudyData(
+        name=name, metric=metric, direction=study.direction.name.lower(), study=study,
+        trials=trials, reps=store.repetitions(name), knobs=list(knobs.values()), spec=spec,
+        host=study.user_attrs.get("host", {}) or {},
+        baseline=study.user_attrs.get("baseline", {}) or {},
+        noise_floor=store.last_result(name, "noise_floor"),
+        confirmation=store.last_result(name, "confirmation"),
+        drift=store.results(name, "drift"), storage=store.url)
+    for key in _result_keys(store, name):
+        if key.startswith("sweep:"):
+            knob = key.split(":", 1)[1]
+            data.sweeps[knob] = store.last_result(name, key)
+            data.sweep_reps[knob] = store.repetitions(f"{name}.sweep.{knob}")
+    return data

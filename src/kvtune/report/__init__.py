@@ -1,0 +1,9 @@
+"""The study report: one self-contained HTML file (`kvtune report STUDY -o report.html`).
+
+`html` builds the page; `figures` builds its plotly figures."""
+
+from __future__ import annotations
+
+from kvtune.report.html import comparison, render, write
+
+__all__ = ["comparison", "render", "write"]

@@ -1,0 +1,201 @@
+"""The report's figures, as plotly figures (the HTML module embeds them).
+
+Every function returns a `go.Figure` (or None when the study holds nothing to draw), so a
+figure can be tested, shown in a notebook, or written on its own.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from kvtune.analysis import Analysis, Correlation, Curve, Importance, StudyData
+
+BLUE, ORANGE, GREY, GREEN, RED = "#1f77b4", "#ff7f0e", "#9e9e9e", "#2ca02c", "#d62728"
+_LAYOUT: dict[str, Any] = {"template": "plotly_white", "height": 380,
+                           "margin": {"l": 70, "r": 30, "t": 60, "b": 60},
+                           "font": {"size": 13}}
+
+
+def _short(knob: str) -> str:
+    return knob.split(".", 1)[-1]
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def convergence(data: StudyData) -> go.Figure | None:
+    """Every trial's value, the best feasible value so far, and the baseline's 95% CI band."""
+    rows = []
+    for t in data.trials:
+        if t.user_attrs.get("kind") not in ("baseline", "trial") or not t.state.is_finished():
+            continue
+        feasible = all(v <= 0 for v in t.user_attrs.get("violations", [0]))
+        rows.append((t.number, t.value, feasible, t.state.name, t.user_attrs.get("config", {})))
+    done = [r for r in rows if _finite(r[1])]
+    if not done:
+        return None
+    fig = go.Figure()
+    base = next((t for t in data.trials if t.user_attrs.get("kind") == "baseline"
+                 and _finite(t.value)), None)
+    if base is not None:
+        ci = (base.user_attrs.get("eval", {}) or {}).get("ci") or [None, None]
+        if _finite(ci[0]) and _finite(ci[1]):
+            fig.add_hrect(y0=ci[0], y1=ci[1], fillcolor=GREY, opacity=0.18, line_width=0,
+                          annotation_text="baseline 95% CI", annotation_position="top left")
+        fig.add_hline(y=base.value, line={"color": GREY, "dash": "dash"})
+
+    def hover(cfg: dict[str, Any]) -> str:
+        return "<br>".join(f"{_short(k)}={v}" for k, v in cfg.items())
+
+    for feasible, name, color, symbol in ((True, "trial", BLUE, "circle"),
+                                          (False, "infeasible", RED, "x")):
+        pts = [r for r in done if r[2] == feasible]
+        if pts:
+            fig.add_trace(go.Scatter(
+                x=[r[0] for r in pts], y=[r[1] for r in pts], mode="markers", name=name,
+                marker={"color": color, "symbol": symbol, "size": 8},
+                text=[hover(r[4]) for r in pts],
+                hovertemplate="trial %{x}: %{y:.4g}<br>%{text}<extra></extra>"))
+    best_x, best_y = [], []
+    best = math.nan
+    for n, v, feasible, _, _ in sorted(done):
+        if feasible and (math.isnan(best) or data.better(float(v), best)):
+            best = float(v)
+        if not math.isnan(best):
+            best_x.append(n)
+            best_y.append(best)
+    fig.add_trace(go.Scatter(x=best_x, y=best_y, mode="lines", name="best so far",
+                             line={"color": ORANGE, "width": 3, "shape": "hv"}))
+    fig.update_layout(**_LAYOUT, title=f"Convergence: {data.metric} ({data.direction})",
+                      xaxis_title="trial", yaxis_title=data.metric)
+    return fig
+
+
+def importance(imp: Importance) -> go.Figure | None:
+    if not imp.values:
+        return None
+    names = list(imp.values)[::-1]
+    fig = go.Figure(go.Bar(x=[imp.values[k] for k in names], y=names, orientation="h",
+                           marker_color=BLUE, text=[f"{imp.values[k]:.0%}" for k in names],
+                           textposition="auto"))
+    fig.update_layout(**{**_LAYOUT, "height": max(220, 60 + 40 * len(names))},
+                      title=f"Knob importance ({imp.method}, {imp.n_trials} trials)",
+                      xaxis_title="share of importance", xaxis_tickformat=".0%")
+    return fig
+
+
+def sensitivity(curve: Curve, metric: str) -> go.Figure | None:
+    """The objective against one knob: medians of repetitions with bootstrap 95% CIs."""
+    pts = curve.points
+    if not pts:
+        return None
+    lo = [p.median - p.ci_low if _finite(p.ci_low) else 0 for p in pts]
+    hi = [p.ci_high - p.median if _finite(p.ci_high) else 0 for p in pts]
+    base = curve.baseline_value
+    xs: list[Any] = [p.x for p in pts] if curve.numeric else [p.label for p in pts]
+    colors = [ORANGE if (not curve.numeric and str(base) == p.label) else BLUE for p in pts]
+    fig = go.Figure(go.Scatter(
+        x=xs, y=[p.median for p in pts], mode="lines+markers" if curve.numeric else "markers",
+        marker={"size": 10, "color": colors}, line={"color": BLUE},
+        error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo},
+        text=[f"{p.label}: n={p.n_reps} repetitions of {p.n_configs} configuration(s)"
+              for p in pts], name=metric,
+        hovertemplate="%{text}<br>median %{y:.4g}<extra></extra>"))
+    if curve.numeric and _finite(base):
+        fig.add_vline(x=float(base), line={"color": GREY, "dash": "dash"},
+                      annotation_text="default")
+    how = ("one-knob sweep, others at defaults" if curve.source == "sweep"
+           else "over the search, other knobs varying")
+    fig.update_layout(**_LAYOUT, title=f"{metric} against {curve.knob} ({how})",
+                      xaxis_title=curve.knob, yaxis_title=f"{metric} (median, 95% CI)",
+                      showlegend=False)
+    if curve.numeric and curve.log:
+        fig.update_xaxes(type="log")
+    if not curve.numeric:
+        fig.update_xaxes(type="category")
+    return fig
+
+
+def correlations(corrs: list[Correlation], metric: str, top: int = 15) -> go.Figure | None:
+    rows = [c for c in corrs if c.telemetry][:top]
+    if not rows:
+        return None
+    rows = rows[::-1]
+    fig = go.Figure(go.Bar(
+        x=[c.rho for c in rows], y=[c.metric for c in rows], orientation="h",
+        marker_color=[GREEN if c.rho > 0 else RED for c in rows],
+        text=[f"ρ={c.rho:+.2f}" for c in rows], textposition="auto",
+        customdata=[[c.p_value, c.n] for c in rows],
+        hovertemplate="%{y}: ρ=%{x:.3f}, p=%{customdata[0]:.2g}, n=%{customdata[1]}"
+                      "<extra></extra>"))
+    fig.update_layout(**{**_LAYOUT, "height": max(260, 80 + 28 * len(rows)),
+                         "margin": {"l": 230, "r": 30, "t": 60, "b": 60}},
+                      title=f"Telemetry correlated with {metric} (Spearman, per repetition)",
+                      xaxis_title="Spearman ρ", xaxis_range=[-1, 1])
+    return fig
+
+
+def telemetry_scatter(data: StudyData, corrs: list[Correlation], top: int = 3
+                      ) -> go.Figure | None:
+    """The objective against the most correlated telemetry counters, one dot per repetition."""
+    rows = [c for c in corrs if c.telemetry][:top]
+    reps = data.ok_reps()
+    if not rows or not reps:
+        return None
+    fig = make_subplots(rows=1, cols=len(rows), subplot_titles=[c.metric for c in rows],
+                        shared_yaxes=True)
+    kinds = sorted({r["kind"] for r in reps})
+    palette = [BLUE, ORANGE, GREEN, RED, "#9467bd", "#8c564b"]
+    for i, c in enumerate(rows, start=1):
+        for j, kind in enumerate(kinds):
+            pts = [r for r in reps if r["kind"] == kind and _finite(r["metrics"].get(c.metric))]
+            fig.add_trace(go.Scatter(
+                x=[r["metrics"][c.metric] for r in pts], y=[r["value"] for r in pts],
+                mode="markers", name=kind, legendgroup=kind, showlegend=i == 1,
+                marker={"color": palette[j % len(palette)], "size": 7, "opacity": 0.75},
+                hovertemplate=f"{c.metric}=%{{x:.4g}}<br>{data.metric}=%{{y:.4g}}"
+                              "<extra>" + kind + "</extra>"), row=1, col=i)
+    fig.update_layout(**_LAYOUT, title=f"{data.metric} against its strongest telemetry "
+                                       "correlates (one dot per repetition)")
+    fig.update_yaxes(title_text=data.metric, row=1, col=1)
+    return fig
+
+
+def slab_pages(tables: dict[str, list[dict[str, float]]]) -> go.Figure | None:
+    """Pages per slab class, one bar group per configuration (the slab case study's table)."""
+    classes = sorted({int(r["class"]) for rows in tables.values() for r in rows
+                      if r.get("total_pages", 0) > 0})
+    if not classes:
+        return None
+    fig = go.Figure()
+    for (name, rows), color in zip(tables.items(), (GREY, BLUE, ORANGE), strict=False):
+        by = {int(r["class"]): r for r in rows}
+        fig.add_trace(go.Bar(
+            x=[str(c) for c in classes], y=[by.get(c, {}).get("total_pages", 0) for c in classes],
+            name=name, marker_color=color,
+            text=[f"{int(by[c]['chunk_size'])} B chunks" if c in by and "chunk_size" in by[c]
+                  else "" for c in classes],
+            hovertemplate="class %{x}: %{y} pages<br>%{text}<extra>" + name + "</extra>"))
+    fig.update_layout(**_LAYOUT, barmode="group", title="memcached pages per slab class",
+                      xaxis_title="slab class", yaxis_title="total_pages", xaxis_type="category")
+    return fig
+
+
+def all_figures(data: StudyData, a: Analysis,
+                slab_tables: dict[str, list[dict[str, float]]] | None = None
+                ) -> dict[str, go.Figure | None]:
+    """Every figure of the report by id (sensitivity figures as `sensitivity-<knob>`)."""
+    figs: dict[str, go.Figure | None] = {
+        "convergence": convergence(data), "importance": importance(a.importance)}
+    for c in a.curves:
+        figs[f"sensitivity-{c.knob}"] = sensitivity(c, data.metric)
+    figs["correlations"] = correlations(a.correlations, data.metric)
+    figs["telemetry-scatter"] = telemetry_scatter(data, a.correlations)
+    if slab_tables:
+        figs["slab-pages"] = slab_pages(slab_tables)
+    return figs

@@ -1,0 +1,463 @@
+"""One self-contained HTML file per study: works offline (plotly.js is inlined once, no
+CDN, no fonts or images fetched), opens in any browser, and can be mailed or attached to a
+ticket.
+
+Sections: the recommendation and its confirmed improvement with CI; the before/after
+table of every tuned knob and every metric; convergence; importance and optimizable
+zones; sensitivity curves; telemetry correlations; for memcached, pages per slab class and
+server errors; the trials; host facts and the commands to reproduce.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import math
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+import plotly.offline
+import yaml
+
+from kvtune.analysis import Analysis, StudyData, analyse
+from kvtune.report import figures
+from kvtune.spec import _LOWER_IS_BETTER, METRICS
+from kvtune.store import config_key
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#222;
+background:#fafafa}
+main{max-width:1180px;margin:0 auto;padding:24px 32px 64px;background:#fff}
+h1{margin:0 0 4px;font-size:26px}h2{margin-top:40px;border-bottom:2px solid #eee;
+padding-bottom:4px;font-size:20px}h3{font-size:16px;margin:20px 0 6px}
+.sub{color:#666;margin:0 0 16px}
+.verdict{padding:14px 18px;border-radius:6px;margin:18px 0;font-size:17px}
+.good{background:#e8f5e9;border-left:6px solid #2ca02c}
+.none{background:#fff8e1;border-left:6px solid #f9a825}
+table{border-collapse:collapse;margin:8px 0 16px;font-size:13.5px}
+th,td{padding:4px 10px;border-bottom:1px solid #eee;text-align:right;vertical-align:top}
+th{background:#f5f5f5}td:first-child,th:first-child{text-align:left}
+td.cfg{text-align:left;font-family:ui-monospace,monospace;font-size:12px}
+tr.group td{background:#fafafa;font-weight:600;text-align:left;padding-top:10px}
+.better{color:#1b7f1b;font-weight:600}.worse{color:#c62828;font-weight:600}
+.changed{background:#fffde7}
+pre{background:#f6f8fa;padding:10px 12px;overflow-x:auto;font-size:12.5px;border-radius:4px}
+.note{color:#666;font-size:13px}.plot{margin:10px 0 18px;min-height:200px}
+nav a{margin-right:12px;font-size:13.5px}
+.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:0 16px}
+"""
+
+_GROUPS = (
+    ("perf_", "perf stat on the server process"),
+    ("proc_", "the server process (/proc)"),
+    ("server_", "the server process (runner)"),
+    ("sys_", "the host (/proc/stat)"),
+    ("steal", "the host (/proc/stat)"),
+    ("throttle_", "CFS throttling (cgroup with a CPU quota)"),
+    ("cgroup_", "kvtune's cgroup (cpu.stat)"),
+    ("mc_", "memcached stats"),
+    ("redis_", "Redis INFO"),
+)
+
+
+def _e(v: Any) -> str:
+    return html.escape(str(v))
+
+
+def _f(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if v != 0 and abs(v) < 1e-3:
+            return f"{v:.3g}"
+        return f"{v:,.4g}" if abs(v) < 1e5 else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return _e(v)
+
+
+def _pct(v: Any) -> str:
+    return f"{v:+.1%}" if isinstance(v, int | float) and math.isfinite(v) else "–"
+
+
+def _lower_is_better(metric: str) -> bool | None:
+    if metric in _LOWER_IS_BETTER:
+        return True
+    if metric in ("ops_per_sec", "hit_ratio", "mc_hit_ratio", "redis_hit_ratio", "perf_ipc"):
+        return False
+    return None
+
+
+# -- what is compared ----------------------------------------------------------------------
+
+
+def comparison(data: StudyData) -> dict[str, Any]:
+    """The baseline beside the recommendation (or the best candidate): configs, metric
+    medians, the objective's improvement with its CI, and where the numbers come from."""
+    conf = data.confirmation or {}
+    base_trial = next((t for t in data.trials if t.user_attrs.get("kind") == "baseline"
+                       and t.value is not None), None)
+    out: dict[str, Any] = {"status": "none", "base_config": dict(data.baseline),
+                           "base_metrics": {}, "new_config": {}, "new_metrics": {},
+                           "label": "", "comparison": None, "source": ""}
+    if base_trial is not None:
+        out["base_config"] = base_trial.user_attrs.get("config", out["base_config"])
+        out["base_metrics"] = (base_trial.user_attrs.get("eval", {}) or {}).get("metrics", {})
+    rec = conf.get("recommended")
+    cands = conf.get("candidates") or []
+    if rec:
+        out.update(status="recommended", new_config=rec["config"],
+                   new_metrics=rec.get("metrics", {}),
+                   base_metrics=conf.get("baseline", {}).get("metrics", {}),
+                   label=f"recommended ({rec['name']})", comparison=rec["comparison"],
+                   p=rec.get("p_adjusted"), source=f"{conf.get('rounds')} interleaved "
+                   "confirmation rounds (medians)")
+        return out
+    if cands:
+        c = max(cands, key=lambda c: c["comparison"]["improvement"]
+                if c["comparison"]["improvement"] is not None else -1e9)
+        out.update(status="not significant", new_config=c["config"],
+                   new_metrics=c.get("metrics", {}),
+                   base_metrics=conf.get("baseline", {}).get("metrics", {}),
+                   label=f"best candidate ({c['name']}, not significant)",
+                   comparison=c["comparison"], p=c.get("p_adjusted"),
+                   source=f"{conf.get('rounds')} interleaved confirmation rounds (medians)")
+        return out
+    best = None
+    for t in data.search_trials():
+        if t.user_attrs.get("kind") == "trial" and (best is None or data.better(
+                float(t.value or 0), float(best.value or 0))):
+            best = t
+    if best is not None:
+        out.update(status="unconfirmed", new_config=best.user_attrs.get("config", {}),
+                   new_metrics=(best.user_attrs.get("eval", {}) or {}).get("metrics", {}),
+                   label=f"best in search (trial {best.number}, unconfirmed)",
+                   source="search trials (medians of their repetitions)")
+    return out
+
+
+def slab_tables(data: StudyData, cmp: dict[str, Any]) -> dict[str, list[dict[str, float]]]:
+    """Median per slab class over the repetitions of the baseline and of the compared
+    configuration (confirmation repetitions preferred)."""
+    from kvtune.telemetry.memcached import slab_table
+
+    out: dict[str, list[dict[str, float]]] = {}
+    for name, cfg in (("baseline", cmp["base_config"]), (cmp["label"] or "best",
+                                                         cmp["new_config"])):
+        if not cfg:
+            continue
+        key = config_key(cfg)
+        reps = [r for r in data.ok_reps() if r["config_key"] == key]
+        conf = [r for r in reps if r["kind"] == "confirm"]
+        tables = []
+        for r in conf or reps:
+            tel = (r["raw"].get("telemetry") or {}).get("server") or {}
+            t = tel.get("slab_table")
+            if t is None and isinstance(r["raw"].get("server_stats"), dict):
+                t = slab_table(r["raw"]["server_stats"])
+            if t:
+                tables.append(t)
+        if not tables:
+            continue
+        by: dict[int, dict[str, list[float]]] = {}
+        for t in tables:
+            for row in t:
+                d = by.setdefault(int(row["class"]), {})
+                for k, v in row.items():
+                    d.setdefault(k, []).append(float(v))
+        out[name] = [{k: _median(v) for k, v in by[c].items()} for c in sorted(by)]
+    return out
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+# -- sections ------------------------------------------------------------------------------
+
+
+def _verdict(data: StudyData, cmp: dict[str, Any]) -> str:
+    c = cmp.get("comparison")
+    conf = data.confirmation or {}
+    if cmp["status"] == "recommended" and c:
+        return (f'<div class="verdict good"><b>Recommendation:</b> {_e(cmp["label"])} '
+                f"improves <b>{_e(data.metric)}</b> by <b>{_pct(c['improvement'])}</b> "
+                f"(95% CI {_pct(c['ci_low'])} … {_pct(c['ci_high'])}, Holm-adjusted "
+                f"p={cmp.get('p', math.nan):.3g}, {c['n_candidate']} against "
+                f"{c['n_baseline']} interleaved repetitions).</div>")
+    if conf:
+        extra = ""
+        if c:
+            extra = (f" The best candidate measured {_pct(c['improvement'])} (95% CI "
+                     f"{_pct(c['ci_low'])} … {_pct(c['ci_high'])}), which the confirmation "
+                     "does not distinguish from noise.")
+        return (f'<div class="verdict none"><b>No significant improvement</b> over the '
+                f"defaults: {_e(conf.get('verdict', ''))}.{extra} Keep the defaults.</div>")
+    return ('<div class="verdict none"><b>Not confirmed yet.</b> The best trial of the '
+            "search is one noisy estimate; <code>kvtune tune</code> runs the interleaved "
+            "confirmation against the defaults at the end.</div>")
+
+
+def _group_of(metric: str) -> str:
+    for prefix, name in _GROUPS:
+        if metric.startswith(prefix):
+            return name
+    return "load (kvload)"
+
+
+def _before_after(data: StudyData, cmp: dict[str, Any]) -> str:
+    if not cmp["new_config"]:
+        return '<p class="note">No feasible trial finished yet.</p>'
+    bm, nm = cmp["base_metrics"] or {}, cmp["new_metrics"] or {}
+    rows = [f'<table><tr><th></th><th>baseline (defaults)</th><th>{_e(cmp["label"])}</th>'
+            "<th>change</th></tr>", '<tr class="group"><td colspan="4">knobs</td></tr>']
+    for k in sorted(set(cmp["base_config"]) | set(cmp["new_config"])):
+        b, n = cmp["base_config"].get(k), cmp["new_config"].get(k)
+        ch = "changed" if b != n else ""
+        rows.append(f'<tr class="{ch}"><td>{_e(k)}</td><td>{_f(b)}</td><td>{_f(n)}</td>'
+                    f"<td>{ch}</td></tr>")
+    keys = [m for m in (data.metric, *METRICS) if m in bm or m in nm]
+    keys = list(dict.fromkeys(keys))
+    rest = sorted(k for k in set(bm) | set(nm) if k not in keys
+                  and isinstance(bm.get(k, nm.get(k)), int | float | None))
+    groups: dict[str, list[str]] = {"load (kvload)": keys}
+    for k in rest:
+        groups.setdefault(_group_of(k), []).append(k)
+    for g, ms in groups.items():
+        if not ms:
+            continue
+        rows.append(f'<tr class="group"><td colspan="4">metrics: {_e(g)}</td></tr>')
+        for m in ms:
+            b, n = bm.get(m), nm.get(m)
+            change, cls = "", ""
+            if isinstance(b, int | float) and isinstance(n, int | float) and b:
+                r = n / b - 1
+                change = _pct(r)
+                lower = (data.direction == "minimize") if m == data.metric \
+                    else _lower_is_better(m)
+                if lower is not None and abs(r) > 0.005:
+                    cls = "better" if (r < 0) == lower else "worse"
+            if m == data.metric and cmp.get("comparison"):
+                c = cmp["comparison"]
+                change += (f" <span class=note>(gain {_pct(c['improvement'])}, 95% CI "
+                           f"{_pct(c['ci_low'])} … {_pct(c['ci_high'])})</span>")
+            name = f"<b>{_e(m)}</b>" if m == data.metric else _e(m)
+            rows.append(f"<tr><td>{name}</td><td>{_f(b)}</td><td>{_f(n)}</td>"
+                        f'<td class="{cls}">{change}</td></tr>')
+    rows.append("</table>")
+    return (f'<p class="note">Medians from {_e(cmp["source"])}. Green is better, red worse, '
+            "where the direction is known.</p>" + "".join(rows))
+
+
+def _zones(a: Analysis) -> str:
+    if not a.zones:
+        return ""
+    rows = ["<table><tr><th>knob</th><th>importance</th><th>within "
+            f"{a.within:.0%} of the best at</th></tr>"]
+    for z in a.zones:
+        imp = a.importance.values.get(z.knob)
+        rows.append(f"<tr><td>{_e(z.knob)}</td><td>{_f(imp) if imp is None else f'{imp:.0%}'}"
+                    f'</td><td class="cfg">{_e(z.describe())}</td></tr>')
+    rows.append("</table>")
+    return ("<h3>Optimizable zones</h3><p class=note>Values of each important knob at which "
+            f"a trial reached within {a.within:.0%} of the best value found; inside a zone the "
+            "knob can be set for other reasons at little cost, as far as the trials show.</p>"
+            + "".join(rows))
+
+
+def _corr_table(a: Analysis, top: int = 20) -> str:
+    rows = [c for c in a.correlations if c.telemetry][:top]
+    load = [c for c in a.correlations if not c.telemetry][:8]
+    if not rows and not load:
+        return '<p class="note">Too few repetitions for correlations.</p>'
+    out = ["<table><tr><th>counter</th><th>Spearman ρ</th><th>p</th><th>n</th></tr>"]
+    for c in rows:
+        out.append(f"<tr><td>{_e(c.metric)}</td><td>{c.rho:+.2f}</td><td>{c.p_value:.2g}</td>"
+                   f"<td>{c.n}</td></tr>")
+    if load:
+        out.append('<tr class="group"><td colspan="4">the load generator\'s own figures</td>'
+                   "</tr>")
+        for c in load:
+            out.append(f"<tr><td>{_e(c.metric)}</td><td>{c.rho:+.2f}</td>"
+                       f"<td>{c.p_value:.2g}</td><td>{c.n}</td></tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
+def _slabs(data: StudyData, tables: dict[str, list[dict[str, float]]],
+           cmp: dict[str, Any]) -> str:
+    if not tables:
+        return ""
+    names = list(tables)
+    classes = sorted({int(r["class"]) for t in tables.values() for r in t
+                      if r.get("total_pages", 0) > 0 or r.get("number", 0) > 0})
+    head = "".join(f'<th colspan="4">{_e(n)}</th>' for n in names)
+    sub = "".join("<th>pages</th><th>items</th><th>evicted</th><th>out of memory</th>"
+                  for _ in names)
+    out = [f"<table><tr><th>class</th><th>chunk size</th>{head}</tr>"
+           f"<tr><th></th><th></th>{sub}</tr>"]
+    for c in classes:
+        cells = []
+        chunk = None
+        for n in names:
+            r = next((x for x in tables[n] if int(x["class"]) == c), {})
+            chunk = chunk or r.get("chunk_size")
+            cells += [_f(r.get(k)) for k in ("total_pages", "number", "evicted",
+                                             "outofmemory")]
+        out.append(f"<tr><td>{c}</td><td>{_f(chunk)} B</td>"
+                   + "".join(f"<td>{x}</td>" for x in cells) + "</tr>")
+    out.append("</table>")
+    err = ["<table><tr><th>server errors</th>" + "".join(f"<th>{_e(n)}</th>" for n in names)
+           + "</tr>"]
+    ms = (cmp["base_metrics"] or {}, cmp["new_metrics"] or {})
+    for key, what in (("server_errors", "SERVER_ERROR replies seen by kvload"),
+                      ("errors", "all errors seen by kvload"),
+                      ("mc_outofmemory", "out-of-memory (stats items)"),
+                      ("mc_store_no_memory", "store_no_memory"),
+                      ("mc_store_too_large", "store_too_large"),
+                      ("mc_evictions", "evictions"), ("mc_slabs_moved", "slab pages moved")):
+        vals = [ms[i].get(key) if i < len(ms) else None for i in range(len(names))]
+        if all(v is None for v in vals):
+            continue
+        err.append(f"<tr><td>{_e(what)}</td>" + "".join(f"<td>{_f(v)}</td>" for v in vals)
+                   + "</tr>")
+    err.append("</table>")
+    return ("<h2 id=slabs>memcached slab classes</h2><p class=note>Median over the "
+            "repetitions of each configuration, read at the end of each repetition (fresh "
+            "server: preload, warm-up and measured window).</p>" + "".join(out)
+            + "".join(err))
+
+
+def _trials(data: StudyData) -> str:
+    out = ["<table><tr><th>#</th><th>kind</th><th>state</th><th>"
+           f"{_e(data.metric)}</th><th>95% CI</th><th>n</th><th>configuration</th></tr>"]
+    for t in data.trials:
+        ev = t.user_attrs.get("eval", {}) or {}
+        ci = ev.get("ci") or [None, None]
+        state = t.state.name
+        if state == "FAIL":
+            state = f"failed: {t.user_attrs.get('failed', '')}"
+        elif not all(v <= 0 for v in t.user_attrs.get("violations", [0])):
+            state = "infeasible"
+        cfg = ", ".join(f"{k.split('.', 1)[-1]}={_f(v)}" for k, v in
+                        (t.user_attrs.get("config") or t.params).items())
+        cis = f"{_f(ci[0])} … {_f(ci[1])}" if ci[0] is not None else "–"
+        out.append(f"<tr><td>{t.number}</td><td>{_e(t.user_attrs.get('kind', ''))}</td>"
+                   f"<td>{_e(state)}</td><td>{_f(t.value)}</td><td>{cis}</td>"
+                   f"<td>{_f(ev.get('n'))}</td><td class=cfg>{_e(cfg)}</td></tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
+def _reproduce(data: StudyData, cmp: dict[str, Any]) -> str:
+    host = data.host or {}
+    rows = "".join(f"<tr><td>{_e(k)}</td><td class=cfg>{_e(v)}</td></tr>"
+                   for k, v in host.items() if k != "extra")
+    nf = data.noise_floor or {}
+    if nf.get("cov"):
+        rows += ("<tr><td>noise floor (CoV of the baseline)</td><td class=cfg>"
+                 + _e(", ".join(f"{k} {v:.1%}" for k, v in nf["cov"].items()
+                                if isinstance(v, int | float)))
+                 + "</td></tr>")
+    fname = f"{data.name}.yaml"
+    sets = " ".join(f"--set {k}={v}" for k, v in cmp["new_config"].items()
+                    if cmp["base_config"].get(k) != v)
+    cmds = [f"kvtune run {fname} {sets}".strip() + "   # the recommended configuration",
+            f"kvtune run {fname}   # the defaults, to compare",
+            f"kvtune report {data.name} --storage '{data.storage}' -o report.html"]
+    key = config_key(cmp["new_config"]) if cmp["new_config"] else None
+    rep = next((r for r in reversed(data.ok_reps()) if r["config_key"] == key), None)
+    exact = ""
+    if rep:
+        argv = rep["raw"].get("argv")
+        kv = (rep["raw"].get("kvload") or {}).get("argv")
+        if argv:
+            exact += "# the server, as started for this configuration\n" + " ".join(
+                map(str, argv)) + "\n"
+        if kv:
+            exact += "# the load (kvload), as run against it\n" + " ".join(map(str, kv)) + "\n"
+    spec = yaml.safe_dump(data.spec, sort_keys=False) if data.spec else ""
+    return ("<h2 id=reproduce>Host and reproduction</h2><table>" + rows + "</table>"
+            f"<h3>Commands</h3><pre>{_e(chr(10).join(cmds))}</pre>"
+            + (f"<h3>Exact command lines of one repetition</h3><pre>{_e(exact)}</pre>"
+               if exact else "")
+            + (f"<h3>The study file ({_e(fname)})</h3><pre>{_e(spec)}</pre>" if spec else ""))
+
+
+def _plot(fig: go.Figure | None, div_id: str) -> str:
+    if fig is None:
+        return ""
+    body: str = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
+                            config={"displaylogo": False, "responsive": True})
+    return f'<div class="plot">{body}</div>'
+
+
+# -- the page ------------------------------------------------------------------------------
+
+
+def render(data: StudyData, a: Analysis | None = None, within: float = 0.05) -> str:
+    """The whole page as one string."""
+    a = a or analyse(data, within)
+    cmp = comparison(data)
+    target = (data.spec.get("target") or {}).get("kind", "")
+    slabs = slab_tables(data, cmp) if target == "memcached" else {}
+    figs = figures.all_figures(data, a, slabs)
+    n_trials = sum(1 for t in data.trials if t.user_attrs.get("kind") == "trial")
+    n_reps = len(data.reps)
+    when = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    imp_txt = ""
+    if a.importance.values:
+        top = list(a.importance.values.items())[:3]
+        imp_txt = ("<p>" + ", ".join(f"<b>{_e(k)}</b> {v:.0%}" for k, v in top)
+                   + f" of the importance ({_e(a.importance.method)}).</p>")
+    elif a.importance.note:
+        imp_txt = f'<p class="note">Importance: {_e(a.importance.note)}.</p>'
+    sens = "".join(_plot(figs.get(f"sensitivity-{c.knob}"), f"plot-sensitivity-{i}")
+                   for i, c in enumerate(a.curves))
+    parts = [
+        f"<h1>kvtune report: {_e(data.name)}</h1>",
+        f'<p class="sub">{_e(target)} · {_e(data.direction)} <b>{_e(data.metric)}</b> · '
+        f"{n_trials} trials + baseline · {n_reps} repetitions · generated {when}</p>",
+        "<nav><a href=#before-after>before/after</a><a href=#convergence>convergence</a>"
+        "<a href=#importance>importance</a><a href=#sensitivity>sensitivity</a>"
+        "<a href=#telemetry>telemetry</a>" + ("<a href=#slabs>slabs</a>" if slabs else "")
+        + "<a href=#trials>trials</a><a href=#reproduce>reproduce</a></nav>",
+        _verdict(data, cmp),
+        "<h2 id=before-after>Before and after</h2>", _before_after(data, cmp),
+        "<h2 id=convergence>Convergence</h2>", _plot(figs["convergence"], "plot-convergence"),
+        "<h2 id=importance>What mattered</h2>", imp_txt,
+        _plot(figs["importance"], "plot-importance"), _zones(a),
+        "<h2 id=sensitivity>Sensitivity</h2><p class=note>The objective against each knob's "
+        "values: medians of the raw repetitions with bootstrap 95% CIs; the default is "
+        "marked.</p>", f'<div class="grid">{sens}</div>',
+        "<h2 id=telemetry>Why: telemetry</h2><p class=note>Rank correlation of each counter "
+        "with the objective across repetitions — leads to read beside the sensitivity "
+        "curves, not proof of cause.</p>",
+        _plot(figs["correlations"], "plot-correlations"),
+        _plot(figs["telemetry-scatter"], "plot-telemetry-scatter"), _corr_table(a),
+        _slabs(data, slabs, cmp), _plot(figs.get("slab-pages"), "plot-slab-pages"),
+        "<h2 id=trials>Trials</h2>", _trials(data),
+        _reproduce(data, cmp),
+    ]
+    js = plotly.offline.get_plotlyjs()
+    return ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
+            f"<title>kvtune report: {_e(data.name)}</title>"
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<style>{_CSS}</style><script>{js}</script></head><body><main>"
+            + "\n".join(p for p in parts if p) + "</main></body></html>")
+
+
+def write(data: StudyData, path: str | Path, within: float = 0.05,
+          a: Analysis | None = None) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(render(data, a, within), encoding="utf-8")
+    return p
+
+
+__all__ = ["comparison", "render", "slab_tables", "write"]
