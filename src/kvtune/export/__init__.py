@@ -81,12 +81,11 @@ def write(rec: Recommendation, formats: list[str], out_dir: Path) -> list[tuple[
     if unknown:
         raise UserError(f"--format: unknown format {', '.join(unknown)}; known: "
                         f"{', '.join(EXPORTERS)}")
-    from kvtune.knobs.rules import broken_rules
+    from kvtune.knobs.rules import check_rules
 
-    broken = broken_rules(rec.config, rec.ctx)
+    broken = check_rules(rec.config, rec.ctx)
     if broken:
-        raise UserError(f"the configuration of study {rec.study!r} breaks the catalog's rules "
-                        f"({', '.join(broken)}); it is not exported")
+        raise UserError(f"the configuration of study {rec.study!r} is not exported: {broken}")
     out_dir = check_out_dir(out_dir)
     made: list[tuple[str, ExportFile]] = []
     for fmt in formats:
