@@ -173,25 +173,17 @@ def knobs(
     preset: Annotated[str | None, typer.Option(help="only the knobs of a preset")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """The knob catalog with availability on this host, and why not."""
-    from kvtune.host.facts import collect
+    """The knob catalog: each knob's default, current value, range and unit, and whether
+    it is available on this host (and why not). Aliases used in the case studies map to
+    catalog knobs; knobs left out on purpose are listed with the reason."""
     from kvtune.knobs import catalog
-    from kvtune.knobs.appliers.base import HostContext
-    from kvtune.targets.base import parse_version, run_version
 
     if preset and preset not in catalog.PRESETS:
         raise UserError(f"--preset: unknown preset {preset!r}; known: "
                         f"{', '.join(catalog.PRESETS)}")
     if target and target not in ("memcached", "redis", "synthetic"):
         raise UserError(f"--target: unknown target {target!r}; known: memcached, redis, synthetic")
-    ctx = HostContext(collect())
-    import shutil
-
-    for name, binary, flag in (("memcached", "memcached", "-V"), ("redis", "redis-server",
-                                                                  "--version")):
-        b = shutil.which(binary)
-        if b:
-            ctx.versions[name] = parse_version(run_version([b, flag]))
+    ctx = catalog.host_context()
     if target == "synthetic":
         from kvtune.targets.synthetic import SYNTHETIC_KNOBS
 
@@ -199,26 +191,45 @@ def knobs(
     else:
         rows = list(catalog.for_target(target))
     if preset:
-        names = catalog.PRESETS[preset]
-        rows = [k for k in rows if k.name in names]
+        # The preset's own ranges (A-Tune's for memcached-app); every knob of the preset,
+        # so that those unavailable here show why.
+        names = catalog.preset_names(preset, ctx, available_only=False)
+        overrides = catalog.PRESET_DOMAINS[preset]
+        from dataclasses import replace
+
+        rows = [replace(k, domain=overrides.get(k.name, k.domain)) for k in rows
+                if k.name in names]
     data = []
     for k in rows:
         a = k.applier.check(ctx)
         cur = a.current if a.current is not None else k.applier.current(ctx)
-        data.append({**k.as_row(), "available": a.ok, "reason": a.reason, "current": cur})
+        data.append({**k.as_row(), "available": a.ok, "reason": a.reason, "current": cur,
+                     "tags": list(k.tags)})
+    aliases = {a: n for a, n in catalog.ALIASES.items() if not target and not preset}
+    excluded = dict(catalog.EXCLUDED) if not target and not preset else {}
     if as_json:
         print(json.dumps(data, indent=1, default=str))
         return
-    t = Table(title=f"kvtune knob catalog on {ctx.facts.kernel} ({len(data)} knobs)")
-    for c in ("knob", "domain", "default", "current", "restart", "available"):
+    versions = ", ".join(f"{n} {'.'.join(map(str, v))}" for n, v in ctx.versions.items())
+    t = Table(title=f"kvtune knob catalog on {ctx.facts.kernel}"
+                    + (f" ({versions})" if versions else "") + f": {len(data)} knobs, "
+                    f"{sum(d['available'] for d in data)} available")
+    for c in ("knob", "range", "unit", "default", "current", "restart", "available"):
         t.add_column(c)
     for d in data:
         avail = "[green]yes[/]" if d["available"] else f"[red]no[/]: {d['reason']}"
-        t.add_row(d["name"], d["domain"], str(d["default"] if d["default"] is not None
-                                              else "(host)"),
+        if d["tags"]:
+            avail += " [dim](" + ", ".join(d["tags"]) + ")[/]"
+        t.add_row(d["name"], d["domain"], d["unit"], str(d["default"] if d["default"] is not None
+                                                         else "(host)"),
                   str(d["current"] if d["current"] is not None else "-"),
                   "yes" if d["restart"] else "no", avail)
     out.print(t)
+    if aliases:
+        out.print("Aliases (names from the case studies and older tools): " + ", ".join(
+            f"{a} → {n}" for a, n in aliases.items() if a.startswith("kernel.")), highlight=False)
+    for name, why in excluded.items():
+        out.print(f"[dim]left out: {name}: {why}[/]", highlight=False)
 
 
 @app.command()

@@ -501,10 +501,12 @@ def host_context() -> HostContext:
     return ctx
 
 
-def preset_names(name: str, ctx: HostContext | None = None) -> list[str]:
-    """The knobs of a preset; for the host-dependent presets only those available here."""
+def preset_names(name: str, ctx: HostContext | None = None,
+                 available_only: bool = True) -> list[str]:
+    """The knobs of a preset; for the host-dependent presets only those available here
+    (unless `available_only` is false)."""
     names, _, host_dependent = _PRESET_DEFS[name]
-    if not host_dependent:
+    if not host_dependent or not available_only:
         return list(names)
     ctx = ctx or host_context()
     return [n for n in names if CATALOG[n].applier.check(ctx).ok]
