@@ -139,3 +139,104 @@ def test_memcached_version_gate() -> None:
 
 def fake_facts() -> HostFacts:
     return HostFacts("6.12.0", (6, 12), "fake", 2, "v1", "madvise", "eevdf", False)
+
+
+# -- the case studies' names on each kernel layout, and the memcached version traps ---------
+
+CASE_STUDY_NAMES = ("kernel.sched_migration_cost_ns", "kernel.sched_wakeup_granularity_ns",
+                    "kernel.sched_latency_ns", "kernel.sched_min_granularity_ns")
+
+
+@pytest.mark.parametrize(("kernel", "debugfs", "proc", "where", "missing"), [
+    ((5, 10), None, PROC_510, "/proc/sys/kernel/sched_", ()),
+    ((6, 1), SCHED_61, ["sched_autogroup_enabled"], "/sys/kernel/debug/sched/", ()),
+    ((6, 6), SCHED_66, ["sched_autogroup_enabled"], "/sys/kernel/debug/sched/",
+     ("kernel.sched_wakeup_granularity_ns", "kernel.sched_latency_ns",
+      "kernel.sched_min_granularity_ns")),
+])
+def test_case_study_names_resolve_per_kernel(
+        tmp_path: Path, kernel: tuple[int, int], debugfs: list[str] | None, proc: list[str],
+        where: str, missing: tuple[str, ...]) -> None:
+    from kvtune.knobs import catalog
+
+    ctx = fake_host(tmp_path, kernel, debugfs, proc)
+    for name in CASE_STUDY_NAMES:
+        knob = catalog.lookup(name)
+        assert knob is not None and knob.name.startswith("sched.")
+        a = knob.applier.check(ctx)
+        if name in missing:
+            assert not a.ok and ("EEVDF" in a.reason or "base_slice" in a.reason), a.reason
+        else:
+            assert a.ok, (name, a.reason)
+            path = knob.applier.resolve(ctx)  # type: ignore[attr-defined]
+            assert path is not None and path.startswith(where)
+
+
+def test_base_slice_only_on_eevdf(tmp_path: Path) -> None:
+    for kernel, debugfs in (((6, 1), SCHED_61), ((6, 6), SCHED_66)):
+        ctx = fake_host(tmp_path, kernel, debugfs, ["sched_autogroup_enabled"])
+        a = CATALOG["sched.base_slice_ns"].applier.check(ctx)
+        assert a.ok == (kernel >= (6, 6)), a.reason
+
+
+def test_round_trip_on_fake_tree_through_a_journal(tmp_path: Path) -> None:
+    from kvtune.host.journal import Journal
+
+    ctx = fake_host(tmp_path, (6, 1), SCHED_61, ["sched_autogroup_enabled"])
+    knob = CATALOG["sched.wakeup_granularity_ns"]
+    with Journal(tmp_path / "j.json", allowed_roots=(ctx.fs.root,)) as j:
+        knob.applier.apply(5_000_000, ApplyEnv(j, Launch(), ctx))
+        assert knob.applier.current(ctx) == 5_000_000
+    assert knob.applier.current(ctx) == 3_000_000  # restored
+
+
+@pytest.mark.parametrize(("version", "emitted"), [((1, 6, 18), "262144"), ((1, 6, 23), "262144"),
+                                                  ((1, 6, 24), "256"), ((1, 6, 40), "256")])
+def test_slab_chunk_max_unit_by_version(version: tuple[int, ...], emitted: str) -> None:
+    launch = Launch()
+    ctx = HostContext(fake_facts(), versions={"memcached": version})
+    CATALOG["memcached.slab_chunk_max"].applier.apply(256, ApplyEnv(None, launch, ctx))
+    assert launch.memcached_options == {"slab_chunk_max": emitted}
+
+
+def test_worker_logbuf_size_is_never_emitted_before_1_6_40() -> None:
+    from kvtune.errors import UserError
+
+    knob = CATALOG["memcached.worker_logbuf_size"]
+    old = HostContext(fake_facts(), versions={"memcached": (1, 6, 39)})
+    with pytest.raises(UserError, match=r"1\.6\.40"):
+        knob.applier.apply(64, ApplyEnv(None, Launch(), old))
+    launch = Launch()
+    new = HostContext(fake_facts(), versions={"memcached": (1, 6, 40)})
+    knob.applier.apply(64, ApplyEnv(None, launch, new))
+    assert launch.memcached_options == {"worker_logbuf_size": "64"}
+
+
+def test_large_pages_refused_while_thp_never(tmp_path: Path) -> None:
+    from kvtune.errors import UserError
+
+    ctx = fake_host(tmp_path, (6, 12), None, [])
+    (ctx.fs.path("/sys/kernel/mm/transparent_hugepage/enabled")).write_text(
+        "always madvise [never]\n")
+    with pytest.raises(UserError, match="never"):
+        CATALOG["memcached.large_pages"].applier.apply(True, ApplyEnv(None, Launch(), ctx))
+    launch = Launch()
+    CATALOG["memcached.large_pages"].applier.apply(False, ApplyEnv(None, launch, ctx))
+    assert launch.flags == []
+
+
+def test_no_hashexpand_and_temporary_ttl_forms() -> None:
+    launch = Launch()
+    env = ApplyEnv(None, launch, HostContext(fake_facts()))
+    CATALOG["memcached.no_hashexpand"].applier.apply(False, env)  # 1.6 has no `hashexpand`
+    CATALOG["memcached.temporary_ttl"].applier.apply(0, env)  # 0 = no TEMP LRU: left out
+    CATALOG["memcached.modern"].applier.apply(False, env)
+    assert launch.memcached_options == {"no_modern": ""}
+
+
+def test_quota_follows_the_period() -> None:
+    launch = Launch(params={"placement.cpu_period_us": 20_000})
+    CATALOG["placement.cpu_quota_pct"].applier.apply(50, ApplyEnv(None, launch,
+                                                                  HostContext(fake_facts())))
+    assert launch.cgroup_files == {("cpu", "cpu.cfs_period_us"): "20000",
+                                   ("cpu", "cpu.cfs_quota_us"): "10000"}
