@@ -13,6 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from kvtune.cpulist import parse_cpus
 from kvtune.errors import UserError
 from kvtune.knobs import catalog
 from kvtune.knobs.appliers.hostfile import HostFile, Location, Sysctl
@@ -20,6 +21,9 @@ from kvtune.knobs.appliers.memcached import MemcachedFlag, MemcachedOption
 from kvtune.knobs.appliers.redis import RedisDirective
 from kvtune.knobs.domain import Domain
 from kvtune.knobs.knob import Knob
+
+__all__ = ["StudySpec", "load_spec", "parse_cpus", "parse_duration", "parse_spec",
+           "resolve_knobs"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 METRICS = (
@@ -46,26 +50,6 @@ def parse_duration(v: Any) -> float:
     if n <= 0:
         raise ValueError("must be positive")
     return n
-
-
-def parse_cpus(text: str) -> list[int]:
-    """'0', '0-1', '0,2-3' → [0, 1, ...]; raises ValueError."""
-    out: list[int] = []
-    for part in str(text).split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            a, b = part.split("-", 1)
-            lo, hi = int(a), int(b)
-            if lo > hi:
-                raise ValueError(f"CPU range {part!r} runs backwards")
-            out.extend(range(lo, hi + 1))
-        else:
-            out.append(int(part))
-    if not out:
-        raise ValueError("empty CPU list")
-    return sorted(set(out))
 
 
 class _Model(BaseModel):

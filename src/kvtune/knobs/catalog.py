@@ -433,7 +433,7 @@ RULES: list[Rule] = [
 
 
 def _outside(v: Values) -> bool:
-    from kvtune.spec import parse_cpus
+    from kvtune.cpulist import parse_cpus
 
     pin, cpuset = v.config.get("placement.server_cpus"), v.config.get("placement.cpuset")
     if pin is None or cpuset is None:

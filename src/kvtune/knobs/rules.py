@@ -37,7 +37,7 @@ class Values:
 
     def server_cpus(self) -> int:
         """How many CPUs the server may run on: its pinning, else its cpuset, else the host."""
-        from kvtune.spec import parse_cpus
+        from kvtune.cpulist import parse_cpus
 
         for name in ("placement.server_cpus", "placement.cpuset"):
             text = self.config.get(name)

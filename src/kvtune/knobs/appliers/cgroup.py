@@ -41,7 +41,7 @@ def cpu_list_choices(cpus: list[int]) -> tuple[str, ...]:
 
 
 def _parse(text: str) -> list[int]:
-    from kvtune.spec import parse_cpus
+    from kvtune.cpulist import parse_cpus
 
     return parse_cpus(text)
 
