@@ -364,3 +364,11 @@ def test_presets() -> None:
     full = catalog.PRESETS["memcached-full"]
     assert set(app) <= set(full) and any(n.startswith("net.") for n in full)
     assert re.search(r"thp\.|kernel\.", " ".join(full))
+
+
+def test_docs_list_every_knob_and_rule() -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "knobs.md").read_text()
+    for name in catalog.CATALOG:
+        assert f"`{name}`" in text, f"docs/knobs.md misses {name}"
+    for rule in catalog.RULES:
+        assert f"`{rule.name}`" in text, f"docs/knobs.md misses rule {rule.name}"
