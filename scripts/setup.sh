@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 need_pkgs=()
 for pkg in memcached redis-server redis-tools libmemcached-tools linux-perf util-linux procps \
-           iproute2; do
+           iproute2 chromium; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$pkg")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -268,6 +268,66 @@ def export(
         out.print(f"(no knobs for: {', '.join(empty)})")
 
 
+@app.command()
+def report(
+    study: Annotated[str, typer.Argument(help="a study file, or a study name")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="the HTML file to write")]
+    = Path("report.html"),
+    storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the results")] = None,
+    within: Annotated[float, typer.Option(help="optimizable zones: within this fraction of "
+                                          "the best")] = 0.05,
+    importance: Annotated[str, typer.Option(help="ped-anova or fanova (needs scikit-learn)")]
+    = "ped-anova",
+) -> None:
+    """One self-contained HTML report (works offline): the recommendation and its proof,
+    before/after, convergence, importance, sensitivity, telemetry, reproduction."""
+    from kvtune.analysis import analyse, load
+    from kvtune.report import write
+    from kvtune.store import Store
+
+    if importance not in ("ped-anova", "fanova"):
+        raise UserError(f"--importance: {importance!r} is not ped-anova or fanova")
+    if not 0 < within < 1:
+        raise UserError(f"--within: {within} is not a fraction between 0 and 1")
+    name, url = _storage_for(study, storage)
+    data = load(Store(url), name)
+    path = write(data, output, within, analyse(data, within, importance))
+    size = path.stat().st_size / 1e6
+    out.print(f"wrote {path} ({size:.1f} MB, self-contained; open it in any browser)")
+
+
+@app.command()
+def dashboard(
+    study: Annotated[str, typer.Argument(help="a study file, or a study name")],
+    storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the results")] = None,
+    port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8080,
+) -> None:
+    """Live view: optuna-dashboard on the study's storage, bound to 127.0.0.1 only."""
+    from kvtune.store import Store
+
+    try:
+        from optuna_dashboard import run_server
+    except ImportError:
+        raise UserError("optuna-dashboard is not installed: pip install optuna-dashboard "
+                        "(`make setup` installs it)") from None
+    if not 0 < port < 65536:
+        raise UserError(f"--port: {port} is not a TCP port")
+    name, url = _storage_for(study, storage)
+    st = Store(url)
+    try:
+        study_id = st.storage.get_study_id_from_name(name)
+    except KeyError:
+        known = ", ".join(st.study_names()) or "none"
+        raise UserError(f"no study named {name!r} in {url} (studies there: {known})") \
+            from None
+    err.print(f"optuna-dashboard for {name}: http://127.0.0.1:{port}/dashboard/studies/"
+              f"{study_id}  (Ctrl-C stops it)")
+    try:
+        run_server(st.storage, host="127.0.0.1", port=port)
+    except OSError as e:
+        raise UserError(f"cannot serve on 127.0.0.1:{port}: {e.strerror}") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point. Usage errors are typer's (exit 2); kvtune's own errors are printed as
     one message for people, never a stack trace, with their exit code."""

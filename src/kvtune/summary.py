@@ -59,6 +59,7 @@ def collect(store: Store, name: str) -> dict[str, Any]:
         "noise_floor": store.last_result(name, "noise_floor"),
         "drift": drift,
         "confirmation": store.last_result(name, "confirmation"),
+        "analysis": _analysis(store, name),
     }
 
 
@@ -153,3 +154,56 @@ def render(data: dict[str, Any], console: Console) -> None:
             console.print(f"[yellow]Baseline drift after trial {d['after_trial']}: "
                           f"{ch['improvement']:+.1%} (95% CI {ch['ci_low']:+.1%} … "
                           f"{ch['ci_high']:+.1%})[/]")
+    _render_analysis(data.get("analysis"), console)
+
+
+# -- analysis: what mattered and why (the report's summary, for the terminal) ---------------
+
+
+def _analysis(store: Store, name: str, top: int = 8) -> dict[str, Any] | None:
+    """Importance, optimizable zones and the telemetry counters most correlated with the
+    objective (with their baseline and best values), as in `kvtune report`."""
+    from kvtune.analysis import analyse, load
+    from kvtune.report.html import comparison
+
+    try:
+        data = load(store, name)
+        a = analyse(data)
+    except (ValueError, RuntimeError) as e:
+        return {"error": str(e)}
+    cmp = comparison(data)
+    bm, nm = cmp["base_metrics"] or {}, cmp["new_metrics"] or {}
+    tel = [{**c.as_dict(), "baseline": bm.get(c.metric), "best": nm.get(c.metric)}
+           for c in a.correlations if c.telemetry][:top]
+    return {"importance": a.importance.as_dict(), "zones": [z.as_dict() for z in a.zones],
+            "zones_text": {z.knob: z.describe() for z in a.zones}, "within": a.within,
+            "telemetry": tel, "compared": cmp["label"]}
+
+
+def _render_analysis(an: dict[str, Any] | None, console: Console) -> None:
+    if not an:
+        return
+    if an.get("error"):
+        console.print(f"[yellow]analysis unavailable: {an['error']}[/]")
+        return
+    imp = an["importance"]
+    if imp["values"]:
+        t = Table(title=f"What mattered: knob importance ({imp['method']}, "
+                        f"{imp['n_trials']} trials) and optimizable zones")
+        t.add_column("knob")
+        t.add_column("importance")
+        t.add_column(f"within {an['within']:.0%} of the best at")
+        for k, v in imp["values"].items():
+            t.add_row(k, f"{v:.0%}", an["zones_text"].get(k, ""))
+        console.print(t)
+    elif imp.get("note"):
+        console.print(f"Importance: {imp['note']}.")
+    if an["telemetry"]:
+        t = Table(title="Why: telemetry most correlated with the objective (Spearman, per "
+                        "repetition)")
+        for c in ("counter", "ρ", "p", "n", "baseline", an.get("compared") or "best"):
+            t.add_column(c)
+        for c in an["telemetry"]:
+            t.add_row(c["metric"], f"{c['rho']:+.2f}", f"{c['p_value']:.2g}", str(c["n"]),
+                      _f(c["baseline"]), _f(c["best"]))
+        console.print(t)

@@ -73,6 +73,7 @@ def convergence(data: StudyData) -> go.Figure | None:
                              line={"color": ORANGE, "width": 3, "shape": "hv"}))
     fig.update_layout(**_LAYOUT, title=f"Convergence: {data.metric} ({data.direction})",
                       xaxis_title="trial", yaxis_title=data.metric)
+    fig.update_xaxes(tickformat="d", dtick=1 if len(done) <= 20 else None)
     return fig
 
 
@@ -107,11 +108,15 @@ def sensitivity(curve: Curve, metric: str) -> go.Figure | None:
               for p in pts], name=metric,
         hovertemplate="%{text}<br>median %{y:.4g}<extra></extra>"))
     if curve.numeric and _finite(base):
-        fig.add_vline(x=float(base), line={"color": GREY, "dash": "dash"},
-                      annotation_text="default")
+        # Shapes on a log axis take the exponent, not the value.
+        pos = math.log10(float(base)) if curve.log and float(base) > 0 else float(base)
+        if not (curve.log and float(base) <= 0):
+            fig.add_vline(x=pos, line={"color": GREY, "dash": "dash"},
+                          annotation_text="default")
     how = ("one-knob sweep, others at defaults" if curve.source == "sweep"
            else "over the search, other knobs varying")
-    fig.update_layout(**_LAYOUT, title=f"{metric} against {curve.knob} ({how})",
+    fig.update_layout(**_LAYOUT, title=f"{metric} against {_short(curve.knob)}<br>"
+                                       f"<sup>{how}</sup>",
                       xaxis_title=curve.knob, yaxis_title=f"{metric} (median, 95% CI)",
                       showlegend=False)
     if curve.numeric and curve.log:

@@ -196,8 +196,8 @@ def _verdict(data: StudyData, cmp: dict[str, Any]) -> str:
             extra = (f" The best candidate measured {_pct(c['improvement'])} (95% CI "
                      f"{_pct(c['ci_low'])} … {_pct(c['ci_high'])}), which the confirmation "
                      "does not distinguish from noise.")
-        return (f'<div class="verdict none"><b>No significant improvement</b> over the '
-                f"defaults: {_e(conf.get('verdict', ''))}.{extra} Keep the defaults.</div>")
+        return ('<div class="verdict none"><b>No significant improvement</b> over the '
+                f"defaults was confirmed.{extra} Keep the defaults.</div>")
     return ('<div class="verdict none"><b>Not confirmed yet.</b> The best trial of the '
             "search is one noisy estimate; <code>kvtune tune</code> runs the interleaved "
             "confirmation against the defaults at the end.</div>")

@@ -27,7 +27,8 @@ class ProcSnapshot:
 
 
 def process_figures(pid: int, root: Path = Path("/proc")) -> dict[str, float]:
-    """utime/stime (s), minflt/majflt, threads, rss_kb and context switches of PID."""
+    """utime/stime (s), minflt/majflt, threads, rss_kb (all threads: /proc/PID/stat sums
+    them) and context switches of PID summed over its threads."""
     out: dict[str, float] = {}
     tck = os.sysconf("SC_CLK_TCK")
     try:
@@ -43,12 +44,24 @@ def process_figures(pid: int, root: Path = Path("/proc")) -> dict[str, float]:
     try:
         for line in (root / str(pid) / "status").read_text().splitlines():
             key, _, val = line.partition(":")
-            if key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
-                out[key] = float(val.strip())
-            elif key == "VmRSS":
+            if key == "VmRSS":
                 out["rss_kb"] = float(val.split()[0])
     except (OSError, ValueError, IndexError):
         pass
+    # The process's own status counts its main thread's switches only; sum the threads.
+    try:
+        tasks = list((root / str(pid) / "task").iterdir())
+    except OSError:
+        tasks = []
+    for task in tasks:
+        try:
+            text = (task / "status").read_text()
+        except OSError:
+            continue  # a thread that just exited
+        for line in text.splitlines():
+            key, _, val = line.partition(":")
+            if key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
+                out[key] = out.get(key, 0.0) + float(val.strip())
     return out
 
 
