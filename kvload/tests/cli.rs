@@ -31,6 +31,11 @@ fn bad_arguments_exit_2_with_one_line() {
     );
     assert_error(&kvload(&["--rate", "10", "--cpus", "1-0"]), 2, "--cpus");
     assert_error(
+        &kvload(&["--rate", "10", "--cpus", "1000"]),
+        2,
+        "not available",
+    );
+    assert_error(
         &kvload(&["--rate", "10", "--workload", "/nonexistent/w.json"]),
         2,
         "--workload",

@@ -395,6 +395,13 @@ impl Config {
         if let Some(cpu) = self.cpus.iter().find(|&&c| c >= libc::CPU_SETSIZE as usize) {
             return u(format!("--cpus: CPU {cpu} is out of range"));
         }
+        if let Some(allowed) = allowed_cpus()
+            && let Some(cpu) = self.cpus.iter().find(|c| !allowed.contains(c))
+        {
+            return u(format!(
+                "--cpus: CPU {cpu} is not available to this process (allowed: {allowed:?})"
+            ));
+        }
         Ok(())
     }
 }
@@ -441,6 +448,22 @@ fn build_phase(
         popularity,
         mix,
     })
+}
+
+/// The CPUs this process may run on, from sched_getaffinity.
+fn allowed_cpus() -> Option<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data, filled by the kernel.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        Some(
+            (0..libc::CPU_SETSIZE as usize)
+                .filter(|&c| libc::CPU_ISSET(c, &set))
+                .collect(),
+        )
+    }
 }
 
 /// Number of decimal digits of `n` (at least 1).
