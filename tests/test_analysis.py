@@ -1,0 +1,213 @@
+"""Analysis: importance finds the knob that matters, sensitivity curves carry bootstrap CIs
+from the raw repetitions (from a sweep when there is one), correlations rank the counters
+that move with the objective, and zones mark where the best is reachable."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from rich.console import Console
+
+from kvtune.analysis import analyse, correlations, importance, load, sensitivity, zones
+from kvtune.analysis.data import KnobInfo, StudyData
+from kvtune.analysis.sensitivity import curve_from_reps
+from kvtune.study import StudyRun, sweep
+from kvtune.study import load as load_study
+from kvtune.summary import collect, render
+
+STUDY = """\
+study: {name}
+target: {{kind: synthetic, noise_cov: 0.03}}
+knobs: [synthetic.x, synthetic.threads, synthetic.mode, synthetic.flag]
+objective: {{metric: ops_per_sec}}
+budget: {{trials: {trials}}}
+repetitions: 2
+evaluation: {{noise_floor_runs: 4, confirm_top: 1, confirm_rounds: 4, drift_every: 0}}
+sampler: random
+seed: 11
+"""
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[StudyData, Path]:
+    d = tmp_path_factory.mktemp("analysis")
+    p = d / "a.yaml"
+    p.write_text(STUDY.format(name="a", trials=40))
+    run = StudyRun(load_study(p), Console(quiet=True), base_dir=d)
+    run.run()
+    return load(run.store, "a"), p
+
+
+def test_importance_finds_the_knob_with_the_peak(synthetic: tuple[StudyData, Path]) -> None:
+    data, _ = synthetic
+    imp = importance(data)
+    assert imp.method == "ped-anova" and imp.n_trials >= 35
+    assert math.isclose(sum(imp.values.values()), 1.0)
+    # x carries a 30% peak; threads, mode and flag are far smaller effects.
+    assert next(iter(imp.values)) == "synthetic.x", imp.values
+    assert imp.values["synthetic.x"] > 0.4
+
+
+def test_sensitivity_curves_have_cis_from_repetitions(synthetic: tuple[StudyData, Path]
+                                                      ) -> None:
+    data, _ = synthetic
+    curves = {c.knob: c for c in sensitivity(data)}
+    x = curves["synthetic.x"]
+    assert x.numeric and x.source == "search" and 2 <= len(x.points) <= 8
+    assert sum(p.n_reps for p in x.points) == len([r for r in data.ok_reps()
+                                                   if r["kind"] != "sweep"])
+    for p in x.points:
+        if p.n_reps >= 2:
+            assert p.ci_low <= p.median <= p.ci_high
+    # The bin holding 7 beats the bin holding the default 2.
+    near7 = next(p for p in x.points if p.label.split("–")[0] and float(
+        p.label.split("–")[0]) <= 7 <= float(p.label.split("–")[-1]))
+    first = x.points[0]
+    assert near7.median > first.median * 1.1
+    mode = curves["synthetic.mode"]
+    assert [p.label for p in mode.points] == ["a", "b", "c"]
+    assert max(mode.points, key=lambda p: p.median).label == "b"
+    assert mode.baseline_value == "a"
+
+
+def test_correlations_rank_what_moves_with_the_objective(
+        synthetic: tuple[StudyData, Path]) -> None:
+    data, _ = synthetic
+    cs = {c.metric: c for c in correlations(data)}
+    assert data.metric not in cs
+    assert cs["p99_us"].rho < -0.95  # the synthetic surface's latency mirrors throughput
+    assert not cs["p99_us"].telemetry
+    assert "hit_ratio" not in cs  # constant: no correlation to speak of
+
+
+def test_telemetry_correlation_on_hand_made_repetitions() -> None:
+    data = _data([])
+    reps = []
+    for i in range(12):
+        value = 1000.0 + 100 * i
+        reps.append(_rep(value, {"ops_per_sec": value, "perf_context_switches": 5e4 - 3e3 * i
+                                 + (i % 3) * 10, "mc_evictions": 7.0, "proc_cpu_util":
+                                 0.5 + 0.01 * ((i * 7) % 5),
+                                 "server_voluntary_ctxt_switches": 10.0 * i,
+                                 "proc_voluntary_switches": 10.0 * i}))
+    out = correlations(data, reps)
+    names = [c.metric for c in out]
+    assert names[0] in ("perf_context_switches", "proc_voluntary_switches")
+    cs = {c.metric: c for c in out}
+    assert cs["perf_context_switches"].rho == pytest.approx(-1.0)
+    assert cs["perf_context_switches"].telemetry and cs["perf_context_switches"].n == 12
+    assert "mc_evictions" not in cs  # constant
+    assert abs(cs["proc_cpu_util"].rho) < 0.6
+    assert "server_voluntary_ctxt_switches" not in cs  # the same figure as proc_voluntary
+
+
+def test_zones_on_known_trials() -> None:
+    trials = []
+    for i, (x, mode) in enumerate([(1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "a"), (6, "b"),
+                                   (7, "a"), (8, "b"), (9, "a"), (10, "b")]):
+        value = 100.0 - 3 * abs(x - 6.5)  # best 98.5 at 6 and 7
+        if mode == "b":
+            value -= 1
+        trials.append(_trial(i, {"k.x": x, "k.mode": mode}, value))
+    data = _data(trials)
+    zs = {z.knob: z for z in zones(data, within=0.05)}
+    x = zs["k.x"]
+    # within 5% of 98.5 means >= 93.575: x in 5..8 (value 95.5 at 5 and 8; 8 is "b": 94.5)
+    assert x.intervals == [(5.0, 8.0)]
+    assert x.reachable == 4 and x.tried == 10
+    assert zs["k.mode"].categories == ["a", "b"]
+    narrow = {z.knob: z for z in zones(data, within=0.015)}  # >= 97.02: 6 (b) and 7 (a)
+    assert narrow["k.x"].intervals == [(6.0, 7.0)]
+    assert "6…7" in narrow["k.x"].describe()
+    tight = {z.knob: z for z in zones(data, within=0.005)}
+    assert tight["k.x"].intervals == [(7.0, 7.0)]
+    assert tight["k.mode"].categories == ["a"]
+
+
+def test_importance_needs_trials_and_one_knob_is_everything() -> None:
+    few = _data([_trial(i, {"k.x": i, "k.mode": "a"}, float(i)) for i in range(3)])
+    imp = importance(few)
+    assert imp.values == {} and "at least 4" in imp.note
+    one = _data([_trial(i, {"k.x": i}, float(i)) for i in range(6)],
+                knobs=[KnobInfo("k.x", "int")])
+    assert importance(one).values == {"k.x": 1.0}
+
+
+def test_sweep_gives_the_curve_with_others_at_defaults(tmp_path: Path) -> None:
+    p = tmp_path / "w.yaml"
+    p.write_text(STUDY.format(name="w", trials=4))
+    loaded = load_study(p)
+    run = StudyRun(loaded, Console(quiet=True), base_dir=tmp_path)
+    run.run(confirm=False)
+    sweep(loaded, "synthetic.x", ["1", "4", "7", "9"], 3, Console(quiet=True), tmp_path)
+    data = load(run.store, "w")
+    assert "synthetic.x" in data.sweeps
+    curve = next(c for c in sensitivity(data) if c.knob == "synthetic.x")
+    assert curve.source == "sweep"
+    assert [p.x for p in curve.points] == [1.0, 4.0, 7.0, 9.0]
+    assert all(p.n_reps == 3 for p in curve.points)
+    assert max(curve.points, key=lambda p: p.median).x == 7.0
+
+
+def test_show_prints_importance_zones_and_telemetry(synthetic: tuple[StudyData, Path]) -> None:
+    data, _ = synthetic
+    from kvtune.store import Store
+
+    info = collect(Store(data.storage), "a")
+    an = info["analysis"]
+    assert next(iter(an["importance"]["values"])) == "synthetic.x"
+    assert "synthetic.x" in an["zones_text"]
+    console = Console(record=True, width=200)
+    render(info, console)
+    text = console.export_text()
+    assert "What mattered" in text and "synthetic.x" in text
+
+
+def test_analyse_as_dict_is_json(synthetic: tuple[StudyData, Path]) -> None:
+    import json
+
+    data, _ = synthetic
+    d = analyse(data, within=0.1).as_dict()
+    json.dumps(d)
+    assert d["within"] == 0.1 and d["zones"]
+
+
+def test_curve_for_a_log_knob_bins_by_rank() -> None:
+    reps = [_rep(float(v), {}, params={"k.size": v}) for v in
+            (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)]
+    c = curve_from_reps(KnobInfo("k.size", "int", log=True), reps, "search")
+    assert len(c.points) == 8 and c.log
+    assert c.points[0].x < 4 and c.points[-1].x > 1000
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _trial(number: int, params: dict[str, Any], value: float) -> optuna.trial.FrozenTrial:
+    dists: dict[str, optuna.distributions.BaseDistribution] = {}
+    for k, v in params.items():
+        dists[k] = (optuna.distributions.CategoricalDistribution(["a", "b"]) if isinstance(
+            v, str) else optuna.distributions.IntDistribution(0, 10))
+    t = optuna.trial.create_trial(params=params, distributions=dists, value=value,
+                                  user_attrs={"kind": "trial", "config": params})
+    t.number = number
+    return t
+
+
+def _data(trials: list[optuna.trial.FrozenTrial],
+          knobs: list[KnobInfo] | None = None) -> StudyData:
+    study = optuna.create_study(direction="maximize")
+    return StudyData("t", "ops_per_sec", "maximize", study, trials, [],
+                     knobs if knobs is not None else
+                     [KnobInfo("k.x", "int"), KnobInfo("k.mode", "categorical",
+                                                       choices=("a", "b"))])
+
+
+def _rep(value: float, metrics: dict[str, Any], params: dict[str, Any] | None = None
+         ) -> dict[str, Any]:
+    return {"kind": "trial", "status": "ok", "value": value, "metrics": metrics,
+            "params": params or {}, "config_key": str(params), "raw": {}}
