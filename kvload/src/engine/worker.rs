@@ -135,6 +135,7 @@ impl Worker {
             conns,
             dirty: Vec::new(),
             rr: 0,
+            all_full: false,
             max_out,
             tl: self.tl,
             value: self.value,
@@ -160,6 +161,9 @@ struct Loop {
     conns: Vec<Conn>,
     dirty: Vec<usize>,
     rr: usize,
+    /// Every connection was at `max_out` at the last dispatch and no response
+    /// has arrived since: skip without scanning the connections.
+    all_full: bool,
     max_out: usize,
     tl: Timeline,
     value: Arc<Vec<u8>>,
@@ -314,6 +318,12 @@ impl Loop {
         }
         let n = self.conns.len();
         let mut chosen = None;
+        if self.all_full {
+            if measured {
+                self.metrics.counters.skipped += 1;
+            }
+            return;
+        }
         for i in 0..n {
             let c = (self.rr + i) % n;
             if self.conns[c].inflight.len() < self.max_out {
@@ -323,6 +333,7 @@ impl Loop {
         }
         self.rr = if self.rr + 1 == n { 0 } else { self.rr + 1 };
         let Some(c) = chosen else {
+            self.all_full = true;
             if measured {
                 self.metrics.counters.skipped += 1;
             }
@@ -463,6 +474,7 @@ impl Loop {
             };
             conn.rstart += used;
             conn.inflight.pop_front();
+            self.all_full = false;
             let corrected = now.saturating_sub(head.intended);
             let service = now.saturating_sub(head.sent);
             if head.measured {
