@@ -1,0 +1,319 @@
+"""The report of a real short memcached study, rendered in headless Chromium: every plot
+drew, no console errors, no network request beyond the file itself, and a screenshot kept
+as a test artifact (test-artifacts/report.png). Also: telemetry stored with the study's
+repetitions, `kvtune show`, and `kvtune dashboard` on loopback."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from kvtune.analysis import load
+from kvtune.store import Store
+from kvtune.study import StudyRun
+from kvtune.study import load as load_study
+from kvtune.targets.base import free_port
+from kvtune.telemetry.perf import find_perf
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+ARTIFACTS = REPO / "test-artifacts"
+
+STUDY = """\
+study: mc-report
+target: {kind: memcached, cpus: "0", args: ["-m", "64"]}
+load:
+  mode: open
+  rate: 15000
+  connections: 4
+  duration: 1s
+  warmup: 0.5s
+  cpus: "1"
+  workload: {keys: 3000, value_size: "list:100:6,1K:3,8K:1", popularity: "zipf:0.99",
+             mix: "get:9,set:1"}
+knobs:
+  - {name: memcached.threads, range: [1, 4]}
+  - {name: memcached.growth_factor, range: [1.1, 2.0]}
+  - memcached.reqs_per_event
+objective: {metric: p99_us}
+budget: {trials: 3}
+repetitions: 1
+evaluation: {noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 2, drift_every: 0}
+sampler: random
+seed: 5
+"""
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A real short memcached study (3 trials + baseline, 1 s repetitions) on loopback."""
+    kvload = REPO / "kvload" / "target" / "release" / "kvload"
+    if not kvload.exists():
+        pytest.fail(f"{kvload} is missing: run `make kvload` (make test builds it)")
+    if not shutil.which("memcached"):
+        pytest.fail("memcached is not installed: run `make setup`")
+    d = tmp_path_factory.mktemp("report")
+    spec = d / "mc-report.yaml"
+    spec.write_text(STUDY)
+    with pytest.MonkeyPatch.context() as mp:
+        # A private journal, as the per-test fixture gives (this fixture outlives a test).
+        mp.setenv("KVTUNE_JOURNAL", str(d / "journal.json"))
+        mp.setenv("KVLOAD", str(kvload))
+        run = StudyRun(load_study(spec), Console(quiet=True), base_dir=d)
+        run.run()
+    assert not (d / "journal.json").exists()
+    yield run.store.url, d
+
+
+def test_telemetry_is_stored_with_every_repetition(study: tuple[str, Path]) -> None:
+    url, _ = study
+    reps = [r for r in Store(url).repetitions("mc-report") if r["status"] != "failed"]
+    assert len(reps) >= 9
+    for r in reps:
+        m, tel = r["metrics"], r["raw"]["telemetry"]
+        assert m["proc_user_s"] + m["proc_system_s"] > 0
+        assert m["proc_voluntary_switches"] > 0
+        assert m["mc_cmd_get"] > 0 and m["mc_total_pages"] >= 2
+        assert len([c for c in tel["server"]["slab_table"] if c.get("total_pages")]) >= 2
+        if find_perf():
+            assert tel["perf"]["error"] is None, tel["perf"]
+            assert m["perf_context_switches"] > 0 and m["perf_task_clock_ms"] > 0
+            assert ("perf_ipc" in m) == ("cycles" not in tel["perf"]["unsupported"])
+
+
+def test_report_renders_in_chromium(study: tuple[str, Path]) -> None:
+    url, d = study
+    out = d / "report.html"
+    r = subprocess.run([sys.executable, "-m", "kvtune", "report", "mc-report", "--storage", url,
+                        "-o", str(out)], capture_output=True, text=True, cwd=d)
+    assert r.returncode == 0, r.stderr
+    assert "self-contained" in r.stdout
+    page = out.read_text()
+    assert "<script src" not in page and "<link" not in page  # nothing fetched
+    for needle in ("Before and after", "memcached slab classes", "perf_context_switches",
+                   "Exact command lines", "memcached.growth_factor", "Optimizable zones"):
+        assert needle in page, needle
+    png = ARTIFACTS / "report.png"
+    res = render_in_chromium(out, png)
+    assert not res["errors"], res["errors"]
+    assert {u.split(":", 1)[0] for u in res["requests"]} == {"file"}, res["requests"]
+    plots = {p["id"]: p for p in res["plots"]}
+    expected = {"plot-convergence", "plot-importance", "plot-sensitivity-0",
+                "plot-sensitivity-1", "plot-sensitivity-2", "plot-correlations",
+                "plot-telemetry-scatter", "plot-slab-pages"}
+    assert expected <= set(plots), sorted(plots)
+    for p in plots.values():
+        assert p["svg"] and p["traces"] > 0 and p["marks"] > 0 and p["width"] > 300, p
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+
+
+def test_show_summarises_importance_and_telemetry(study: tuple[str, Path]) -> None:
+    url, d = study
+    r = subprocess.run([sys.executable, "-m", "kvtune", "show", "mc-report", "--storage", url,
+                        "--json"], capture_output=True, text=True, cwd=d)
+    assert r.returncode == 0, r.stderr
+    an = json.loads(r.stdout)["analysis"]
+    assert an["importance"]["n_trials"] >= 3
+    assert an["telemetry"] and all("rho" in c for c in an["telemetry"])
+    r = subprocess.run([sys.executable, "-m", "kvtune", "show", "mc-report", "--storage", url],
+                       capture_output=True, text=True, cwd=d)
+    assert r.returncode == 0 and "Why: telemetry" in r.stdout, r.stdout + r.stderr
+
+
+def test_report_of_the_data_loaded_in_process(study: tuple[str, Path]) -> None:
+    from kvtune.report import comparison
+
+    url, _ = study
+    data = load(Store(url), "mc-report")
+    cmp = comparison(data)
+    assert cmp["status"] in ("recommended", "not significant")
+    assert set(cmp["base_config"]) == {"memcached.threads", "memcached.growth_factor",
+                                       "memcached.reqs_per_event"}
+    assert "perf_task_clock_ms" in cmp["base_metrics"] or not find_perf()
+
+
+def test_dashboard_serves_the_study_on_loopback_only(study: tuple[str, Path]) -> None:
+    url, d = study
+    port = free_port()
+    p = subprocess.Popen([sys.executable, "-m", "kvtune", "dashboard", "mc-report", "--storage",
+                          url, "--port", str(port)], cwd=d, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        body = b""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert p.poll() is None, p.stderr.read().decode() if p.stderr else ""
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies",
+                                            timeout=2) as resp:
+                    body = resp.read()
+                break
+            except OSError:
+                time.sleep(0.2)
+        studies = json.loads(body)["study_summaries"]
+        assert "mc-report" in {s["study_name"] for s in studies}
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/dashboard", timeout=5) as resp:
+            assert resp.status == 200
+        assert _listening(port) == {"127.0.0.1"}
+    finally:
+        os.killpg(p.pid, signal.SIGINT)
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def test_dashboard_refuses_an_unknown_study(study: tuple[str, Path]) -> None:
+    url, d = study
+    r = subprocess.run([sys.executable, "-m", "kvtune", "dashboard", "nosuch", "--storage", url,
+                        "--port", str(free_port())], capture_output=True, text=True, cwd=d,
+                       timeout=60)
+    assert r.returncode == 2 and "no study named 'nosuch'" in r.stderr
+
+
+# -- headless Chromium over the DevTools protocol ------------------------------------------
+
+_CHECK_PLOTS = """
+JSON.stringify(Array.from(document.querySelectorAll('.js-plotly-plot')).map(p => ({
+  id: p.id,
+  svg: !!p.querySelector('svg.main-svg'),
+  traces: (p.data || []).length,
+  marks: p.querySelectorAll('.scatterlayer .point, .scatterlayer path.js-line, '
+                            + '.barlayer .point, .errorbar').length,
+  width: p.getBoundingClientRect().width,
+})))
+"""
+
+
+def _listening(port: int) -> set[str]:
+    """Local addresses with a TCP socket listening on `port` (from /proc/net/tcp{,6})."""
+    out = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/net/{name}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            addr, p = f[1].split(":")
+            if f[3] == "0A" and int(p, 16) == port:  # 0A = LISTEN
+                if len(addr) == 8:
+                    out.add(".".join(str(int(addr[i:i + 2], 16)) for i in (6, 4, 2, 0)))
+                else:
+                    out.add(addr)
+    return out
+
+
+class _DevTools:
+    def __init__(self, ws_url: str) -> None:
+        import websocket
+
+        self.ws = websocket.create_connection(ws_url, timeout=60, suppress_origin=True)
+        self.next_id = 0
+        self.events: list[dict[str, Any]] = []
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        self.next_id += 1
+        self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == self.next_id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                result: dict[str, Any] = msg.get("result", {})
+                return result
+            self.events.append(msg)
+
+    def wait_for(self, event: str, timeout: float = 60) -> None:
+        if any(e.get("method") == event for e in self.events):
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = json.loads(self.ws.recv())
+            self.events.append(msg)
+            if msg.get("method") == event:
+                return
+        raise TimeoutError(event)
+
+
+def render_in_chromium(html_file: Path, png: Path, width: int = 1280) -> dict[str, Any]:
+    """Open the file in headless Chromium, wait for it to load, and return the plots found,
+    console errors, network requests and page height; the full page goes to `png`."""
+    chromium = shutil.which("chromium")
+    if not chromium:
+        pytest.fail("chromium is not installed: run `make setup`")
+    with tempfile.TemporaryDirectory(prefix="kvtune-chromium-") as profile:
+        argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--disable-extensions",
+                "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
+                f"--user-data-dir={profile}", f"--window-size={width},900", "about:blank"]
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        try:
+            port_file = Path(profile) / "DevToolsActivePort"
+            deadline = time.monotonic() + 60
+            while not (port_file.exists() and port_file.read_text().strip()):
+                if proc.poll() is not None:
+                    err = proc.stderr.read().decode() if proc.stderr else ""
+                    pytest.fail(f"chromium exited: {err[-2000:]}")
+                if time.monotonic() > deadline:
+                    pytest.fail("chromium did not open its DevTools port within 60 s")
+                time.sleep(0.1)
+            port = int(port_file.read_text().split()[0])
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
+                target = next(t for t in json.load(r) if t["type"] == "page")
+            dt = _DevTools(target["webSocketDebuggerUrl"])
+            for domain in ("Runtime", "Log", "Page", "Network"):
+                dt.call(f"{domain}.enable")
+            dt.call("Emulation.setDeviceMetricsOverride", width=width, height=900,
+                    deviceScaleFactor=1, mobile=False)
+            dt.call("Page.navigate", url=html_file.resolve().as_uri())
+            dt.wait_for("Page.loadEventFired")
+            time.sleep(1.0)  # plotly draws on load; let the last frame land
+            res = dt.call("Runtime.evaluate", expression=_CHECK_PLOTS, returnByValue=True)
+            plots = json.loads(res["result"]["value"])
+            height = int(dt.call("Page.getLayoutMetrics")["cssContentSize"]["height"])
+            shot = dt.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
+                           clip={"x": 0, "y": 0, "width": width, "height": height,
+                                 "scale": 1})
+            png.parent.mkdir(parents=True, exist_ok=True)
+            png.write_bytes(base64.b64decode(shot["data"]))
+            dt.ws.close()
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    errors, requests = [], []
+    for e in dt.events:
+        m, p = e.get("method"), e.get("params", {})
+        if m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+            errors.append(" ".join(str(a.get("value", a.get("description")))
+                                   for a in p.get("args", [])))
+        elif m == "Runtime.exceptionThrown":
+            det = p["exceptionDetails"]
+            errors.append(f"{det.get('text', '')} {det.get('exception', {}).get('description')}")
+        elif m == "Log.entryAdded" and p["entry"]["level"] == "error":
+            errors.append(p["entry"]["text"])
+        elif m == "Network.requestWillBeSent":
+            requests.append(p["request"]["url"])
+    return {"plots": plots, "errors": errors, "requests": requests, "height": height}
