@@ -115,6 +115,6 @@ def load(store: Store, name: str) -> StudyData:
     for key in _result_keys(store, name):
         if key.startswith("sweep:"):
             knob = key.split(":", 1)[1]
-            data.sweeps[knob] = store.last_result(name, key)
+            data.sweeps[knob] = store.last_result(name, key) or {}
             data.sweep_reps[knob] = store.repetitions(f"{name}.sweep.{knob}")
     return data

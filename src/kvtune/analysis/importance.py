@@ -49,7 +49,8 @@ def importance(data: StudyData, method: str = "ped-anova", seed: int = 0) -> Imp
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        study = optuna.create_study(direction=data.direction)
+        study = optuna.create_study(
+            direction="maximize" if data.maximize else "minimize")
     finally:
         optuna.logging.set_verbosity(verbosity)
     study.add_trials([t for t in trials if set(t.distributions) == set(names)])

@@ -64,7 +64,7 @@ def convergence(data: StudyData) -> go.Figure | None:
     best_x, best_y = [], []
     best = math.nan
     for n, v, feasible, _, _ in sorted(done):
-        if feasible and (math.isnan(best) or data.better(float(v), best)):
+        if feasible and v is not None and (math.isnan(best) or data.better(float(v), best)):
             best = float(v)
         if not math.isnan(best):
             best_x.append(n)
