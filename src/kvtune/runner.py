@@ -51,8 +51,9 @@ class Session:
         self.facts = hostfacts.collect()
         self.target: Target | SyntheticTarget = make_target(spec.target)
         self.ctx = HostContext(self.facts)
-        if spec.target.kind != "synthetic":
+        if isinstance(self.target, Target):
             self.ctx.versions[spec.target.kind] = self.target.version()
+            self.ctx.binaries[spec.target.kind] = self.target.binary
         self.cgroup: ServerCgroup | None = None
         self.kvload_bin: str | None = None
         self.rng = np.random.default_rng(spec.seed)

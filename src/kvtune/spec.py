@@ -268,9 +268,21 @@ class StudySpec(_Model):
     budget: BudgetSpec = Field(default_factory=lambda: BudgetSpec(trials=20))
     repetitions: int = Field(default=3, ge=1, le=100)
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
-    sampler: Literal["tpe", "random", "grid", "gp"] = "tpe"
+    relax_rules: list[str] = Field(default_factory=list)
+    sampler: Literal["tpe", "random", "grid"] = "tpe"
     seed: int = 0
     storage: str | None = None
+
+    @field_validator("relax_rules")
+    @classmethod
+    def _relax(cls, v: list[str]) -> list[str]:
+        from kvtune.knobs.catalog import RULES
+
+        names = {r.name for r in RULES}
+        for name in v:
+            if name not in names:
+                raise ValueError(f"unknown rule {name!r}; known: {', '.join(sorted(names))}")
+        return v
 
     @field_validator("constraints")
     @classmethod
@@ -409,6 +421,13 @@ def resolve_knobs(spec: StudySpec, lines: dict[tuple[Any, ...], int] | None = No
         except ValueError as e:
             problems.append(f"{where}: {e}")
             continue
+        if idx < 0 and spec.preset:
+            # A preset carries its own ranges (the A-Tune study's, for memcached-app).
+            import dataclasses
+
+            preset_domain = catalog.PRESET_DOMAINS.get(spec.preset, {}).get(ks.name)
+            if preset_domain is not None:
+                knob = dataclasses.replace(knob, domain=preset_domain)
         if spec.target.kind != "synthetic" and knob.target not in (None, spec.target.kind):
             if idx < 0:
                 continue  # presets span targets; keep what fits

@@ -417,7 +417,7 @@ def _cross_knob_violation(config: Config, session: Session) -> str | None:
     """Rules between knobs, checked before a trial runs (never discovered as failures)."""
     from kvtune.knobs.rules import check_rules
 
-    return check_rules(config, session.ctx)
+    return check_rules(config, session.ctx, relax=session.spec.relax_rules)
 
 
 def _jsonable(obj: Any) -> Any:

@@ -23,6 +23,7 @@ class ServerCgroup:
         self.mode = mode
         self.name = f"kvtune-{os.getpid()}"
         self.dirs: dict[str, Path] = {}
+        self._v2_period = "100000"
         if mode in ("v1", "hybrid"):
             for c in sorted(controllers):
                 root = self.fs.path(f"/sys/fs/cgroup/{c}")
@@ -55,9 +56,10 @@ class ServerCgroup:
             self.journal.write(d / filename, value)
             return
         if filename == "cpu.cfs_period_us":
-            return  # folded into cpu.max below
+            self._v2_period = value  # folded into cpu.max with the quota
+            return
         if filename == "cpu.cfs_quota_us":
-            period = "100000"
+            period = self._v2_period
             name, value = "cpu.max", ("max" if value == "-1" else value) + " " + period
             self.journal.write(d / name, value)
             return

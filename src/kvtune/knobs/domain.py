@@ -161,7 +161,7 @@ class Domain:
         `points` values spread evenly (geometrically for a log domain); specials first."""
         out: list[Value] = list(self.special)
         if self.type == "bool":
-            return out + [False, True]
+            return [*out, False, True]
         if self.type == "categorical":
             return out + list(self.choices)
         assert self.low is not None and self.high is not None
@@ -182,7 +182,7 @@ class Domain:
                 x = lo + round((x - lo) / self.step) * self.step
             vals.append(x)
         if self.type == "int":
-            ints = sorted({int(round(x)) for x in vals})
+            ints = sorted({round(x) for x in vals})
             return out + [v for v in ints if self.contains(v)]
         return out + sorted(set(vals))
 
