@@ -317,3 +317,24 @@ def render_in_chromium(html_file: Path, png: Path, width: int = 1280) -> dict[st
         elif m == "Network.requestWillBeSent":
             requests.append(p["request"]["url"])
     return {"plots": plots, "errors": errors, "requests": requests, "height": height}
+
+
+def test_report_of_an_unconfirmed_synthetic_study(tmp_path: Path) -> None:
+    """Without confirmation the report says so, and still shows the search's best; no
+    memcached section for another target."""
+    from kvtune.report import render
+
+    spec = tmp_path / "syn.yaml"
+    spec.write_text("study: syn\ntarget: {kind: synthetic, noise_cov: 0.05}\n"
+                    "knobs: [synthetic.x, synthetic.mode]\nobjective: {metric: ops_per_sec}\n"
+                    "budget: {trials: 8}\nrepetitions: 2\nsampler: random\nseed: 2\n"
+                    "evaluation: {noise_floor_runs: 3, drift_every: 0}\n")
+    run = StudyRun(load_study(spec), Console(quiet=True), base_dir=tmp_path)
+    run.run(confirm=False)
+    page = render(load(run.store, "syn"))
+    assert "Not confirmed yet" in page and "best in search (trial" in page
+    assert "memcached slab classes" not in page
+    # convergence, importance and two curves; the synthetic target has no telemetry, so
+    # no telemetry plots (its load metrics are in the table only)
+    assert page.count('class="plotly-graph-div"') == 4
+    assert "the load generator&#x27;s own figures" in page or "own figures" in page
