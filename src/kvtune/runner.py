@@ -70,9 +70,6 @@ class Session:
             a = k.applier.check(self.ctx)
             if not a.ok:
                 problems.append(f"knob {k.name} ({k.applier.where()}): unavailable: {a.reason}")
-            elif k.default is not None and not k.domain.contains(k.default):
-                problems.append(f"knob {k.name}: default {k.default!r} is outside "
-                                f"{k.domain.describe()}")
         if self.spec.target.kind != "synthetic":
             ncpu = os.cpu_count() or 1
             for label, cpus in (("target.cpus", self.spec.target.cpus),
@@ -109,8 +106,19 @@ class Session:
             if isinstance(v, int) and k.domain.type == "bool":
                 v = bool(v)
             if not k.domain.contains(v):
-                raise UserError(f"knob {k.name}: the host's current value {v!r} is outside "
-                                f"{k.domain.describe()}; widen the range in the study file")
+                # The baseline stays measurable when a study narrows a knob's range past
+                # its default (a preset's ranges, or the host's current value): the default
+                # becomes a special value of the domain, searched beside the range.
+                from dataclasses import replace
+
+                d = k.domain
+                d = replace(d, choices=(*d.choices, v)) if d.type == "categorical" else \
+                    replace(d, special=(*d.special, v))
+                if not d.contains(v):
+                    raise UserError(f"knob {k.name}: the baseline value {v!r} does not fit "
+                                    f"{k.domain.describe()}")
+                k = replace(k, domain=d)
+                self.knobs = [k if x.name == k.name else x for x in self.knobs]
             self.baseline[k.name] = v
 
     def knobs_needing_host(self) -> list[Knob]:
