@@ -132,6 +132,10 @@ pub struct Cli {
     #[arg(long, value_name = "N")]
     pub spin_us: Option<u64>,
 
+    /// Run the engine threads under SCHED_FIFO (priority 1) so that other processes on the client CPUs cannot delay sends by a scheduler slice (needs root or CAP_SYS_NICE)
+    #[arg(long)]
+    pub realtime: bool,
+
     /// Largest item the server accepts, in bytes (memcached -I); larger fixed sizes are rejected, ETC tails are clamped [default: 1M for memcached, 512M for Redis]
     #[arg(long, value_name = "SIZE")]
     pub max_item_size: Option<String>,

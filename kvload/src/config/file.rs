@@ -59,6 +59,7 @@ pub struct WorkloadFile {
     pub preload: Option<bool>,
     pub timeout: Option<Scalar>,
     pub spin_us: Option<u64>,
+    pub realtime: Option<bool>,
     pub max_item_size: Option<Scalar>,
     pub phases: Option<Vec<PhaseFile>>,
 }

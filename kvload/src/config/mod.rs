@@ -72,6 +72,7 @@ pub struct Config {
     pub preload: bool,
     pub timeout_ns: u64,
     pub spin_ns: u64,
+    pub realtime: bool,
     pub max_item_size: usize,
     /// Always at least one; phase 0 also drives the warm-up and the preload.
     pub phases: Vec<Phase>,
@@ -245,6 +246,7 @@ impl Config {
             preload,
             timeout_ns,
             spin_ns,
+            realtime: overrides.realtime || file.realtime.unwrap_or(false),
             max_item_size,
             phases,
             explicit_phases,

@@ -190,6 +190,16 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Switches the calling thread to SCHED_FIFO at priority 1.
+pub fn set_realtime() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: valid sched_param; 0 is the calling thread.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The calling thread's user and system CPU time in nanoseconds.
 pub fn thread_cpu_ns() -> (u64, u64) {
     // SAFETY: `ru` is a valid, writable rusage.

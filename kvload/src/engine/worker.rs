@@ -12,7 +12,9 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
 use super::conn::{Conn, InFlight, ReadStatus, StdStream};
-use super::sys::{Clock, Timer, now_ns, pin_to_cpu, set_min_timer_slack, thread_cpu_ns};
+use super::sys::{
+    Clock, Timer, now_ns, pin_to_cpu, set_min_timer_slack, set_realtime, thread_cpu_ns,
+};
 use crate::Error;
 use crate::config::{Config, Mode};
 use crate::metrics::Metrics;
@@ -102,6 +104,13 @@ impl Worker {
         }
         set_min_timer_slack();
         let cfg = self.cfg.clone();
+        if cfg.realtime {
+            set_realtime().map_err(|e| {
+                Error::usage(format!(
+                    "--realtime: cannot switch to SCHED_FIFO: {e} (needs root or CAP_SYS_NICE)"
+                ))
+            })?;
+        }
         let io_err = |e: io::Error| Error::runtime(format!("event loop setup failed: {e}"));
         let poll = Poll::new().map_err(io_err)?;
         let max_out = match cfg.mode {
@@ -233,21 +242,28 @@ impl Loop {
             }
             // The next moment something must happen without a socket event.
             let mut deadline = next_housekeeping.min(drain_end);
-            if open && self.schedule.peek() < self.tl.window_end {
-                deadline = deadline.min(self.schedule.peek());
-            }
             if cpu_start.is_none() {
                 deadline = deadline.min(self.tl.window_start);
             }
             if cpu_end.is_none() {
                 deadline = deadline.min(self.tl.window_end);
             }
+            // With --spin-us, the wait for an arrival ends `spin` early on the
+            // timer and the rest is busy-polled, hiding the wake-up latency.
+            let mut wake = deadline;
+            let mut spin_until = 0;
+            if open && self.schedule.peek() < self.tl.window_end && self.schedule.peek() < deadline
+            {
+                deadline = self.schedule.peek();
+                wake = deadline.saturating_sub(spin);
+                spin_until = deadline;
+            }
             let now = self.clock.now();
-            let timeout = if deadline <= now || (spin > 0 && deadline - now <= spin) {
+            let timeout = if deadline <= now || (spin > 0 && now >= wake && now < spin_until) {
                 Some(Duration::ZERO)
             } else {
                 self.timer
-                    .arm_at(deadline)
+                    .arm_at(wake)
                     .map_err(|e| Error::runtime(format!("timerfd: {e}")))?;
                 None
             };
@@ -495,7 +511,7 @@ impl Loop {
                 "malformed response from {}: {} unexpected bytes with no request outstanding: {}",
                 self.cfg.server,
                 conn.rend - conn.rstart,
-                protocol_show(&conn.rbuf[conn.rstart..conn.rend])
+                protocol::show(&conn.rbuf[conn.rstart..conn.rend])
             )));
         }
         Ok(())
@@ -518,9 +534,4 @@ impl Loop {
             }
         }
     }
-}
-
-fn protocol_show(b: &[u8]) -> String {
-    let b = &b[..b.len().min(60)];
-    format!("{:?}", String::from_utf8_lossy(b))
 }

@@ -48,6 +48,7 @@ pub fn config_echo(cfg: &Config) -> Value {
         "preload": cfg.preload,
         "timeout_s": cfg.timeout_ns as f64 / 1e9,
         "spin_us": cfg.spin_ns / 1000,
+        "realtime": cfg.realtime,
         "max_item_size": cfg.max_item_size,
         "workload_file": cfg.workload_file.as_ref().map(|p| p.display().to_string()),
         "phases": phases,

@@ -133,7 +133,7 @@ pub(crate) fn parse_uint(s: &[u8]) -> Option<usize> {
 }
 
 /// A short printable rendering of bytes for error messages.
-pub(crate) fn show(b: &[u8]) -> String {
+pub fn show(b: &[u8]) -> String {
     let b = &b[..b.len().min(60)];
     format!("{:?}", String::from_utf8_lossy(b))
 }
