@@ -86,7 +86,7 @@ fn main() {
             kvload::config::Verb::Get
         };
         m.record_lag(sec, lag);
-        m.record_response(verb, corrected, service, &ok);
+        m.record_response(verb, corrected, Some(service), &ok);
         m.record_second(sec, corrected, false);
     }
     black_box(&m);

@@ -114,6 +114,9 @@ pub fn run(cfg: Config) -> Result<RunResult, Error> {
                 .map(|&(i, s)| (t, i as i64 - ws, s as i64 - ws)),
         );
     }
+    if cfg.mode == crate::config::Mode::Closed {
+        metrics.service_from_corrected();
+    }
     Ok(RunResult {
         metrics,
         user_ns,

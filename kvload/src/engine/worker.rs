@@ -462,6 +462,7 @@ impl Loop {
     fn parse_responses(&mut self, c: usize, now: u64) -> Result<(), Error> {
         let proto = self.cfg.protocol;
         let timeout = self.cfg.timeout_ns;
+        let open = self.cfg.mode == Mode::Open;
         let in_window = self.tl.in_window(now);
         let sec = if in_window { self.tl.second(now) } else { 0 };
         loop {
@@ -494,8 +495,9 @@ impl Loop {
             let corrected = now.saturating_sub(head.intended);
             let service = now.saturating_sub(head.sent);
             if head.measured {
+                let svc = if open { Some(service) } else { None };
                 self.metrics
-                    .record_response(head.verb, corrected, service, &outcome);
+                    .record_response(head.verb, corrected, svc, &outcome);
                 if !head.timed_out && service > timeout {
                     self.metrics.counters.timeouts += 1;
                 }

@@ -138,12 +138,21 @@ impl Metrics {
         }
     }
 
-    /// Records one completed window request.
+    /// Records one completed window request. `service` is `None` in closed
+    /// mode, where it equals `corrected` and is filled in by [`Metrics::service_from_corrected`].
     #[inline]
-    pub fn record_response(&mut self, verb: Verb, corrected: u64, service: u64, outcome: &Outcome) {
+    pub fn record_response(
+        &mut self,
+        verb: Verb,
+        corrected: u64,
+        service: Option<u64>,
+        outcome: &Outcome,
+    ) {
         let v = verb.index();
         self.corrected[v].saturating_record(corrected);
-        self.service[v].saturating_record(service);
+        if let Some(service) = service {
+            self.service[v].saturating_record(service);
+        }
         let c = &mut self.counters;
         c.completed += 1;
         if verb.is_read() {
@@ -199,6 +208,12 @@ impl Metrics {
             a.lag_sum_ns += b.lag_sum_ns;
             a.lag_count += b.lag_count;
         }
+    }
+
+    /// Closed mode: service time is the corrected latency (the intended send
+    /// time is the send time), recorded once per request on the hot path.
+    pub fn service_from_corrected(&mut self) {
+        self.service = self.corrected.clone();
     }
 
     /// Corrected latency over all verbs.
@@ -291,7 +306,12 @@ mod tests {
             } else {
                 (&mut b, &ok)
             };
-            m.record_response(if i % 2 == 0 { Verb::Get } else { Verb::Set }, v, v / 2, o);
+            m.record_response(
+                if i % 2 == 0 { Verb::Get } else { Verb::Set },
+                v,
+                Some(v / 2),
+                o,
+            );
             m.record_second((i % 3) as usize, v, o.error.is_some());
             all.record(v).unwrap();
         }

@@ -1,6 +1,6 @@
 //! Redis RESP2: `GET`, `MGET`, `SET`, `DEL`.
 
-use super::{ErrorKind, Outcome, ParseResult, ProtocolError, line_at, put_uint, show};
+use super::{ErrorKind, Outcome, ParseResult, ProtocolError, line_at, parse_uint, put_uint, show};
 use crate::config::Verb;
 use crate::workload::{KeyFormat, Request};
 
@@ -56,7 +56,10 @@ fn classify(line: &[u8]) -> ErrorKind {
 }
 
 fn signed(s: &[u8]) -> Option<i64> {
-    std::str::from_utf8(s).ok()?.parse().ok()
+    match s.strip_prefix(b"-") {
+        Some(rest) => parse_uint(rest).map(|n| -(n as i64)),
+        None => parse_uint(s).map(|n| n as i64),
+    }
 }
 
 /// One bulk string at `pos`: `Some((end, hit))`.
