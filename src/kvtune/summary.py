@@ -169,9 +169,10 @@ def _analysis(store: Store, name: str, top: int = 8) -> dict[str, Any] | None:
     try:
         data = load(store, name)
         a = analyse(data)
-    except (ValueError, RuntimeError) as e:
-        return {"error": str(e)}
-    cmp = comparison(data)
+        cmp = comparison(data)
+    except (ValueError, RuntimeError, KeyError, TypeError) as e:
+        # The analysis adds to `show`; a study it cannot read must not hide the rest.
+        return {"error": f"{type(e).__name__}: {e}"}
     bm, nm = cmp["base_metrics"] or {}, cmp["new_metrics"] or {}
     tel = [{**c.as_dict(), "baseline": bm.get(c.metric), "best": nm.get(c.metric)}
            for c in a.correlations if c.telemetry][:top]

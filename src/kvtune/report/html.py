@@ -112,18 +112,22 @@ def comparison(data: StudyData) -> dict[str, Any]:
         out.update(status="recommended", new_config=rec["config"],
                    new_metrics=rec.get("metrics", {}),
                    base_metrics=conf.get("baseline", {}).get("metrics", {}),
-                   label=f"recommended ({rec['name']})", comparison=rec["comparison"],
+                   label=f"recommended ({rec.get('name', 'best')})",
+                   comparison=rec.get("comparison"),
                    p=rec.get("p_adjusted"), source=f"{conf.get('rounds')} interleaved "
                    "confirmation rounds (medians)")
         return out
     if cands:
-        c = max(cands, key=lambda c: c["comparison"]["improvement"]
-                if c["comparison"]["improvement"] is not None else -1e9)
-        out.update(status="not significant", new_config=c["config"],
+        def gain(c: dict[str, Any]) -> float:
+            g = (c.get("comparison") or {}).get("improvement")
+            return float(g) if isinstance(g, int | float) else -1e9
+
+        c = max(cands, key=gain)
+        out.update(status="not significant", new_config=c.get("config", {}),
                    new_metrics=c.get("metrics", {}),
                    base_metrics=conf.get("baseline", {}).get("metrics", {}),
-                   label=f"best candidate ({c['name']}, not significant)",
-                   comparison=c["comparison"], p=c.get("p_adjusted"),
+                   label=f"best candidate ({c.get('name', '?')}, not significant)",
+                   comparison=c.get("comparison"), p=c.get("p_adjusted"),
                    source=f"{conf.get('rounds')} interleaved confirmation rounds (medians)")
         return out
     best = None
@@ -184,6 +188,9 @@ def _median(xs: list[float]) -> float:
 def _verdict(data: StudyData, cmp: dict[str, Any]) -> str:
     c = cmp.get("comparison")
     conf = data.confirmation or {}
+    if cmp["status"] == "recommended" and not c:
+        return (f'<div class="verdict good"><b>Recommendation:</b> {_e(cmp["label"])}: '
+                f"{_e(conf.get('verdict', ''))}</div>")
     if cmp["status"] == "recommended" and c:
         return (f'<div class="verdict good"><b>Recommendation:</b> {_e(cmp["label"])} '
                 f"improves <b>{_e(data.metric)}</b> by <b>{_pct(c['improvement'])}</b> "
