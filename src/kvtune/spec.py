@@ -406,7 +406,7 @@ def resolve_knobs(spec: StudySpec, lines: dict[tuple[Any, ...], int] | None = No
     entries: list[str | KnobSpec] = list(spec.knobs)
     if spec.preset:
         named = {e if isinstance(e, str) else e.name for e in entries}
-        entries = [n for n in catalog.PRESETS[spec.preset] if n not in named] + entries
+        entries = [*(n for n in catalog.PRESETS[spec.preset] if n not in named), *entries]
     seen: set[str] = set()
     for i, entry in enumerate(entries):
         idx = i - (len(entries) - len(spec.knobs))

@@ -198,7 +198,8 @@ class StudyRun:
         self._tell(study, trial, e, "baseline")
         if e.failed:
             raise UserError(f"the baseline (defaults) failed: {e.failed}\n{e.failed_stderr}")
-        noise = {m: cov([r.metrics.get(m) for r in e.reps if r.status != "failed"])
+        noise = {m: cov([float(r.metrics[m]) for r in e.reps
+                         if r.status != "failed" and r.metrics.get(m) is not None])
                  for m in ("ops_per_sec", "p50_us", "p99_us", "p999_us", self.metric)}
         self.evaluator.noise_cov = noise.get(self.metric)
         self.store.put_result(self.spec.study, "noise_floor",
@@ -330,7 +331,8 @@ class StudyRun:
                                           states=(optuna.trial.TrialState.COMPLETE,))
              if t.user_attrs.get("kind") == "trial"
              and all(v <= 0 for v in t.user_attrs.get("violations", [0.0]))),
-            key=lambda t: t.value if self.direction == "minimize" else -(t.value or 0))
+            key=lambda t: float(t.value or 0) if self.direction == "minimize"
+            else -float(t.value or 0))
         for t in ranked:
             cfg = t.user_attrs["config"]
             if config_key(cfg) in seen:
@@ -340,8 +342,9 @@ class StudyRun:
             if len(cands) >= ev.confirm_top:
                 break
         if not cands:
-            result = {"recommended": None, "verdict": "no feasible candidate better than the "
-                      "baseline was found", "candidates": []}
+            result: dict[str, Any] = {
+                "recommended": None, "candidates": [],
+                "verdict": "no feasible candidate better than the baseline was found"}
             self.store.put_result(self.spec.study, "confirmation", result)
             return result
         arms = [{"name": "baseline", "config": base_cfg}] + [
@@ -476,12 +479,12 @@ def sweep(loaded: Loaded, knob_name: str, values: list[str] | None, repetitions:
             study.enqueue_trial(fixed_params(loaded.knobs, config))
             trial = study.ask()
             cfg = suggest(trial, loaded.knobs)
-            e = run.evaluator.evaluate(cfg, "sweep", trial.number, n=n,
-                                       on_rep=lambda _e: prog.advance(task))
-            run._tell(study, trial, e, "sweep")
-            rows.append({"value": v, "metric": run.metric, "median": e.value,
-                         "ci": list(e.ci), "n": len(e.reps), "failed": e.failed,
-                         "metrics": e.metrics, "values": e.values})
+            ev = run.evaluator.evaluate(cfg, "sweep", trial.number, n=n,
+                                        on_rep=lambda _e: prog.advance(task))
+            run._tell(study, trial, ev, "sweep")
+            rows.append({"value": v, "metric": run.metric, "median": ev.value,
+                         "ci": list(ev.ci), "n": len(ev.reps), "failed": ev.failed,
+                         "metrics": ev.metrics, "values": ev.values})
     result = {"knob": knob_name, "metric": run.metric, "direction": run.direction,
               "baseline_value": run.session.baseline.get(knob_name), "rows": rows}
     run.store.put_result(spec.study, f"sweep:{knob_name}", result)
@@ -518,9 +521,9 @@ def run_config(loaded: Loaded, overrides: dict[str, str], repetitions: int | Non
     run.evaluator.study = f"{spec.study}.runs"
     with _host(run.session, spec), _progress(console) as prog:
         task = prog.add_task("run", total=n)
-        e = run.evaluator.evaluate(config, "run", None, n=n,
-                                   on_rep=lambda _e: prog.advance(task))
-    return {"config": config, **_jsonable(e.summary())}
+        ev = run.evaluator.evaluate(config, "run", None, n=n,
+                                    on_rep=lambda _e: prog.advance(task))
+    return {"config": config, **_jsonable(ev.summary())}
 
 
 ProgressCallback = Callable[[Evaluation], None]

@@ -54,8 +54,11 @@ class MemcachedExporter(Exporter):
                             "then; set thp.enabled to madvise first")
 
         def render(rollback: bool) -> str:
-            chosen = [(k, b if rollback else v) for k, v, b in rows if (b if rollback else v)
-                      is not None]
+            chosen: list[tuple[Knob, Value]] = []
+            for k, v, b in rows:
+                value = b if rollback else v
+                if value is not None:
+                    chosen.append((k, value))
             lines, notes = option_lines(chosen, rec)
             head = rec.header("memcached configuration (Debian /etc/memcached.conf form)",
                               rollback,

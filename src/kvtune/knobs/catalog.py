@@ -18,6 +18,7 @@ import shutil
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from functools import lru_cache
+from typing import Final
 
 from kvtune.knobs.appliers.base import HostContext
 from kvtune.knobs.appliers.cgroup import (
@@ -40,10 +41,10 @@ from kvtune.knobs.domain import Domain
 from kvtune.knobs.knob import Knob
 from kvtune.knobs.rules import Rule, Values
 
-I = "int"  # noqa: E741
-F = "float"
-C = "categorical"
-B = "bool"
+I: Final = "int"  # noqa: E741
+F: Final = "float"
+C: Final = "categorical"
+B: Final = "bool"
 
 EEVDF = (6, 6)
 THP = "/sys/kernel/mm/transparent_hugepage"
@@ -370,7 +371,7 @@ def _kb(size: object) -> int:
 
 
 def _int(v: object) -> int:
-    return int(v)  # type: ignore[call-overload,no-any-return]
+    return int(v)  # type: ignore[call-overload]
 
 
 RULES: list[Rule] = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import optuna
 
@@ -122,7 +122,7 @@ class Domain:
                     v = c
         if not self.contains(v):
             raise ValueError(f"{raw!r} is outside {self.describe()}")
-        return v  # type: ignore[no-any-return]
+        return v
 
     # -- Optuna -----------------------------------------------------------------------------
 
@@ -136,7 +136,7 @@ class Domain:
         if self.type == "bool":
             return bool(trial.suggest_categorical(name, [False, True]))
         if self.type == "categorical":
-            return trial.suggest_categorical(name, list(self.choices))  # type: ignore[arg-type]
+            return cast(Value, trial.suggest_categorical(name, list(self.choices)))
         assert self.low is not None and self.high is not None
         if self.type == "int":
             step = int(self.step or 1)
@@ -222,4 +222,4 @@ def values_from_params(domain: Domain, name: str, params: dict[str, Any]) -> Val
         return None
     if domain.type == "bool":
         return bool(v)
-    return v  # type: ignore[no-any-return]
+    return v

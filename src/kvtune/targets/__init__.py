@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from kvtune.spec import TargetSpec
     from kvtune.targets.base import Target
+    from kvtune.targets.synthetic import SyntheticTarget
 
 
-def make_target(spec: TargetSpec) -> Target:
+def make_target(spec: TargetSpec) -> Target | SyntheticTarget:
     if spec.kind == "memcached":
         from kvtune.targets.memcached import MemcachedTarget
 

@@ -78,10 +78,10 @@ class CpuQuota(Applier):
         return -1 if pct < 0 else max(1000, period_us * pct // 100)
 
     def apply(self, value: Value, env: ApplyEnv) -> None:
-        period = int(env.launch.params.get(PERIOD_KNOB, self.period_us))  # type: ignore[arg-type]
+        period = int(env.launch.params.get(PERIOD_KNOB, self.period_us))
         env.launch.cgroup_files[("cpu", "cpu.cfs_period_us")] = str(period)
         env.launch.cgroup_files[("cpu", "cpu.cfs_quota_us")] = str(
-            self.quota_us(int(value), period))  # type: ignore[arg-type]
+            self.quota_us(int(value), period))
 
 
 class CpuPeriod(Applier):
@@ -101,7 +101,7 @@ class CpuPeriod(Applier):
         return _cpu_controller(ctx)
 
     def apply(self, value: Value, env: ApplyEnv) -> None:
-        env.launch.cgroup_files[("cpu", "cpu.cfs_period_us")] = str(int(value))  # type: ignore[arg-type]
+        env.launch.cgroup_files[("cpu", "cpu.cfs_period_us")] = str(int(value))
 
 
 def _cpus_check(ctx: HostContext) -> Availability:

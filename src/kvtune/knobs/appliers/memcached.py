@@ -151,7 +151,7 @@ class SlabChunkMax(MemcachedOption):
         return "-o slab_chunk_max (bytes before 1.6.24, KB after)"
 
     def option(self, value: Value, ctx: HostContext) -> tuple[str, str] | None:
-        kb = int(value)  # type: ignore[arg-type]
+        kb = int(value)
         have = ctx.versions.get("memcached")
         if have is not None and have < self.KB_SINCE:
             return self.key, str(kb * 1024)
