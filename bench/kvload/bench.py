@@ -202,16 +202,20 @@ class Bench:
         cap = statistics.median(caps)
         self.commands["capacity"] = self.commands["kvload memcache c16 p4 get:9,set:1"]
         rows = []
-        cases = [(0.1, "poisson", 0), (0.5, "poisson", 0), (0.8, "poisson", 0), (0.5, "etc", 0),
-                 (0.5, "fixed", 0), (0.5, "poisson", 200), (0.8, "poisson", 200)]
-        for frac, arrival, spin in cases:
+        # (load, arrival, --spin-us, --realtime); blocking waits are kvload's default.
+        cases = [(0.1, "poisson", 0, False), (0.5, "poisson", 0, False), (0.8, "poisson", 0, False),
+                 (0.5, "etc", 0, False), (0.5, "fixed", 0, False),
+                 (0.1, "poisson", 0, True), (0.5, "poisson", 0, True), (0.8, "poisson", 0, True),
+                 (0.5, "etc", 0, True),
+                 (0.1, "poisson", 50, True), (0.1, "etc", 50, True), (0.5, "poisson", 50, False)]
+        for frac, arrival, spin, rt in cases:
             rate = round(cap * frac)
-            dump = os.path.join(self.tmp, f"arr-{arrival}-{frac}-{spin}.txt")
+            dump = os.path.join(self.tmp, f"arr-{arrival}-{frac}-{spin}-{rt}.txt")
             argv = [self.kvload, "--server", f"127.0.0.1:{mc}", "--rate", str(rate), "--arrival", arrival,
                     "--connections", "16", "--duration", f"{max(self.secs, 5)}s", "--warmup", "1s",
                     "--no-preload", "--cpus", CLIENT_CPU, "--spin-us", str(spin), "--dump-arrivals", dump,
-                    "--quiet", "--json", "-"]
-            self.commands[f"open {arrival} {frac} spin {spin}"] = "taskset -c 1 " + " ".join(argv[1:]).replace(str(mc), "PORT").replace(dump, "arrivals.txt")
+                    "--quiet", "--json", "-"] + (["--realtime"] if rt else [])
+            self.commands[f"open {arrival} {frac} spin {spin}{' realtime' if rt else ''}"] = "taskset -c 1 " + " ".join(argv[1:]).replace(str(mc), "PORT").replace(dump, "arrivals.txt")
             out, cpu, wall = timed(argv)
             d = json.loads(out[out.index("{"):])
             sent = []
@@ -223,13 +227,13 @@ class Bench:
             gaps = [b - a for a, b in zip(sent, sent[1:])]
             fit = goodness_of_fit(gaps, arrival, rate)
             scheduled = d["requests"]["scheduled"] / d["duration_s"]
-            rows.append({"arrival": arrival, "fraction": frac, "spin_us": spin, "requested": rate,
+            rows.append({"arrival": arrival, "fraction": frac, "spin_us": spin, "realtime": rt, "requested": rate,
                          "scheduled": scheduled, "achieved": d["achieved_rate"], "ratio": d["achieved_rate"] / rate,
                          "ratio_scheduled": d["achieved_rate"] / scheduled,
                          "verdict": d["verdict"], "lag_p99_us": d["schedule_lag"]["p99_us"],
                          "lag_p50_us": d["schedule_lag"]["p50_us"],
                          "corrected_p99_us": d["latency"]["total"]["corrected"]["p99_us"], **fit})
-            print(f"  open {arrival} {frac:.0%} spin {spin}: {rows[-1]['ratio']:.4f} {fit}", file=sys.stderr)
+            print(f"  open {arrival} {frac:.0%} spin {spin} rt {rt}: {rows[-1]['ratio']:.4f} {fit}", file=sys.stderr)
         return {"capacity": cap, "runs": rows}
 
     def overhead_section(self) -> dict:
@@ -271,10 +275,13 @@ def goodness_of_fit(gaps_ns: list[int], arrival: str, rate: float) -> dict:
         k = 0.154971
         scale = mean * (1 - k)
         cdf = lambda x: 1 - (1 + k * x / scale) ** (-1 / k)  # noqa: E731
-    sub = random.Random(1).sample(gaps_ns, min(5000, len(gaps_ns)))
-    d, p = ks(sub, cdf)
+    sub1 = random.Random(1).sample(gaps_ns, min(1000, len(gaps_ns)))
+    sub5 = random.Random(1).sample(gaps_ns, min(5000, len(gaps_ns)))
+    d1, p1 = ks(sub1, cdf)
+    d5, p5 = ks(sub5, cdf)
     d_all, _ = ks(gaps_ns, cdf)
-    return {"n": len(sub), "test": "KS", "D": d, "p": p, "D_all": d_all, "n_all": len(gaps_ns),
+    return {"test": "KS", "D1000": d1, "p1000": p1, "D5000": d5, "p5000": p5, "D_all": d_all,
+            "n_all": len(gaps_ns), "zero_gaps": sum(1 for g in gaps_ns if g == 0) / len(gaps_ns),
             "mean_gap_ratio": statistics.fmean(gaps_ns) / mean}
 
 
@@ -293,14 +300,17 @@ def table(res: dict) -> str:
                    f"{f(k / bare) if bare else '–'} | {f(k / peer) if peer else '–'} | {r['req_per_s']['kvload']:.0f} |")
     ol = res["open"]
     out.append(f"\n### Open loop against memcached (capacity {ol['capacity']:.0f} req/s: closed loop, 16 connections × 4)\n")
-    out.append("| arrival | load | wait | requested req/s | achieved req/s | achieved/requested | achieved/scheduled | verdict | lag p50 / p99 µs | fit of actual send gaps |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|")
+    out.append("| arrival | load | wait | requested req/s | achieved req/s | achieved/requested | achieved/scheduled | verdict | lag p50 / p99 µs | KS of actual send gaps: n=1000 D (p) | n=5000 D (p) | all gaps D | sends batched (0 gap) |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in ol["runs"]:
         if r["test"] == "KS":
-            fit = f"KS D={r['D']:.4f} p={r['p']:.3f} (n={r['n']}); D over all {r['n_all']} gaps {r['D_all']:.4f}"
+            fit = (f"{r['D1000']:.4f} ({r['p1000']:.3f}) | {r['D5000']:.4f} ({r['p5000']:.3f}) | "
+                   f"{r['D_all']:.4f} (n={r['n_all']}) | {r['zero_gaps']:.2%}")
         else:
-            fit = f"median |gap − interval| {r['jitter_ns'] / 1000:.1f} µs (n={r['n']})"
+            fit = f"median abs(gap − interval) {r['jitter_ns'] / 1000:.1f} µs | | | "
         wait = f"spin {r['spin_us']} µs" if r["spin_us"] else "block"
+        if r.get("realtime"):
+            wait += " + SCHED_FIFO"
         out.append(f"| {r['arrival']} | {r['fraction']:.0%} | {wait} | {r['requested']} | {r['achieved']:.0f} | {r['ratio']:.4f} | "
                    f"{r['ratio_scheduled']:.4f} | {r['verdict']} | {r['lag_p50_us']:.1f} / {r['lag_p99_us']:.1f} | {fit} |")
     o = res["overhead"]
@@ -327,6 +337,7 @@ def main() -> None:
             raise SystemExit(f"bench: {tool} not found")
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("bench: needs 2 CPUs (server on CPU 0, client on CPU 1)")
+    load0 = os.getloadavg()
     b = Bench(a.target, a.secs, a.reps)
     try:
         b.start_servers()
@@ -337,11 +348,13 @@ def main() -> None:
         ov = b.overhead_section()
     finally:
         b.close()
-    res = {"reps": a.reps, "secs": a.secs, "cpu": cpu, "open": ol, "overhead": ov, "commands": b.commands,
+    res = {"loadavg_end": os.getloadavg(), "loadavg_start": load0, "reps": a.reps, "secs": a.secs, "cpu": cpu, "open": ol, "overhead": ov, "commands": b.commands,
            "kernel": os.uname().release, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     if a.out:
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)
+    print(f"Load average at start {load0[0]:.2f}, at end {res['loadavg_end'][0]:.2f} (2 CPUs); "
+          f"kernel {res['kernel']}; {res['date']}\n")
     print(table(res))
     print("\n### Commands\n")
     for k, v in b.commands.items():

@@ -22,6 +22,8 @@ pub struct RunResult {
     /// CPU time of all threads during the window.
     pub user_ns: u64,
     pub sys_ns: u64,
+    /// Part of that CPU time spent busy-polling without events (--spin-us).
+    pub spin_ns: u64,
     pub window_ns: u64,
     pub preload: Option<PreloadReport>,
     /// (thread, intended, sent) in ns since the window start, when requested.
@@ -103,11 +105,12 @@ pub fn run(cfg: Config) -> Result<RunResult, Error> {
         .map(|&(i, s)| (0, i as i64 - ws, s as i64 - ws))
         .collect();
     let mut metrics = first.metrics;
-    let (mut user_ns, mut sys_ns) = (first.user_ns, first.sys_ns);
+    let (mut user_ns, mut sys_ns, mut spin_ns) = (first.user_ns, first.sys_ns, first.spin_ns);
     for (t, r) in it {
         metrics.merge(&r.metrics);
         user_ns += r.user_ns;
         sys_ns += r.sys_ns;
+        spin_ns += r.spin_ns;
         arrivals.extend(
             r.arrivals
                 .iter()
@@ -121,6 +124,7 @@ pub fn run(cfg: Config) -> Result<RunResult, Error> {
         metrics,
         user_ns,
         sys_ns,
+        spin_ns,
         window_ns: cfg.duration_ns,
         preload,
         arrivals,

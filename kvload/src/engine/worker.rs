@@ -54,6 +54,8 @@ pub struct WorkerResult {
     pub sys_ns: u64,
     /// (intended, sent) of window requests, when --dump-arrivals is set.
     pub arrivals: Vec<(u64, u64)>,
+    /// Time spent busy-polling without events during the window (--spin-us).
+    pub spin_ns: u64,
 }
 
 pub struct Worker {
@@ -145,6 +147,7 @@ impl Worker {
             dirty: Vec::new(),
             rr: 0,
             all_full: false,
+            spin_ns: 0,
             max_out,
             tl: self.tl,
             value: self.value,
@@ -173,6 +176,8 @@ struct Loop {
     /// Every connection was at `max_out` at the last dispatch and no response
     /// has arrived since: skip without scanning the connections.
     all_full: bool,
+    /// Time spent in empty busy polls during the window.
+    spin_ns: u64,
     max_out: usize,
     tl: Timeline,
     value: Arc<Vec<u8>>,
@@ -267,10 +272,21 @@ impl Loop {
                     .map_err(|e| Error::runtime(format!("timerfd: {e}")))?;
                 None
             };
+            let polled_at = now;
             match self.poll.poll(&mut events, timeout) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(Error::runtime(format!("epoll_wait failed: {e}"))),
+            }
+            // Busy-polling that found nothing is waiting, not work: it is
+            // reported apart so that it does not make the run look client-bound.
+            if spin > 0
+                && timeout.is_some()
+                && events.is_empty()
+                && cpu_start.is_some()
+                && cpu_end.is_none()
+            {
+                self.spin_ns += self.clock.now().saturating_sub(polled_at);
             }
             for ev in events.iter() {
                 let tok = ev.token();
@@ -306,6 +322,7 @@ impl Loop {
             user_ns: cpu_end.0.saturating_sub(cpu_start.0),
             sys_ns: cpu_end.1.saturating_sub(cpu_start.1),
             arrivals: self.arrivals,
+            spin_ns: self.spin_ns,
         })
     }
 
@@ -404,11 +421,13 @@ impl Loop {
         if self.dirty.is_empty() {
             return Ok(());
         }
-        let now = self.clock.now();
         let open = self.cfg.mode == Mode::Open;
-        let in_window = self.tl.in_window(now);
         for i in 0..self.dirty.len() {
             let c = self.dirty[i];
+            // One stamp per connection write, right before it: later writes of
+            // the same flush are stamped after the earlier ones returned.
+            let now = self.clock.now();
+            let in_window = self.tl.in_window(now);
             let conn = &mut self.conns[c];
             conn.dirty = false;
             let len = conn.inflight.len();

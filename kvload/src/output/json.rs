@@ -113,6 +113,7 @@ pub fn document(r: &Report) -> Value {
         "client_cpu": {
             "user_s": r.run.user_ns as f64 / 1e9,
             "sys_s": r.run.sys_ns as f64 / 1e9,
+            "spin_s": r.run.spin_ns as f64 / 1e9,
             "utilization": r.utilization,
         },
         "preload": r.run.preload.map(|p| json!({

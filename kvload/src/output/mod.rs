@@ -77,8 +77,9 @@ impl<'a> Report<'a> {
         };
         let c = &run.metrics.counters;
         let achieved_rate = c.received_in_window as f64 / duration_s;
-        let utilization =
-            (run.user_ns + run.sys_ns) as f64 / (run.window_ns as f64 * cfg.threads as f64);
+        // Busy-polling (--spin-us) is waiting, so it does not count as work.
+        let busy = (run.user_ns + run.sys_ns).saturating_sub(run.spin_ns);
+        let utilization = busy as f64 / (run.window_ns as f64 * cfg.threads as f64);
         let full_seconds = (run.window_ns / 1_000_000_000) as usize;
         let series = run
             .metrics

@@ -88,9 +88,10 @@ pub fn summary(r: &Report) -> String {
     }
     let _ = writeln!(
         o,
-        "client CPU: user {:.2}s sys {:.2}s, utilization {:.1}%",
+        "client CPU: user {:.2}s sys {:.2}s (busy-polling {:.2}s), utilization {:.1}%",
         r.run.user_ns as f64 / 1e9,
         r.run.sys_ns as f64 / 1e9,
+        r.run.spin_ns as f64 / 1e9,
         r.utilization * 100.0
     );
     let _ = write!(o, "verdict: {}", r.verdict.name());
