@@ -17,7 +17,6 @@ Methods
 
 from __future__ import annotations
 
-import math
 import tempfile
 from pathlib import Path
 from typing import Any
