@@ -297,9 +297,19 @@ impl Loop {
                 let c = tok.0;
                 if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                     self.on_readable(c)?;
+                    let now = self.clock.now();
                     if !open {
-                        let now = self.clock.now();
                         self.refill(c, now);
+                    } else if self.schedule.peek() <= now {
+                        // Arrivals that fell due while responses were being
+                        // handled go out now, not after the whole event batch.
+                        while self.schedule.peek() <= now
+                            && self.schedule.peek() < self.tl.window_end
+                        {
+                            self.dispatch_open();
+                            self.schedule.advance();
+                        }
+                        self.flush_dirty()?;
                     }
                 }
                 if ev.is_writable() && self.conns[c].has_pending_writes() {
