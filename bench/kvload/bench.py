@@ -16,6 +16,7 @@ import math
 import os
 import random
 import re
+import shlex
 import shutil
 import socket
 import statistics
@@ -111,8 +112,8 @@ class Bench:
             self.procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_port(self.mc_port)
         wait_port(self.rd_port)
-        self.commands["memcached"] = " ".join(mc)
-        self.commands["redis-server"] = " ".join(rd)
+        self.commands["memcached"] = shlex.join(mc).replace(str(self.mc_port), "PORT")
+        self.commands["redis-server"] = shlex.join(rd).replace(str(self.rd_port), "PORT").replace(self.tmp, "TMPDIR")
         # Preload both keyspaces once (10000 keys of 16 B, 100 B values).
         for proto, port in (("memcache", self.mc_port), ("resp", self.rd_port)):
             timed([self.kvload, "--server", f"127.0.0.1:{port}", "--protocol", proto, "--mode", "closed",
@@ -127,7 +128,7 @@ class Bench:
                 "--connections", str(conns), "--pipeline", str(depth), "--duration", f"{self.secs}s",
                 "--warmup", "0s", "--no-preload", "--cpus", CLIENT_CPU, "--mix", mix,
                 "--key-size", "16", "--value-size", "100", "--quiet", "--json", "-"]
-        self.commands[f"kvload {proto} c{conns} p{depth} {mix}"] = "taskset -c 1 " + " ".join(argv[1:]).replace(str(port), "PORT")
+        self.commands[f"kvload {proto} c{conns} p{depth} {mix}"] = "taskset -c 1 kvload/target/release/kvload " + " ".join(argv[1:]).replace(str(port), "PORT")
         out, cpu, wall = timed(argv)
         d = json.loads(out[out.index("{"):])
         n = d["requests"]["completed"]
@@ -217,7 +218,7 @@ class Bench:
                     "--connections", "16", "--duration", f"{max(self.secs, 5)}s", "--warmup", "1s",
                     "--no-preload", "--cpus", CLIENT_CPU, "--spin-us", str(spin), "--dump-arrivals", dump,
                     "--quiet", "--json", "-"] + (["--realtime"] if rt else [])
-            self.commands[f"open {arrival} {frac} spin {spin}{' realtime' if rt else ''}"] = "taskset -c 1 " + " ".join(argv[1:]).replace(str(mc), "PORT").replace(dump, "arrivals.txt")
+            self.commands[f"open {arrival} {frac} spin {spin}{' realtime' if rt else ''}"] = "taskset -c 1 kvload/target/release/kvload " + " ".join(argv[1:]).replace(str(mc), "PORT").replace(dump, "arrivals.txt")
             out, cpu, wall = timed(argv)
             d = json.loads(out[out.index("{"):])
             sent = []
