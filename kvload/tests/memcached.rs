@@ -253,3 +253,44 @@ fn same_seed_same_schedule_different_seed_different_schedule() {
     assert!(a != c, "different seeds, same schedule");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn two_pinned_threads_share_the_rate_and_merge() {
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("SKIPPED: needs 2 CPUs");
+        return;
+    }
+    let Some(s) = memcached_tcp(&[]) else { return };
+    let d = run_json(&[
+        "--server",
+        &s.addr,
+        "--rate",
+        "4000",
+        "--arrival",
+        "fixed",
+        "--duration",
+        "1s",
+        "--warmup",
+        "200ms",
+        "--cpus",
+        "0-1",
+        "--connections",
+        "4",
+        "--mix",
+        "get:1",
+    ]);
+    assert_schema(&d);
+    assert_eq!(d["placement"]["threads"], 2);
+    let sched = u(&d, &["requests", "scheduled"]);
+    // Two fixed-interval streams of 2000/s, interleaved: 4000 arrivals in 1 s.
+    assert!(sched.abs_diff(4000) <= 2, "scheduled {sched}");
+    assert_eq!(u(&d, &["requests", "completed"]), sched);
+    let series: u64 = d["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["completed"].as_u64().unwrap())
+        .sum();
+    assert!(series.abs_diff(4000) <= 50, "series {series}");
+    assert_eq!(u(&d, &["latency", "total", "corrected", "count"]), sched);
+}
