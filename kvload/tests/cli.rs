@@ -212,3 +212,41 @@ fn slow_server_is_saturated_not_a_p99() {
     assert!(u(&d, &["requests", "skipped"]) > 1000);
     assert_eq!(u(&d, &["misses"]), u(&d, &["requests", "completed"]));
 }
+
+#[test]
+fn connection_reset_mid_run_exits_1() {
+    let addr = fake_server(1, |mut s| {
+        let mut buf = [0u8; 4096];
+        let _ = s.read(&mut buf);
+        // SO_LINGER with a zero timeout makes close() send a RST.
+        let linger = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        use std::os::fd::AsRawFd;
+        // SAFETY: valid socket and option struct.
+        unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                &linger as *const _ as *const libc::c_void,
+                std::mem::size_of::<libc::linger>() as libc::socklen_t,
+            );
+        }
+    });
+    let out = kvload(&[
+        "--server",
+        &addr,
+        "--rate",
+        "100",
+        "--connections",
+        "1",
+        "--no-preload",
+        "--duration",
+        "1s",
+        "--warmup",
+        "0s",
+    ]);
+    assert_error(&out, 1, "reset");
+}
