@@ -120,7 +120,7 @@ pub struct Cli {
     #[arg(long, overrides_with = "preload")]
     pub no_preload: bool,
 
-    /// Workload file (JSON, or TOML when the name ends in .toml) with the same keys as the long options (dashes as underscores) plus phases; command-line options override it
+    /// Workload file (JSON, or TOML when the name ends in .toml) with the same keys as the long options (dashes as underscores) plus phases; command-line options override its top-level keys, a phase's own keys win
     #[arg(long, value_name = "FILE")]
     pub workload: Option<PathBuf>,
 

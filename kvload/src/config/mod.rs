@@ -99,7 +99,6 @@ fn flag<T>(name: &str, r: Result<T, String>) -> Result<T, Error> {
 impl Config {
     /// Builds and validates the configuration. Errors name the flag or key at fault.
     pub fn build(cli: Cli) -> Result<Config, Error> {
-        let overrides = cli.clone();
         let file = match &cli.workload {
             Some(p) => WorkloadFile::load(p)?,
             None => WorkloadFile::default(),
@@ -125,7 +124,6 @@ impl Config {
         let pipeline = pick(cli.pipeline, file.pipeline).unwrap_or(1);
         let max_outstanding =
             pick(cli.max_outstanding, file.max_outstanding).unwrap_or(pipeline.max(64));
-        let cli_duration = cli.duration.clone();
         let duration_s = pick(cli.duration, scalar(file.duration.clone()));
         let warmup_ns = flag(
             "warmup",
@@ -186,42 +184,37 @@ impl Config {
             None => 512 << 20,
         };
 
-        // Phases: from the file; command-line workload flags override every phase.
+        // Phases come from the file. A phase's own keys win; the others inherit
+        // the top-level values (command line over file over defaults). The
+        // window is --duration (or the file's duration) when given, else the sum
+        // of the phases: a shorter window cuts the sequence, a longer one keeps
+        // the last phase running.
         let explicit_phases = file.phases.as_ref().is_some_and(|p| !p.is_empty());
         let phases = if explicit_phases {
-            if cli_duration.is_some() {
-                return Err(Error::usage(
-                    "--duration conflicts with the workload file's phases (the window is the sum of the phase durations)",
-                ));
-            }
             let list = file.phases.unwrap_or_default();
             let mut phases = Vec::with_capacity(list.len());
             for (i, p) in list.into_iter().enumerate() {
-                phases.push(build_phase(
-                    i,
-                    p,
-                    &overrides,
-                    rate,
-                    &value_size,
-                    popularity,
-                    &mix,
-                )?);
+                phases.push(build_phase(i, p, rate, &value_size, popularity, &mix)?);
             }
             phases
         } else {
-            let duration_ns = flag(
-                "duration",
-                spec::parse_duration(&duration_s.unwrap_or_else(|| "10s".into())),
-            )?;
             vec![Phase {
-                duration_ns,
+                duration_ns: 0,
                 rate,
                 value_size: value_size.clone(),
                 popularity,
                 mix: mix.clone(),
             }]
         };
-        let duration_ns = phases.iter().map(|p| p.duration_ns).sum();
+        let duration_ns = match duration_s {
+            Some(d) => flag("duration", spec::parse_duration(&d))?,
+            None if explicit_phases => phases.iter().map(|p| p.duration_ns).sum(),
+            None => 10_000_000_000,
+        };
+        let mut phases = phases;
+        if !explicit_phases {
+            phases[0].duration_ns = duration_ns;
+        }
 
         let cfg = Config {
             server,
@@ -246,7 +239,7 @@ impl Config {
             preload,
             timeout_ns,
             spin_ns,
-            realtime: overrides.realtime || file.realtime.unwrap_or(false),
+            realtime: cli.realtime || file.realtime.unwrap_or(false),
             max_item_size,
             phases,
             explicit_phases,
@@ -411,45 +404,56 @@ impl Config {
 fn build_phase(
     i: usize,
     p: PhaseFile,
-    cli: &Cli,
     rate: Option<f64>,
     value_size: &ValueSize,
     popularity: Popularity,
     mix: &Mix,
 ) -> Result<Phase, Error> {
     let key = |k: &str| format!("phases[{i}].{k}");
+    let err = |k: &str, e: String| Error::usage(format!("{}: {e}", key(k)));
     let duration_ns = match p.duration {
-        Some(d) => spec::parse_duration(&d.as_string())
-            .map_err(|e| Error::usage(format!("{}: {e}", key("duration"))))?,
+        Some(d) => spec::parse_duration(&d.as_string()).map_err(|e| err("duration", e))?,
         None => return Err(Error::usage(format!("{} is required", key("duration")))),
     };
-    let value_size = match (&cli.value_size, p.value_size) {
-        (None, Some(v)) => ValueSize::parse(&v.as_string())
-            .map_err(|e| Error::usage(format!("{}: {e}", key("value_size"))))?,
-        _ => value_size.clone(),
+    let value_size = match p.value_size {
+        Some(v) => ValueSize::parse(&v.as_string()).map_err(|e| err("value_size", e))?,
+        None => value_size.clone(),
     };
-    let popularity = match (&cli.popularity, p.popularity) {
-        (None, Some(v)) => Popularity::parse(&v)
-            .map_err(|e| Error::usage(format!("{}: {e}", key("popularity"))))?,
-        _ => popularity,
+    let popularity = match p.popularity {
+        Some(v) => Popularity::parse(&v).map_err(|e| err("popularity", e))?,
+        None => popularity,
     };
-    let mix = match (&cli.mix, p.mix) {
-        (None, Some(v)) => {
-            Mix::parse(&v).map_err(|e| Error::usage(format!("{}: {e}", key("mix"))))?
-        }
-        _ => mix.clone(),
-    };
-    let rate = match (cli.rate, p.rate) {
-        (None, Some(r)) => Some(r),
-        _ => rate,
+    let mix = match p.mix {
+        Some(v) => Mix::parse(&v).map_err(|e| err("mix", e))?,
+        None => mix.clone(),
     };
     Ok(Phase {
         duration_ns,
-        rate,
+        rate: p.rate.or(rate),
         value_size,
         popularity,
         mix,
     })
+}
+
+/// The time each phase is in force within a window of `window_ns`: phases run
+/// in order for their durations, the last one until the window ends.
+pub fn phase_spans(phases: &[Phase], window_ns: u64) -> Vec<u64> {
+    let mut left = window_ns;
+    let n = phases.len();
+    phases
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let d = if i + 1 == n {
+                left
+            } else {
+                p.duration_ns.min(left)
+            };
+            left -= d;
+            d
+        })
+        .collect()
 }
 
 /// The CPUs this process may run on, from sched_getaffinity.
@@ -548,6 +552,27 @@ mod tests {
         assert_eq!(c.phases[1].value_size, ValueSize::Fixed(1024));
         assert_eq!(c.phases[1].rate, Some(500.0));
         assert_eq!(c.phases[0].rate, Some(1000.0));
+        // The command line sets the window and the top level; a phase's own keys win.
+        let c = build(&[
+            "--workload",
+            p.to_str().unwrap(),
+            "--duration",
+            "5s",
+            "--value-size",
+            "7",
+            "--rate",
+            "9",
+        ])
+        .unwrap();
+        assert_eq!(c.duration_ns, 5_000_000_000);
+        assert_eq!(c.phases[0].value_size, ValueSize::Fixed(100));
+        assert_eq!(c.phases[1].rate, Some(500.0));
+        assert_eq!(c.phases[0].rate, Some(9.0));
+        assert_eq!(
+            phase_spans(&c.phases, c.duration_ns),
+            vec![1_000_000_000, 4_000_000_000]
+        );
+        assert_eq!(phase_spans(&c.phases, 500_000_000), vec![500_000_000, 0]);
         std::fs::write(&p, r#"{"rate": 1000, "valu_size": 3}"#).unwrap();
         let e = build(&["--workload", p.to_str().unwrap()]).unwrap_err();
         assert!(e.to_string().contains("valu_size"), "{e}");

@@ -69,7 +69,8 @@ impl<'a> Report<'a> {
             Mode::Open => Some(
                 cfg.phases
                     .iter()
-                    .map(|p| p.rate.unwrap_or(0.0) * p.duration_ns as f64)
+                    .zip(crate::config::phase_spans(&cfg.phases, cfg.duration_ns))
+                    .map(|(p, span)| p.rate.unwrap_or(0.0) * span as f64)
                     .sum::<f64>()
                     / cfg.duration_ns as f64,
             ),
