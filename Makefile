@@ -20,7 +20,7 @@ demo: kvload
 	@$(PY) -m kvtune tune examples/memcached.yaml
 
 test: kvload
-	@$(MAKE) --no-print-directory test-rust test-python
+	@$(MAKE) --no-print-directory lint test-rust test-python
 
 test-rust:
 	@cargo test $(CARGO_FLAGS)
@@ -29,8 +29,9 @@ test-python:
 	@$(PY) -m pytest -q
 
 lint: setup
-	@.venv/bin/ruff check src tests
-	@.venv/bin/mypy src
+	@.venv/bin/ruff check -q src tests bench
+	@.venv/bin/mypy src | grep -v '^Success' || true
+	@.venv/bin/mypy src > /dev/null
 	@cargo fmt --manifest-path kvload/Cargo.toml --check
 	@cargo clippy $(CARGO_FLAGS) -- -D warnings
 

@@ -45,7 +45,13 @@ fi
 stamp=.venv/.kvtune-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing kvtune and its dependencies into .venv"
-  .venv/bin/pip install -q --disable-pip-version-check -U pip >/dev/null
-  .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]' >/dev/null
+  log=$(mktemp)
+  if ! { .venv/bin/pip install -q --disable-pip-version-check -U pip &&
+         .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'; } >"$log" 2>&1; then
+    cat "$log" >&2
+    rm -f "$log"
+    exit 1
+  fi
+  rm -f "$log"
   touch "$stamp"
 fi

@@ -11,6 +11,7 @@ clients pinned to CPU 1.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -227,7 +228,7 @@ class Bench:
                     if not line.startswith("#"):
                         sent.append(int(line.split()[2]))
             sent.sort()
-            gaps = [b - a for a, b in zip(sent, sent[1:])]
+            gaps = [b - a for a, b in itertools.pairwise(sent)]
             fit = goodness_of_fit(gaps, arrival, rate)
             scheduled = d["requests"]["scheduled"] / d["duration_s"]
             rows.append({"arrival": arrival, "fraction": frac, "spin_us": spin, "realtime": rt, "requested": rate,
