@@ -167,13 +167,17 @@ class Evaluator:
 
     def _summarise(self, e: Evaluation) -> None:
         ok = [r for r in e.reps if r.status != "failed"]
+        # A repetition still flagged after its re-runs is kept out of the value when most
+        # repetitions are clean; its flags still count below.
+        clean = [r for r in ok if r.status == "ok"]
+        measured = clean if clean and len(clean) * 2 >= len(ok) else ok
         stat = self.ev.statistic
         e.metrics = {}
         e.metric_cis = {}
-        keys = set(METRICS) | {k for r in ok for k, v in r.metrics.items()
+        keys = set(METRICS) | {k for r in measured for k, v in r.metrics.items()
                                if isinstance(v, int | float) and not isinstance(v, bool)}
         for k in sorted(keys):
-            vals = [float(r.metrics[k]) for r in ok
+            vals = [float(r.metrics[k]) for r in measured
                     if isinstance(r.metrics.get(k), int | float)
                     and not isinstance(r.metrics.get(k), bool)]
             if not vals:
@@ -181,7 +185,8 @@ class Evaluator:
                 continue
             e.metrics[k] = centre(vals, stat)
             e.metric_cis[k] = bootstrap_ci(vals, stat, seed=self.seed)
-        e.value = float(e.metrics.get(self.metric) or math.nan)
+        v = e.metrics.get(self.metric)
+        e.value = math.nan if v is None else float(v)  # a median of 0 is a value
         e.ci = e.metric_cis.get(self.metric, (math.nan, math.nan))
         e.flags = sorted({f for r in ok for f in r.flags})
         violations = []

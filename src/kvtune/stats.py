@@ -99,3 +99,38 @@ def holm(p_values: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (m - rank) * p_values[i]))
         adjusted[i] = running
     return adjusted
+
+
+def robust_cov(values: Sequence[float]) -> float:
+    """1.4826 × MAD / median: the CoV a normal sample would have, insensitive to the
+    isolated outliers that tail latencies show (and that rank tests ignore)."""
+    xs = np.array([v for v in values if v is not None and not math.isnan(v)], dtype=float)
+    if len(xs) < 3 or np.median(xs) == 0:
+        return math.nan
+    med = float(np.median(xs))
+    return float(1.4826 * np.median(np.abs(xs - med)) / abs(med))
+
+
+# Asymptotic relative efficiency of Mann–Whitney against the t test for normal data (3/π).
+_MWU_ARE = 3 / math.pi
+
+
+def detectable_improvement(cov_: float, rounds: int, alpha: float, candidates: int,
+                           power: float = 0.8) -> float:
+    """The smallest relative improvement the confirmation detects with probability `power`
+    (normal approximation for a one-sided Mann–Whitney test at Holm's strictest level
+    alpha / candidates, `rounds` samples per arm, noise `cov_`)."""
+    if rounds < 2 or math.isnan(cov_):
+        return math.nan
+    z = sps.norm.ppf(1 - alpha / max(candidates, 1)) + sps.norm.ppf(power)
+    return float(z * math.sqrt(2 / (rounds * _MWU_ARE)) * cov_)
+
+
+def rounds_needed(cov_: float, improvement: float, alpha: float, candidates: int,
+                  power: float = 0.8) -> int:
+    """Confirmation rounds per arm needed to detect `improvement` (see
+    detectable_improvement)."""
+    if improvement <= 0 or math.isnan(cov_):
+        return 0
+    z = sps.norm.ppf(1 - alpha / max(candidates, 1)) + sps.norm.ppf(power)
+    return max(2, math.ceil(2 * (z * cov_ / improvement) ** 2 / _MWU_ARE))

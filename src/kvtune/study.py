@@ -29,7 +29,14 @@ from kvtune.knobs.knob import Knob
 from kvtune.optimizer import fixed_params, grid_configs, make_sampler, suggest
 from kvtune.runner import Config, Session
 from kvtune.spec import StudySpec, load_spec, resolve_knobs
-from kvtune.stats import compare, cov, holm
+from kvtune.stats import (
+    compare,
+    cov,
+    detectable_improvement,
+    holm,
+    robust_cov,
+    rounds_needed,
+)
 from kvtune.store import Store, config_key
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -201,10 +208,20 @@ class StudyRun:
         noise = {m: cov([float(r.metrics[m]) for r in e.reps
                          if r.status != "failed" and r.metrics.get(m) is not None])
                  for m in ("ops_per_sec", "p50_us", "p99_us", "p999_us", self.metric)}
+        robust = {m: robust_cov([float(r.metrics[m]) for r in e.reps
+                                 if r.status != "failed" and r.metrics.get(m) is not None])
+                  for m in noise}
         self.evaluator.noise_cov = noise.get(self.metric)
+        ev = self.spec.evaluation
+        # Mann–Whitney ranks ignore isolated outliers, so its power follows the robust CoV.
+        c = robust.get(self.metric, math.nan)
+        if math.isnan(c):
+            c = noise.get(self.metric, math.nan)
+        detectable = detectable_improvement(c, ev.confirm_rounds, ev.alpha, ev.confirm_top)
         self.store.put_result(self.spec.study, "noise_floor",
-                              {"n": len(e.reps), "cov": noise, "flags": e.flags})
-        self._report_noise(noise, e)
+                              {"n": len(e.reps), "cov": noise, "robust_cov": robust,
+                               "flags": e.flags, "detectable_improvement": detectable})
+        self._report_noise(noise, robust, detectable)
         bad = [r for r in e.reps if r.status == "flagged"]
         if bad and len(bad) * 2 > len(e.reps):
             why = sorted({f for r in bad for f in r.flags})
@@ -217,16 +234,27 @@ class StudyRun:
         self.baseline_eval = e
         self.incumbent = e
 
-    def _report_noise(self, noise: dict[str, float], e: Evaluation) -> None:
-        parts = [f"{m} CoV {v:.1%}" for m, v in noise.items() if not math.isnan(v)]
+    def _report_noise(self, noise: dict[str, float], robust: dict[str, float],
+                      detectable: float) -> None:
+        parts = [f"{m} CoV {v:.1%}" + (f" (robust {robust[m]:.1%})"
+                                       if not math.isnan(robust.get(m, math.nan)) else "")
+                 for m, v in noise.items() if not math.isnan(v)]
         self.console.print("  noise floor: " + ", ".join(dict.fromkeys(parts)))
-        c = noise.get(self.metric, math.nan)
-        want = self.spec.evaluation.min_improvement or 0.05
-        if not math.isnan(c) and c * 2 > want:
+        ev = self.spec.evaluation
+        if math.isnan(detectable) or ev.confirm_rounds == 0:
+            return
+        want = ev.min_improvement or 0.05
+        c = robust.get(self.metric, math.nan)
+        c = noise.get(self.metric, math.nan) if math.isnan(c) else c
+        self.console.print(
+            f"  at this noise the confirmation ({ev.confirm_rounds} rounds) shows an "
+            f"improvement of about {detectable:.0%} or more (80% power)")
+        if detectable > 2 * want:
+            need = rounds_needed(c, want, ev.alpha, ev.confirm_top)
             self.console.print(
-                f"  [yellow]warning:[/] the {self.metric} CoV ({c:.1%}) is large against the "
-                f"{want:.0%} improvement this study can resolve; expect wide CIs (more "
-                "repetitions, a longer load.duration, or a quieter host help)")
+                f"  [yellow]warning:[/] smaller real gains may end as \"no significant "
+                f"improvement\"; to resolve {want:.0%}, set evaluation.confirm_rounds to about "
+                f"{need} (or lengthen load.duration, or quiet the host)")
 
     def _search(self, study: optuna.Study, started: float) -> None:
         b = self.spec.budget
@@ -299,16 +327,20 @@ class StudyRun:
         if self.baseline_eval is None:
             return None
         self.console.print("  re-measuring the baseline (drift check)")
+        ev = self.spec.evaluation
         e = self.evaluator.evaluate(self.session.baseline, "drift", after_trial,
-                                    n=self.spec.repetitions)
+                                    n=max(self.spec.repetitions, 5))
         if e.failed:
             return None
         c = compare(e.values, self.baseline_eval.values, self.direction, seed=self.spec.seed,
                     two_sided=True)
-        # Small samples make bootstrap CIs too narrow; a move needs the rank test too.
-        moved = not (c.ci_low <= 0 <= c.ci_high) and c.p_value < self.spec.evaluation.alpha
+        # Bonferroni over the study's planned checks, so a drift-free host rarely alarms;
+        # small samples make bootstrap CIs too narrow, so a move needs the rank test too.
+        checks = 1 + (self.spec.budget.trials or 30) // max(ev.drift_every, 1)
+        moved = not (c.ci_low <= 0 <= c.ci_high) and c.p_value < ev.alpha / checks
         rec = {"after_trial": after_trial, "value": e.value, "ci": list(e.ci),
-               "values": e.values, "change": c.as_dict(), "moved": moved}
+               "values": e.values, "change": c.as_dict(), "moved": moved,
+               "alpha": ev.alpha / checks}
         self.store.put_result(self.spec.study, "drift", rec)
         if moved:
             self.console.print(f"  [yellow]drift:[/] the baseline moved by {c.improvement:+.1%} "

@@ -70,9 +70,10 @@ def _vs_nearest_baseline(trials: list[dict[str, Any]], base: dict[str, Any] | No
     better or worse configuration. Positive is better."""
     if base is None or base["value"] is None:
         return
+    # Re-reference only to baseline measurements that showed the host moved.
     points = [(0, float(base["value"]))] + [
         (d["after_trial"] if d["after_trial"] is not None else 10**9, float(d["value"]))
-        for d in drift if d.get("value") is not None]
+        for d in drift if d.get("value") is not None and d.get("moved")]
     for t in trials:
         if t["value"] is None or t["kind"] != "trial":
             continue
@@ -113,7 +114,7 @@ def render(data: dict[str, Any], console: Console) -> None:
     elif best is not None:
         best_cfg, best_m = best["config"], best["metrics"]
         base_m = base["metrics"] if base else {}
-        label = f"best in search (trial {best['number']})"
+        label = f"best in search (trial {best['number']}), NOT confirmed"
     else:
         console.print("No feasible trial finished yet.")
         return
@@ -123,7 +124,8 @@ def render(data: dict[str, Any], console: Console) -> None:
     cmp_t.add_column("")
     cmp_t.add_column("baseline (defaults)")
     cmp_t.add_column(label)
-    cmp_t.add_column("change")
+    confirmed = bool(conf and conf.get("recommended"))
+    cmp_t.add_column("change" if confirmed else "change (search noise, not a claim)")
     for k, v in base["config"].items():
         nv = best_cfg.get(k)
         cmp_t.add_row(k, _f(v), _f(nv), "" if nv == v else "changed")
@@ -131,7 +133,9 @@ def render(data: dict[str, Any], console: Console) -> None:
         b, n = base_m.get(m), best_m.get(m)
         change = ""
         if isinstance(b, int | float) and isinstance(n, int | float) and b:
-            change = f"{(n / b - 1):+.1%}"
+            # The best of many noisy searches overstates its gain: only a confirmed
+            # change is printed as a number without brackets.
+            change = f"{(n / b - 1):+.1%}" if confirmed else f"({(n / b - 1):+.1%})"
         cmp_t.add_row(f"[bold]{m}[/]", _f(b), _f(n), change)
     console.print(cmp_t)
     if conf:
