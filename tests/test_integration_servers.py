@@ -224,7 +224,10 @@ def test_saturated_baseline_stops_before_the_search(in_tmp: Path, kvload_bin: st
     spec = study_file(in_tmp, "sat", rate=2_000_000, knobs="  - memcached.threads\n")
     r = kvtune("tune", str(spec), cwd=in_tmp)
     assert r.returncode == 2, r.stderr
-    assert "the baseline is" in r.stderr and "saturated" in r.stderr
+    # At 2M req/s one client thread fills its CPU before memcached does: either verdict
+    # means this workload cannot measure the configuration.
+    assert "the baseline is" in r.stderr
+    assert "saturated" in r.stderr or "client_bound" in r.stderr
     assert "pipelining" in r.stderr
     data = show(spec, in_tmp)
     assert [t["kind"] for t in data["trials"]] == ["baseline"]

@@ -336,5 +336,5 @@ def main(argv: list[str] | None = None) -> None:
     except KvtuneError as e:
         from rich.markup import escape
 
-        err.print(f"[red]kvtune: error:[/] {escape(str(e))}", highlight=False)
+        err.print(f"[red]kvtune: error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
