@@ -55,10 +55,26 @@ class Comparison:
     def significant(self, alpha: float, min_improvement: float = 0.0) -> bool:
         return self.p_value < alpha and self.ci_low > min_improvement
 
+    direction: str = "maximize"
+
+    def change(self) -> tuple[float, float, float]:
+        """The metric's own relative change, candidate / baseline − 1, with its CI: the
+        number people quote ("p99 −79%"). For maximize it equals the improvement; for
+        minimize an improvement g is a change of 1/(1+g) − 1 (the CI bounds swap)."""
+        if self.direction == "maximize":
+            return self.improvement, self.ci_low, self.ci_high
+
+        def f(g: float) -> float:
+            return 1 / (1 + g) - 1 if g > -1 else math.inf
+
+        return f(self.improvement), f(self.ci_high), f(self.ci_low)
+
     def as_dict(self) -> dict[str, float | int]:
+        ch, ch_lo, ch_hi = self.change()
         return {"improvement": self.improvement, "ci_low": self.ci_low, "ci_high": self.ci_high,
+                "change": ch, "change_ci_low": ch_lo, "change_ci_high": ch_hi,
                 "p_value": self.p_value, "n_candidate": self.n_candidate,
-                "n_baseline": self.n_baseline}
+                "n_baseline": self.n_baseline, "direction": self.direction}
 
 
 def compare(candidate: Sequence[float], baseline: Sequence[float], direction: str,
@@ -70,7 +86,7 @@ def compare(candidate: Sequence[float], baseline: Sequence[float], direction: st
     c = np.array([v for v in candidate if v is not None and not math.isnan(v)], dtype=float)
     b = np.array([v for v in baseline if v is not None and not math.isnan(v)], dtype=float)
     if len(c) == 0 or len(b) == 0:
-        return Comparison(math.nan, math.nan, math.nan, 1.0, len(c), len(b))
+        return Comparison(math.nan, math.nan, math.nan, 1.0, len(c), len(b), direction)
 
     def gain(cm: np.ndarray | float, bm: np.ndarray | float) -> np.ndarray | float:
         return cm / bm - 1 if direction == "maximize" else bm / cm - 1
@@ -86,7 +102,7 @@ def compare(candidate: Sequence[float], baseline: Sequence[float], direction: st
         p = float(sps.mannwhitneyu(c, b, alternative=alt).pvalue)
     else:
         p = 1.0
-    return Comparison(point, float(lo), float(hi), p, len(c), len(b))
+    return Comparison(point, float(lo), float(hi), p, len(c), len(b), direction)
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

@@ -343,8 +343,9 @@ class StudyRun:
                "alpha": ev.alpha / checks}
         self.store.put_result(self.spec.study, "drift", rec)
         if moved:
-            self.console.print(f"  [yellow]drift:[/] the baseline moved by {c.improvement:+.1%} "
-                               f"(95% CI {c.ci_low:+.1%} … {c.ci_high:+.1%}); trials are "
+            ch, lo, hi = c.change()
+            self.console.print(f"  [yellow]drift:[/] the baseline's {self.metric} moved by "
+                               f"{ch:+.1%} (95% CI {lo:+.1%} … {hi:+.1%}); trials are "
                                "compared with the nearest baseline measurement")
         return rec
 
@@ -429,10 +430,11 @@ class StudyRun:
                                                       "metrics": _median_metrics(
                                                           metrics["baseline"])},
             "candidates": out_c, "recommended": best,
-            "verdict": (f"{best['name']} improves {self.metric} by "
-                        f"{best['comparison']['improvement']:+.1%} (95% CI "
-                        f"{best['comparison']['ci_low']:+.1%} … "
-                        f"{best['comparison']['ci_high']:+.1%}, p={best['p_adjusted']:.3g})"
+            "verdict": (f"{best['name']} changes {self.metric} by "
+                        f"{best['comparison']['change']:+.1%} (95% CI "
+                        f"{best['comparison']['change_ci_low']:+.1%} … "
+                        f"{best['comparison']['change_ci_high']:+.1%}), a significant "
+                        f"improvement (Holm-adjusted p={best['p_adjusted']:.3g})"
                         if best else "no significant improvement found"),
         }
         self.store.put_result(self.spec.study, "confirmation", result)

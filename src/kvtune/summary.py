@@ -25,6 +25,19 @@ def _f(v: Any) -> str:
     return str(v)
 
 
+def _chg(comp: dict[str, Any], key: str) -> str:
+    """A relative change from a stored comparison (older records have only `improvement`,
+    signed as a gain: rebuild the change from it)."""
+    from kvtune.stats import Comparison
+
+    if comp.get(key) is None and comp.get("improvement") is not None:
+        c = Comparison(comp["improvement"], comp["ci_low"], comp["ci_high"], comp["p_value"],
+                       comp["n_candidate"], comp["n_baseline"], comp.get("direction", "?"))
+        comp = {**comp, **c.as_dict()} if c.direction != "?" else comp
+    v = comp.get(key, comp.get(key.replace("change_", "").replace("change", "improvement")))
+    return "-" if v is None else f"{v:+.1%}"
+
+
 def collect(store: Store, name: str) -> dict[str, Any]:
     try:
         study = optuna.load_study(study_name=name, storage=store.storage)
@@ -144,8 +157,8 @@ def render(data: dict[str, Any], console: Console) -> None:
                       f"{conf['verdict']}[/]")
         for c in conf.get("candidates", []):
             comp = c["comparison"]
-            console.print(f"  {c['name']}: {comp['improvement']:+.1%} (95% CI "
-                          f"{comp['ci_low']:+.1%} … {comp['ci_high']:+.1%}), "
+            console.print(f"  {c['name']}: {data['metric']} {_chg(comp, 'change')} (95% CI "
+                          f"{_chg(comp, 'change_ci_low')} … {_chg(comp, 'change_ci_high')}), "
                           f"p={comp['p_value']:.3g}"
                           f", Holm-adjusted p={c['p_adjusted']:.3g}"
                           + (f", failed: {c['failed']}" if c.get("failed") else ""))
@@ -156,7 +169,7 @@ def render(data: dict[str, Any], console: Console) -> None:
         if d.get("moved"):
             ch = d["change"]
             console.print(f"[yellow]Baseline drift after trial {d['after_trial']}: "
-                          f"{ch['improvement']:+.1%} (95% CI {ch['ci_low']:+.1%} … "
+                          f"{_chg(ch, 'change')} (95% CI {_chg(ch, 'change_ci_low')} … "
                           f"{ch['ci_high']:+.1%})[/]")
     _render_analysis(data.get("analysis"), console)
 

@@ -61,6 +61,14 @@ _GROUPS = (
 )
 
 
+
+def _ch(comp: dict[str, Any], key: str) -> float:
+    """The metric's relative change from a stored comparison (older records: improvement)."""
+    v = comp.get(key)
+    if v is None:
+        v = comp.get(key.replace("change_", "").replace("change", "improvement"), math.nan)
+    return float(v)
+
 def _e(v: Any) -> str:
     return html.escape(str(v))
 
@@ -193,15 +201,17 @@ def _verdict(data: StudyData, cmp: dict[str, Any]) -> str:
                 f"{_e(conf.get('verdict', ''))}</div>")
     if cmp["status"] == "recommended" and c:
         return (f'<div class="verdict good"><b>Recommendation:</b> {_e(cmp["label"])} '
-                f"improves <b>{_e(data.metric)}</b> by <b>{_pct(c['improvement'])}</b> "
-                f"(95% CI {_pct(c['ci_low'])} … {_pct(c['ci_high'])}, Holm-adjusted "
+                f"changes <b>{_e(data.metric)}</b> by <b>{_pct(_ch(c, 'change'))}</b> "
+                f"(95% CI {_pct(_ch(c, 'change_ci_low'))} … {_pct(_ch(c, 'change_ci_high'))}, "
+                "a significant improvement; Holm-adjusted "
                 f"p={cmp.get('p', math.nan):.3g}, {c['n_candidate']} against "
                 f"{c['n_baseline']} interleaved repetitions).</div>")
     if conf:
         extra = ""
         if c:
-            extra = (f" The best candidate measured {_pct(c['improvement'])} (95% CI "
-                     f"{_pct(c['ci_low'])} … {_pct(c['ci_high'])}), which the confirmation "
+            extra = (f" The best candidate measured {_pct(_ch(c, 'change'))} (95% CI "
+                     f"{_pct(_ch(c, 'change_ci_low'))} … {_pct(_ch(c, 'change_ci_high'))}), "
+                     "which the confirmation "
                      "does not distinguish from noise.")
         return ('<div class="verdict none"><b>No significant improvement</b> over the '
                 f"defaults was confirmed.{extra} Keep the defaults.</div>")
@@ -251,8 +261,9 @@ def _before_after(data: StudyData, cmp: dict[str, Any]) -> str:
                     cls = "better" if (r < 0) == lower else "worse"
             if m == data.metric and cmp.get("comparison"):
                 c = cmp["comparison"]
-                change += (f" <span class=note>(gain {_pct(c['improvement'])}, 95% CI "
-                           f"{_pct(c['ci_low'])} … {_pct(c['ci_high'])})</span>")
+                change += (f" <span class=note>(confirmed {_pct(_ch(c, 'change'))}, 95% CI "
+                           f"{_pct(_ch(c, 'change_ci_low'))} … "
+                           f"{_pct(_ch(c, 'change_ci_high'))})</span>")
             name = f"<b>{_e(m)}</b>" if m == data.metric else _e(m)
             rows.append(f"<tr><td>{name}</td><td>{_f(b)}</td><td>{_f(n)}</td>"
                         f'<td class="{cls}">{change}</td></tr>')
