@@ -69,7 +69,7 @@ class Comparison:
 
         return f(self.improvement), f(self.ci_high), f(self.ci_low)
 
-    def as_dict(self) -> dict[str, float | int]:
+    def as_dict(self) -> dict[str, float | int | str]:
         ch, ch_lo, ch_hi = self.change()
         return {"improvement": self.improvement, "ci_low": self.ci_low, "ci_high": self.ci_high,
                 "change": ch, "change_ci_low": ch_lo, "change_ci_high": ch_hi,
