@@ -84,12 +84,12 @@ def steal_jiffies(fs: HostFS | None = None) -> int:
     return 0
 
 
-def proc_status(pid: int) -> dict[str, int]:
+def proc_status(pid: int, proc: Path = Path("/proc")) -> dict[str, int]:
     """Voluntary and involuntary context switches of a process, summed over its threads
     (/proc/PID/task/*/status; the process's own status counts only its main thread)."""
     out: dict[str, int] = {}
     try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        tasks = list((proc / str(pid) / "task").iterdir())
     except OSError:
         return out
     for task in tasks:

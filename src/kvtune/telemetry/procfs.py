@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvtune.host.facts import proc_status
+
 _CPU_STATES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
 
@@ -49,19 +51,8 @@ def process_figures(pid: int, root: Path = Path("/proc")) -> dict[str, float]:
     except (OSError, ValueError, IndexError):
         pass
     # The process's own status counts its main thread's switches only; sum the threads.
-    try:
-        tasks = list((root / str(pid) / "task").iterdir())
-    except OSError:
-        tasks = []
-    for task in tasks:
-        try:
-            text = (task / "status").read_text()
-        except OSError:
-            continue  # a thread that just exited
-        for line in text.splitlines():
-            key, _, val = line.partition(":")
-            if key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
-                out[key] = out.get(key, 0.0) + float(val.strip())
+    for key, n in proc_status(pid, root).items():
+        out[key] = float(n)
     return out
 
 
