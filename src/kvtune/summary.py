@@ -163,8 +163,9 @@ def render(data: dict[str, Any], console: Console) -> None:
                           f", Holm-adjusted p={c['p_adjusted']:.3g}"
                           + (f", failed: {c['failed']}" if c.get("failed") else ""))
     else:
-        console.print("[yellow]Not confirmed yet: the search's best is one noisy estimate; "
-                      "`kvtune tune` runs the confirmation at the end.[/]")
+        console.print("[yellow]Not confirmed: the search's best is one noisy estimate. "
+                      "`kvtune tune` confirms it against the baseline at the end unless "
+                      "evaluation.confirm_rounds is 0 or --no-confirm was given.[/]")
     for d in data.get("drift", []):
         if d.get("moved"):
             ch = d["change"]

@@ -36,7 +36,12 @@ def _vs(v: tuple[int, int]) -> str:
 def _span(loc: Location) -> str:
     if loc.since == (0, 0):
         return f"before {_vs(loc.until)}" if loc.until else "on every kernel"
-    return f"on {_vs(loc.since)}" + (f" to {_vs(loc.until)}" if loc.until else "+")
+    if loc.until is None:
+        return f"on {_vs(loc.since)}+"
+    # `until` is exclusive: a knob removed in 6.6 last existed in 6.5.
+    last = (loc.until[0], loc.until[1] - 1) if loc.until[1] > 0 else None
+    return f"on {_vs(loc.since)} to {_vs(last)}" if last else \
+        f"on {_vs(loc.since)} until {_vs(loc.until)}"
 
 
 class HostFile(Applier):
