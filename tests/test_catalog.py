@@ -4,10 +4,12 @@ applies. Application knobs are checked against the real servers."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +22,9 @@ from kvtune.knobs.appliers.base import ApplyEnv, HostContext, Launch
 from kvtune.knobs.appliers.cgroup import CpuQuota, CpusetCpus, host_cpus
 from kvtune.knobs.appliers.memcached import memcached_argv_options
 from kvtune.knobs.rules import check_rules
-from kvtune.spec import parse_cpus
+from kvtune.spec import TargetSpec, parse_cpus
 from kvtune.targets.base import free_port
+from kvtune.targets.memcached import MemcachedTarget
 
 # Why a host knob may be missing here; anything else is a catalog bug.
 REASONS = ("debugfs is not mounted", "absent on kernel", "does not exist", "is read-only",
@@ -145,35 +148,16 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 10) ->
     raise AssertionError("server did not listen")
 
 
-def _request(port: int, data: bytes, end: bytes) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(data)
-        buf = b""
-        while not buf.endswith(end):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-        return buf
-
-
-def start_memcached(binary: str, words: list[str]) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    proc = subprocess.Popen([binary, "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-u",
-                             "root", *words], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+@contextlib.contextmanager
+def running_memcached(binary: str, words: list[str]) -> Iterator[MemcachedTarget]:
+    """memcached with these extra words on a free loopback port, through kvtune's target
+    layer (the same start, readiness wait and stop as a study's)."""
+    target = MemcachedTarget(TargetSpec(kind="memcached", binary=binary, args=words))
+    server = target.start(Launch())
     try:
-        _wait_port(port, proc)
-    except AssertionError:
-        proc.kill()
-        proc.wait()
-        raise
-    return proc, port
-
-
-def memcached_settings(port: int) -> dict[str, str]:
-    raw = _request(port, b"stats settings\r\n", b"END\r\n").decode()
-    return {p[1]: p[2] for p in (ln.split(" ", 2) for ln in raw.splitlines()) if len(p) == 3}
+        yield target
+    finally:
+        target.stop(server)
 
 
 def _memcached_argv(config: dict[str, Any]) -> list[str]:
@@ -193,15 +177,11 @@ def test_every_memcached_knob_starts_memcached_at_its_default(memcached_bin: str
     assert set(missing) <= {"memcached.worker_logbuf_size"}, missing
     argv = _memcached_argv(avail)
     assert "worker_logbuf_size" not in " ".join(argv)
-    proc, port = start_memcached(memcached_bin, argv)
-    try:
-        s = memcached_settings(port)
+    with running_memcached(memcached_bin, argv) as mc:
+        s = mc.raw_stats("settings")
         assert s["num_threads"] == "4" and s["maxbytes"] == str(64 * 1024 * 1024)
         assert s["growth_factor"] == "1.25" and s["hashpower_init"] == "16"
         assert s["slab_chunk_max"] == str(512 * 1024)  # bytes on every version's stats
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 TUNED_MC: dict[str, Any] = {
@@ -234,14 +214,10 @@ def test_memcached_knobs_take_effect(memcached_bin: str) -> None:
     """Every non-default value shows in `stats settings`: the flags really are applied
     (A-Tune's sed lines never applied -b and -R)."""
     assert check_rules(TUNED_MC, ctx()) is None
-    proc, port = start_memcached(memcached_bin, _memcached_argv(TUNED_MC))
-    try:
-        s = memcached_settings(port)
+    with running_memcached(memcached_bin, _memcached_argv(TUNED_MC)) as mc:
+        s = mc.raw_stats("settings")
         wrong = {k: (s.get(k), v) for k, v in EXPECT_MC.items() if s.get(k) != v}
         assert not wrong, wrong
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_slab_chunk_max_unit_matches_the_binary(memcached_bin: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import optuna
 import pytest
-from test_catalog import memcached_settings, redis_call, start_memcached
+from test_catalog import redis_call, running_memcached
 
 from kvtune.cli import main
 from kvtune.errors import UserError
@@ -162,25 +162,17 @@ def test_memcached_starts_with_the_exported_flags(mc_export: Path, memcached_bin
     if catalog.host_context().versions["memcached"] < (1, 6, 40):
         assert "worker_logbuf_size=" not in text.replace("# left out", "")
         assert "left out memcached.worker_logbuf_size" in text
-    proc, port = start_memcached(memcached_bin, conf_words(conf))
-    try:
-        s = memcached_settings(port)
+    with running_memcached(memcached_bin, conf_words(conf)) as mc:
+        s = mc.raw_stats("settings")
         assert s["num_threads"] == "2" and s["reqs_per_event"] == "64"
         assert s["tcp_backlog"] == "2048" and s["hashpower_init"] == "20"
         assert s["slab_chunk_max"] == str(256 * 1024) and s["lru_crawler"] == "no"
         assert s["item_size_max"] == str(2 * 1024 * 1024)
-    finally:
-        proc.terminate()
-        proc.wait(10)
-    proc, port = start_memcached(memcached_bin,
-                                 conf_words(mc_export / "memcached/memcached.rollback.conf"))
-    try:
-        s = memcached_settings(port)
+    rollback = conf_words(mc_export / "memcached/memcached.rollback.conf")
+    with running_memcached(memcached_bin, rollback) as mc:
+        s = mc.raw_stats("settings")
         assert s["num_threads"] == "4" and s["reqs_per_event"] == "20"
         assert s["slab_chunk_max"] == str(512 * 1024)
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_systemd_drop_in(mc_export: Path) -> None:

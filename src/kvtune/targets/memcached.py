@@ -52,22 +52,23 @@ class MemcachedTarget(Target):
         except OSError:
             return False
 
-    def stats(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for sub, key in ((b"stats\r\n", "stats"), (b"stats settings\r\n", "settings"),
-                         (b"stats slabs\r\n", "slabs"), (b"stats items\r\n", "items")):
-            with contextlib.suppress(OSError):
-                out[key] = _parse_stats(self._request(sub))
+    def raw_stats(self, group: str = "") -> dict[str, str]:
+        """One `stats [group]` answer as the server wrote it (values as text)."""
+        cmd = f"stats {group}".strip().encode() + b"\r\n"
+        out: dict[str, str] = {}
+        for line in self._request(cmd).decode(errors="replace").splitlines():
+            parts = line.split(" ", 2)
+            if len(parts) == 3 and parts[0] == "STAT":
+                out[parts[1]] = parts[2]
         return out
 
-
-def _parse_stats(raw: bytes) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for line in raw.decode(errors="replace").splitlines():
-        parts = line.split(" ", 2)
-        if len(parts) == 3 and parts[0] == "STAT":
-            out[parts[1]] = _num(parts[2])
-    return out
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for group, key in (("", "stats"), ("settings", "settings"), ("slabs", "slabs"),
+                           ("items", "items")):
+            with contextlib.suppress(OSError):
+                out[key] = {k: _num(v) for k, v in self.raw_stats(group).items()}
+        return out
 
 
 def _num(v: str) -> Any:
