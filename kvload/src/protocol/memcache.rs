@@ -2,6 +2,7 @@
 
 use super::{
     Outcome, ParseResult, ProtocolError, line_at, memcached_error, parse_uint, put_uint, show,
+    unexpected,
 };
 use crate::config::Verb;
 use crate::workload::{KeyFormat, Request};
@@ -87,10 +88,7 @@ fn parse_get(nkeys: usize, buf: &[u8]) -> ParseResult {
         if let Some(kind) = memcached_error(line) {
             return Ok(Some((next, Outcome::err(kind))));
         }
-        return Err(ProtocolError(format!(
-            "unexpected reply {} to get",
-            show(line)
-        )));
+        return Err(unexpected(line, "get"));
     }
 }
 
@@ -104,11 +102,7 @@ fn single_line(buf: &[u8], verb: Verb, ok: &[&[u8]]) -> ParseResult {
     if let Some(kind) = memcached_error(line) {
         return Ok(Some((next, Outcome::err(kind))));
     }
-    Err(ProtocolError(format!(
-        "unexpected reply {} to {}",
-        show(line),
-        verb.name()
-    )))
+    Err(unexpected(line, verb.name()))
 }
 
 #[cfg(test)]

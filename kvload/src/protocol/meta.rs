@@ -3,6 +3,7 @@
 
 use super::{
     Outcome, ParseResult, ProtocolError, line_at, memcached_error, parse_uint, put_uint, show,
+    unexpected,
 };
 use crate::config::Verb;
 use crate::workload::{KeyFormat, Request};
@@ -138,10 +139,7 @@ pub fn parse(verb: Verb, nkeys: usize, buf: &[u8]) -> ParseResult {
                             pos = next;
                         }
                         None => {
-                            return Err(ProtocolError(format!(
-                                "unexpected reply {} to mg",
-                                show(line)
-                            )));
+                            return Err(unexpected(line, "mg"));
                         }
                     },
                 }
@@ -162,11 +160,7 @@ pub fn parse(verb: Verb, nkeys: usize, buf: &[u8]) -> ParseResult {
 fn other(line: &[u8], next: usize, verb: Verb) -> ParseResult {
     match memcached_error(line) {
         Some(kind) => Ok(Some((next, Outcome::err(kind)))),
-        None => Err(ProtocolError(format!(
-            "unexpected reply {} to meta {}",
-            show(line),
-            verb.name()
-        ))),
+        None => Err(unexpected(line, &format!("meta {}", verb.name()))),
     }
 }
 

@@ -133,6 +133,11 @@ pub(crate) fn parse_uint(s: &[u8]) -> Option<usize> {
 }
 
 /// A short printable rendering of bytes for error messages.
+/// The error for a reply that does not answer `request` (e.g. "get", "meta mg").
+pub fn unexpected(line: &[u8], request: &str) -> ProtocolError {
+    ProtocolError(format!("unexpected reply {} to {request}", show(line)))
+}
+
 pub fn show(b: &[u8]) -> String {
     let b = &b[..b.len().min(60)];
     format!("{:?}", String::from_utf8_lossy(b))

@@ -1,6 +1,8 @@
 //! Redis RESP2: `GET`, `MGET`, `SET`, `DEL`.
 
-use super::{ErrorKind, Outcome, ParseResult, ProtocolError, line_at, parse_uint, put_uint, show};
+use super::{
+    ErrorKind, Outcome, ParseResult, ProtocolError, line_at, parse_uint, put_uint, show, unexpected,
+};
 use crate::config::Verb;
 use crate::workload::{KeyFormat, Request};
 
@@ -122,10 +124,7 @@ pub fn parse(verb: Verb, nkeys: usize, buf: &[u8]) -> ParseResult {
             let n = match (line.first(), signed(&line[1..])) {
                 (Some(b'*'), Some(n)) if n >= 0 => n as usize,
                 _ => {
-                    return Err(ProtocolError(format!(
-                        "unexpected reply {} to MGET",
-                        show(line)
-                    )));
+                    return Err(unexpected(line, "MGET"));
                 }
             };
             if n != nkeys {
@@ -163,11 +162,7 @@ pub fn parse(verb: Verb, nkeys: usize, buf: &[u8]) -> ParseResult {
             if ok {
                 Ok(Some((next, Outcome::ok())))
             } else {
-                Err(ProtocolError(format!(
-                    "unexpected reply {} to {}",
-                    show(line),
-                    verb.name()
-                )))
+                Err(unexpected(line, verb.name()))
             }
         }
     }
