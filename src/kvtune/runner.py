@@ -255,9 +255,6 @@ class Session:
         return Repetition("flagged" if flags else "ok", metrics, raw, flags,
                           metrics.get("verdict_reason", ""))
 
-    def close(self) -> None:
-        pass
-
 
 def _controllers_of(k: Knob) -> set[str]:
     from kvtune.knobs.appliers.cgroup import CpuQuota, CpusetCpus

@@ -12,7 +12,7 @@ import math
 import random
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -26,8 +26,9 @@ from kvtune.errors import StudyInterrupted, UserError
 from kvtune.evaluator import Evaluation, Evaluator
 from kvtune.host.journal import Journal
 from kvtune.knobs.knob import Knob
+from kvtune.knobs.rules import check_rules
 from kvtune.optimizer import fixed_params, grid_configs, make_sampler, suggest
-from kvtune.runner import Config, Session
+from kvtune.runner import Session
 from kvtune.spec import StudySpec, load_spec, resolve_knobs
 from kvtune.stats import (
     compare,
@@ -272,7 +273,9 @@ class StudyRun:
             while not self._done(study, started):
                 trial = study.ask()
                 config = suggest(trial, self.knobs)
-                violation = _cross_knob_violation(config, self.session)
+                # Rules between knobs are checked before a trial runs, never discovered.
+                violation = check_rules(config, self.session.ctx,
+                                        relax=self.spec.relax_rules)
                 if violation:
                     e = Evaluation(config, failed=violation)
                 else:
@@ -450,13 +453,6 @@ def _median_metrics(rows: list[dict[str, Any]]) -> dict[str, float | None]:
             for k in sorted(keys)}
 
 
-def _cross_knob_violation(config: Config, session: Session) -> str | None:
-    """Rules between knobs, checked before a trial runs (never discovered as failures)."""
-    from kvtune.knobs.rules import check_rules
-
-    return check_rules(config, session.ctx, relax=session.spec.relax_rules)
-
-
 def _jsonable(obj: Any) -> Any:
     import json
 
@@ -559,5 +555,3 @@ def run_config(loaded: Loaded, overrides: dict[str, str], repetitions: int | Non
                                     on_rep=lambda _e: prog.advance(task))
     return {"config": config, **_jsonable(ev.summary())}
 
-
-ProgressCallback = Callable[[Evaluation], None]
