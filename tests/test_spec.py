@@ -7,7 +7,8 @@ import textwrap
 import pytest
 
 from kvtune.errors import UserError
-from kvtune.spec import parse_duration, parse_spec, resolve_knobs
+from kvtune.knobs.resolve import resolve_knobs
+from kvtune.spec import parse_duration, parse_spec
 
 GOOD = """\
 study: mc

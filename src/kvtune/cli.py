@@ -194,11 +194,7 @@ def knobs(
         # The preset's own ranges (A-Tune's for memcached-app); every knob of the preset,
         # so that those unavailable here show why.
         names = catalog.preset_names(preset, ctx, available_only=False)
-        overrides = catalog.PRESET_DOMAINS[preset]
-        from dataclasses import replace
-
-        rows = [replace(k, domain=overrides.get(k.name, k.domain)) for k in rows
-                if k.name in names]
+        rows = [catalog.apply_preset(preset, k) for k in rows if k.name in names]
     data = []
     for k in rows:
         a = k.applier.check(ctx)

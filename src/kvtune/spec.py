@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -16,14 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kvtune.cpulist import parse_cpus
 from kvtune.errors import UserError
 from kvtune.knobs import catalog
-from kvtune.knobs.appliers.hostfile import HostFile, Location, Sysctl
-from kvtune.knobs.appliers.memcached import MemcachedFlag, MemcachedOption
-from kvtune.knobs.appliers.redis import RedisDirective
-from kvtune.knobs.domain import Domain
-from kvtune.knobs.knob import Knob
+from kvtune.load import tools as load_tools
+
+if TYPE_CHECKING:
+    from kvtune.knobs.knob import Knob
 
 __all__ = ["StudySpec", "load_spec", "parse_cpus", "parse_duration", "parse_spec",
-           "resolve_knobs"]
+           "resolve_knobs", "where_in_file"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 METRICS = (
@@ -105,7 +104,7 @@ class WorkloadSpec(_Model):
 
 
 class LoadSpec(_Model):
-    tool: Literal["kvload"] = "kvload"
+    tool: str = "kvload"  # a registered load driver (kvtune.load.tools())
     protocol: Literal["memcache", "meta", "resp"] | None = None
     mode: Literal["open", "closed"] = "open"
     rate: float | None = Field(default=None, gt=0)
@@ -122,6 +121,13 @@ class LoadSpec(_Model):
     @classmethod
     def _dur(cls, v: Any) -> float:
         return parse_duration(v)
+
+    @field_validator("tool")
+    @classmethod
+    def _tool(cls, v: str) -> str:
+        if v not in load_tools():
+            raise ValueError(f"unknown load tool {v!r} (known: {', '.join(load_tools())})")
+        return v
 
     @field_validator("cpus")
     @classmethod
@@ -339,7 +345,8 @@ def _line_map(text: str) -> dict[tuple[Any, ...], int]:
     return lines
 
 
-def _where(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> str:
+def where_in_file(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> str:
+    """`knobs[2].range, line 14` for a key path, from `parse_spec`'s line map."""
     # pydantic adds union-member names ("str", "KnobSpec") into loc; drop what isn't a key.
     path = tuple(p for p in loc if isinstance(p, int) or p in _keys_of(lines))
     text = ""
@@ -388,7 +395,7 @@ def parse_spec(text: str, name: str = "<study>") -> tuple[StudySpec, dict[tuple[
                 msg = "unknown key"
             elif err["type"] == "missing":
                 msg = "required key is missing"
-            problems.append(f"{_where(loc, lines)}: {msg}")
+            problems.append(f"{where_in_file(loc, lines)}: {msg}")
         # A knob entry fails both union members; keep one message per location.
         problems = list(dict.fromkeys(problems))
         raise UserError(f"{name}: {len(problems)} problem(s) in the study file",
@@ -396,107 +403,27 @@ def parse_spec(text: str, name: str = "<study>") -> tuple[StudySpec, dict[tuple[
     return spec, lines
 
 
+# -- temporary re-exports while callers move to kvtune.knobs.resolve ------------------------
+
+
 def resolve_knobs(spec: StudySpec, lines: dict[tuple[Any, ...], int] | None = None,
                   name: str = "<study>") -> list[Knob]:
-    """The study's knobs from the catalog (with overrides) or defined inline.
-    Unknown names, bad overrides and knobs of another target are reported together."""
-    lines = lines or {}
-    problems: list[str] = []
-    out: list[Knob] = []
-    entries: list[str | KnobSpec] = list(spec.knobs)
-    if spec.preset:
-        named = {e if isinstance(e, str) else e.name for e in entries}
-        entries = [*(n for n in catalog.PRESETS[spec.preset] if n not in named), *entries]
-    seen: set[str] = set()
-    for i, entry in enumerate(entries):
-        idx = i - (len(entries) - len(spec.knobs))
-        where = _where(("knobs", idx), lines) if idx >= 0 else f"preset {spec.preset}"
-        ks = KnobSpec(name=entry) if isinstance(entry, str) else entry
-        if ks.name in seen:
-            problems.append(f"{where}: knob {ks.name!r} is listed twice")
-            continue
-        seen.add(ks.name)
-        try:
-            knob = _build_knob(ks, spec.target.kind)
-        except ValueError as e:
-            problems.append(f"{where}: {e}")
-            continue
-        if idx < 0 and spec.preset:
-            # A preset carries its own ranges (the A-Tune study's, for memcached-app).
-            import dataclasses
+    """Deprecated: use `kvtune.knobs.resolve.resolve_knobs`."""
+    from kvtune.knobs.resolve import resolve_knobs as resolve
 
-            preset_domain = catalog.PRESET_DOMAINS.get(spec.preset, {}).get(ks.name)
-            if preset_domain is not None:
-                knob = dataclasses.replace(knob, domain=preset_domain)
-        if spec.target.kind != "synthetic" and knob.target not in (None, spec.target.kind):
-            if idx < 0:
-                continue  # presets span targets; keep what fits
-            problems.append(f"{where}: knob {ks.name!r} is a {knob.target} knob but the "
-                            f"target is {spec.target.kind}")
-            continue
-        out.append(knob)
-    if problems:
-        raise UserError(f"{name}: {len(problems)} problem(s) with knobs", problems)
-    return out
+    return resolve(spec, lines, name, _synthetic_knobs(spec.target.kind))
 
 
 def _build_knob(ks: KnobSpec, target_kind: str) -> Knob:
-    import dataclasses
+    """Deprecated: use `kvtune.knobs.resolve.build_knob`."""
+    from kvtune.knobs.resolve import build_knob
 
-    base = catalog.lookup(ks.name)
-    if base is None and ks.applier is None:
-        if target_kind == "synthetic":
-            from kvtune.targets.synthetic import synthetic_knob
+    return build_knob(ks, target_kind, _synthetic_knobs(target_kind))
 
-            k = synthetic_knob(ks.name)
-            if k is not None:
-                base = k
-        if base is None:
-            import difflib
 
-            close = difflib.get_close_matches(ks.name, list(catalog.CATALOG), n=3, cutoff=0.6)
-            hint = f"; did you mean {', '.join(close)}?" if close else (
-                "; `kvtune knobs` lists the catalog, or define it inline with domain and applier")
-            raise ValueError(f"unknown knob {ks.name!r}{hint}")
-    if base is None:
-        assert ks.applier is not None
-        if ks.domain is None:
-            raise ValueError(f"inline knob {ks.name!r} needs a domain")
-        d = ks.domain
-        domain = Domain(d.type, d.low, d.high, d.step, d.log, tuple(d.choices or ()),
-                        tuple(d.special or ()))
-        a = ks.applier
-        if a.memcached_flag:
-            applier: Any = MemcachedFlag(a.memcached_flag)
-        elif a.memcached_option:
-            applier = MemcachedOption(a.memcached_option)
-        elif a.redis_directive:
-            applier = RedisDirective(a.redis_directive)
-        elif a.sysctl:
-            applier = Sysctl(a.sysctl)
-        else:
-            applier = HostFile([Location(str(a.sysfs))])
-        base = Knob(ks.name, domain, applier, ks.default, "inline knob")
-    elif ks.domain is not None or ks.applier is not None:
-        raise ValueError(f"{ks.name!r} is in the catalog; override it with range, step, log or "
-                         "choices instead of domain/applier")
-    domain = base.domain
-    try:
-        if ks.range is not None:
-            if domain.type not in ("int", "float"):
-                raise ValueError(f"{ks.name!r} is {domain.type}; range applies to numbers")
-            domain = domain.with_overrides(low=ks.range[0], high=ks.range[1])
-        if ks.step is not None or ks.log is not None:
-            domain = domain.with_overrides(step=ks.step, log=ks.log)
-        if ks.choices is not None:
-            if domain.type != "categorical":
-                raise ValueError(f"{ks.name!r} is {domain.type}; choices apply to categorical")
-            domain = domain.with_overrides(choices=tuple(ks.choices))
-        domain = Domain(domain.type, domain.low, domain.high, domain.step, domain.log,
-                        domain.choices, domain.special)
-    except ValueError as e:
-        raise ValueError(f"{ks.name}: {e}") from None
-    default = base.default
-    if ks.default is not None:
-        default = domain.coerce(ks.default)
-    return dataclasses.replace(base, domain=domain, default=default)
+def _synthetic_knobs(kind: str) -> dict[str, Knob] | None:
+    if kind != "synthetic":
+        return None
+    from kvtune.targets.synthetic import SYNTHETIC_KNOBS
+
+    return SYNTHETIC_KNOBS

@@ -483,7 +483,14 @@ _PRESET_DEFS: dict[str, tuple[list[str], dict[str, Domain], bool]] = {
         {}, True),
 }
 
-PRESET_DOMAINS: dict[str, dict[str, Domain]] = {n: d for n, (_, d, _) in _PRESET_DEFS.items()}
+PRESET_NAMES: tuple[str, ...] = tuple(_PRESET_DEFS)
+
+
+def apply_preset(preset: str, knob: Knob) -> Knob:
+    """`knob` with the range `preset` gives it (A-Tune's for memcached-app), else as it is.
+    The one place a preset's ranges are applied."""
+    domain = _PRESET_DEFS[preset][1].get(knob.name)
+    return knob if domain is None else replace(knob, domain=domain)
 
 
 @lru_cache(maxsize=1)
@@ -515,9 +522,7 @@ def preset_names(name: str, ctx: HostContext | None = None,
 
 def preset_knobs(name: str, ctx: HostContext | None = None) -> list[Knob]:
     """The knobs of a preset with the preset's ranges."""
-    overrides = PRESET_DOMAINS[name]
-    return [replace(CATALOG[n], domain=overrides.get(n, CATALOG[n].domain))
-            for n in preset_names(name, ctx)]
+    return [apply_preset(name, CATALOG[n]) for n in preset_names(name, ctx)]
 
 
 class _Presets(Mapping[str, list[str]]):
