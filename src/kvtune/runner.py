@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from kvtune import load
 from kvtune.errors import TrialFailed, UserError
 from kvtune.host import facts as hostfacts
 from kvtune.host.cgroup import ServerCgroup
@@ -23,7 +24,6 @@ from kvtune.host.journal import Journal
 from kvtune.knobs.appliers.base import ApplyEnv, HostContext, Launch
 from kvtune.knobs.domain import Value
 from kvtune.knobs.knob import Knob
-from kvtune.load import kvload
 from kvtune.spec import StudySpec, parse_cpus
 from kvtune.targets import make_target
 from kvtune.targets.base import Target
@@ -55,7 +55,7 @@ class Session:
             self.ctx.versions[spec.target.kind] = self.target.version()
             self.ctx.binaries[spec.target.kind] = self.target.binary
         self.cgroup: ServerCgroup | None = None
-        self.kvload_bin: str | None = None
+        self.load_driver: load.LoadDriver | None = None
         self.rng = np.random.default_rng(spec.seed)
         self._rep_counter = 0
         self.baseline: Config = {}
@@ -87,8 +87,9 @@ class Session:
         if problems:
             raise UserError(f"{len(problems)} problem(s) before the study could start "
                             "(nothing was applied)", problems)
-        if self.spec.target.kind != "synthetic":
-            self.kvload_bin = kvload.find_kvload()
+        if self.spec.load is not None and self.spec.target.kind != "synthetic":
+            self.load_driver = load.driver_for(self.spec.load)
+            self.load_driver.prepare()
         self.baseline = {}
         for k in self.knobs:
             v: Any = k.default if k.default is not None else k.applier.current(self.ctx)
@@ -208,8 +209,9 @@ class Session:
             thr0 = self.cgroup.throttling() if self.cgroup else {}
             probe.start()
             t0 = time.monotonic()
-            doc = kvload.run(self.spec.load, target.address, target.protocol, seed,
-                             self.kvload_bin)
+            if self.load_driver is None:
+                self.load_driver = load.driver_for(self.spec.load)
+            result = self.load_driver.run(target.address, target.protocol, seed)
             elapsed = time.monotonic() - t0
             tele = probe.stop()
             if server.proc.poll() is not None:
@@ -231,7 +233,7 @@ class Session:
             target.stop(server, self.journal)
             raise
         rc = target.stop(server, self.journal)
-        metrics = kvload.metrics_from(doc)
+        metrics = {**result.metrics, "verdict": result.verdict, "verdict_reason": result.reason}
         metrics["steal"] = steal
         metrics["server_cpu_s"] = (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None \
             else None
@@ -240,7 +242,8 @@ class Session:
                 metrics["server_" + key] = sw1[key] - sw0[key]
         for key in thr1:
             metrics["cgroup_" + key] = thr1[key] - thr0.get(key, 0)
-        raw.update(kvload=doc, server_stats=stats, server_exit=rc)
+        raw.update(load={**result.raw, "tool": self.load_driver.tool}, server_stats=stats,
+                   server_exit=rc)
         server_m, server_raw = telemetry.server_digest(target.kind, stats)
         metrics.update(tele.metrics)
         metrics.update(server_m)
