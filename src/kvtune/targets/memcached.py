@@ -5,25 +5,18 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from functools import cached_property
 from typing import Any
 
 from kvtune.knobs.appliers.base import Launch
 from kvtune.knobs.appliers.memcached import memcached_argv_options
-from kvtune.targets.base import Target, parse_version, run_version
+from kvtune.targets.base import ServerTarget
 
 
-class MemcachedTarget(Target):
+class MemcachedTarget(ServerTarget):
     kind = "memcached"
     default_binary = "memcached"
     protocol = "memcache"
-
-    @cached_property
-    def _version(self) -> tuple[int, ...]:
-        return parse_version(run_version([self.binary, "-V"]))
-
-    def version(self) -> tuple[int, ...]:
-        return self._version
+    version_args = ("-V",)
 
     def argv(self, launch: Launch) -> list[str]:
         argv = [self.binary, "-l", self.host, "-p", str(self.port), "-U", "0"]

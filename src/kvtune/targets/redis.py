@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import socket
-from functools import cached_property
 from typing import Any
 
 from kvtune.knobs.appliers.base import Launch
-from kvtune.targets.base import Target, parse_version, run_version
+from kvtune.targets.base import ServerTarget
 
 
 def resp_command(*args: str) -> bytes:
@@ -18,17 +17,11 @@ def resp_command(*args: str) -> bytes:
     return out
 
 
-class RedisTarget(Target):
+class RedisTarget(ServerTarget):
     kind = "redis"
     default_binary = "redis-server"
     protocol = "resp"
-
-    @cached_property
-    def _version(self) -> tuple[int, ...]:
-        return parse_version(run_version([self.binary, "--version"]))
-
-    def version(self) -> tuple[int, ...]:
-        return self._version
+    version_args = ("--version",)
 
     def argv(self, launch: Launch) -> list[str]:
         argv = [self.binary, "--port", str(self.port), "--bind", self.host,
