@@ -21,8 +21,10 @@ from kvtune.knobs import catalog
 from kvtune.knobs.appliers.base import ApplyEnv, HostContext, Launch
 from kvtune.knobs.appliers.cgroup import CpuQuota, CpusetCpus, host_cpus
 from kvtune.knobs.appliers.memcached import memcached_argv_options
-from kvtune.knobs.rules import check_rules
+from kvtune.knobs.catalog import check_rules
+from kvtune.knobs.rules import RULES
 from kvtune.spec import TargetSpec, parse_cpus
+from kvtune.targets import host_context
 from kvtune.targets.base import free_port
 from kvtune.targets.memcached import MemcachedTarget
 
@@ -32,7 +34,7 @@ REASONS = ("debugfs is not mounted", "absent on kernel", "does not exist", "is r
 
 
 def ctx() -> HostContext:
-    return catalog.host_context()
+    return host_context()
 
 
 @pytest.mark.parametrize("name", [k.name for k in catalog.CATALOG.values() if k.scope == "host"])
@@ -323,21 +325,21 @@ def test_rules_pass_valid_combinations_and_can_be_relaxed() -> None:
 
 
 def test_presets() -> None:
-    app = catalog.PRESETS["memcached-app"]
+    app = catalog.preset_names("memcached-app", ctx())
     assert app == ["memcached.memory_mb", "memcached.max_connections", "memcached.growth_factor",
                    "memcached.min_item_bytes", "memcached.backlog", "memcached.threads",
                    "memcached.reqs_per_event"]
-    knobs = {k.name: k for k in catalog.preset_knobs("memcached-app")}
+    knobs = {k.name: k for k in catalog.preset_knobs("memcached-app", ctx())}
     assert knobs["memcached.threads"].domain.describe() == "[4, 16] step 4"
     assert knobs["memcached.memory_mb"].domain.describe() == "[1024, 10240] step 1024"
     for k in knobs.values():
         assert k.default is not None and catalog.CATALOG[k.name].domain.contains(k.default)
     for preset in ("memcached-full", "redis-throughput", "placement"):
-        names = catalog.PRESETS[preset]
+        names = catalog.preset_names(preset, ctx())
         assert names
         for n in names:
             assert catalog.CATALOG[n].applier.check(ctx()).ok, (preset, n)
-    full = catalog.PRESETS["memcached-full"]
+    full = catalog.preset_names("memcached-full", ctx())
     assert set(app) <= set(full) and any(n.startswith("net.") for n in full)
     assert re.search(r"thp\.|kernel\.", " ".join(full))
 
@@ -346,5 +348,5 @@ def test_docs_list_every_knob_and_rule() -> None:
     text = (Path(__file__).resolve().parents[1] / "docs" / "knobs.md").read_text()
     for name in catalog.CATALOG:
         assert f"`{name}`" in text, f"docs/knobs.md misses {name}"
-    for rule in catalog.RULES:
+    for rule in RULES:
         assert f"`{rule.name}`" in text, f"docs/knobs.md misses rule {rule.name}"

@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kvtune.cpulist import parse_cpus
 from kvtune.errors import UserError
-from kvtune.knobs import catalog
 from kvtune.load import tools as load_tools
 
 if TYPE_CHECKING:
@@ -279,17 +278,6 @@ class StudySpec(_Model):
     seed: int = 0
     storage: str | None = None
 
-    @field_validator("relax_rules")
-    @classmethod
-    def _relax(cls, v: list[str]) -> list[str]:
-        from kvtune.knobs.catalog import RULES
-
-        names = {r.name for r in RULES}
-        for name in v:
-            if name not in names:
-                raise ValueError(f"unknown rule {name!r}; known: {', '.join(sorted(names))}")
-        return v
-
     @field_validator("constraints")
     @classmethod
     def _constraints(cls, v: list[str]) -> list[str]:
@@ -301,9 +289,6 @@ class StudySpec(_Model):
     def _load_needed(self) -> StudySpec:
         if self.target.kind != "synthetic" and self.load is None:
             raise ValueError("a memcached or redis target needs a load section")
-        if self.preset and self.preset not in catalog.PRESETS:
-            raise ValueError(f"unknown preset {self.preset!r}; known: "
-                             f"{', '.join(catalog.PRESETS)}")
         return self
 
     @property

@@ -81,8 +81,9 @@ def write(rec: Recommendation, formats: list[str], out_dir: Path) -> list[tuple[
     if unknown:
         raise UserError(f"--format: unknown format {', '.join(unknown)}; known: "
                         f"{', '.join(EXPORTERS)}")
-    from kvtune.knobs.rules import check_rules
+    from kvtune.knobs.catalog import check_rules
 
+    # The rules between knobs (-L needs THP, ...) refuse a configuration that cannot run.
     broken = check_rules(rec.config, rec.ctx)
     if broken:
         raise UserError(f"the configuration of study {rec.study!r} is not exported: {broken}")

@@ -10,8 +10,15 @@ from typing import ClassVar
 
 from kvtune.knobs import catalog
 from kvtune.knobs.appliers.base import HostContext
+from kvtune.knobs.baseline import baseline_value
 from kvtune.knobs.domain import Value
 from kvtune.knobs.knob import Knob
+
+
+def _host_context() -> HostContext:
+    from kvtune.targets import host_context
+
+    return host_context()
 
 
 @dataclass(frozen=True)
@@ -34,7 +41,7 @@ class Recommendation:
     config: dict[str, Value]
     baseline: dict[str, Value]
     source: str  # for people: where the configuration comes from
-    ctx: HostContext = field(default_factory=catalog.host_context)
+    ctx: HostContext = field(default_factory=_host_context)
 
     def knobs(self, scope: str | None = None) -> list[tuple[Knob, Value, Value | None]]:
         """(knob, recommended value, baseline value) for every catalog knob in the
@@ -46,8 +53,7 @@ class Recommendation:
                 continue
             base = self.baseline.get(name)
             if base is None:
-                base = knob.default if knob.default is not None else knob.applier.current(
-                    self.ctx)
+                base = baseline_value(knob, self.ctx, None)
             out.append((knob, value, base))
         return out
 

@@ -3,9 +3,8 @@ comments. Version traps are the appliers' (slab_chunk_max unit, worker_logbuf_si
 
 from __future__ import annotations
 
-from kvtune.errors import UserError
 from kvtune.export.base import Exporter, ExportFile, Recommendation, comment
-from kvtune.knobs.appliers.memcached import MemcachedFlag, MemcachedOption, thp_mode
+from kvtune.knobs.appliers.memcached import MemcachedFlag, MemcachedOption
 from kvtune.knobs.domain import Value
 from kvtune.knobs.knob import Knob
 
@@ -46,12 +45,6 @@ class MemcachedExporter(Exporter):
         rows = [(k, v, b) for k, v, b in rec.knobs("app") if k.target == "memcached"]
         if not rows:
             return []
-        thp = rec.config.get("thp.enabled", thp_mode(rec.ctx))
-        if any(k.name == "memcached.large_pages" and v is True for k, v, _ in rows) and \
-                thp == "never":
-            raise UserError("memcached.large_pages (-L) is recommended but transparent huge "
-                            "pages are `never` here, and memcached refuses to start with -L "
-                            "then; set thp.enabled to madvise first")
 
         def render(rollback: bool) -> str:
             chosen: list[tuple[Knob, Value]] = []

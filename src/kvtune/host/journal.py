@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kvtune.errors import HarnessError, UserError
+from kvtune.host.facts import selected
 
 DEFAULT_PATH = Path("/var/lib/kvtune/journal.json")
 ALLOWED_ROOTS: tuple[Path, ...] = (Path("/proc/sys"), Path("/sys"))
@@ -37,9 +38,8 @@ def _plain(text: str) -> str:
 
 def _bracketed(text: str) -> str:
     """sysfs multiple-choice files show the selected value in brackets: 'always [madvise] never'."""
-    if "[" in text and "]" in text:
-        return text.split("[", 1)[1].split("]", 1)[0].strip()
-    return _plain(text)
+    choice = selected(text)
+    return _plain(text) if choice is None else choice
 
 
 READERS: dict[str, Callable[[str], str]] = {"plain": _plain, "bracketed": _bracketed}

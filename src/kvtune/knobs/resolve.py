@@ -12,13 +12,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kvtune.errors import UserError
+from kvtune.host.facts import this_host
 from kvtune.knobs import catalog
-from kvtune.knobs.appliers.base import Applier
+from kvtune.knobs.appliers.base import Applier, HostContext
 from kvtune.knobs.appliers.hostfile import HostFile, Location, Sysctl
 from kvtune.knobs.appliers.memcached import MemcachedFlag, MemcachedOption
 from kvtune.knobs.appliers.redis import RedisDirective
 from kvtune.knobs.domain import Domain
 from kvtune.knobs.knob import Knob
+from kvtune.knobs.rules import RULE_NAMES
 from kvtune.spec import KnobSpec, StudySpec, where_in_file
 
 __all__ = ["INLINE_APPLIERS", "build_knob", "resolve_knobs"]
@@ -34,18 +36,28 @@ INLINE_APPLIERS: dict[str, Callable[[str], Applier]] = {
 
 
 def resolve_knobs(spec: StudySpec, lines: dict[tuple[Any, ...], int] | None = None,
-                  name: str = "<study>", extra_knobs: Mapping[str, Knob] | None = None
-                  ) -> list[Knob]:
+                  name: str = "<study>", extra_knobs: Mapping[str, Knob] | None = None,
+                  *, ctx: HostContext | None = None) -> list[Knob]:
     """The study's knobs from the catalog (with overrides), from `extra_knobs` (a target's
-    own), or defined inline; a preset's knobs come first, with the preset's ranges.
-    Unknown names, bad overrides and knobs of another target are reported together."""
+    own), or defined inline; a preset's knobs come first, with the preset's ranges (of a
+    host-dependent preset, those available on the host of `ctx`; without `ctx`, this host's
+    facts). Unknown names, bad overrides, knobs of another target, an unknown preset and
+    unknown `relax_rules` are reported together."""
     lines = lines or {}
     problems: list[str] = []
-    out: list[Knob] = []
+    for i, rule in enumerate(spec.relax_rules):
+        if rule not in RULE_NAMES:
+            problems.append(f"{where_in_file(('relax_rules', i), lines)}: unknown rule "
+                            f"{rule!r}; known: {', '.join(sorted(RULE_NAMES))}")
     entries: list[str | KnobSpec] = list(spec.knobs)
-    if spec.preset:
+    if spec.preset and spec.preset not in catalog.PRESET_NAMES:
+        problems.append(f"{where_in_file(('preset',), lines)}: unknown preset "
+                        f"{spec.preset!r}; known: {', '.join(catalog.PRESET_NAMES)}")
+    elif spec.preset:
         named = {e if isinstance(e, str) else e.name for e in entries}
-        entries = [*(n for n in catalog.PRESETS[spec.preset] if n not in named), *entries]
+        in_preset = catalog.preset_names(spec.preset, ctx or HostContext(this_host()))
+        entries = [*(n for n in in_preset if n not in named), *entries]
+    out: list[Knob] = []
     seen: set[str] = set()
     for i, entry in enumerate(entries):
         idx = i - (len(entries) - len(spec.knobs))

@@ -17,7 +17,16 @@ from kvtune.knobs.domain import Value
 if TYPE_CHECKING:
     from kvtune.host.facts import HostFacts
     from kvtune.host.journal import Journal
-    from kvtune.knobs.knob import Availability
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a knob can be applied on this host; `reason` says why not, for people;
+    `current` is the value read while checking, when there was one."""
+
+    ok: bool
+    reason: str = ""
+    current: Value | None = None
 
 
 @dataclass

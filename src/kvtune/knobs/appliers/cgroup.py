@@ -9,9 +9,8 @@ from __future__ import annotations
 import os
 import shutil
 
-from kvtune.knobs.appliers.base import Applier, ApplyEnv, HostContext
+from kvtune.knobs.appliers.base import Applier, ApplyEnv, Availability, HostContext
 from kvtune.knobs.domain import Value
-from kvtune.knobs.knob import Availability
 
 PERIOD_KNOB = "placement.cpu_period_us"
 DEFAULT_PERIOD_US = 100_000

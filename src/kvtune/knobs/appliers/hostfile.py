@@ -12,9 +12,8 @@ import os
 import stat
 from dataclasses import dataclass
 
-from kvtune.knobs.appliers.base import Applier, ApplyEnv, HostContext
+from kvtune.knobs.appliers.base import Applier, ApplyEnv, Availability, HostContext
 from kvtune.knobs.domain import Value
-from kvtune.knobs.knob import Availability
 
 DEBUGFS = "/sys/kernel/debug"
 

@@ -14,9 +14,8 @@ import shutil
 import subprocess
 from functools import lru_cache
 
-from kvtune.knobs.appliers.base import Applier, ApplyEnv, HostContext
+from kvtune.knobs.appliers.base import Applier, ApplyEnv, Availability, HostContext
 from kvtune.knobs.domain import Value
-from kvtune.knobs.knob import Availability
 
 # What a build that lacks a feature prints when the directive is set at start.
 _BUILD_REFUSALS = {"activedefrag": "Active defragmentation cannot be enabled"}
