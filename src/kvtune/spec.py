@@ -1,4 +1,5 @@
-"""The study file: one YAML document, validated with pydantic.
+"""The study file: one YAML document, validated with pydantic. The schema only: turning
+`knobs:` and `preset:` into knobs is `kvtune.knobs.resolve`'s.
 
 Every problem is reported at once, each with its key path and line (`knobs[2].range, line
 14: ...`), as a `UserError` (exit code 2) before anything touches the host.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -17,11 +18,8 @@ from kvtune.cpulist import parse_cpus
 from kvtune.errors import UserError
 from kvtune.load import tools as load_tools
 
-if TYPE_CHECKING:
-    from kvtune.knobs.knob import Knob
-
 __all__ = ["StudySpec", "load_spec", "parse_cpus", "parse_duration", "parse_spec",
-           "resolve_knobs", "where_in_file"]
+           "where_in_file"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 METRICS = (
@@ -386,29 +384,3 @@ def parse_spec(text: str, name: str = "<study>") -> tuple[StudySpec, dict[tuple[
         raise UserError(f"{name}: {len(problems)} problem(s) in the study file",
                         problems) from None
     return spec, lines
-
-
-# -- temporary re-exports while callers move to kvtune.knobs.resolve ------------------------
-
-
-def resolve_knobs(spec: StudySpec, lines: dict[tuple[Any, ...], int] | None = None,
-                  name: str = "<study>") -> list[Knob]:
-    """Deprecated: use `kvtune.knobs.resolve.resolve_knobs`."""
-    from kvtune.knobs.resolve import resolve_knobs as resolve
-
-    return resolve(spec, lines, name, _synthetic_knobs(spec.target.kind))
-
-
-def _build_knob(ks: KnobSpec, target_kind: str) -> Knob:
-    """Deprecated: use `kvtune.knobs.resolve.build_knob`."""
-    from kvtune.knobs.resolve import build_knob
-
-    return build_knob(ks, target_kind, _synthetic_knobs(target_kind))
-
-
-def _synthetic_knobs(kind: str) -> dict[str, Knob] | None:
-    if kind != "synthetic":
-        return None
-    from kvtune.targets.synthetic import SYNTHETIC_KNOBS
-
-    return SYNTHETIC_KNOBS

@@ -14,10 +14,8 @@ some builds of the server).
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterable
 from dataclasses import replace
-from functools import lru_cache
 from typing import Any, Final
 
 from kvtune.knobs.appliers.base import HostContext
@@ -411,22 +409,6 @@ def apply_preset(preset: str, knob: Knob) -> Knob:
     The one place a preset's ranges are applied."""
     domain = _PRESET_DEFS[preset][1].get(knob.name)
     return knob if domain is None else replace(knob, domain=domain)
-
-
-@lru_cache(maxsize=1)
-def host_context() -> HostContext:
-    """Deprecated: use `kvtune.targets.host_context()`; kept until every caller moved."""
-    from kvtune.host.facts import this_host
-    from kvtune.host.versions import parse_version, run_version
-
-    ctx = HostContext(this_host())
-    for name, binary, flag in (("memcached", "memcached", "-V"),
-                               ("redis", "redis-server", "--version")):
-        found = shutil.which(binary)
-        if found:
-            ctx.binaries[name] = found
-            ctx.versions[name] = parse_version(run_version([found, flag]))
-    return ctx
 
 
 def preset_names(name: str, ctx: HostContext, available_only: bool = True) -> list[str]:
