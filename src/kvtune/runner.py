@@ -9,17 +9,14 @@ stops the server and waits until its port is free.
 
 from __future__ import annotations
 
-import os
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from kvtune import load
+from kvtune import load, telemetry
 from kvtune import preflight as checks
 from kvtune.errors import TrialFailed, UserError
-from kvtune.host import facts as hostfacts
 from kvtune.host.cgroup import ServerCgroup
 from kvtune.host.journal import Journal
 from kvtune.knobs.appliers.base import ApplyEnv, Launch
@@ -164,30 +161,17 @@ class Session:
                                "placement": {"server_cpus": launch.server_cpus
                                              or self.spec.target.cpus,
                                              "client_cpus": self.spec.load.cpus}}
-        from kvtune import telemetry  # local: this method is the only user
-
-        probe = telemetry.Probe(server.pid)
+        probe = telemetry.Probe(server.pid, self.cgroup)
         try:
-            steal0 = hostfacts.steal_jiffies()
-            sw0 = hostfacts.proc_status(server.pid)
-            cpu0 = hostfacts.proc_cpu_seconds(server.pid)
-            thr0 = self.cgroup.throttling() if self.cgroup else {}
             probe.start()
-            t0 = time.monotonic()
             if self.load_driver is None:
                 self.load_driver = load.driver_for(self.spec.load)
             result = self.load_driver.run(target.address, target.protocol, seed)
-            elapsed = time.monotonic() - t0
             tele = probe.stop()
             if server.proc.poll() is not None:
                 raise TrialFailed(f"{target.kind} exited during the load (code "
                                   f"{server.proc.returncode})", server.stderr_text())
             stats = target.stats()
-            sw1 = hostfacts.proc_status(server.pid)
-            cpu1 = hostfacts.proc_cpu_seconds(server.pid)
-            steal = (hostfacts.steal_jiffies() - steal0) / (
-                os.sysconf("SC_CLK_TCK") * elapsed * (os.cpu_count() or 1))
-            thr1 = self.cgroup.throttling() if self.cgroup else {}
         except TrialFailed as e:
             probe.close()
             e.stderr = e.stderr or server.stderr_text()
@@ -198,30 +182,16 @@ class Session:
             target.stop(server, self.journal)
             raise
         rc = target.stop(server, self.journal)
-        metrics = {**result.metrics, "verdict": result.verdict, "verdict_reason": result.reason}
-        metrics["steal"] = steal
-        metrics["server_cpu_s"] = (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None \
-            else None
-        for key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
-            if key in sw0 and key in sw1:
-                metrics["server_" + key] = sw1[key] - sw0[key]
-        for key in thr1:
-            metrics["cgroup_" + key] = thr1[key] - thr0.get(key, 0)
-        raw.update(load={**result.raw, "tool": self.load_driver.tool}, server_stats=stats,
-                   server_exit=rc)
         server_m, server_raw = telemetry.server_digest(target.kind, stats)
-        metrics.update(tele.metrics)
-        metrics.update(server_m)
-        raw["telemetry"] = {**tele.raw, "server": server_raw}
-        flags = []
-        if metrics["verdict"] == "client_bound":
-            flags.append("client_bound")
-        if metrics["verdict"] == "saturated":
-            flags.append("saturated")
-        if steal > self.spec.evaluation.steal_threshold:
+        metrics = {**result.metrics, "verdict": result.verdict, "verdict_reason": result.reason,
+                   **tele.metrics, **server_m}
+        raw.update(load={**result.raw, "tool": self.load_driver.tool}, server_stats=stats,
+                   server_exit=rc, telemetry={**tele.raw, "server": server_raw})
+        flags = [] if result.verdict == "ok" else [result.verdict]
+        steal = metrics.get("steal")  # the share of CPU time stolen (telemetry's `sys`)
+        if steal is not None and steal > self.spec.evaluation.steal_threshold:
             flags.append(f"steal {steal:.1%}")
-        return Repetition("flagged" if flags else "ok", metrics, raw, flags,
-                          metrics.get("verdict_reason", ""))
+        return Repetition("flagged" if flags else "ok", metrics, raw, flags, result.reason)
 
 
 def _controllers_of(k: Knob) -> set[str]:

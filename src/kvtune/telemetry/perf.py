@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from kvtune.telemetry.base import Collector, ProbeContext
+
 SOFTWARE_EVENTS = ("context-switches", "cpu-migrations", "page-faults", "task-clock")
 HARDWARE_EVENTS = ("cycles", "instructions")
 EVENTS = HARDWARE_EVENTS + SOFTWARE_EVENTS
@@ -187,3 +189,29 @@ class PerfStat:
         if self._dir is not None:
             self._dir.cleanup()
             self._dir = None
+
+
+class PerfCollector(Collector):
+    """`perf_`: perf stat attached to the server process."""
+
+    name = "perf"
+    prefixes = ("perf_",)
+
+    def __init__(self, ctx: ProbeContext) -> None:
+        super().__init__(ctx)
+        self.stat = PerfStat(ctx.pid)
+
+    def start(self) -> None:
+        self.stat.start()
+
+    def stop(self) -> None:
+        self.stat.stop()
+
+    def metrics(self) -> dict[str, float]:
+        return self.stat.result.metrics()
+
+    def raw(self) -> dict[str, Any]:
+        return self.stat.result.as_dict()
+
+    def close(self) -> None:
+        self.stat.close()
