@@ -14,14 +14,24 @@ from kvtune.export.sysctl import SysctlExporter
 from kvtune.export.systemd import SystemdExporter
 from kvtune.export.tuned import TunedExporter
 
-EXPORTERS: dict[str, Exporter] = {e.name: e for e in (
-    SysctlExporter(), TunedExporter(), MemcachedExporter(), RedisExporter(), SystemdExporter())}
+# The one table of export formats, by name (`--format`).
+EXPORTERS: dict[str, Exporter] = {}
+
+
+def register(exporter: Exporter) -> None:
+    """Add an export format (replacing one of the same name)."""
+    EXPORTERS[exporter.name] = exporter
+
+
+for _e in (SysctlExporter(), TunedExporter(), MemcachedExporter(), RedisExporter(),
+           SystemdExporter()):
+    register(_e)
 
 # Never write into the live configuration of the host: a person installs the files.
 FORBIDDEN_ROOTS = (Path("/etc"), Path("/proc"), Path("/sys"), Path("/usr"), Path("/boot"))
 
 __all__ = ["EXPORTERS", "ExportFile", "Exporter", "NoRecommendation", "Recommendation",
-           "recommendation", "write"]
+           "recommendation", "register", "write"]
 
 
 class NoRecommendation(KvtuneError):

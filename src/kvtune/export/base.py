@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kvtune.knobs import catalog
-from kvtune.knobs.appliers.base import HostContext
+from kvtune.knobs.appliers.base import ExportEntry, HostContext
 from kvtune.knobs.baseline import baseline_value
 from kvtune.knobs.domain import Value
 from kvtune.knobs.knob import Knob
@@ -30,6 +30,16 @@ class ExportFile:
     rollback_path: str
     rollback_text: str
     install: str  # how a person installs it (and rolls it back), one line
+
+
+@dataclass(frozen=True)
+class Row:
+    """A knob of the recommendation: its export entry for the recommended value and for the
+    baseline value (None when the applier emits nothing for that value)."""
+
+    knob: Knob
+    entry: ExportEntry | None
+    rollback: ExportEntry | None
 
 
 @dataclass
@@ -57,6 +67,16 @@ class Recommendation:
             out.append((knob, value, base))
         return out
 
+    def entries(self, scope: str | None = None) -> list[Row]:
+        """Every catalog knob of the configuration (optionally of one scope) with what its
+        applier exports for the recommended and for the baseline value."""
+        out = []
+        for knob, value, base in self.knobs(scope):
+            entry = knob.applier.export_entry(value, self.ctx)
+            back = None if base is None else knob.applier.export_entry(base, self.ctx)
+            out.append(Row(knob, entry, back))
+        return out
+
     def header(self, what: str, rollback: bool, *extra: str) -> list[str]:
         kind = "ROLLBACK to the baseline of" if rollback else "Recommended by"
         return [f"{what}", f"{kind} kvtune study {self.study!r}: {self.source}",
@@ -64,6 +84,9 @@ class Recommendation:
 
 
 class Exporter(ABC):
+    """One export format. `files` reads `Recommendation.entries()` and keeps the entries of
+    the families it writes; it never looks at applier classes."""
+
     name: ClassVar[str]
     help: ClassVar[str]
 

@@ -12,7 +12,13 @@ import os
 import stat
 from dataclasses import dataclass
 
-from kvtune.knobs.appliers.base import Applier, ApplyEnv, Availability, HostContext
+from kvtune.knobs.appliers.base import (
+    Applier,
+    ApplyEnv,
+    Availability,
+    ExportEntry,
+    HostContext,
+)
 from kvtune.knobs.domain import Value
 
 DEBUGFS = "/sys/kernel/debug"
@@ -112,6 +118,10 @@ class HostFile(Applier):
         assert path is not None and env.journal is not None
         env.journal.write(env.ctx.fs.path(path), self.format(value), self.reader)
 
+    def export_entry(self, value: Value, ctx: HostContext) -> ExportEntry | None:
+        path = self.resolve(ctx)
+        return None if path is None else ExportEntry("sysfs", path, self.format(value), True)
+
 
 class Sysctl(HostFile):
     """A sysctl by its dotted name, e.g. `net.core.somaxconn`."""
@@ -121,6 +131,9 @@ class Sysctl(HostFile):
         self.key = key
         super().__init__([Location("/proc/sys/" + key.replace(".", "/"), since, until)],
                          note=note)
+
+    def export_entry(self, value: Value, ctx: HostContext) -> ExportEntry | None:
+        return ExportEntry("sysctl", self.key, self.format(value), True)
 
 
 def sched_tunable(name: str, proc_name: str | None, since_debugfs: tuple[int, int] = (5, 13),

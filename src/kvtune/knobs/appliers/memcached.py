@@ -12,7 +12,13 @@ Version traps handled here, not by callers:
 from __future__ import annotations
 
 from kvtune.errors import UserError
-from kvtune.knobs.appliers.base import Applier, ApplyEnv, Availability, HostContext
+from kvtune.knobs.appliers.base import (
+    Applier,
+    ApplyEnv,
+    Availability,
+    ExportEntry,
+    HostContext,
+)
 from kvtune.knobs.domain import Value
 
 # memcached -I sizes kvtune searches, in KB.
@@ -72,6 +78,10 @@ class MemcachedFlag(Applier):
         _refuse_outside_gate(self.flag, env, self.min_version, self.max_version)
         env.launch.flags += self.argv(value, env.ctx)
 
+    def export_entry(self, value: Value, ctx: HostContext) -> ExportEntry | None:
+        words = self.argv(value, ctx)
+        return ExportEntry("memcached-flag", words[0], " ".join(words[1:])) if words else None
+
 
 class MemcachedOption(Applier):
     """An extended option: all of them are joined into one `-o a=b,c` argument.
@@ -114,6 +124,10 @@ class MemcachedOption(Applier):
         opt = self.option(value, env.ctx)
         if opt is not None:
             env.launch.memcached_options[opt[0]] = opt[1]
+
+    def export_entry(self, value: Value, ctx: HostContext) -> ExportEntry | None:
+        opt = self.option(value, ctx)
+        return None if opt is None else ExportEntry("memcached-option", *opt)
 
 
 class SlabChunkMax(MemcachedOption):
