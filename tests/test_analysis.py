@@ -211,3 +211,24 @@ def _rep(value: float, metrics: dict[str, Any], params: dict[str, Any] | None = 
          ) -> dict[str, Any]:
     return {"kind": "trial", "status": "ok", "value": value, "metrics": metrics,
             "params": params or {}, "config_key": str(params), "raw": {}}
+
+
+def test_analysis_of_a_study_whose_baseline_lies_outside_a_range(
+        tmp_path: Path) -> None:
+    """A range that leaves the default out makes the default a special value: the analysis
+    reads the study's stored domains and works (it used to fail on trial 0's value)."""
+    p = tmp_path / "o.yaml"
+    p.write_text(STUDY.replace(
+        "[synthetic.x, synthetic.threads, synthetic.mode, synthetic.flag]",
+        "[synthetic.x, {{name: synthetic.threads, range: [8, 12]}}, synthetic.mode]")
+        .format(name="o", trials=12))
+    run = StudyRun(load_study(p), Console(quiet=True), base_dir=tmp_path)
+    run.run(confirm=False)
+    data = load(run.store, "o")
+    threads = next(k for k in data.knobs if k.name == "synthetic.threads")
+    assert threads.kind == "int" and threads.special == (4,)
+    a = analyse(data)
+    assert a.importance.values, a.importance.note
+    assert {c.knob for c in a.curves} == {"synthetic.x", "synthetic.threads", "synthetic.mode"}
+    curve = next(c for c in a.curves if c.knob == "synthetic.threads")
+    assert curve.baseline_value == 4 and any(p.x == 4 for p in curve.points)
