@@ -270,8 +270,9 @@ def _net() -> list[Knob]:
           "per-CPU input queue (the loopback path goes through it)", (INIT_NS,)),
         s("net.core.netdev_budget", Domain(I, 50, 2000, log=True),
           "packets per NET_RX softirq run (includes the loopback backlog)", (INIT_NS,)),
-        s("net.core.netdev_budget_usecs", Domain(I, 1000, 20000, log=True),
-          "time limit of one NET_RX softirq run", (INIT_NS,), "us"),
+        s("net.core.netdev_budget_usecs", Domain(I, 8000, 40000, log=True),
+          "time limit of one NET_RX softirq run (the kernel refuses less than 2 jiffies: "
+          "8000 us at HZ=250, its default)", (INIT_NS,), "us"),
         s("net.core.dev_weight", Domain(I, 16, 1024, log=True),
           "packets per backlog poll (the loopback quantum)", (INIT_NS,)),
         s("net.core.rmem_max", Domain(I, 212992, 67108864, log=True),
