@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import socket
 import time
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from kvtune import load
+from kvtune import load, telemetry
 from kvtune.errors import UserError
 from kvtune.knobs.resolve import resolve_knobs
 from kvtune.load import base as load_base
 from kvtune.runner import Session
 from kvtune.spec import parse_spec
+from kvtune.telemetry import Collector
+from kvtune.telemetry import base as telemetry_base
 
 
 class ToyDriver(load.LoadDriver):
@@ -27,16 +31,19 @@ class ToyDriver(load.LoadDriver):
         assert protocol == "memcache"
         host, _, port = address.rpartition(":")
         lat: list[float] = []
-        hits = gets = 0
+        hits = gets = sent = 0
         with socket.create_connection((host, int(port)), timeout=5) as s:
             f = s.makefile("rb")
             t0 = time.monotonic()
             while time.monotonic() - t0 < self.spec.duration:
                 key = f"toy{seed}:{len(lat) % 100}"
                 start = time.perf_counter()
-                s.sendall(f"set {key} 0 0 3\r\nabc\r\n".encode())
+                req = f"set {key} 0 0 3\r\nabc\r\n".encode()
+                s.sendall(req)
                 assert f.readline() == b"STORED\r\n"
-                s.sendall(f"get {key}\r\n".encode())
+                get = f"get {key}\r\n".encode()
+                s.sendall(get)
+                sent += len(req) + len(get)
                 gets += 1
                 while (line := f.readline()) not in (b"END\r\n", b""):
                     hits += line.startswith(b"VALUE")
@@ -46,7 +53,8 @@ class ToyDriver(load.LoadDriver):
         metrics = {"ops_per_sec": 2 * len(lat) / elapsed, "p50_us": float(np.median(us)),
                    "p99_us": float(np.percentile(us, 99)), "hit_ratio": hits / gets,
                    "errors": 0, "server_errors": 0}
-        return load.LoadResult(metrics, "ok", "", {"gets": gets, "sets": len(lat)})
+        return load.LoadResult(metrics, "ok", "", {"gets": gets, "sets": len(lat),
+                                                 "sent_bytes": sent})
 
 
 STUDY = """\
@@ -86,3 +94,52 @@ def test_unknown_load_tool_is_a_study_file_error() -> None:
     with pytest.raises(UserError, match=r"load.tool, line 3: unknown load tool 'toy' "
                                         r"\(known: kvload\)"):
         parse_spec(STUDY, "toy.yaml")
+
+
+class ToyCollector(Collector):
+    """`toy_`: bytes the server read (sockets included) over the load, from /proc/PID/io."""
+
+    name = "toy"
+    prefixes = ("toy_",)
+
+    def _rchar(self) -> int:
+        for line in Path(f"/proc/{self.ctx.pid}/io").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key == "rchar":
+                return int(value)
+        raise ValueError("no rchar in /proc/PID/io")
+
+    def start(self) -> None:
+        self.before = self._rchar()
+
+    def stop(self) -> None:
+        self.after = self._rchar()
+
+    def metrics(self) -> dict[str, float]:
+        return {"toy_read_bytes": float(self.after - self.before)}
+
+    def raw(self) -> dict[str, Any]:
+        return {"before": self.before, "after": self.after}
+
+
+@pytest.fixture
+def toy_collector(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(telemetry_base, "_COLLECTORS", dict(telemetry_base._COLLECTORS))
+    telemetry.register(ToyCollector)
+
+
+def test_toy_collector(toy_collector: None, toy_registered: None, memcached_bin: str) -> None:
+    """A registered collector runs around every repetition's load, beside the built-in
+    ones; its figures are stored with the repetition and count as telemetry."""
+    spec, lines = parse_spec(STUDY, "toy.yaml")
+    session = Session(spec, resolve_knobs(spec, lines), None)
+    session.preflight()
+    rep = session.measure(dict(session.baseline))
+    assert rep.status == "ok", rep.reason
+    # memcached read at least every byte the toy driver sent it, during the window.
+    sent = rep.raw["load"]["sent_bytes"]
+    assert sent > 1000 and sent <= rep.metrics["toy_read_bytes"] < 4 * sent
+    tel = rep.raw["telemetry"]["toy"]
+    assert tel["after"] - tel["before"] == rep.metrics["toy_read_bytes"]
+    assert telemetry.is_telemetry("toy_read_bytes") and not telemetry.is_telemetry("p99_us")
+    assert rep.metrics["proc_voluntary_switches"] > 0  # the built-in ones still ran
