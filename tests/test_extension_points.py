@@ -143,3 +143,88 @@ def test_toy_collector(toy_collector: None, toy_registered: None, memcached_bin:
     assert tel["after"] - tel["before"] == rep.metrics["toy_read_bytes"]
     assert telemetry.is_telemetry("toy_read_bytes") and not telemetry.is_telemetry("p99_us")
     assert rep.metrics["proc_voluntary_switches"] > 0  # the built-in ones still ran
+
+
+# -- a knob family: an applier module and its catalog entries --------------------------------
+
+
+def test_toy_knob_family(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new knob family takes an applier (here a class in this test) and catalog entries
+    (`catalog.register`): a study file names the knob, resolution builds it with the file's
+    range, the baseline is the host's value, apply goes through the journal, the rules
+    accept it, export asks the applier for its entry, and restore puts the value back."""
+    from kvtune.export.base import Recommendation
+    from kvtune.host.facts import HostFacts
+    from kvtune.host.fs import HostFS
+    from kvtune.host.journal import Journal
+    from kvtune.knobs import catalog
+    from kvtune.knobs.appliers.base import (
+        Applier,
+        ApplyEnv,
+        Availability,
+        ExportEntry,
+        HostContext,
+        Launch,
+    )
+    from kvtune.knobs.baseline import baseline_value
+    from kvtune.knobs.domain import Domain, Value
+    from kvtune.knobs.knob import Knob
+
+    class ToyLevel(Applier):
+        """A host setting in a sysfs-like file, written through the journal."""
+
+        scope = "host"
+        restart = False
+
+        def __init__(self, path: str) -> None:
+            self.path = path
+
+        def where(self) -> str:
+            return self.path
+
+        def check(self, ctx: HostContext) -> Availability:
+            if not ctx.fs.exists(self.path):
+                return Availability(False, f"{self.path} does not exist")
+            return Availability(True, current=self.current(ctx))
+
+        def current(self, ctx: HostContext) -> Value | None:
+            text = ctx.fs.read_text(self.path, default="")  # None when unreadable here
+            return int(text) if text.strip() else None
+
+        def apply(self, value: Value, env: ApplyEnv) -> None:
+            assert env.journal is not None
+            env.journal.write(env.ctx.fs.path(self.path), self.format(value))
+
+        def export_entry(self, value: Value, ctx: HostContext) -> ExportEntry | None:
+            return ExportEntry("sysfs", self.path, self.format(value), live=True)
+
+    root = tmp_path / "root"
+    (root / "sys/kernel/toy").mkdir(parents=True)
+    (root / "sys/kernel/toy/level").write_text("3\n")
+    ctx = HostContext(HostFacts("6.12.0", (6, 12), "toy", 2, "v2", None, "eevdf", False),
+                      fs=HostFS(root))
+
+    monkeypatch.setattr(catalog, "CATALOG", dict(catalog.CATALOG))
+    catalog.register(Knob("toy.level", Domain("int", 1, 9), ToyLevel("/sys/kernel/toy/level"),
+                          None, "a toy host knob"))
+    with pytest.raises(ValueError, match="already"):
+        catalog.register(Knob("toy.level", Domain("int", 1, 9), ToyLevel("/x")))
+
+    spec, lines = parse_spec("study: toy\ntarget: {kind: memcached}\nload: {rate: 10}\n"
+                             "knobs:\n  - name: toy.level\n    range: [2, 8]\n")
+    (knob,) = resolve_knobs(spec, lines, ctx=ctx)
+    assert knob.domain.low == 2 and knob.domain.high == 8 and knob.scope == "host"
+    assert knob.applier.check(ctx) == Availability(True, current=3)
+    assert baseline_value(knob, ctx, None) == 3
+    assert catalog.check_rules({"toy.level": 7}, ctx) is None
+
+    jpath = tmp_path / "journal.json"
+    with Journal(jpath, allowed_roots=(root / "sys",)) as j:
+        knob.applier.apply(7, ApplyEnv(j, Launch(), ctx))
+        assert knob.applier.current(ctx) == 7
+    assert knob.applier.current(ctx) == 3 and not jpath.exists()
+
+    rec = Recommendation("toy", "memcached", {"toy.level": 7}, {}, "test", ctx)
+    (row,) = rec.entries("host")
+    assert row.entry == ExportEntry("sysfs", "/sys/kernel/toy/level", "7", live=True)
+    assert row.rollback is not None and row.rollback.value == "3"

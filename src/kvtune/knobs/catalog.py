@@ -361,6 +361,16 @@ def all_knobs() -> list[Knob]:
 CATALOG: dict[str, Knob] = {k.name: k for k in all_knobs()}
 
 
+def register(*knobs: Knob) -> None:
+    """Add knobs to the catalog: how a knob family outside this module (an applier module
+    and its knobs) becomes known to studies, `kvtune knobs`, rules and export. Raises
+    ValueError for a name the catalog already has."""
+    for k in knobs:
+        if k.name in CATALOG or k.name in ALIASES:
+            raise ValueError(f"knob {k.name!r} is already in the catalog")
+    CATALOG.update({k.name: k for k in knobs})
+
+
 # -- presets -------------------------------------------------------------------------------
 
 # The seven application flags of the A-Tune memcached study (case study 003), with its ranges.
