@@ -123,8 +123,11 @@ def test_redis_study_end_to_end(in_tmp: Path, kvload_bin: str, redis_bin: str) -
     info = reps[0]["raw"]["server_stats"]["info"]
     assert info["redis_version"].startswith("7.")
     assert info["total_commands_processed"] > 1000
-    argv = reps[-1]["raw"]["argv"]
-    assert "--hz" in argv and "--io-threads" in argv
+    for rep in reps:  # every repetition's knob values reached redis-server's argv
+        argv = rep["raw"]["argv"]
+        assert argv[argv.index("--hz") + 1] == str(rep["params"]["redis.hz"])
+        assert argv[argv.index("--io-threads") + 1] == str(rep["params"]["redis.io_threads"])
+    assert {rep["params"]["redis.hz"] for rep in reps} != {10}  # the search moved off it
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="host knobs need root")
