@@ -1,6 +1,6 @@
 """`perf stat` attached to the server process for the load window.
 
-Counting mode (`perf stat -x, -e EVENTS -p PID -o FILE`), started before kvload and stopped
+Counting mode (`perf stat -x, -e EVENTS -p PID -o FILE`), started before the load and stopped
 with SIGINT after it, which makes perf print its totals. Software events (context switches,
 CPU migrations, page faults, task clock) work everywhere perf runs; hardware events (cycles,
 instructions) are often missing in VMs, where perf prints `<not supported>`: they are then
