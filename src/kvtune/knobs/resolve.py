@@ -74,7 +74,8 @@ def resolve_knobs(spec: StudySpec, lines: dict[tuple[Any, ...], int] | None = No
             continue
         if idx < 0 and spec.preset:
             knob = catalog.apply_preset(spec.preset, knob)
-        if spec.target.kind != "synthetic" and knob.target not in (None, spec.target.kind):
+        own = extra_knobs is not None and ks.name in extra_knobs
+        if not own and knob.target not in (None, spec.target.kind):
             if idx < 0:
                 continue  # presets span targets; keep what fits
             problems.append(f"{where}: knob {ks.name!r} is a {knob.target} knob but the "
