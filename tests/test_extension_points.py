@@ -228,3 +228,136 @@ def test_toy_knob_family(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     (row,) = rec.entries("host")
     assert row.entry == ExportEntry("sysfs", "/sys/kernel/toy/level", "7", live=True)
     assert row.rollback is not None and row.rollback.value == "3"
+
+
+# -- a target: its module (the class and its own knobs) plus one registration -------------
+
+
+def _toy_target_classes() -> tuple[type, type]:
+    from kvtune.knobs.appliers.base import Applier, ApplyEnv, Availability, HostContext
+    from kvtune.knobs.appliers.base import Launch as _Launch
+    from kvtune.knobs.domain import Domain, Value
+    from kvtune.knobs.knob import Knob
+    from kvtune.targets.base import ServerTarget, SimulatedTarget
+
+    class ToyFlag(Applier):
+        """A command-line flag of the toy server (its own knob family, one class)."""
+
+        scope = "app"
+        target = "toymc"
+
+        def __init__(self, flag: str) -> None:
+            self.flag = flag
+
+        def where(self) -> str:
+            return self.flag
+
+        def check(self, ctx: HostContext) -> Availability:
+            return Availability("toymc" in ctx.versions, "toymc is not installed")
+
+        def apply(self, value: Value, env: ApplyEnv) -> None:
+            env.launch.flags += [self.flag, self.format(value)]
+
+    class ToyMemcached(ServerTarget):
+        """memcached under another name: the argv, a ping and (no) stats are all a server
+        target needs; the runner starts it, loads it with kvload and reads telemetry."""
+
+        kind = "toymc"
+        default_binary = "memcached"
+        version_args = ("-V",)
+        protocol = "memcache"
+
+        @classmethod
+        def knobs(cls) -> dict[str, Knob]:
+            return {"toymc.threads": Knob("toymc.threads", Domain("int", 1, 4),
+                                          ToyFlag("-t"), 4, "worker threads")}
+
+        def argv(self, launch: _Launch) -> list[str]:
+            return [self.binary, "-l", self.host, "-p", str(self.port), "-U", "0",
+                    "-u", "root", *launch.flags]
+
+        def ping(self, timeout: float = 1.0) -> bool:
+            try:
+                with socket.create_connection((self.host, self.port), timeout=timeout) as s:
+                    s.sendall(b"version\r\n")
+                    return s.recv(64).startswith(b"VERSION")
+            except OSError:
+                return False
+
+        def stats(self) -> dict[str, Any]:
+            return {}
+
+    class ToySurface(SimulatedTarget):
+        """A process-less target: throughput peaks at depth 6."""
+
+        kind = "toysurface"
+
+        @classmethod
+        def knobs(cls) -> dict[str, Knob]:
+            from kvtune.targets.synthetic import SyntheticParam
+
+            return {"toy.depth": Knob("toy.depth", Domain("int", 1, 10),
+                                      SyntheticParam("depth"), 1, "queue depth")}
+
+        def measure(self, params: dict[str, Value], rng: np.random.Generator
+                    ) -> dict[str, Any]:
+            depth = int(params["toy.depth"])  # type: ignore[arg-type]
+            ops = 1000.0 * (1 + 0.5 * np.exp(-((depth - 6) / 2) ** 2)) * rng.lognormal(0, 0.01)
+            return {"ops_per_sec": ops, "p99_us": 1e6 / ops, "errors": 0, "verdict": "ok"}
+
+    return ToyMemcached, ToySurface
+
+
+@pytest.fixture
+def toy_targets(monkeypatch: pytest.MonkeyPatch) -> tuple[type, type]:
+    from kvtune import targets
+
+    monkeypatch.setattr(targets, "_REGISTRY", dict(targets._REGISTRY))
+    server, surface = _toy_target_classes()
+    targets.register("toymc", server)
+    targets.register("toysurface", surface)
+    yield server, surface
+    targets._host_context.cache_clear()
+
+
+def test_toy_simulated_target_runs_a_whole_study(toy_targets: tuple[type, type],
+                                                 tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from kvtune.study import StudyRun
+    from kvtune.study import load as load_study
+
+    p = tmp_path / "toy.yaml"
+    p.write_text("study: toy\ntarget: {kind: toysurface}\nknobs: [toy.depth]\n"
+                 "budget: {trials: 12}\nrepetitions: 2\nsampler: random\nseed: 1\n"
+                 "evaluation: {noise_floor_runs: 3, confirm_top: 1, confirm_rounds: 5, "
+                 "drift_every: 0}\n")
+    run = StudyRun(load_study(p), Console(quiet=True), base_dir=tmp_path)
+    result = run.run()
+    assert run.session.space is not None and run.session.space.baseline == {"toy.depth": 1}
+    assert result["recommended"] is not None, result["verdict"]
+    assert 4 <= result["recommended"]["config"]["toy.depth"] <= 8
+
+
+def test_toy_server_target_is_started_loaded_and_stopped(
+        toy_targets: tuple[type, type], memcached_bin: str, kvload_bin: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvtune import targets
+
+    monkeypatch.setenv("KVLOAD", kvload_bin)
+    assert targets.host_context().versions["toymc"] >= (1, 4, 0)  # found on PATH, once
+    spec, lines = parse_spec(
+        "study: toymc\ntarget: {kind: toymc, cpus: '0'}\n"
+        "load: {mode: closed, connections: 2, duration: 300ms, warmup: 100ms, cpus: '1', "
+        "workload: {keys: 1000}}\nknobs: [toymc.threads]\n", "toymc.yaml")
+    knobs = resolve_knobs(spec, lines, extra_knobs=targets.target_knobs("toymc"))
+    session = Session(spec, knobs, None)
+    space = session.preflight()
+    assert space.baseline == {"toymc.threads": 4}
+    rep = session.measure({"toymc.threads": 2})
+    assert rep.status in ("ok", "flagged"), rep.reason
+    assert rep.metrics["ops_per_sec"] > 0 and rep.metrics["hit_ratio"] == 1.0
+    assert rep.raw["argv"][-2:] == ["-t", "2"] and "memcached" in rep.raw["argv"][3]
+    assert rep.metrics["proc_voluntary_switches"] > 0  # telemetry ran around the toy server
+    with pytest.raises(UserError, match="unknown target kind 'nosuch'"):
+        parse_spec("study: x\ntarget: {kind: nosuch}\n", "x.yaml")

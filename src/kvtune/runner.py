@@ -58,7 +58,7 @@ class Session:
     @property
     def on_host(self) -> bool:
         """True when repetitions start a server on this host (journal, placement, load)."""
-        return isinstance(self.target, ServerTarget)
+        return self.target.runs_server
 
     @property
     def baseline(self) -> Config:

@@ -53,7 +53,7 @@ class _Model(BaseModel):
 
 
 class TargetSpec(_Model):
-    kind: Literal["memcached", "redis", "synthetic"]
+    kind: str  # a registered target kind (kvtune.targets.kinds())
     binary: str | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=0, ge=0, le=65535)
@@ -63,6 +63,15 @@ class TargetSpec(_Model):
     # synthetic target only
     noise_cov: float = Field(default=0.1, ge=0)
     surface: str = "default"
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        from kvtune.targets import kinds
+
+        if v not in kinds():
+            raise ValueError(f"unknown target kind {v!r} (known: {', '.join(kinds())})")
+        return v
 
     @field_validator("cpus")
     @classmethod
@@ -285,8 +294,10 @@ class StudySpec(_Model):
 
     @model_validator(mode="after")
     def _load_needed(self) -> StudySpec:
-        if self.target.kind != "synthetic" and self.load is None:
-            raise ValueError("a memcached or redis target needs a load section")
+        from kvtune.targets import target_class
+
+        if target_class(self.target.kind).runs_server and self.load is None:
+            raise ValueError(f"a {self.target.kind} target needs a load section")
         return self
 
     @property

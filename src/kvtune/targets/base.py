@@ -83,6 +83,7 @@ class Target(ABC):
 
     kind: ClassVar[str]
     protocol: ClassVar[str] = "none"  # the load driver's protocol; "none" without a server
+    runs_server: ClassVar[bool] = False  # a process on this host, measured under load
     binary: str | None = None
 
     def __init__(self, spec: TargetSpec) -> None:
@@ -116,6 +117,7 @@ class SimulatedTarget(Target):
 class ServerTarget(Target):
     """One kind of server. Subclasses build the argv and talk the protocol."""
 
+    runs_server = True
     binary: str
     default_binary: ClassVar[str]
     version_args: ClassVar[tuple[str, ...]]  # e.g. ("-V",): prints the version
