@@ -45,11 +45,21 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[StudyData, Path
 def test_importance_finds_the_knob_with_the_peak(synthetic: tuple[StudyData, Path]) -> None:
     data, _ = synthetic
     imp = importance(data)
-    assert imp.method == "ped-anova" and imp.n_trials >= 35
+    assert imp.method == "main-effects" and imp.n_trials >= 35
     assert math.isclose(sum(imp.values.values()), 1.0)
     # x carries a 30% peak; threads, mode and flag are far smaller effects.
     assert next(iter(imp.values)) == "synthetic.x", imp.values
     assert imp.values["synthetic.x"] > 0.4
+    # ranked, with an interval per knob holding its point value
+    assert imp.ranked and imp.ranking[0] == "synthetic.x", imp.verdict()
+    for k, v in imp.values.items():
+        lo, hi = imp.intervals[k]
+        assert (lo <= v + 1e-9 and v - 1e-9 <= hi) or v < 0.02, (k, v, lo, hi)
+    assert imp.intervals["synthetic.x"][0] > 0.3
+    assert all("#" not in k for k in imp.values)
+    # Optuna's PED-ANOVA is still there, unranked (no significance test)
+    ped = importance(data, method="ped-anova")
+    assert ped.values and not ped.ranked and "no significance test" in ped.note
 
 
 def test_sensitivity_curves_have_cis_from_repetitions(synthetic: tuple[StudyData, Path]
@@ -134,6 +144,49 @@ def test_importance_needs_trials_and_one_knob_is_everything() -> None:
     one = _data([_trial(i, {"k.x": i}, float(i)) for i in range(6)],
                 knobs=[KnobInfo("k.x", "int")])
     assert importance(one).values == {"k.x": 1.0}
+
+
+def test_too_few_trials_to_rank_say_so() -> None:
+    """6 trials of two knobs leave 6 - 1 - 2 - 1 = 2 residual degrees of freedom: the
+    point shares are shown, the ranking is refused."""
+    ts = [_trial(i, {"k.x": i, "k.mode": "ab"[i % 2]}, float(100 + i * i)) for i in range(6)]
+    imp = importance(_data(ts))
+    assert imp.values and not imp.ranked and imp.ranking == []
+    assert "degrees of freedom" in imp.note
+    assert imp.verdict().startswith("not enough trials to rank")
+
+
+def test_a_knob_without_effect_is_not_ranked() -> None:
+    """k.x moves the objective strongly; k.mode does nothing (the values alternate)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    ts = [_trial(i, {"k.x": i % 11, "k.mode": "ab"[(i // 3) % 2]},
+                 float(1000 + 50 * (i % 11) + rng.normal(0, 5))) for i in range(30)]
+    imp = importance(_data(ts))
+    assert imp.ranked and imp.ranking == ["k.x"], imp.verdict()
+    assert imp.q_values["k.mode"] > 0.05
+    assert "no measurable effect: k.mode" in imp.verdict()
+
+
+def test_correlations_are_corrected_for_multiple_testing() -> None:
+    """40 counters of pure noise beside one that follows the objective: raw p-values put
+    some noise below 0.05, the BH q-values keep only the real one as a lead."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    reps = []
+    for i in range(20):
+        y = 100.0 + i
+        m = {f"perf_noise_{j}": float(rng.normal()) for j in range(40)}
+        m["proc_cpu_s"] = y * 0.01 + float(rng.normal(0, 0.01))
+        reps.append(_rep(y, m))
+    cs = correlations(_data([]), reps)
+    leads = [c.metric for c in cs if c.lead()]
+    assert leads == ["proc_cpu_s"], leads
+    assert all(c.q_value >= c.p_value for c in cs)
+    d = next(c for c in cs if c.metric == "proc_cpu_s").as_dict()
+    assert d["unit"] == "s" and d["lead"] is True
 
 
 def test_sweep_gives_the_curve_with_others_at_defaults(tmp_path: Path) -> None:

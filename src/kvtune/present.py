@@ -140,3 +140,20 @@ def number(v: Any) -> str:
         s = f"{v:.{decimals}f}".rstrip("0").rstrip(".")
         return s or "0"
     return str(v)
+
+
+_UNITS = (("_per_sec", "/s"), ("_us", "µs"), ("_ms", "ms"), ("_ns", "ns"), ("_kb", "KiB"),
+          ("_bytes", "B"), ("_pct", "%"), ("_frac", "share of CPU time"), ("_ratio", "ratio"),
+          ("_util", "CPUs"), ("_utilized", "CPUs"), ("_s", "s"), ("steal", "share of CPU time"),
+          ("ipc", "instructions/cycle"))
+
+
+def unit(metric: str) -> str:
+    """The unit of a figure kvtune records, from its name ("" for counts)."""
+    m = metric.lower()
+    for suffix, u in _UNITS:
+        if m.endswith(suffix):
+            return u
+    if m.startswith("redis_used_memory"):
+        return "B"
+    return "count"

@@ -17,6 +17,8 @@ import numpy as np
 from scipy import stats as sps
 
 from kvtune.analysis.data import StudyData
+from kvtune.analysis.importance import bh
+from kvtune.present import unit
 from kvtune.telemetry import is_telemetry
 
 MIN_REPS = 5
@@ -29,14 +31,25 @@ class Correlation:
     p_value: float
     n: int
     telemetry: bool
+    q_value: float = 1.0  # Benjamini–Hochberg over every figure tested
+
+    @property
+    def unit(self) -> str:
+        return unit(self.metric)
+
+    def lead(self, alpha: float = 0.05) -> bool:
+        """Whether it survives the multiple-testing correction."""
+        return self.q_value < alpha
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "unit": self.unit, "lead": self.lead()}
 
 
 def correlations(data: StudyData, reps: list[dict[str, Any]] | None = None
                  ) -> list[Correlation]:
-    """Every metric with at least MIN_REPS values that is not constant, strongest first."""
+    """Every metric with at least MIN_REPS values that is not constant, strongest first,
+    with Benjamini–Hochberg q-values over all of them (dozens of counters are tested: some
+    correlate by chance)."""
     rows = reps if reps is not None else data.ok_reps()
     y_all = {i: float(r["value"]) for i, r in enumerate(rows)}
     keys = sorted({k for r in rows for k, v in r["metrics"].items()
@@ -58,5 +71,7 @@ def correlations(data: StudyData, reps: list[dict[str, Any]] | None = None
         if math.isnan(rho):
             continue
         out.append(Correlation(k, rho, p, len(xs), is_telemetry(k)))
+    for c, q in zip(out, bh([c.p_value for c in out]), strict=True):
+        c.q_value = q
     out.sort(key=lambda c: -abs(c.rho))
     return out
