@@ -50,9 +50,13 @@ class Loaded:
     path: Path
 
 
-def load(path: str | Path) -> Loaded:
+def load(path: str | Path, allow_inline_host_knobs: bool = False) -> Loaded:
+    """Parse and validate a study file; inline host knobs need the command-line flag."""
+    from kvtune.safety.hostpaths import check_inline_host_knobs
+
     spec, lines = load_spec(path)
     knobs = resolve_knobs(spec, lines, str(path))
+    check_inline_host_knobs(spec, lines, allow_inline_host_knobs, str(path))
     return Loaded(spec, knobs, Path(path))
 
 

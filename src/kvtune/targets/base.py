@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from kvtune.errors import HarnessError, TrialFailed, UserError
+from kvtune.errors import HarnessError, TrialFailed
 from kvtune.knobs.appliers.base import Launch
 from kvtune.spec import TargetSpec
 
@@ -68,6 +68,8 @@ class Target(ABC):
     kind: str
     default_binary: str
     protocol: str  # kvload --protocol
+    version_args: tuple[str, ...] = ("--version",)  # the probe that proves the binary ...
+    version_banner: str = ""  # ... is this target's server (a regex its first line matches)
 
     def __init__(self, spec: TargetSpec) -> None:
         self.spec = spec
@@ -76,11 +78,10 @@ class Target(ABC):
         self.binary = self._find_binary(spec.binary or self.default_binary)
 
     def _find_binary(self, name: str) -> str:
-        found = shutil.which(name)
-        if not found:
-            raise UserError(f"target.binary: {name!r} not found on PATH; install it "
-                            f"(`make setup` installs memcached and redis-server) or give a path")
-        return found
+        from kvtune.safety.binary import find_server_binary
+
+        return find_server_binary(name, self.kind, self.default_binary, self.version_args,
+                                  self.version_banner)
 
     @abstractmethod
     def version(self) -> tuple[int, ...]:
