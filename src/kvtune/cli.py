@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvtune.errors import KvtuneError, UserError
+from kvtune.safety.early import check_study_file
 
 # Inline sysctl/sysfs knobs write kernel files outside the catalog: only with this flag,
 # given by the person running kvtune, never by the study file (README, Safety).
@@ -52,6 +53,7 @@ def tune(
 ) -> None:
     """Tune: baseline and noise floor, Bayesian search, confirmation against the defaults.
     Running it again resumes the same study."""
+    check_study_file(study_file, allow_inline_host_knobs)  # fails fast, before the imports
     from kvtune import study as st
     from kvtune.summary import collect, render
 
@@ -83,6 +85,7 @@ def run(
     allow_inline_host_knobs: AllowInline = False,
 ) -> None:
     """Measure one configuration (the defaults, changed by --set) with repetitions and CIs."""
+    check_study_file(study_file, allow_inline_host_knobs)  # fails fast, before the imports
     from kvtune import study as st
 
     loaded = st.load(study_file, allow_inline_host_knobs)
@@ -117,6 +120,7 @@ def sweep(
     allow_inline_host_knobs: AllowInline = False,
 ) -> None:
     """Measure each value of one knob with N repetitions, the others at their defaults."""
+    check_study_file(study_file, allow_inline_host_knobs)  # fails fast, before the imports
     from kvtune import study as st
 
     loaded = st.load(study_file, allow_inline_host_knobs)

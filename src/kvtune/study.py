@@ -116,6 +116,7 @@ class StudyRun:
         self.knobs = loaded.knobs
         self.console = console or Console(stderr=True)
         self.session = Session(self.spec, self.knobs, None)
+        self.session.preflight()  # before the store: a refused study leaves no file behind
         self.store = open_store(self.spec, base_dir)
         self.direction = self.spec.objective.resolved_direction
         self.metric = self.spec.objective.metric

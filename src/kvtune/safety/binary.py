@@ -26,10 +26,6 @@ def find_server_binary(name: str, kind: str, server_name: str, version_args: tup
     checking that it is `kind`'s server. Raises UserError (exit 2) otherwise."""
     if not name or any(c in name for c in "\x00\n\r") or len(name) > 4096:
         raise _refuse(f"{name!r} is not a file name")
-    base = os.path.basename(name)
-    if not base.startswith(server_name):
-        raise _refuse(f"{name!r} is not a {kind} server: kvtune runs only the target's "
-                      f"server, whose file name begins with {server_name!r}")
     if "/" in name:
         p = Path(name)
         try:
@@ -51,6 +47,9 @@ def find_server_binary(name: str, kind: str, server_name: str, version_args: tup
             raise _refuse(f"{name!r} not found on PATH; install it (`make setup` installs "
                           "memcached and redis-server) or give a path")
         found = which
+    if not os.path.basename(name).startswith(server_name):
+        raise _refuse(f"{name!r} is not a {kind} server: kvtune runs only the target's "
+                      f"server, whose file name begins with {server_name!r}")
     _probe(found, kind, version_args, banner)
     return found
 
