@@ -198,7 +198,7 @@ def test_the_wrappers_record_what_runs(outcomes: dict[tuple[str, str], Outcome])
     """The "nothing started" check is not vacuous: a file refused only at preflight (a CPU
     this host lacks) has run the binary's version probe, through the wrapper, and nothing
     else."""
-    assert outcomes[("cpus-absent-cpu", "tune")].marker == ["memcached -V"]
+    assert set(outcomes[("cpus-absent-cpu", "tune")].marker) == {"memcached -V"}
 
 
 def test_nothing_created_outside_the_sandboxes(
