@@ -331,7 +331,7 @@ def dashboard(
         study_id = st.storage.get_study_id_from_name(name)
     except KeyError:
         known = ", ".join(st.study_names()) or "none"
-        raise UserError(f"no study named {name!r} in {url} (studies there: {known})") \
+        raise UserError(f"no study named {name!r} in {st.url} (studies there: {known})") \
             from None
     err.print(f"optuna-dashboard for {name}: http://127.0.0.1:{port}/dashboard/studies/"
               f"{study_id}  (Ctrl-C stops it)")

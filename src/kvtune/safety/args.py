@@ -71,8 +71,10 @@ def check_value(value: str, pattern: str, what: str) -> None:
 def _word(v: Any, i: int) -> str:
     if not isinstance(v, str):
         raise ValueError(f"item {i}: {v!r} is not a string")
-    if _CONTROL.search(v) or len(v) > 256:
-        raise ValueError(f"item {i}: {v!r} holds a control character or is too long")
+    if _CONTROL.search(v):
+        raise ValueError(f"item {i}: {v!r} holds a control character")
+    if len(v) > 4096:
+        raise ValueError(f"item {i}: {len(v)} characters is too long for an argument")
     return v
 
 
