@@ -213,16 +213,20 @@ def test_worker_logbuf_size_is_never_emitted_before_1_6_40() -> None:
 
 
 def test_large_pages_refused_while_thp_never(tmp_path: Path) -> None:
-    from kvtune.errors import UserError
+    """-L under THP `never` is refused by the one rule, reading the host's THP mode when the
+    configuration does not set thp.enabled; -L alone is an ordinary flag."""
+    from kvtune.knobs.catalog import check_rules
 
     ctx = fake_host(tmp_path, (6, 12), None, [])
     (ctx.fs.path("/sys/kernel/mm/transparent_hugepage/enabled")).write_text(
         "always madvise [never]\n")
-    with pytest.raises(UserError, match="never"):
-        CATALOG["memcached.large_pages"].applier.apply(True, ApplyEnv(None, Launch(), ctx))
+    msg = check_rules({"memcached.large_pages": True}, ctx)
+    assert msg is not None and "rule memcached-large-pages-thp" in msg
+    assert check_rules({"memcached.large_pages": False}, ctx) is None
+    assert check_rules({"memcached.large_pages": True, "thp.enabled": "madvise"}, ctx) is None
     launch = Launch()
-    CATALOG["memcached.large_pages"].applier.apply(False, ApplyEnv(None, launch, ctx))
-    assert launch.flags == []
+    CATALOG["memcached.large_pages"].applier.apply(True, ApplyEnv(None, launch, ctx))
+    assert launch.flags == ["-L"]
 
 
 def test_no_hashexpand_and_temporary_ttl_forms() -> None:

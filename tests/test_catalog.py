@@ -21,8 +21,11 @@ from kvtune.knobs import catalog
 from kvtune.knobs.appliers.base import ApplyEnv, HostContext, Launch
 from kvtune.knobs.appliers.cgroup import CpuQuota, CpusetCpus, host_cpus
 from kvtune.knobs.appliers.memcached import memcached_argv_options
-from kvtune.knobs.rules import check_rules
+from kvtune.knobs.catalog import check_rules
+from kvtune.knobs.knob import Knob
+from kvtune.knobs.rules import RULES
 from kvtune.spec import TargetSpec, parse_cpus
+from kvtune.targets import host_context
 from kvtune.targets.base import free_port
 from kvtune.targets.memcached import MemcachedTarget
 
@@ -32,11 +35,30 @@ REASONS = ("debugfs is not mounted", "absent on kernel", "does not exist", "is r
 
 
 def ctx() -> HostContext:
-    return catalog.host_context()
+    return host_context()
+
+
+def _other_value(knob: Knob, current: Any) -> Any:
+    """A valid value of `knob` other than `current`, as close to it as the domain allows
+    (so that the host is disturbed as little as possible for the moment it is set)."""
+    d = knob.domain
+    if d.type == "bool":
+        return not current
+    candidates = [v for v in (*d.choices, *d.special, *d.grid(8)) if d.contains(v)]
+    if d.type in ("int", "float"):
+        step = d.step or 1
+        candidates += [current - step, current + step]
+    others = [v for v in candidates if d.contains(v) and str(v) != str(current)]
+    assert others, f"{knob.name}: no value other than {current!r} in {d.describe()}"
+    if d.type in ("int", "float"):
+        return min(others, key=lambda v: abs(float(v) - float(current)))
+    return others[0]
 
 
 @pytest.mark.parametrize("name", [k.name for k in catalog.CATALOG.values() if k.scope == "host"])
 def test_host_knob_round_trips_or_says_why(name: str) -> None:
+    """Each available host knob takes a value other than the host's (read back through the
+    knob), and the journal puts the host's value back."""
     knob = catalog.CATALOG[name]
     c = ctx()
     a = knob.applier.check(c)
@@ -48,9 +70,11 @@ def test_host_knob_round_trips_or_says_why(name: str) -> None:
     value: Any = bool(current) if knob.domain.type == "bool" else current
     assert knob.domain.contains(value), f"the host's {current!r} is outside " \
                                         f"{knob.domain.describe()}"
+    other = _other_value(knob, value)
     with Journal() as j:
-        knob.applier.apply(value, ApplyEnv(j, Launch(), c))
-        assert knob.applier.current(c) == current
+        knob.applier.apply(other, ApplyEnv(j, Launch(), c))
+        got = knob.applier.current(c)
+        assert got != current and str(got) == knob.applier.format(other), (other, got)
     assert knob.applier.current(c) == current
 
 
@@ -113,12 +137,23 @@ def test_cgroup_knobs_round_trip_in_a_cgroup_kvtune_creates() -> None:
         for (controller, filename), value in launch.cgroup_files.items():
             cg.write(controller, filename, value)
         d = cg.dirs["cpu"]
+        cpus = str(catalog.CATALOG["placement.cpuset"].domain.choices[-1])
         if c.facts.cgroup in ("v1", "hybrid"):
             assert (d / "cpu.cfs_period_us").read_text().strip() == "50000"
             assert (d / "cpu.cfs_quota_us").read_text().strip() == "75000"
+            back = ("cpu.cfs_quota_us", "-1")
+        else:
+            assert c.facts.cgroup == "v2", c.facts.cgroup
+            assert (d / "cpu.max").read_text().strip() == "75000 50000"
+            back = ("cpu.max", "max 50000")
+        assert set(parse_cpus((cg.dirs["cpuset"] / "cpuset.cpus").read_text().strip())) == \
+            set(parse_cpus(cpus))
         # Back to unlimited: the quota round-trips too.
         cg.write("cpu", "cpu.cfs_quota_us", "-1")
-    assert not any(Path("/sys/fs/cgroup/cpu").glob("kvtune-*"))
+        assert (d / back[0]).read_text().strip() == back[1]
+        made = cg.unique_dirs()
+        assert all(p.is_dir() for p in made)
+    assert made and not any(p.exists() for p in made)
 
 
 def test_placement_choices_come_from_this_host() -> None:
@@ -323,21 +358,21 @@ def test_rules_pass_valid_combinations_and_can_be_relaxed() -> None:
 
 
 def test_presets() -> None:
-    app = catalog.PRESETS["memcached-app"]
+    app = catalog.preset_names("memcached-app", ctx())
     assert app == ["memcached.memory_mb", "memcached.max_connections", "memcached.growth_factor",
                    "memcached.min_item_bytes", "memcached.backlog", "memcached.threads",
                    "memcached.reqs_per_event"]
-    knobs = {k.name: k for k in catalog.preset_knobs("memcached-app")}
+    knobs = {k.name: k for k in catalog.preset_knobs("memcached-app", ctx())}
     assert knobs["memcached.threads"].domain.describe() == "[4, 16] step 4"
     assert knobs["memcached.memory_mb"].domain.describe() == "[1024, 10240] step 1024"
     for k in knobs.values():
         assert k.default is not None and catalog.CATALOG[k.name].domain.contains(k.default)
     for preset in ("memcached-full", "redis-throughput", "placement"):
-        names = catalog.PRESETS[preset]
+        names = catalog.preset_names(preset, ctx())
         assert names
         for n in names:
             assert catalog.CATALOG[n].applier.check(ctx()).ok, (preset, n)
-    full = catalog.PRESETS["memcached-full"]
+    full = catalog.preset_names("memcached-full", ctx())
     assert set(app) <= set(full) and any(n.startswith("net.") for n in full)
     assert re.search(r"thp\.|kernel\.", " ".join(full))
 
@@ -346,5 +381,5 @@ def test_docs_list_every_knob_and_rule() -> None:
     text = (Path(__file__).resolve().parents[1] / "docs" / "knobs.md").read_text()
     for name in catalog.CATALOG:
         assert f"`{name}`" in text, f"docs/knobs.md misses {name}"
-    for rule in catalog.RULES:
+    for rule in RULES:
         assert f"`{rule.name}`" in text, f"docs/knobs.md misses rule {rule.name}"

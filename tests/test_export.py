@@ -23,9 +23,10 @@ from kvtune.host.fs import HostFS
 from kvtune.knobs import catalog
 from kvtune.knobs.appliers.base import HostContext
 from kvtune.store import Store
+from kvtune.targets import host_context
 from kvtune.targets.base import free_port
 
-HOST_NOW = {name: catalog.CATALOG[name].applier.current(catalog.host_context())
+HOST_NOW = {name: catalog.CATALOG[name].applier.current(host_context())
             for name in ("net.core.somaxconn", "net.ipv4.tcp_autocorking", "thp.enabled",
                          "thp.defrag", "kernel.sched_autogroup_enabled", "vm.swappiness")}
 
@@ -159,7 +160,7 @@ def test_memcached_starts_with_the_exported_flags(mc_export: Path, memcached_bin
     conf = mc_export / "memcached/memcached.conf"
     text = conf.read_text()
     assert "-R 64" in text and "-b 2048" in text  # the flags A-Tune's sed never applied
-    if catalog.host_context().versions["memcached"] < (1, 6, 40):
+    if host_context().versions["memcached"] < (1, 6, 40):
         assert "worker_logbuf_size=" not in text.replace("# left out", "")
         assert "left out memcached.worker_logbuf_size" in text
     with running_memcached(memcached_bin, conf_words(conf)) as mc:
@@ -194,7 +195,7 @@ def test_redis_starts_with_the_include(in_tmp: Path, redis_bin: str) -> None:
     inc = in_tmp / "out/redis/kvtune-rd.conf"
     text = inc.read_text()
     activedefrag_ok = catalog.CATALOG["redis.activedefrag"].applier.check(
-        catalog.host_context()).ok
+        host_context()).ok
     assert ("activedefrag yes" in text) == activedefrag_ok
     expect = {"io-threads": "2", "hz": "50", "maxmemory": str(64 * 1024 * 1024),
               "maxmemory-policy": "allkeys-lru", "lazyfree-lazy-eviction": "yes",

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kvtune.host.journal import default_path
+from kvtune.host.cgroup import ServerCgroup
+from kvtune.host.facts import collect
+from kvtune.host.journal import Journal, default_path
 
 pytestmark = pytest.mark.integration
 
@@ -51,6 +53,19 @@ def study_file(tmp: Path, name: str, kind: str = "memcached", knobs: str = "",
     return p
 
 
+def cpu_cgroups() -> list[Path]:
+    """kvtune's CPU cgroups on this host, in the hierarchy kvtune uses here (v1 `cpu`
+    controller, or v2 at /sys/fs/cgroup or /sys/fs/cgroup/unified)."""
+    mine = ServerCgroup(Journal(), {"cpu"}, mode=collect().cgroup).dirs["cpu"]  # not created
+    return sorted(mine.parent.glob("kvtune-*"))
+
+
+def quota_text(cg: Path) -> str:
+    """The CFS quota as kvtune wrote it: `50000` (v1) or `50000 100000` (v2's cpu.max)."""
+    v1 = cg / "cpu.cfs_quota_us"
+    return v1.read_text().strip() if v1.exists() else (cg / "cpu.max").read_text().strip()
+
+
 def kvtune(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "kvtune", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout)
@@ -80,7 +95,7 @@ def test_memcached_study_end_to_end(in_tmp: Path, kvload_bin: str, memcached_bin
     reps = Store(data["storage"]).repetitions("mc")
     assert len(reps) >= 2 + 2 + 2 * 2  # noise floor, trials, confirmation
     raw = reps[0]["raw"]
-    assert raw["kvload"]["schema"] == "kvload/1"
+    assert raw["load"]["tool"] == "kvload" and raw["load"]["schema"] == "kvload/1"
     assert raw["server_stats"]["stats"]["cmd_get"] > 0
     assert raw["argv"][:3] == ["/usr/bin/taskset", "-c", "0"] or raw["argv"][1:3] == ["-c", "0"]
     assert "-t" in raw["argv"] and raw["placement"] == {"server_cpus": "0", "client_cpus": "1"}
@@ -108,8 +123,11 @@ def test_redis_study_end_to_end(in_tmp: Path, kvload_bin: str, redis_bin: str) -
     info = reps[0]["raw"]["server_stats"]["info"]
     assert info["redis_version"].startswith("7.")
     assert info["total_commands_processed"] > 1000
-    argv = reps[-1]["raw"]["argv"]
-    assert "--hz" in argv and "--io-threads" in argv
+    for rep in reps:  # every repetition's knob values reached redis-server's argv
+        argv = rep["raw"]["argv"]
+        assert argv[argv.index("--hz") + 1] == str(rep["params"]["redis.hz"])
+        assert argv[argv.index("--io-threads") + 1] == str(rep["params"]["redis.io_threads"])
+    assert {rep["params"]["redis.hz"] for rep in reps} != {10}  # the search moved off it
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="host knobs need root")
@@ -128,9 +146,13 @@ def test_host_and_cgroup_knobs_are_applied_and_restored(in_tmp: Path, kvload_bin
     reps = Store(data["storage"]).repetitions("host")
     quota_reps = [x for x in reps if x["params"]["placement.cpu_quota_pct"] != -1]
     assert quota_reps, "some trial ran under a CPU quota"
-    assert any("cgroup_nr_periods" in x["metrics"] for x in quota_reps)
+    for x in quota_reps:  # read back from the server's cgroup, whichever hierarchy
+        assert x["metrics"]["throttle_quota_pct"] == pytest.approx(
+            x["params"]["placement.cpu_quota_pct"]), x["params"]
+        assert x["metrics"]["throttle_nr_periods"] > 0
+        assert x["raw"]["telemetry"]["throttle"]["kvtune_cgroup"] is True
     assert autocork.read_text().strip() == before
-    assert not list(Path("/sys/fs/cgroup/cpu").glob("kvtune-*"))
+    assert not cpu_cgroups()
     assert not default_path().exists()
 
 
@@ -172,8 +194,8 @@ def test_killed_study_leaves_nothing_changed(in_tmp: Path, kvload_bin: str, memc
         assert autocork.read_text().strip() == changed
         state = json.loads(default_path().read_text())
         server_pid = state["processes"][0]["pid"]
-        cg = list(Path("/sys/fs/cgroup/cpu").glob("kvtune-*"))
-        assert cg and (cg[0] / "cpu.cfs_quota_us").read_text().strip() == "50000"
+        cg = cpu_cgroups()
+        assert len(cg) == 1 and quota_text(cg[0]) in ("50000", "50000 100000")
         p.send_signal(sig)
         p.wait(timeout=30)
     finally:
@@ -189,7 +211,7 @@ def test_killed_study_leaves_nothing_changed(in_tmp: Path, kvload_bin: str, memc
     else:
         assert p.returncode == 130, p.stderr.read() if p.stderr else ""
     assert autocork.read_text().strip() == before
-    assert not list(Path("/sys/fs/cgroup/cpu").glob("kvtune-*"))
+    assert not cpu_cgroups()
     assert not default_path().exists()
     assert _wait_for(lambda: not Path(f"/proc/{server_pid}").exists()
                      or Path(f"/proc/{server_pid}/stat").read_text().split()[2] == "Z", 5)

@@ -11,7 +11,17 @@ from pathlib import Path
 import pytest
 
 from kvtune.errors import HarnessError, UserError
-from kvtune.host.journal import Journal, restore_from_file
+from kvtune.host.journal import Journal, register_undo, restore_from_file
+
+
+def _undo_toy(args: dict[str, object]) -> str:
+    """A toy non-file change (think: a process's scheduler policy): its state lives in a
+    file outside the allowed roots, which only this undo function touches."""
+    Path(str(args["state"])).write_text(str(args["was"]))
+    return f"put back {args['was']}"
+
+
+register_undo("toy-state", _undo_toy)
 
 
 @pytest.fixture
@@ -140,3 +150,49 @@ def test_real_sysctl_round_trip(tmp_path: Path) -> None:
         j.write(path, new)
         assert path.read_text().strip() == new
     assert path.read_text().strip() == before
+
+
+def test_undo_entry_is_replayed_by_restore_from_file_after_sigkill(tmp_path: Path,
+                                                                    tree: Path) -> None:
+    """An applier records an undo entry before a change that is not a file write; after
+    the process is killed with SIGKILL, restore_from_file replays it from the journal file
+    alone (in reverse order with file entries), and the journal is gone."""
+    jpath = tmp_path / "j.json"
+    state = tmp_path / "toy-state"
+    state.write_text("original")
+    code = f"""
+import os, signal
+from pathlib import Path
+from kvtune.host.journal import Journal, register_undo
+register_undo("toy-state", lambda args: "unused in this process")
+j = Journal(Path({str(jpath)!r}), allowed_roots=(Path({str(tree)!r}),))
+j.open()
+j.write(Path({str(tree / 'a')!r}), "55")
+j.record_undo("toy-state", {{"state": {str(state)!r}, "was": "original"}}, key="toy")
+j.record_undo("toy-state", {{"state": {str(state)!r}, "was": "changed"}}, key="toy")
+Path({str(state)!r}).write_text("changed")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == -9, p.stderr
+    assert state.read_text() == "changed" and (tree / "a").read_text() == "55"
+    entries = json.loads(jpath.read_text())["entries"]
+    assert [e.get("undo") for e in entries] == [None, "toy-state"]  # one per key
+    results = restore_from_file(jpath)
+    assert [r.ok for r in results] == [True, True], results
+    assert results[0].detail == "put back original"  # the undo entry first: reverse order
+    assert state.read_text() == "original" and (tree / "a").read_text() == "10"
+    assert not jpath.exists()
+
+
+def test_unknown_undo_kind_keeps_the_journal(tmp_path: Path, tree: Path) -> None:
+    jpath = tmp_path / "j.json"
+    jpath.write_text(json.dumps({"entries": [
+        {"undo": "no-such-kind", "module": "kvtune.nothing", "args": {}, "key": None}]}))
+    results = restore_from_file(jpath)
+    assert [r.ok for r in results] == [False] and "no undo registered" in results[0].detail
+    assert jpath.exists()
+    with pytest.raises(HarnessError, match="not registered"), \
+            Journal(tmp_path / "k.json", allowed_roots=(tree,)) as j:
+        j.record_undo("no-such-kind", {})
+

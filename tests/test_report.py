@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from kvtune.analysis import load
+from kvtune.analysis import analyse, load
 from kvtune.store import Store
 from kvtune.study import StudyRun
 from kvtune.study import load as load_study
@@ -338,3 +338,23 @@ def test_report_of_an_unconfirmed_synthetic_study(tmp_path: Path) -> None:
     # no telemetry plots (its load metrics are in the table only)
     assert page.count('class="plotly-graph-div"') == 4
     assert "the load generator&#x27;s own figures" in page or "own figures" in page
+
+
+def test_reproduction_shows_the_load_command_from_new_and_old_stores(
+        study: tuple[str, Path], tmp_path: Path) -> None:
+    """The load driver's raw output is stored under "load" (with its tool); stores written
+    before load drivers have it under "kvload": the report shows the command from both."""
+    from kvtune.report import write
+
+    url, _ = study
+    data = load(Store(url), "mc-report")
+    stored = [r["raw"]["load"] for r in data.ok_reps()]
+    assert stored and all(s["tool"] == "kvload" and "kvload" in s["argv"][0] for s in stored)
+    html = write(data, tmp_path / "new.html", 0.05, analyse(data)).read_text()
+    assert "# the load (kvload), as run against it" in html
+    for r in data.reps:  # as an older kvtune stored it
+        r["raw"]["kvload"] = {k: v for k, v in r["raw"].pop("load", {}).items() if k != "tool"}
+    old = write(data, tmp_path / "old.html", 0.05, analyse(data)).read_text()
+    assert "# the load (kvload), as run against it" in old
+    argv_line = next(ln for ln in old.splitlines() if "--duration" in ln)
+    assert argv_line in html

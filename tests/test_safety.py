@@ -15,11 +15,13 @@ from kvtune.knobs import catalog
 from kvtune.knobs.appliers.base import HostContext
 from kvtune.knobs.appliers.hostfile import HostFile, Location
 from kvtune.knobs.appliers.memcached import MemcachedFlag, MemcachedOption
+from kvtune.knobs.resolve import resolve_knobs
 from kvtune.safety import args as safe_args
 from kvtune.safety.binary import find_server_binary
-from kvtune.safety.hostpaths import check_inline_host_knobs, refusal, resolve
+from kvtune.safety.hostpaths import refusal, resolve
+from kvtune.safety.inline import check_inline_host_knobs
 from kvtune.safety.storage import check_url, mask
-from kvtune.spec import parse_spec, resolve_knobs
+from kvtune.spec import parse_spec
 from kvtune.targets.memcached import MemcachedTarget
 from kvtune.targets.redis import RedisTarget
 

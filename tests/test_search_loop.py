@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import optuna
@@ -176,3 +177,62 @@ def test_missing_kvload_is_a_harness_error(in_tmp: Path) -> None:
                        capture_output=True, text=True, env=env)
     assert r.returncode == 1
     assert "no-such-kvload is not an executable kvload binary" in r.stderr
+
+
+NARROWED = STUDY.replace(
+    "[synthetic.x, synthetic.threads, synthetic.mode, synthetic.flag]",
+    "[synthetic.x, {{name: synthetic.threads, range: [8, 12]}}]")
+
+
+def test_a_baseline_outside_a_narrowed_range_is_one_more_value_of_the_search(
+        in_tmp: Path) -> None:
+    """threads' default 4 lies outside the study's range [8, 12]: the baseline measures 4,
+    the search samples 4 beside the range, and Optuna never sees a value out of range."""
+    p = in_tmp / "nr.yaml"
+    p.write_text(NARROWED.format(name="nr", trials=16, noise=0.05, sampler="random", seed=2))
+    run = StudyRun(load(p), base_dir=in_tmp)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run.run(confirm=False)
+    assert not [w for w in caught if "out of range" in str(w.message)], \
+        [str(w.message) for w in caught]
+    study = optuna.load_study(study_name="nr", storage=run.store.storage)
+    threads = [t.user_attrs["config"]["synthetic.threads"] for t in study.trials]
+    assert threads[0] == 4
+    assert 4 in threads[1:], "the baseline's value is searched too"
+    assert all(v == 4 or 8 <= v <= 12 for v in threads)
+    assert study.user_attrs["space"]["domains"]["synthetic.threads"]["special"] == [4]
+    assert study.user_attrs["baseline"]["synthetic.threads"] == 4
+
+
+def test_a_host_value_outside_the_overridden_choices_joins_them() -> None:
+    """A categorical host knob whose current value the study's choices leave out: the space
+    adds it, and trial 0 gets exactly that value from Optuna."""
+    from kvtune.host.facts import this_host
+    from kvtune.knobs.appliers.base import Applier, Availability, HostContext
+    from kvtune.knobs.domain import Domain, Value
+    from kvtune.knobs.knob import Knob
+    from kvtune.space import build_space
+
+    class HostNow(Applier):
+        scope = "host"
+
+        def where(self) -> str:
+            return "a test file"
+
+        def check(self, ctx: HostContext) -> Availability:
+            return Availability(True)
+
+        def current(self, ctx: HostContext) -> Value | None:
+            return "madvise"
+
+        def apply(self, value: Value, env: object) -> None:
+            raise AssertionError("preflight applies nothing")
+
+    knob = Knob("test.thp", Domain("categorical", choices=("always", "never")), HostNow())
+    space = build_space([knob], HostContext(this_host()), None)
+    assert space.baseline == {"test.thp": "madvise"}
+    assert space.knob("test.thp").domain.choices == ("always", "never", "madvise")
+    study = optuna.create_study()
+    study.enqueue_trial(space.fixed_params(space.baseline))
+    assert space.suggest(study.ask()) == {"test.thp": "madvise"}

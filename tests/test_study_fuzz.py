@@ -14,9 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvtune.errors import UserError
+from kvtune.knobs.resolve import resolve_knobs
 from kvtune.runner import Session
-from kvtune.safety.hostpaths import check_inline_host_knobs
-from kvtune.spec import parse_spec, resolve_knobs
+from kvtune.safety.inline import check_inline_host_knobs
+from kvtune.spec import parse_spec
+from kvtune.targets import target_knobs
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = {p.name: p.read_text() for p in sorted((REPO / "examples").glob("*.yaml"))}
@@ -75,7 +77,7 @@ def mutated(draw: st.DrawFn) -> str:
 def _parse_and_preflight(text: str) -> str:
     try:
         spec, lines = parse_spec(text, "fuzz.yaml")
-        knobs = resolve_knobs(spec, lines, "fuzz.yaml")
+        knobs = resolve_knobs(spec, lines, "fuzz.yaml", target_knobs(spec.target.kind))
         check_inline_host_knobs(spec, lines, False, "fuzz.yaml")
         Session(spec, knobs, None).preflight()
     except UserError as e:

@@ -9,6 +9,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from kvtune.spec import TargetSpec
 from kvtune.targets import make_target
 from kvtune.targets.base import ServerProcess, Target
 from kvtune.targets.redis import resp_command
-from kvtune.telemetry import Probe, is_telemetry, server_digest
+from kvtune.telemetry import Collector, Probe, collectors, is_telemetry, register, server_digest
 from kvtune.telemetry.perf import PerfStat, find_perf, parse_csv
 
 pytestmark = pytest.mark.integration
@@ -103,12 +104,13 @@ def test_probe_on_real_memcached(memcached: tuple[Target, ServerProcess]) -> Non
     assert m["proc_user_s"] + m["proc_system_s"] > 0
     assert m["proc_voluntary_switches"] > 0
     assert m["proc_threads"] >= 4  # memcached's workers and helpers
-    assert 0 <= m["sys_idle_frac"] <= 1
+    assert m["proc_cpu_s"] == pytest.approx(m["proc_user_s"] + m["proc_system_s"])
+    assert 0 <= m["sys_idle_frac"] <= 1 and 0 <= m["steal"] < 1
     assert "throttle_quota_pct" not in m  # no quota on the server
+    assert tel.raw["throttle"]["cgroup"] is None or tel.raw["throttle"]["quota_pct"] is None
     perf = tel.raw["perf"]
     if find_perf() is None:
-        assert perf["error"] and not any(k.startswith("perf_") for k in m)
-        return
+        pytest.fail("perf is not installed: run `make setup` (make test installs linux-perf)")
     assert perf["error"] is None, perf
     assert m["perf_context_switches"] > 0
     assert m["perf_task_clock_ms"] > 0
@@ -205,7 +207,7 @@ def test_perf_missing_or_failing_falls_back_cleanly(
 def test_only_software_events_when_asked(memcached: tuple[Target, ServerProcess]) -> None:
     target, server = memcached
     if find_perf() is None:
-        pytest.skip("perf is not installed")
+        pytest.fail("perf is not installed: run `make setup` (make test installs linux-perf)")
     ps = PerfStat(server.pid, events=("context-switches", "task-clock"))
     ps.start()
     _mc_load(target, 0.3)
@@ -217,6 +219,8 @@ def test_only_software_events_when_asked(memcached: tuple[Target, ServerProcess]
 @pytest.mark.skipif(os.geteuid() != 0, reason="cgroup quotas need root")
 def test_throttling_counted_under_a_cpu_quota(memcached_bin: str,
                                               host_unchanged: Path) -> None:
+    """Measured in kvtune's own cgroup (given to the probe) and, the same figures, in the
+    server's cgroup found from /proc/PID/cgroup (a cgroup kvtune did not create)."""
     t = _memcached(["-t", "2"])
     with Journal(path=host_unchanged, study="telemetry-test") as journal:
         cg = ServerCgroup(journal, {"cpu"}, mode=collect().cgroup)
@@ -225,14 +229,100 @@ def test_throttling_counted_under_a_cpu_quota(memcached_bin: str,
         cg.write("cpu", "cpu.cfs_quota_us", "2000")  # 20% of one CPU
         server = t.start(Launch(), journal, cg.unique_dirs())
         try:
-            probe = Probe(server.pid)
-            probe.start()
+            probes = [Probe(server.pid, cg), Probe(server.pid)]
+            for p in probes:
+                p.start()
             _mc_load(t, 1.0)
-            tel = probe.stop()
+            tels = [p.stop() for p in probes]
         finally:
             t.stop(server, journal)
-    m = tel.metrics
-    assert m["throttle_quota_pct"] == pytest.approx(20.0)
-    assert m["throttle_nr_periods"] > 0
-    assert m["throttle_nr_throttled"] > 0
-    assert 0 < m["throttle_ratio"] <= 1
+    for tel in tels:
+        m = tel.metrics
+        assert tel.raw["throttle"]["cgroup"] == str(cg.dirs["cpu"])
+        assert m["throttle_quota_pct"] == pytest.approx(20.0)
+        assert m["throttle_nr_periods"] > 0
+        assert m["throttle_nr_throttled"] > 0
+        assert 0 < m["throttle_ratio"] <= 1
+        assert m["throttle_throttled_ms"] > 0
+    assert [t.raw["throttle"]["kvtune_cgroup"] for t in tels] == [True, False]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root")
+def test_own_cgroup_without_a_quota_is_measured(memcached_bin: str,
+                                                host_unchanged: Path) -> None:
+    """A study's baseline runs in kvtune's cgroup without a quota: the throttle figures are
+    there (no period ran out), the quota is absent; a cgroup kvtune did not create and
+    that has no quota is not measured."""
+    t = _memcached()
+    with Journal(path=host_unchanged, study="telemetry-test") as journal:
+        cg = ServerCgroup(journal, {"cpu"}, mode=collect().cgroup)
+        cg.create()
+        cg.write("cpu", "cpu.cfs_quota_us", "-1")
+        server = t.start(Launch(), journal, cg.unique_dirs())
+        try:
+            probes = [Probe(server.pid, cg), Probe(server.pid)]
+            for p in probes:
+                p.start()
+            _mc_load(t, 0.3)
+            own, found = (p.stop() for p in probes)
+        finally:
+            t.stop(server, journal)
+    assert own.metrics["throttle_nr_throttled"] == 0
+    assert "throttle_quota_pct" not in own.metrics and "throttle_ratio" not in own.metrics
+    assert not any(k.startswith("throttle_") for k in found.metrics)
+
+
+def test_each_figure_is_measured_by_one_collector(
+        memcached: tuple[Target, ServerProcess]) -> None:
+    """Collectors report only under their own prefixes, and no two share a prefix: the
+    runner's former duplicates (server_cpu_s, server_*_ctxt_switches, cgroup_*,
+    sys_steal_frac) are gone."""
+    target, server = memcached
+    probe = Probe(server.pid)
+    probe.start()
+    _mc_load(target, 0.3)
+    tel = probe.stop()
+    owners: dict[str, str] = {}
+    for c in probe.collectors:
+        for k in c.metrics():
+            assert k.startswith(c.prefixes), (c.name, k)
+            assert k not in owners, (k, owners.get(k), c.name)
+            owners[k] = c.name
+    assert owners.keys() == tel.metrics.keys()
+    prefixes = [p for c in collectors() for p in c.prefixes]
+    assert not [p for p in prefixes if any(q != p and p.startswith(q) for q in prefixes)]
+    assert {"proc", "sys", "perf", "throttle"} <= {c.name for c in collectors()}
+    assert not {"server_cpu_s", "server_voluntary_ctxt_switches", "sys_steal_frac",
+                "cgroup_nr_periods"} & tel.metrics.keys()
+
+
+def test_a_failing_collector_fails_nothing_else(memcached: tuple[Target, ServerProcess],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvtune.telemetry import base
+
+    class Broken(Collector):
+        name = "broken"
+        prefixes = ("broken_",)
+
+        def start(self) -> None:
+            raise OSError("cannot open the counter")
+
+        def stop(self) -> None:
+            raise AssertionError("stop must not run after a failed start")
+
+        def metrics(self) -> dict[str, float]:
+            return {"broken_x": 1.0}
+
+        def raw(self) -> dict[str, Any]:
+            return {}
+
+    monkeypatch.setattr(base, "_COLLECTORS", dict(base._COLLECTORS))
+    register(Broken)
+    target, server = memcached
+    probe = Probe(server.pid)
+    probe.start()
+    _mc_load(target, 0.2)
+    tel = probe.stop()
+    assert tel.raw["broken"] == {"error": "OSError: cannot open the counter"}
+    assert "broken_x" not in tel.metrics
+    assert tel.metrics["proc_voluntary_switches"] > 0

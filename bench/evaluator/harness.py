@@ -24,6 +24,7 @@ from typing import Any
 import optuna
 from rich.console import Console
 
+from kvtune.evaluator import Policy
 from kvtune.study import StudyRun, load
 from kvtune.targets.synthetic import optimum, true_value
 
@@ -67,7 +68,7 @@ def study_yaml(method: str, scenario: str, seed: int, trials: int, noise: float)
 
 
 def run_study(method: str, scenario: str, seed: int, trials: int, noise: float = 0.10,
-              equal_factor: int = 4) -> list[dict[str, Any]]:
+              equal_factor: int = 4, policy: type[Policy] = Policy) -> list[dict[str, Any]]:
     """Run one study and return one scored record per method it yields.
 
     The kvtune run yields "kvtune" and "kvtune-noconfirm". A one-sample run is given
@@ -85,7 +86,7 @@ def run_study(method: str, scenario: str, seed: int, trials: int, noise: float =
         base = Path(tmp)
         path = base / "study.yaml"
         path.write_text(study_yaml(method, scenario, seed, budget, noise))
-        run = StudyRun(load(path), Console(quiet=True), base_dir=base)
+        run = StudyRun(load(path), Console(quiet=True), base_dir=base, policy=policy)
         confirmation = run.run(confirm=True)
         assert run.study is not None
         study = run.study

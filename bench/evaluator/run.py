@@ -37,14 +37,13 @@ from pin import pin_source  # noqa: E402
 SOURCE = pin_source(sys.argv)
 
 from harness import METHODS, SCENARIOS, run_study  # noqa: E402
-from variants import VARIANTS, variant  # noqa: E402
+from variants import VARIANTS, policy  # noqa: E402
 
 
 def _task(args: tuple[str, str, int, int, float, str | None]) -> list[dict[str, Any]]:
     method, scenario, seed, trials, noise, var = args
     t0 = time.monotonic()
-    with variant(var):
-        recs = run_study(method, scenario, seed, trials, noise)
+    recs = run_study(method, scenario, seed, trials, noise, policy=policy(var))
     for r in recs:
         if var:
             r["method"] = f"{r['method']}[{var}]"

@@ -1,5 +1,6 @@
-"""Proposed changes to the evaluator, applied by monkeypatching so the benchmark can measure
-them against the code as it is (src/ is not edited here). Each is a context manager.
+"""Proposed changes to the evaluator, each an `Evaluator` policy (a subclass of
+`kvtune.evaluator.Policy` overriding one decision), so the benchmark can measure them
+against the code as it is without editing src/.
 
     race-incumbent  intensification re-measures the incumbent too (SMAC's racing): while a
                     challenger looks better and the CIs overlap, both get one more repetition
@@ -16,18 +17,13 @@ them against the code as it is (src/ is not edited here). Each is a context mana
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 from scipy import stats as sps
 
-import kvtune.evaluator as kev
-from kvtune.evaluator import Evaluation, Evaluator
-
-VARIANTS = ("race-incumbent", "ci-logt", "early-stop-ucb")
+from kvtune.evaluator import Evaluation, Evaluator, Policy
 
 
 def logt_ci(values: Sequence[float], statistic: str = "median", level: float = 0.95,
@@ -45,68 +41,41 @@ def logt_ci(values: Sequence[float], statistic: str = "median", level: float = 0
     return float(math.exp(centre - t * se)), float(math.exp(centre + t * se))
 
 
-def _evaluate_racing(self: Evaluator, config: Any, kind: str = "trial",
-                     trial_number: int | None = None, n: int | None = None,
-                     incumbent: Evaluation | None = None, on_rep: Any = None) -> Evaluation:
-    n = n or self.repetitions
-    e = Evaluation(config)
-    e._metric = self.metric
-    for i in range(n):
-        if not self._add(e, kind, trial_number):
-            return e
-        if on_rep:
-            on_rep(e)
-        if (i == 0 and n > 1 and self.ev.early_stop and incumbent is not None
-                and self._clearly_worse(e, incumbent)):
-            e.stopped_early = True
-            break
-    if (self.ev.intensify and incumbent is not None and not e.stopped_early
-            and incumbent is not e):
-        while (len(e.reps) < self.ev.max_repetitions and self.better(e.value, incumbent.value)
-               and self._overlaps(e, incumbent)):
-            if not self._add(e, kind, trial_number):
-                return e
-            # Race: the incumbent gets a fresh repetition too (a resumed incumbent has no
-            # raw repetitions in memory and is left as it is).
-            if incumbent.reps and len(incumbent.reps) < self.ev.max_repetitions:
-                self._add(incumbent, "intensify", None)
-            if on_rep:
-                on_rep(e)
-    return e
+class RaceIncumbent(Policy):
+    def intensify_step(self, evaluator: Evaluator, e: Evaluation, incumbent: Evaluation,
+                       kind: str, trial_number: int | None) -> bool:
+        if not evaluator.add(e, kind, trial_number):
+            return False
+        # Race: the incumbent gets a fresh repetition too (a resumed incumbent has no raw
+        # repetitions in memory and is left as it is).
+        if incumbent.reps and len(incumbent.reps) < self.ev.max_repetitions:
+            evaluator.add(incumbent, "intensify", None)
+        return True
 
 
-def _clearly_worse_ucb(self: Evaluator, e: Evaluation, inc: Evaluation) -> bool:
-    noise = self.noise_cov if self.noise_cov and not math.isnan(self.noise_cov) else 0.1
-    k = max(2, self.ev.noise_floor_runs, self.repetitions)
-    noise *= math.sqrt((k - 1) / float(sps.chi2.ppf(0.05, k - 1)))
-    return self.relative_gap(e.value, inc.value) > max(3 * noise, 0.05)
+class LogTInterval(Policy):
+    def interval(self, values: list[float]) -> tuple[float, float]:
+        return logt_ci(values, self.ev.statistic, seed=self.seed)
 
 
-@contextlib.contextmanager
-def variant(name: str | None) -> Iterator[None]:
+class EarlyStopUCB(Policy):
+    def stop_early(self, e: Evaluation, incumbent: Evaluation, noise_cov: float | None) -> bool:
+        noise = noise_cov if noise_cov and not math.isnan(noise_cov) else 0.1
+        k = max(2, self.ev.noise_floor_runs, self.repetitions)
+        noise *= math.sqrt((k - 1) / float(sps.chi2.ppf(0.05, k - 1)))
+        return self.relative_gap(e.value, incumbent.value) > max(3 * noise, 0.05)
+
+
+POLICIES: dict[str, type[Policy]] = {
+    "race-incumbent": RaceIncumbent, "ci-logt": LogTInterval, "early-stop-ucb": EarlyStopUCB}
+VARIANTS = tuple(POLICIES)
+
+
+def policy(name: str | None) -> type[Policy]:
+    """The evaluator policy of variant `name` (None: kvtune's own)."""
     if name is None:
-        yield
-        return
-    if name == "race-incumbent":
-        old = Evaluator.evaluate
-        Evaluator.evaluate = _evaluate_racing  # type: ignore[method-assign]
-        try:
-            yield
-        finally:
-            Evaluator.evaluate = old  # type: ignore[method-assign]
-    elif name == "ci-logt":
-        old_ci = kev.bootstrap_ci
-        kev.bootstrap_ci = logt_ci
-        try:
-            yield
-        finally:
-            kev.bootstrap_ci = old_ci
-    elif name == "early-stop-ucb":
-        old_cw = Evaluator._clearly_worse
-        Evaluator._clearly_worse = _clearly_worse_ucb  # type: ignore[method-assign]
-        try:
-            yield
-        finally:
-            Evaluator._clearly_worse = old_cw  # type: ignore[method-assign]
-    else:
-        raise ValueError(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
+        return Policy
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}") from None

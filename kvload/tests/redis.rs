@@ -5,7 +5,7 @@ use common::*;
 
 #[test]
 fn resp_open_loop_all_verbs() {
-    let Some(s) = redis(&[]) else { return };
+    let s = redis(&[]);
     let d = run_json(&[
         "--server",
         &s.addr,
@@ -49,7 +49,7 @@ fn resp_open_loop_all_verbs() {
 
 #[test]
 fn resp_closed_loop_pipelined() {
-    let Some(s) = redis(&[]) else { return };
+    let s = redis(&[]);
     let d = run_json(&[
         "--server",
         &s.addr,
@@ -76,9 +76,7 @@ fn resp_closed_loop_pipelined() {
 
 #[test]
 fn redis_oom_is_counted_as_out_of_memory() {
-    let Some(s) = redis(&["--maxmemory", "2mb", "--maxmemory-policy", "noeviction"]) else {
-        return;
-    };
+    let s = redis(&["--maxmemory", "2mb", "--maxmemory-policy", "noeviction"]);
     let d = run_json(&[
         "--server",
         &s.addr,

@@ -182,7 +182,8 @@ def restore(
 
 @app.command()
 def knobs(
-    target: Annotated[str | None, typer.Option(help="memcached, redis or synthetic")] = None,
+    target: Annotated[str | None, typer.Option(help="a target kind: memcached, redis, "
+                                                    "synthetic")] = None,
     preset: Annotated[str | None, typer.Option(help="only the knobs of a preset")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
@@ -191,27 +192,23 @@ def knobs(
     catalog knobs; knobs left out on purpose are listed with the reason."""
     from kvtune.knobs import catalog
 
-    if preset and preset not in catalog.PRESETS:
+    if preset and preset not in catalog.PRESET_NAMES:
         raise UserError(f"--preset: unknown preset {preset!r}; known: "
-                        f"{', '.join(catalog.PRESETS)}")
-    if target and target not in ("memcached", "redis", "synthetic"):
-        raise UserError(f"--target: unknown target {target!r}; known: memcached, redis, synthetic")
-    ctx = catalog.host_context()
-    if target == "synthetic":
-        from kvtune.targets.synthetic import SYNTHETIC_KNOBS
+                        f"{', '.join(catalog.PRESET_NAMES)}")
+    from kvtune import targets
 
-        rows = list(SYNTHETIC_KNOBS.values())
-    else:
-        rows = list(catalog.for_target(target))
+    if target and target not in targets.kinds():
+        raise UserError(f"--target: unknown target {target!r}; known: "
+                        f"{', '.join(targets.kinds())}")
+    ctx = targets.host_context()
+    # A target with knobs of its own (the synthetic surface) is tuned through those alone.
+    own = list(targets.target_knobs(target).values()) if target else []
+    rows = own or list(catalog.for_target(target))
     if preset:
         # The preset's own ranges (A-Tune's for memcached-app); every knob of the preset,
         # so that those unavailable here show why.
         names = catalog.preset_names(preset, ctx, available_only=False)
-        overrides = catalog.PRESET_DOMAINS[preset]
-        from dataclasses import replace
-
-        rows = [replace(k, domain=overrides.get(k.name, k.domain)) for k in rows
-                if k.name in names]
+        rows = [catalog.apply_preset(preset, k) for k in rows if k.name in names]
     data = []
     for k in rows:
         a = k.applier.check(ctx)

@@ -23,7 +23,11 @@ from kvtune.store import Store, config_key
 
 @dataclass
 class Evaluation:
+    """One configuration's repetitions and what they add up to. `metric` is the objective
+    whose values `values` lists."""
+
     config: Config
+    metric: str = "ops_per_sec"
     reps: list[Repetition] = field(default_factory=list)
     failed: str | None = None
     failed_stderr: str = ""
@@ -37,10 +41,8 @@ class Evaluation:
 
     @property
     def values(self) -> list[float]:
-        return [float(r.metrics[self._metric]) for r in self.reps
-                if r.metrics.get(self._metric) is not None]
-
-    _metric: str = "ops_per_sec"
+        return [float(r.metrics[self.metric]) for r in self.reps
+                if r.metrics.get(self.metric) is not None]
 
     @property
     def feasible(self) -> bool:
@@ -57,20 +59,21 @@ class Evaluation:
         }
 
 
-class Evaluator:
-    def __init__(self, session: Session, store: Store | None, study: str, metric: str,
-                 direction: str, constraints: list[Constraint], ev: EvaluationSpec,
-                 repetitions: int, seed: int = 0) -> None:
-        self.session = session
-        self.store = store
-        self.study = study
+class Policy:
+    """The evaluator's decisions, one public method each: re-running flagged repetitions,
+    stopping a clearly worse trial early, intensifying a would-be incumbent, and summarising
+    repetitions into a value, CIs and constraint violations. Subclass and override one to
+    try another rule (bench/evaluator/variants.py does); pass the subclass to `Evaluator`
+    (or `StudyRun`) as `policy`."""
+
+    def __init__(self, ev: EvaluationSpec, metric: str, direction: str,
+                 constraints: list[Constraint], repetitions: int, seed: int = 0) -> None:
+        self.ev = ev
         self.metric = metric
         self.direction = direction
         self.constraints = constraints
-        self.ev = ev
         self.repetitions = repetitions
         self.seed = seed
-        self.noise_cov: float | None = None
 
     # -- comparisons -----------------------------------------------------------------------
 
@@ -89,15 +92,103 @@ class Evaluator:
             return (incumbent - value) / abs(incumbent)
         return (value - incumbent) / abs(incumbent)
 
+    @staticmethod
+    def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
+        if any(math.isnan(x) for x in (*a, *b)):
+            return True
+        return a[0] <= b[1] and b[0] <= a[1]
+
+    # -- decisions -------------------------------------------------------------------------
+
+    def rerun(self, rep: Repetition, attempts: int) -> bool:
+        """Whether to measure again after `rep` (the `attempts`-th re-run so far)."""
+        return rep.status == "flagged" and attempts < self.ev.max_reruns
+
+    def stop_early(self, e: Evaluation, incumbent: Evaluation, noise_cov: float | None) -> bool:
+        """After the first repetition: is the trial clearly worse than the incumbent?"""
+        noise = noise_cov if noise_cov and not math.isnan(noise_cov) else 0.1
+        return self.relative_gap(e.value, incumbent.value) > max(3 * noise, 0.05)
+
+    def keep_intensifying(self, e: Evaluation, incumbent: Evaluation) -> bool:
+        """Give `e` one more repetition: it looks better than the incumbent and the CIs
+        still overlap."""
+        return (len(e.reps) < self.ev.max_repetitions
+                and self.better(e.value, incumbent.value)
+                and self.overlaps(e.ci, incumbent.ci))
+
+    def intensify_step(self, evaluator: Evaluator, e: Evaluation, incumbent: Evaluation,
+                       kind: str, trial_number: int | None) -> bool:
+        """One step of intensification; False when `e` failed."""
+        return evaluator.add(e, kind, trial_number)
+
+    def interval(self, values: list[float]) -> tuple[float, float]:
+        """A trial's 95% CI of the statistic."""
+        return bootstrap_ci(values, self.ev.statistic, seed=self.seed)
+
+    def summarise(self, e: Evaluation) -> None:
+        """Set `e`'s value, CIs, metrics, flags and violations from its repetitions."""
+        ok = [r for r in e.reps if r.status != "failed"]
+        # A repetition still flagged after its re-runs is kept out of the value when most
+        # repetitions are clean; its flags still count below.
+        clean = [r for r in ok if r.status == "ok"]
+        measured = clean if clean and len(clean) * 2 >= len(ok) else ok
+        stat = self.ev.statistic
+        e.metrics = {}
+        e.metric_cis = {}
+        keys = set(METRICS) | {k for r in measured for k, v in r.metrics.items()
+                               if isinstance(v, int | float) and not isinstance(v, bool)}
+        for k in sorted(keys):
+            vals = [float(r.metrics[k]) for r in measured
+                    if isinstance(r.metrics.get(k), int | float)
+                    and not isinstance(r.metrics.get(k), bool)]
+            if not vals:
+                e.metrics[k] = None
+                continue
+            e.metrics[k] = centre(vals, stat)
+            e.metric_cis[k] = self.interval(vals)
+        v = e.metrics.get(self.metric)
+        e.value = math.nan if v is None else float(v)  # a median of 0 is a value
+        e.ci = e.metric_cis.get(self.metric, (math.nan, math.nan))
+        e.flags = sorted({f for r in ok for f in r.flags})
+        violations = []
+        for c in self.constraints:
+            v = e.metrics.get(c.metric)
+            violations.append(1.0 if v is None else c.violation(float(v)))
+        # A configuration that stays saturated after its re-runs cannot serve the load.
+        saturated = sum(1 for r in ok if "saturated" in r.flags)
+        violations.append(1.0 if saturated * 2 > len(ok) else 0.0)
+        e.violations = violations
+
+
+class Evaluator:
+    """Measures configurations through a `Session`, stores every repetition, and applies
+    its `Policy`."""
+
+    def __init__(self, session: Session, store: Store | None, study: str, metric: str,
+                 direction: str, constraints: list[Constraint], ev: EvaluationSpec,
+                 repetitions: int, seed: int = 0, policy: type[Policy] = Policy) -> None:
+        self.session = session
+        self.store = store
+        self.study = study
+        self.metric = metric
+        self.direction = direction
+        self.ev = ev
+        self.repetitions = repetitions
+        self.policy = policy(ev, metric, direction, constraints, repetitions, seed)
+        self.noise_cov: float | None = None  # the objective's CoV in the noise floor
+
+    def better(self, a: float, b: float) -> bool:
+        return self.policy.better(a, b)
+
     # -- measuring -------------------------------------------------------------------------
 
     def run_one(self, config: Config, kind: str, trial_number: int | None) -> Repetition:
-        """One repetition; flagged ones are re-run up to max_reruns times (each attempt is
+        """One repetition; flagged ones are re-run as the policy says (each attempt is
         stored), and the last attempt is kept with its flags."""
         rep = self.session.measure(config)
         self._store(rep, config, kind, trial_number)
         attempts = 0
-        while rep.status == "flagged" and attempts < self.ev.max_reruns:
+        while self.policy.rerun(rep, attempts):
             attempts += 1
             rep = self.session.measure(config)
             self._store(rep, config, kind, trial_number)
@@ -117,83 +208,35 @@ class Evaluator:
     def evaluate(self, config: Config, kind: str = "trial", trial_number: int | None = None,
                  n: int | None = None, incumbent: Evaluation | None = None,
                  on_rep: Any = None) -> Evaluation:
+        """`n` repetitions (the study's by default) of `config`, stopped early or
+        intensified against `incumbent` as the policy says."""
         n = n or self.repetitions
-        e = Evaluation(config)
-        e._metric = self.metric
+        e = Evaluation(config, self.metric)
         for i in range(n):
-            if not self._add(e, kind, trial_number):
+            if not self.add(e, kind, trial_number):
                 return e
             if on_rep:
                 on_rep(e)
             if (i == 0 and n > 1 and self.ev.early_stop and incumbent is not None
-                    and self._clearly_worse(e, incumbent)):
+                    and self.policy.stop_early(e, incumbent, self.noise_cov)):
                 e.stopped_early = True
                 break
         if (self.ev.intensify and incumbent is not None and not e.stopped_early
                 and incumbent is not e):
-            while (len(e.reps) < self.ev.max_repetitions and self.better(e.value, incumbent.value)
-                   and self._overlaps(e, incumbent)):
-                if not self._add(e, kind, trial_number):
+            while self.policy.keep_intensifying(e, incumbent):
+                if not self.policy.intensify_step(self, e, incumbent, kind, trial_number):
                     return e
                 if on_rep:
                     on_rep(e)
         return e
 
-    def extend(self, e: Evaluation, more: int, kind: str, trial_number: int | None) -> None:
-        for _ in range(more):
-            if not self._add(e, kind, trial_number):
-                return
-
-    def _add(self, e: Evaluation, kind: str, trial_number: int | None) -> bool:
+    def add(self, e: Evaluation, kind: str, trial_number: int | None) -> bool:
+        """One more repetition of `e` (summarised); False when it failed."""
         rep = self.run_one(e.config, kind, trial_number)
+        e.reps.append(rep)
         if rep.status == "failed":
             e.failed = rep.reason
             e.failed_stderr = str(rep.raw.get("stderr", ""))
-            e.reps.append(rep)
             return False
-        e.reps.append(rep)
-        self._summarise(e)
+        self.policy.summarise(e)
         return True
-
-    def _clearly_worse(self, e: Evaluation, inc: Evaluation) -> bool:
-        noise = self.noise_cov if self.noise_cov and not math.isnan(self.noise_cov) else 0.1
-        return self.relative_gap(e.value, inc.value) > max(3 * noise, 0.05)
-
-    def _overlaps(self, e: Evaluation, inc: Evaluation) -> bool:
-        a, b = e.ci, inc.ci
-        if any(math.isnan(x) for x in (*a, *b)):
-            return True
-        return a[0] <= b[1] and b[0] <= a[1]
-
-    def _summarise(self, e: Evaluation) -> None:
-        ok = [r for r in e.reps if r.status != "failed"]
-        # A repetition still flagged after its re-runs is kept out of the value when most
-        # repetitions are clean; its flags still count below.
-        clean = [r for r in ok if r.status == "ok"]
-        measured = clean if clean and len(clean) * 2 >= len(ok) else ok
-        stat = self.ev.statistic
-        e.metrics = {}
-        e.metric_cis = {}
-        keys = set(METRICS) | {k for r in measured for k, v in r.metrics.items()
-                               if isinstance(v, int | float) and not isinstance(v, bool)}
-        for k in sorted(keys):
-            vals = [float(r.metrics[k]) for r in measured
-                    if isinstance(r.metrics.get(k), int | float)
-                    and not isinstance(r.metrics.get(k), bool)]
-            if not vals:
-                e.metrics[k] = None
-                continue
-            e.metrics[k] = centre(vals, stat)
-            e.metric_cis[k] = bootstrap_ci(vals, stat, seed=self.seed)
-        v = e.metrics.get(self.metric)
-        e.value = math.nan if v is None else float(v)  # a median of 0 is a value
-        e.ci = e.metric_cis.get(self.metric, (math.nan, math.nan))
-        e.flags = sorted({f for r in ok for f in r.flags})
-        violations = []
-        for c in self.constraints:
-            v = e.metrics.get(c.metric)
-            violations.append(1.0 if v is None else c.violation(float(v)))
-        # A configuration that stays saturated after its re-runs cannot serve the load.
-        saturated = sum(1 for r in ok if "saturated" in r.flags)
-        violations.append(1.0 if saturated * 2 > len(ok) else 0.0)
-        e.violations = violations

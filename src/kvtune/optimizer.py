@@ -1,16 +1,12 @@
-"""The optimizer: Optuna ask/tell with TPE by default, random and grid as options.
-Trial 0 is always the defaults (the baseline), enqueued before anything is asked."""
+"""The optimizer: Optuna's samplers, TPE by default, random and grid as options. The
+search space and its suggestions are `kvtune.space.Space`'s; trial 0 is always the
+baseline, enqueued before anything is asked."""
 
 from __future__ import annotations
 
-import itertools
 import warnings
-from typing import Any
 
 import optuna
-
-from kvtune.knobs.knob import Knob
-from kvtune.runner import Config
 
 
 def make_sampler(kind: str, seed: int, budget_trials: int | None,
@@ -23,24 +19,3 @@ def make_sampler(kind: str, seed: int, budget_trials: int | None,
         # Constraints reach TPE through Trial.set_constraint (the evaluator's violations).
         return optuna.samplers.TPESampler(
             seed=seed, n_startup_trials=startup, multivariate=True, group=True)
-
-
-def suggest(trial: optuna.Trial, knobs: list[Knob]) -> Config:
-    return {k.name: k.domain.suggest(trial, k.name) for k in knobs}
-
-
-def fixed_params(knobs: list[Knob], config: Config) -> dict[str, Any]:
-    params: dict[str, Any] = {}
-    for k in knobs:
-        params.update(k.domain.fixed_params(k.name, config[k.name]))
-    return params
-
-
-def grid_configs(knobs: list[Knob], base: Config, points: int = 4) -> list[Config]:
-    axes = [[(k.name, v) for v in k.domain.grid(points)] for k in knobs]
-    out = []
-    for combo in itertools.product(*axes):
-        c = dict(base)
-        c.update(dict(combo))
-        out.append(c)
-    return out

@@ -9,27 +9,24 @@ stops the server and waits until its port is free.
 
 from __future__ import annotations
 
-import os
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from kvtune import load, telemetry
+from kvtune import preflight as checks
 from kvtune.errors import TrialFailed, UserError
-from kvtune.host import facts as hostfacts
 from kvtune.host.cgroup import ServerCgroup
 from kvtune.host.journal import Journal
-from kvtune.knobs.appliers.base import ApplyEnv, HostContext, Launch
-from kvtune.knobs.domain import Value
+from kvtune.knobs.appliers.base import ApplyEnv, Launch
 from kvtune.knobs.knob import Knob
-from kvtune.load import kvload
-from kvtune.spec import StudySpec, parse_cpus
-from kvtune.targets import make_target
-from kvtune.targets.base import Target
-from kvtune.targets.synthetic import SyntheticTarget
+from kvtune.space import Config, Space, build_space
+from kvtune.spec import StudySpec
+from kvtune.targets import context_for, make_target
+from kvtune.targets.base import ServerTarget, SimulatedTarget, Target
 
-Config = dict[str, Value]
+__all__ = ["Config", "Repetition", "Session"]
 
 
 @dataclass
@@ -42,102 +39,68 @@ class Repetition:
 
 
 class Session:
-    """Everything a study holds open: spec, knobs, target, host context, journal, cgroup."""
+    """What a study holds open while it measures: the spec, the target, the host context,
+    the journal and the server's cgroup; after `preflight`, the study's `space`."""
 
     def __init__(self, spec: StudySpec, knobs: list[Knob], journal: Journal | None) -> None:
         self.spec = spec
-        self.knobs = knobs
+        self.knobs = list(knobs)  # as resolved from the study file; `space` has the final ones
         self.journal = journal
-        self.facts = hostfacts.collect()
-        self.target: Target | SyntheticTarget = make_target(spec.target)
-        self.ctx = HostContext(self.facts)
-        if isinstance(self.target, Target):
-            self.ctx.versions[spec.target.kind] = self.target.version()
-            self.ctx.binaries[spec.target.kind] = self.target.binary
+        self.target: Target = make_target(spec.target)
+        self.ctx = context_for(self.target)
+        self.facts = self.ctx.facts
         self.cgroup: ServerCgroup | None = None
-        self.kvload_bin: str | None = None
+        self.load_driver: load.LoadDriver | None = None
         self.rng = np.random.default_rng(spec.seed)
         self._rep_counter = 0
-        self.baseline: Config = {}
+        self.space: Space | None = None
+
+    @property
+    def on_host(self) -> bool:
+        """True when repetitions start a server on this host (journal, placement, load)."""
+        return self.target.runs_server
+
+    @property
+    def baseline(self) -> Config:
+        """The baseline configuration (a copy); needs `preflight`."""
+        return self._space().baseline_config()
+
+    def _space(self) -> Space:
+        if self.space is None:
+            raise RuntimeError("Session.preflight() has not run")
+        return self.space
 
     # -- before anything is applied ---------------------------------------------------------
 
-    def preflight(self) -> None:
-        """Check every knob (exists, readable, writable, version) and the harness, and work
-        out the baseline. Raises UserError listing every problem; nothing is applied."""
-        problems = []
-        for k in self.knobs:
-            a = k.applier.check(self.ctx)
-            if not a.ok:
-                problems.append(f"knob {k.name} ({k.applier.where()}): unavailable: {a.reason}")
-        if self.spec.target.kind != "synthetic":
-            ncpu = os.cpu_count() or 1
-            for label, cpus in (("target.cpus", self.spec.target.cpus),
-                                ("load.cpus", self.spec.load.cpus if self.spec.load else None)):
-                if cpus and max(parse_cpus(cpus)) >= ncpu:
-                    problems.append(f"{label}: CPU list {cpus!r} names a CPU this host lacks "
-                                    f"(it has {ncpu})")
-            if (self.spec.target.cpus and self.spec.load and self.spec.load.cpus
-                    and set(parse_cpus(self.spec.target.cpus)) & set(parse_cpus(
-                        self.spec.load.cpus))):
-                problems.append("target.cpus and load.cpus overlap: the server and the load "
-                                "generator must run on disjoint CPUs")
-            if self.knobs_needing_host() and os.geteuid() != 0:
-                problems.append("host knobs need root (run kvtune as root or drop them)")
+    def preflight(self) -> Space:
+        """Check every knob (exists, readable, writable, version) and the harness, and build
+        the study's space (the baseline and the final domains). Raises UserError listing
+        every problem; nothing is applied."""
+        problems = checks.problems(self.spec, self.knobs, self.ctx, self.on_host)
         if problems:
             raise UserError(f"{len(problems)} problem(s) before the study could start "
                             "(nothing was applied)", problems)
-        if self.spec.target.kind != "synthetic":
-            self.kvload_bin = kvload.find_kvload()
-        self.baseline = {}
-        for k in self.knobs:
-            v: Any = k.default if k.default is not None else k.applier.current(self.ctx)
-            if v is None and k.scope in ("cgroup", "placement") and k.name != \
-                    "placement.cpu_quota_pct":
-                # The baseline placement is the study's own (target.cpus), else every CPU.
-                v = self.spec.target.cpus or f"0-{(os.cpu_count() or 1) - 1}"
-                if not k.domain.contains(v) and k.domain.type == "categorical":
-                    from dataclasses import replace
-
-                    k = replace(k, domain=replace(k.domain, choices=(*k.domain.choices, v)))
-                    self.knobs = [k if x.name == k.name else x for x in self.knobs]
-            if v is None:
-                raise UserError(f"knob {k.name}: cannot read its current value for the baseline")
-            if isinstance(v, int) and k.domain.type == "bool":
-                v = bool(v)
-            if not k.domain.contains(v):
-                # The baseline stays measurable when a study narrows a knob's range past
-                # its default (a preset's ranges, or the host's current value): the default
-                # becomes a special value of the domain, searched beside the range.
-                from dataclasses import replace
-
-                d = k.domain
-                d = replace(d, choices=(*d.choices, v)) if d.type == "categorical" else \
-                    replace(d, special=(*d.special, v))
-                if not d.contains(v):
-                    raise UserError(f"knob {k.name}: the baseline value {v!r} does not fit "
-                                    f"{k.domain.describe()}")
-                k = replace(k, domain=d)
-                self.knobs = [k if x.name == k.name else x for x in self.knobs]
-            self.baseline[k.name] = v
-
-    def knobs_needing_host(self) -> list[Knob]:
-        return [k for k in self.knobs if k.scope in ("host", "cgroup")]
+        if self.spec.load is not None and self.on_host:
+            self.load_driver = load.driver_for(self.spec.load)
+            self.load_driver.prepare()
+        self.space = build_space(self.knobs, self.ctx, self.spec.target.cpus)
+        return self.space
 
     def setup_host(self) -> None:
         """Create the server cgroup when cgroup knobs are in the study, and probe that every
         host knob is writable by writing back its current value (through the journal)."""
         assert self.journal is not None
-        controllers = {c for k in self.knobs if k.scope == "cgroup"
+        space = self._space()
+        controllers = {c for k in space.knobs if k.scope == "cgroup"
                        for c in _controllers_of(k)}
         if controllers:
             self.cgroup = ServerCgroup(self.journal, controllers, mode=self.facts.cgroup)
             self.cgroup.create()
-        for k in self.knobs:
+        for k in space.knobs:
             if k.scope == "host":
                 try:
-                    k.applier.apply(self.baseline[k.name], ApplyEnv(self.journal, Launch(),
-                                                                    self.ctx))
+                    k.applier.apply(space.baseline[k.name], ApplyEnv(self.journal, Launch(),
+                                                                     self.ctx))
                 except (OSError, ValueError) as e:
                     raise UserError(f"knob {k.name}: not writable on this host: "
                                     f"{getattr(e, 'strerror', None) or e}") from None
@@ -147,14 +110,14 @@ class Session:
     def launch_for(self, config: Config) -> Launch:
         launch = Launch(params=dict(config))
         env = ApplyEnv(self.journal, launch, self.ctx)
-        for k in self.knobs:
+        for k in self._space().knobs:
             if k.scope != "host":
                 k.applier.apply(config[k.name], env)
         return launch
 
     def apply_host(self, config: Config) -> None:
         env = ApplyEnv(self.journal, Launch(), self.ctx)
-        for k in self.knobs:
+        for k in self._space().knobs:
             if k.scope == "host":
                 try:
                     k.applier.apply(config[k.name], env)
@@ -167,7 +130,7 @@ class Session:
     def measure(self, config: Config) -> Repetition:
         self._rep_counter += 1
         seed = self.spec.seed * 1_000_003 + self._rep_counter
-        if isinstance(self.target, SyntheticTarget):
+        if isinstance(self.target, SimulatedTarget):
             try:
                 m = self.target.measure(config, self.rng)
             except TrialFailed as e:
@@ -180,7 +143,7 @@ class Session:
                                                               "config": config})
 
     def _measure_real(self, config: Config, seed: int) -> Repetition:
-        assert isinstance(self.target, Target) and self.spec.load is not None
+        assert isinstance(self.target, ServerTarget) and self.spec.load is not None
         target = self.target
         self.apply_host(config)
         launch = self.launch_for(config)
@@ -198,29 +161,17 @@ class Session:
                                "placement": {"server_cpus": launch.server_cpus
                                              or self.spec.target.cpus,
                                              "client_cpus": self.spec.load.cpus}}
-        from kvtune import telemetry  # local: this method is the only user
-
-        probe = telemetry.Probe(server.pid)
+        probe = telemetry.Probe(server.pid, self.cgroup)
         try:
-            steal0 = hostfacts.steal_jiffies()
-            sw0 = hostfacts.proc_status(server.pid)
-            cpu0 = hostfacts.proc_cpu_seconds(server.pid)
-            thr0 = self.cgroup.throttling() if self.cgroup else {}
             probe.start()
-            t0 = time.monotonic()
-            doc = kvload.run(self.spec.load, target.address, target.protocol, seed,
-                             self.kvload_bin)
-            elapsed = time.monotonic() - t0
+            if self.load_driver is None:
+                self.load_driver = load.driver_for(self.spec.load)
+            result = self.load_driver.run(target.address, target.protocol, seed)
             tele = probe.stop()
             if server.proc.poll() is not None:
                 raise TrialFailed(f"{target.kind} exited during the load (code "
                                   f"{server.proc.returncode})", server.stderr_text())
             stats = target.stats()
-            sw1 = hostfacts.proc_status(server.pid)
-            cpu1 = hostfacts.proc_cpu_seconds(server.pid)
-            steal = (hostfacts.steal_jiffies() - steal0) / (
-                os.sysconf("SC_CLK_TCK") * elapsed * (os.cpu_count() or 1))
-            thr1 = self.cgroup.throttling() if self.cgroup else {}
         except TrialFailed as e:
             probe.close()
             e.stderr = e.stderr or server.stderr_text()
@@ -231,29 +182,16 @@ class Session:
             target.stop(server, self.journal)
             raise
         rc = target.stop(server, self.journal)
-        metrics = kvload.metrics_from(doc)
-        metrics["steal"] = steal
-        metrics["server_cpu_s"] = (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None \
-            else None
-        for key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
-            if key in sw0 and key in sw1:
-                metrics["server_" + key] = sw1[key] - sw0[key]
-        for key in thr1:
-            metrics["cgroup_" + key] = thr1[key] - thr0.get(key, 0)
-        raw.update(kvload=doc, server_stats=stats, server_exit=rc)
         server_m, server_raw = telemetry.server_digest(target.kind, stats)
-        metrics.update(tele.metrics)
-        metrics.update(server_m)
-        raw["telemetry"] = {**tele.raw, "server": server_raw}
-        flags = []
-        if metrics["verdict"] == "client_bound":
-            flags.append("client_bound")
-        if metrics["verdict"] == "saturated":
-            flags.append("saturated")
-        if steal > self.spec.evaluation.steal_threshold:
+        metrics = {**result.metrics, "verdict": result.verdict, "verdict_reason": result.reason,
+                   **tele.metrics, **server_m}
+        raw.update(load={**result.raw, "tool": self.load_driver.tool}, server_stats=stats,
+                   server_exit=rc, telemetry={**tele.raw, "server": server_raw})
+        flags = [] if result.verdict == "ok" else [result.verdict]
+        steal = metrics.get("steal")  # the share of CPU time stolen (telemetry's `sys`)
+        if steal is not None and steal > self.spec.evaluation.steal_threshold:
             flags.append(f"steal {steal:.1%}")
-        return Repetition("flagged" if flags else "ok", metrics, raw, flags,
-                          metrics.get("verdict_reason", ""))
+        return Repetition("flagged" if flags else "ok", metrics, raw, flags, result.reason)
 
 
 def _controllers_of(k: Knob) -> set[str]:

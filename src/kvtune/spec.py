@@ -1,4 +1,5 @@
-"""The study file: one YAML document, validated with pydantic.
+"""The study file: one YAML document, validated with pydantic. The schema only: turning
+`knobs:` and `preset:` into knobs is `kvtune.knobs.resolve`'s.
 
 Every problem is reported at once, each with its key path and line (`knobs[2].range, line
 14: ...`), as a `UserError` (exit code 2) before anything touches the host.
@@ -27,19 +28,14 @@ from pydantic import (
 
 from kvtune.cpulist import parse_cpus
 from kvtune.errors import UserError
-from kvtune.knobs import catalog
-from kvtune.knobs.appliers.hostfile import HostFile, Location, Sysctl
-from kvtune.knobs.appliers.memcached import MemcachedFlag, MemcachedOption
-from kvtune.knobs.appliers.redis import RedisDirective
-from kvtune.knobs.domain import Domain
-from kvtune.knobs.knob import Knob
+from kvtune.load import tools as load_tools
 from kvtune.safety import values as safe
 from kvtune.safety import yamlload
 from kvtune.safety.args import check_extra_args, check_target_args
 from kvtune.safety.hostpaths import check_sysctl_name, check_sysfs_text
 
 __all__ = ["StudySpec", "load_spec", "parse_cpus", "parse_duration", "parse_spec",
-           "resolve_knobs"]
+           "where_in_file"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 METRICS = (
@@ -76,7 +72,7 @@ class _Model(BaseModel):
 
 
 class TargetSpec(_Model):
-    kind: Literal["memcached", "redis", "synthetic"]
+    kind: str  # a registered target kind (kvtune.targets.kinds())
     binary: str | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=0, ge=0, le=65535)
@@ -86,6 +82,15 @@ class TargetSpec(_Model):
     # synthetic target only
     noise_cov: float = Field(default=0.1, ge=0, le=10)
     surface: str = Field(default="default", max_length=64)
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        from kvtune.targets import kinds
+
+        if v not in kinds():
+            raise ValueError(f"unknown target kind {v!r} (known: {', '.join(kinds())})")
+        return v
 
     @field_validator("cpus")
     @classmethod
@@ -134,7 +139,7 @@ class WorkloadSpec(_Model):
 
 
 class LoadSpec(_Model):
-    tool: Literal["kvload"] = "kvload"
+    tool: str = "kvload"  # a registered load driver (kvtune.load.tools())
     protocol: Literal["memcache", "meta", "resp"] | None = None
     mode: Literal["open", "closed"] = "open"
     rate: float | None = Field(default=None, gt=0, le=1e9)
@@ -151,6 +156,13 @@ class LoadSpec(_Model):
     @classmethod
     def _dur(cls, v: Any) -> float:
         return safe.check_duration(parse_duration(v), safe.MAX_DURATION)
+
+    @field_validator("tool")
+    @classmethod
+    def _tool(cls, v: str) -> str:
+        if v not in load_tools():
+            raise ValueError(f"unknown load tool {v!r} (known: {', '.join(load_tools())})")
+        return v
 
     @field_validator("cpus")
     @classmethod
@@ -347,17 +359,6 @@ class StudySpec(_Model):
 
         return None if v is None else mask(v)
 
-    @field_validator("relax_rules")
-    @classmethod
-    def _relax(cls, v: list[str]) -> list[str]:
-        from kvtune.knobs.catalog import RULES
-
-        names = {r.name for r in RULES}
-        for name in v:
-            if name not in names:
-                raise ValueError(f"unknown rule {name!r}; known: {', '.join(sorted(names))}")
-        return v
-
     @field_validator("constraints")
     @classmethod
     def _constraints(cls, v: list[str]) -> list[str]:
@@ -367,11 +368,10 @@ class StudySpec(_Model):
 
     @model_validator(mode="after")
     def _load_needed(self) -> StudySpec:
-        if self.target.kind != "synthetic" and self.load is None:
-            raise ValueError("a memcached or redis target needs a load section")
-        if self.preset and self.preset not in catalog.PRESETS:
-            raise ValueError(f"unknown preset {self.preset!r}; known: "
-                             f"{', '.join(catalog.PRESETS)}")
+        from kvtune.targets import target_class
+
+        if target_class(self.target.kind).runs_server and self.load is None:
+            raise ValueError(f"a {self.target.kind} target needs a load section")
         return self
 
     @property
@@ -413,7 +413,8 @@ def _line_map(text: str) -> dict[tuple[Any, ...], int]:
     return lines
 
 
-def _where(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> str:
+def where_in_file(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> str:
+    """`knobs[2].range, line 14` for a key path, from `parse_spec`'s line map."""
     # pydantic adds union-member names ("str", "KnobSpec") into loc; drop what isn't a key.
     path = tuple(p for p in loc if isinstance(p, int) or p in _keys_of(lines))
     text = ""
@@ -462,116 +463,9 @@ def parse_spec(text: str, name: str = "<study>") -> tuple[StudySpec, dict[tuple[
                 loc = loc[:-1]
             elif err["type"] == "missing":
                 msg = "required key is missing"
-            problems.append(f"{_where(loc, lines)}: {msg}")
+            problems.append(f"{where_in_file(loc, lines)}: {msg}")
         # A knob entry fails both union members; keep one message per location.
         problems = list(dict.fromkeys(problems))
         raise UserError(f"{name}: {len(problems)} problem(s) in the study file",
                         problems) from None
     return spec, lines
-
-
-def resolve_knobs(spec: StudySpec, lines: dict[tuple[Any, ...], int] | None = None,
-                  name: str = "<study>") -> list[Knob]:
-    """The study's knobs from the catalog (with overrides) or defined inline.
-    Unknown names, bad overrides and knobs of another target are reported together."""
-    lines = lines or {}
-    problems: list[str] = []
-    out: list[Knob] = []
-    entries: list[str | KnobSpec] = list(spec.knobs)
-    if spec.preset:
-        named = {e if isinstance(e, str) else e.name for e in entries}
-        entries = [*(n for n in catalog.PRESETS[spec.preset] if n not in named), *entries]
-    seen: set[str] = set()
-    for i, entry in enumerate(entries):
-        idx = i - (len(entries) - len(spec.knobs))
-        where = _where(("knobs", idx), lines) if idx >= 0 else f"preset {spec.preset}"
-        ks = KnobSpec(name=entry) if isinstance(entry, str) else entry
-        if ks.name in seen:
-            problems.append(f"{where}: knob {ks.name!r} is listed twice")
-            continue
-        seen.add(ks.name)
-        try:
-            knob = _build_knob(ks, spec.target.kind)
-        except ValueError as e:
-            problems.append(f"{where}: {e}")
-            continue
-        if idx < 0 and spec.preset:
-            # A preset carries its own ranges (the A-Tune study's, for memcached-app).
-            import dataclasses
-
-            preset_domain = catalog.PRESET_DOMAINS.get(spec.preset, {}).get(ks.name)
-            if preset_domain is not None:
-                knob = dataclasses.replace(knob, domain=preset_domain)
-        if spec.target.kind != "synthetic" and knob.target not in (None, spec.target.kind):
-            if idx < 0:
-                continue  # presets span targets; keep what fits
-            problems.append(f"{where}: knob {ks.name!r} is a {knob.target} knob but the "
-                            f"target is {spec.target.kind}")
-            continue
-        out.append(knob)
-    if problems:
-        raise UserError(f"{name}: {len(problems)} problem(s) with knobs", problems)
-    return out
-
-
-def _build_knob(ks: KnobSpec, target_kind: str) -> Knob:
-    import dataclasses
-
-    base = catalog.lookup(ks.name)
-    if base is None and ks.applier is None:
-        if target_kind == "synthetic":
-            from kvtune.targets.synthetic import synthetic_knob
-
-            k = synthetic_knob(ks.name)
-            if k is not None:
-                base = k
-        if base is None:
-            import difflib
-
-            close = difflib.get_close_matches(ks.name, list(catalog.CATALOG), n=3, cutoff=0.6)
-            hint = f"; did you mean {', '.join(close)}?" if close else (
-                "; `kvtune knobs` lists the catalog, or define it inline with domain and applier")
-            raise ValueError(f"unknown knob {ks.name!r}{hint}")
-    if base is None:
-        assert ks.applier is not None
-        if ks.domain is None:
-            raise ValueError(f"inline knob {ks.name!r} needs a domain")
-        d = ks.domain
-        domain = Domain(d.type, d.low, d.high, d.step, d.log, tuple(d.choices or ()),
-                        tuple(d.special or ()))
-        a = ks.applier
-        if a.memcached_flag:
-            applier: Any = MemcachedFlag(a.memcached_flag)
-        elif a.memcached_option:
-            applier = MemcachedOption(a.memcached_option)
-        elif a.redis_directive:
-            applier = RedisDirective(a.redis_directive)
-        elif a.sysctl:
-            applier = Sysctl(a.sysctl)
-        else:
-            applier = HostFile([Location(str(a.sysfs))])
-        base = Knob(ks.name, domain, applier, ks.default, "inline knob")
-    elif ks.domain is not None or ks.applier is not None:
-        raise ValueError(f"{ks.name!r} is in the catalog; override it with range, step, log or "
-                         "choices instead of domain/applier")
-    domain = base.domain
-    try:
-        if ks.range is not None:
-            if domain.type not in ("int", "float"):
-                raise ValueError(f"{ks.name!r} is {domain.type}; range applies to numbers")
-            domain = domain.with_overrides(low=ks.range[0], high=ks.range[1])
-        if ks.step is not None or ks.log is not None:
-            domain = domain.with_overrides(step=ks.step, log=ks.log)
-        if ks.choices is not None:
-            if domain.type != "categorical":
-                raise ValueError(f"{ks.name!r} is {domain.type}; choices apply to categorical")
-            domain = domain.with_overrides(choices=tuple(ks.choices))
-        domain = Domain(domain.type, domain.low, domain.high, domain.step, domain.log,
-                        domain.choices, domain.special)
-        safe.check_override(ks, base.domain, domain)
-    except ValueError as e:
-        raise ValueError(f"{ks.name}: {e}") from None
-    default = base.default
-    if ks.default is not None:
-        default = domain.coerce(ks.default)
-    return dataclasses.replace(base, domain=domain, default=default)

@@ -40,6 +40,14 @@ pub fn find_binary(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// The server binary on PATH; a missing one fails the test (as the Python tests do), since
+/// `make setup` installs it.
+pub fn require_binary(name: &str) -> PathBuf {
+    find_binary(name).unwrap_or_else(|| {
+        panic!("{name} is not installed: run `make setup` (make test installs it)")
+    })
+}
+
 pub fn scratch_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!(
         "kvload-test-{tag}-{}-{}",
@@ -64,13 +72,9 @@ fn wait_ready(child: &mut Child, ready: impl Fn() -> bool, what: &str) {
     panic!("{what} did not become ready within 10s");
 }
 
-/// Starts memcached listening on a unix socket only (`-s`), or returns None
-/// (after saying why) if it is absent.
-pub fn memcached_unix(extra: &[&str]) -> Option<Server> {
-    let Some(bin) = find_binary("memcached") else {
-        eprintln!("SKIPPED: memcached binary not found in PATH");
-        return None;
-    };
+/// Starts memcached listening on a unix socket (`-s`) as well as a TCP port.
+pub fn memcached_unix(extra: &[&str]) -> Server {
+    let bin = require_binary("memcached");
     let port = free_port();
     let dir = scratch_dir("mc");
     let sock = dir.join("mc.sock");
@@ -94,20 +98,17 @@ pub fn memcached_unix(extra: &[&str]) -> Option<Server> {
     let mut child = cmd.spawn().expect("spawn memcached");
     let s = sock.clone();
     wait_ready(&mut child, move || s.exists(), "memcached");
-    Some(Server {
+    Server {
         child,
         port,
         addr: format!("unix:{}", sock.display()),
         dir,
-    })
+    }
 }
 
 /// Starts memcached on a TCP port.
-pub fn memcached_tcp(extra: &[&str]) -> Option<Server> {
-    let Some(bin) = find_binary("memcached") else {
-        eprintln!("SKIPPED: memcached binary not found in PATH");
-        return None;
-    };
+pub fn memcached_tcp(extra: &[&str]) -> Server {
+    let bin = require_binary("memcached");
     let port = free_port();
     let dir = scratch_dir("mct");
     let mut cmd = Command::new(bin);
@@ -131,20 +132,17 @@ pub fn memcached_tcp(extra: &[&str]) -> Option<Server> {
         move || TcpStream::connect(("127.0.0.1", port)).is_ok(),
         "memcached",
     );
-    Some(Server {
+    Server {
         child,
         port,
         addr: format!("127.0.0.1:{port}"),
         dir,
-    })
+    }
 }
 
-/// Starts redis-server without persistence, or returns None if it is absent.
-pub fn redis(extra: &[&str]) -> Option<Server> {
-    let Some(bin) = find_binary("redis-server") else {
-        eprintln!("SKIPPED: redis-server binary not found in PATH");
-        return None;
-    };
+/// Starts redis-server without persistence.
+pub fn redis(extra: &[&str]) -> Server {
+    let bin = require_binary("redis-server");
     let port = free_port();
     let dir = scratch_dir("redis");
     let mut cmd = Command::new(bin);
@@ -166,12 +164,12 @@ pub fn redis(extra: &[&str]) -> Option<Server> {
         move || TcpStream::connect(("127.0.0.1", port)).is_ok(),
         "redis-server",
     );
-    Some(Server {
+    Server {
         child,
         port,
         addr: format!("127.0.0.1:{port}"),
         dir,
-    })
+    }
 }
 
 pub fn kvload(args: &[&str]) -> Output {

@@ -20,9 +20,6 @@ from kvtune.analysis.data import StudyData
 from kvtune.telemetry import is_telemetry
 
 MIN_REPS = 5
-# The runner's own figures that telemetry measures again under another name: one is enough.
-_SAME_AS = {"server_voluntary_ctxt_switches": "proc_voluntary_switches",
-            "server_nonvoluntary_ctxt_switches": "proc_involuntary_switches"}
 
 
 @dataclass
@@ -46,7 +43,7 @@ def correlations(data: StudyData, reps: list[dict[str, Any]] | None = None
                    if isinstance(v, int | float) and not isinstance(v, bool)})
     out = []
     for k in keys:
-        if k == data.metric or _SAME_AS.get(k) in keys:
+        if k == data.metric:  # each figure is measured once, by one collector
             continue
         xs, ys = [], []
         for i, r in enumerate(rows):

@@ -11,6 +11,8 @@ import optuna
 import sqlalchemy as sa
 
 from kvtune.errors import UserError
+from kvtune.knobs.domain import Domain
+from kvtune.space import stored_domains
 from kvtune.store import RESULTS, Store
 
 SEARCH_KINDS = ("baseline", "trial")
@@ -22,6 +24,7 @@ class KnobInfo:
     kind: str  # "float", "int" or "categorical"
     log: bool = False
     choices: tuple[Any, ...] = ()
+    special: tuple[Any, ...] = ()  # values outside a numeric range (the baseline's, ...)
 
     @property
     def numeric(self) -> bool:
@@ -82,6 +85,28 @@ def _knob_info(name: str, dist: optuna.distributions.BaseDistribution) -> KnobIn
     return KnobInfo(name, "categorical")
 
 
+def _knob_from_domain(name: str, d: Domain) -> KnobInfo:
+    if d.type == "bool":
+        return KnobInfo(name, "categorical", choices=(False, True))
+    if d.type == "categorical":
+        return KnobInfo(name, "categorical", choices=tuple(d.choices))
+    return KnobInfo(name, d.type, log=d.log, special=tuple(d.special))
+
+
+def _knobs(study: optuna.Study, trials: list[optuna.trial.FrozenTrial]) -> list[KnobInfo]:
+    """The study's knobs with the domains it searched (stored by the study); for a study
+    stored before kvtune kept them, the trials' distributions."""
+    domains = stored_domains(study.user_attrs.get("space"))
+    if domains:
+        return [_knob_from_domain(n, d) for n, d in domains.items()]
+    knobs: dict[str, KnobInfo] = {}
+    for t in trials:
+        for k, d in t.distributions.items():
+            if k not in knobs:
+                knobs[k] = _knob_info(k, d)
+    return list(knobs.values())
+
+
 def _result_keys(store: Store, name: str) -> list[str]:
     q = sa.select(RESULTS.c.key).where(RESULTS.c.study == name).distinct()
     with store.engine.connect() as c:
@@ -97,16 +122,11 @@ def load(store: Store, name: str) -> StudyData:
             from None
     trials = study.get_trials(deepcopy=False)
     spec = study.user_attrs.get("spec", {}) or {}
-    knobs: dict[str, KnobInfo] = {}
-    for t in trials:
-        for k, d in t.distributions.items():
-            if k not in knobs:
-                knobs[k] = _knob_info(k, d)
     sig = study.user_attrs.get("signature", {}) or {}
     metric = spec.get("objective", {}).get("metric") or sig.get("metric") or "value"
     data = StudyData(
         name=name, metric=metric, direction=study.direction.name.lower(), study=study,
-        trials=trials, reps=store.repetitions(name), knobs=list(knobs.values()), spec=spec,
+        trials=trials, reps=store.repetitions(name), knobs=_knobs(study, trials), spec=spec,
         host=study.user_attrs.get("host", {}) or {},
         baseline=study.user_attrs.get("baseline", {}) or {},
         noise_floor=store.last_result(name, "noise_floor"),

@@ -28,6 +28,24 @@ class Importance:
                 "note": self.note}
 
 
+def _samples(t: optuna.trial.FrozenTrial, names: list[str]) -> bool:
+    """Whether trial `t` has a value in range for every knob of `names`: a knob at a special
+    value (its `#mode` parameter) is not a point of its range, and studies stored before
+    kvtune kept one knob space can hold a baseline value outside its distribution."""
+    for n in names:
+        d = t.distributions.get(n)
+        if d is None or n not in t.params:
+            return False
+        v = t.params[n]
+        if isinstance(d, optuna.distributions.CategoricalDistribution):
+            if v not in d.choices:
+                return False
+        elif isinstance(d, optuna.distributions.IntDistribution | optuna.distributions.
+                        FloatDistribution) and not d.low <= v <= d.high:
+            return False
+    return True
+
+
 def importance(data: StudyData, method: str = "ped-anova", seed: int = 0) -> Importance:
     trials = data.search_trials()
     out = Importance(method, n_trials=len(trials))
@@ -53,7 +71,7 @@ def importance(data: StudyData, method: str = "ped-anova", seed: int = 0) -> Imp
             direction="maximize" if data.maximize else "minimize")
     finally:
         optuna.logging.set_verbosity(verbosity)
-    study.add_trials([t for t in trials if set(t.distributions) == set(names)])
+    study.add_trials([t for t in trials if _samples(t, names)])
     evaluator: optuna.importance.BaseImportanceEvaluator
     if method == "fanova":
         try:

@@ -70,8 +70,10 @@ def zones(data: StudyData, knobs: list[str] | None = None, within: float = 0.05
             continue
         by_value: dict[Any, list[float]] = {}
         for t in trials:
-            if name in t.params and t.value is not None:
-                by_value.setdefault(t.params[name], []).append(float(t.value))
+            # The configuration holds every knob's value, special values included.
+            config = t.user_attrs.get("config") or t.params
+            if name in config and t.value is not None:
+                by_value.setdefault(config[name], []).append(float(t.value))
         z = Zone(name, k.numeric, within, best, tried=len(by_value))
         flags = {}
         for x, vs in by_value.items():

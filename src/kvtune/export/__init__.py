@@ -14,14 +14,24 @@ from kvtune.export.sysctl import SysctlExporter
 from kvtune.export.systemd import SystemdExporter
 from kvtune.export.tuned import TunedExporter
 
-EXPORTERS: dict[str, Exporter] = {e.name: e for e in (
-    SysctlExporter(), TunedExporter(), MemcachedExporter(), RedisExporter(), SystemdExporter())}
+# The one table of export formats, by name (`--format`).
+EXPORTERS: dict[str, Exporter] = {}
+
+
+def register(exporter: Exporter) -> None:
+    """Add an export format (replacing one of the same name)."""
+    EXPORTERS[exporter.name] = exporter
+
+
+for _e in (SysctlExporter(), TunedExporter(), MemcachedExporter(), RedisExporter(),
+           SystemdExporter()):
+    register(_e)
 
 # Never write into the live configuration of the host: a person installs the files.
 FORBIDDEN_ROOTS = (Path("/etc"), Path("/proc"), Path("/sys"), Path("/usr"), Path("/boot"))
 
 __all__ = ["EXPORTERS", "ExportFile", "Exporter", "NoRecommendation", "Recommendation",
-           "recommendation", "write"]
+           "recommendation", "register", "write"]
 
 
 class NoRecommendation(KvtuneError):
@@ -81,8 +91,9 @@ def write(rec: Recommendation, formats: list[str], out_dir: Path) -> list[tuple[
     if unknown:
         raise UserError(f"--format: unknown format {', '.join(unknown)}; known: "
                         f"{', '.join(EXPORTERS)}")
-    from kvtune.knobs.rules import check_rules
+    from kvtune.knobs.catalog import check_rules
 
+    # The rules between knobs (-L needs THP, ...) refuse a configuration that cannot run.
     broken = check_rules(rec.config, rec.ctx)
     if broken:
         raise UserError(f"the configuration of study {rec.study!r} is not exported: {broken}")

@@ -9,9 +9,16 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kvtune.knobs import catalog
-from kvtune.knobs.appliers.base import HostContext
+from kvtune.knobs.appliers.base import ExportEntry, HostContext
+from kvtune.knobs.baseline import baseline_value
 from kvtune.knobs.domain import Value
 from kvtune.knobs.knob import Knob
+
+
+def _host_context() -> HostContext:
+    from kvtune.targets import host_context
+
+    return host_context()
 
 
 @dataclass(frozen=True)
@@ -25,6 +32,16 @@ class ExportFile:
     install: str  # how a person installs it (and rolls it back), one line
 
 
+@dataclass(frozen=True)
+class Row:
+    """A knob of the recommendation: its export entry for the recommended value and for the
+    baseline value (None when the applier emits nothing for that value)."""
+
+    knob: Knob
+    entry: ExportEntry | None
+    rollback: ExportEntry | None
+
+
 @dataclass
 class Recommendation:
     """What a study recommends, and the baseline it was compared with."""
@@ -34,7 +51,7 @@ class Recommendation:
     config: dict[str, Value]
     baseline: dict[str, Value]
     source: str  # for people: where the configuration comes from
-    ctx: HostContext = field(default_factory=catalog.host_context)
+    ctx: HostContext = field(default_factory=_host_context)
 
     def knobs(self, scope: str | None = None) -> list[tuple[Knob, Value, Value | None]]:
         """(knob, recommended value, baseline value) for every catalog knob in the
@@ -46,9 +63,18 @@ class Recommendation:
                 continue
             base = self.baseline.get(name)
             if base is None:
-                base = knob.default if knob.default is not None else knob.applier.current(
-                    self.ctx)
+                base = baseline_value(knob, self.ctx, None)
             out.append((knob, value, base))
+        return out
+
+    def entries(self, scope: str | None = None) -> list[Row]:
+        """Every catalog knob of the configuration (optionally of one scope) with what its
+        applier exports for the recommended and for the baseline value."""
+        out = []
+        for knob, value, base in self.knobs(scope):
+            entry = knob.applier.export_entry(value, self.ctx)
+            back = None if base is None else knob.applier.export_entry(base, self.ctx)
+            out.append(Row(knob, entry, back))
         return out
 
     def header(self, what: str, rollback: bool, *extra: str) -> list[str]:
@@ -58,6 +84,9 @@ class Recommendation:
 
 
 class Exporter(ABC):
+    """One export format. `files` reads `Recommendation.entries()` and keeps the entries of
+    the families it writes; it never looks at applier classes."""
+
     name: ClassVar[str]
     help: ClassVar[str]
 

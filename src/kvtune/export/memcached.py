@@ -3,39 +3,23 @@ comments. Version traps are the appliers' (slab_chunk_max unit, worker_logbuf_si
 
 from __future__ import annotations
 
-from kvtune.errors import UserError
-from kvtune.export.base import Exporter, ExportFile, Recommendation, comment
-from kvtune.knobs.appliers.memcached import MemcachedFlag, MemcachedOption, thp_mode
-from kvtune.knobs.domain import Value
-from kvtune.knobs.knob import Knob
+from kvtune.export.base import Exporter, ExportFile, Recommendation, Row, comment
+from kvtune.knobs.appliers.base import ExportEntry
 
 # The service lines of Debian's default /etc/memcached.conf, kept so the file is complete.
 SERVICE_LINES = ["-p 11211", "-u memcache", "-l 127.0.0.1", "-P /var/run/memcached/memcached.pid"]
+FAMILIES = ("memcached-flag", "memcached-option")
 
 
-def option_lines(rows: list[tuple[Knob, Value]], rec: Recommendation) -> tuple[list[str],
-                                                                               list[str]]:
-    """The option lines for (knob, value) pairs, and notes on what was left out."""
-    lines: list[str] = []
-    options: list[str] = []
-    notes: list[str] = []
-    for knob, value in rows:
-        applier = knob.applier
-        gate = applier.check(rec.ctx)
-        if not gate.ok:
-            notes.append(f"left out {knob.name} ({applier.where()}): {gate.reason}")
-            continue
-        if isinstance(applier, MemcachedOption):
-            opt = applier.option(value, rec.ctx)
-            if opt is not None:
-                options.append(opt[0] if opt[1] == "" else f"{opt[0]}={opt[1]}")
-        elif isinstance(applier, MemcachedFlag):
-            words = applier.argv(value, rec.ctx)
-            if words:
-                lines.append(" ".join(words))
+def option_lines(entries: list[ExportEntry]) -> list[str]:
+    """The lines for memcached's export entries: one per flag, the options joined into one
+    `-o a=b,c` line at the end."""
+    lines = [f"{e.key} {e.value}".rstrip() for e in entries if e.family == "memcached-flag"]
+    options = [e.key if e.value == "" else f"{e.key}={e.value}" for e in entries
+               if e.family == "memcached-option"]
     if options:
         lines.append("-o " + ",".join(options))
-    return lines, notes
+    return lines
 
 
 class MemcachedExporter(Exporter):
@@ -43,30 +27,32 @@ class MemcachedExporter(Exporter):
     help = "memcached options in /etc/memcached.conf form (and the defaults to roll back)"
 
     def files(self, rec: Recommendation) -> list[ExportFile]:
-        rows = [(k, v, b) for k, v, b in rec.knobs("app") if k.target == "memcached"]
-        if not rows:
+        rows: list[Row] = []
+        notes: list[str] = []
+        for row in rec.entries("app"):
+            if row.knob.target != "memcached":
+                continue
+            gate = row.knob.applier.check(rec.ctx)
+            if not gate.ok:
+                notes.append(f"left out {row.knob.name} ({row.knob.applier.where()}): "
+                             f"{gate.reason}")
+                continue
+            rows.append(row)
+        if not rows and not notes:
             return []
-        thp = rec.config.get("thp.enabled", thp_mode(rec.ctx))
-        if any(k.name == "memcached.large_pages" and v is True for k, v, _ in rows) and \
-                thp == "never":
-            raise UserError("memcached.large_pages (-L) is recommended but transparent huge "
-                            "pages are `never` here, and memcached refuses to start with -L "
-                            "then; set thp.enabled to madvise first")
 
         def render(rollback: bool) -> str:
-            chosen: list[tuple[Knob, Value]] = []
-            for k, v, b in rows:
-                value = b if rollback else v
-                if value is not None:
-                    chosen.append((k, value))
-            lines, notes = option_lines(chosen, rec)
+            chosen = [e for r in rows
+                      if (e := r.rollback if rollback else r.entry) is not None
+                      and e.family in FAMILIES]
             head = rec.header("memcached configuration (Debian /etc/memcached.conf form)",
                               rollback,
                 "Install: merge into /etc/memcached.conf and restart memcached "
                 "(every memcached option needs a restart).", *notes)
             return (comment(head) + "\n# service options (Debian's defaults)\n"
                     + "".join(f"{ln}\n" for ln in SERVICE_LINES)
-                    + "\n# tuned options\n" + "".join(f"{ln}\n" for ln in lines))
+                    + "\n# tuned options\n"
+                    + "".join(f"{ln}\n" for ln in option_lines(chosen)))
 
         return [ExportFile("memcached/memcached.conf", render(False),
                            "memcached/memcached.rollback.conf", render(True),

@@ -4,7 +4,12 @@ whether they can be applied live (CONFIG SET) or need a restart."""
 from __future__ import annotations
 
 from kvtune.export.base import Exporter, ExportFile, Recommendation, comment
-from kvtune.knobs.appliers.redis import RedisDirective
+from kvtune.knobs.appliers.base import ExportEntry
+
+
+def _conf_line(e: ExportEntry) -> str:
+    """The directive as a redis.conf line (an empty value is written as "")."""
+    return f"{e.key} {e.value if e.value else chr(34) * 2}"
 
 
 class RedisExporter(Exporter):
@@ -12,16 +17,16 @@ class RedisExporter(Exporter):
     help = "a redis.conf include (and its rollback)"
 
     def files(self, rec: Recommendation) -> list[ExportFile]:
-        rows = []
+        rows: list[tuple[ExportEntry, ExportEntry | None]] = []
         notes = []
-        for knob, value, base in rec.knobs("app"):
-            if not isinstance(knob.applier, RedisDirective):
+        for row in rec.entries("app"):
+            if row.entry is None or row.entry.family != "redis":
                 continue
-            gate = knob.applier.check(rec.ctx)
+            gate = row.knob.applier.check(rec.ctx)
             if not gate.ok:
-                notes.append(f"left out {knob.name}: {gate.reason}")
+                notes.append(f"left out {row.knob.name}: {gate.reason}")
                 continue
-            rows.append((knob.applier, value, base))
+            rows.append((row.entry, row.rollback))
         if not rows:
             return []
         name = f"redis/kvtune-{rec.study}.conf"
@@ -33,10 +38,10 @@ class RedisExporter(Exporter):
             text = comment(head)
             for live, title in ((True, "live: also applicable with CONFIG SET, no restart"),
                                 (False, "needs a restart")):
-                group = [(a, b if rollback else v) for a, v, b in rows if a.live == live]
+                group = [b if rollback else e for e, b in rows if e.live == live]
                 if group:
                     text += f"\n# {title}\n" + "".join(
-                        f"{a.conf_line(val)}\n" for a, val in group if val is not None)
+                        f"{_conf_line(e)}\n" for e in group if e is not None)
             return text
 
         return [ExportFile(name, render(False), name.replace(".conf", ".rollback.conf"),

@@ -3,15 +3,6 @@
 from __future__ import annotations
 
 from kvtune.export.base import Exporter, ExportFile, Recommendation, comment
-from kvtune.knobs.appliers.hostfile import Sysctl
-
-
-def sysctl_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
 
 
 class SysctlExporter(Exporter):
@@ -19,18 +10,18 @@ class SysctlExporter(Exporter):
     help = "an /etc/sysctl.d file (and its rollback)"
 
     def files(self, rec: Recommendation) -> list[ExportFile]:
-        rows = []
+        rows: list[tuple[str, str, str | None]] = []
         skipped = []
-        for knob, value, base in rec.knobs("host"):
-            applier = knob.applier
-            if not isinstance(applier, Sysctl):
-                skipped.append(f"{knob.name} ({applier.where()}) is not a sysctl; see the "
-                               "tuned profile")
+        for row in rec.entries("host"):
+            if row.entry is None or row.entry.family != "sysctl":
+                skipped.append(f"{row.knob.name} ({row.knob.applier.where()}) is not a sysctl; "
+                               "see the tuned profile")
                 continue
-            if not rec.ctx.fs.exists(applier.locations[0].path):
-                skipped.append(f"{applier.key} does not exist on this host")
+            key = row.entry.key
+            if not rec.ctx.fs.exists("/proc/sys/" + key.replace(".", "/")):
+                skipped.append(f"{key} does not exist on this host")
                 continue
-            rows.append((applier.key, value, base))
+            rows.append((key, row.entry.value, row.rollback.value if row.rollback else None))
         if not rows:
             return []
         name = f"sysctl.d/90-kvtune-{rec.study}.conf"
@@ -39,8 +30,9 @@ class SysctlExporter(Exporter):
         def render(rollback: bool) -> str:
             head = rec.header(f"sysctl.d file for {rec.study}", rollback,
                 "Install: copy to /etc/sysctl.d/ and run `sysctl --system`.", *notes)
-            body = "".join(f"{key} = {sysctl_value(base if rollback else value)}\n"
-                           for key, value, base in rows)
+            body = "".join(f"{key} = {base if rollback else value}\n"
+                           for key, value, base in rows if (base if rollback else value)
+                           is not None)
             return comment(head) + body
 
         return [ExportFile(name, render(False),

@@ -5,8 +5,6 @@ so scheduler knobs are written by their TuneD names."""
 from __future__ import annotations
 
 from kvtune.export.base import Exporter, ExportFile, Recommendation, comment
-from kvtune.export.sysctl import sysctl_value
-from kvtune.knobs.appliers.hostfile import HostFile, Sysctl
 
 # kvtune knob → (section, TuneD option)
 TUNED_NAMES: dict[str, tuple[str, str]] = {
@@ -28,20 +26,18 @@ class TunedExporter(Exporter):
     help = "a TuneD profile directory with tuned.conf (and a rollback profile)"
 
     def files(self, rec: Recommendation) -> list[ExportFile]:
-        entries: dict[str, list[tuple[str, object, object]]] = {s: [] for s in SECTIONS}
-        for knob, value, base in rec.knobs("host"):
-            if knob.name in TUNED_NAMES:
-                section, option = TUNED_NAMES[knob.name]
-            elif isinstance(knob.applier, Sysctl):
-                section, option = "sysctl", knob.applier.key
-            elif isinstance(knob.applier, HostFile):
-                path = knob.applier.resolve(rec.ctx)
-                if path is None:
-                    continue
-                section, option = "sysfs", path
+        entries: dict[str, list[tuple[str, str, str | None]]] = {s: [] for s in SECTIONS}
+        for row in rec.entries("host"):
+            if row.entry is None:
+                continue
+            if row.knob.name in TUNED_NAMES:
+                section, option = TUNED_NAMES[row.knob.name]
+            elif row.entry.family in ("sysctl", "sysfs"):
+                section, option = row.entry.family, row.entry.key
             else:
                 continue
-            entries[section].append((option, value, base))
+            entries[section].append((option, row.entry.value,
+                                     row.rollback.value if row.rollback else None))
         if not any(entries.values()):
             return []
         profile = f"kvtune-{rec.study}"
@@ -58,7 +54,8 @@ class TunedExporter(Exporter):
                 if entries[section]:
                     text += f"\n[{section}]\n"
                     for option, value, base in entries[section]:
-                        text += f"{option}={sysctl_value(base if rollback else value)}\n"
+                        if (base if rollback else value) is not None:
+                            text += f"{option}={base if rollback else value}\n"
             return text
 
         return [ExportFile(f"tuned/{profile}/tuned.conf", render(False),

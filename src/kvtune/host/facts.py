@@ -6,10 +6,13 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from kvtune.host.fs import HostFS
+
+THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,21 @@ def parse_kernel_version(release: str) -> tuple[int, int]:
         return (0, 0)
 
 
+def selected(text: str) -> str | None:
+    """The selected value of a sysfs multiple-choice file, shown in brackets
+    ('always [madvise] never' → 'madvise'); None when nothing is bracketed."""
+    if "[" in text and "]" in text:
+        return text.split("[", 1)[1].split("]", 1)[0].strip()
+    return None
+
+
+def thp_mode(fs: HostFS | None = None) -> str | None:
+    """Transparent huge pages' `enabled` mode as the host has it now (always, madvise,
+    never), or None without THP. The one place it is parsed."""
+    fs = fs or HostFS()
+    return selected(fs.read_text(THP_ENABLED, default=""))
+
+
 def cgroup_mode(fs: HostFS) -> str:
     root = fs.path("/sys/fs/cgroup")
     if (root / "cgroup.controllers").exists():
@@ -58,10 +76,7 @@ def collect(fs: HostFS | None = None) -> HostFacts:
             model = line.split(":", 1)[1].strip()
         if line.startswith("flags") and " hypervisor" in line:
             virtualized = True
-    thp_raw = fs.read_text("/sys/kernel/mm/transparent_hugepage/enabled", default="")
-    thp = None
-    if "[" in thp_raw:
-        thp = thp_raw.split("[", 1)[1].split("]", 1)[0]
+    thp = thp_mode(fs)
     return HostFacts(
         kernel=release,
         kernel_version=kv,
@@ -72,6 +87,12 @@ def collect(fs: HostFS | None = None) -> HostFacts:
         scheduler="eevdf" if kv >= (6, 6) else "cfs",
         virtualized=virtualized,
     )
+
+
+@lru_cache(maxsize=1)
+def this_host() -> HostFacts:
+    """This host's facts, collected once per process (callers must not change them)."""
+    return collect()
 
 
 def steal_jiffies(fs: HostFS | None = None) -> int:

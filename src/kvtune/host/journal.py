@@ -5,13 +5,22 @@ Before the first write to a file, its original value is written to the journal o
 removes the cgroups kvtune created and stops server processes it left behind. After a
 crash (kill -9), `kvtune restore` does the same from the file alone.
 
-Only files under /proc/sys, /sys (which holds the cgroup trees) may be written.
+Only files under /proc/sys, /sys (which holds the cgroup trees) may be written
+(`check_path`, the one place for that rule).
+
+Changes that are not a file write (a per-process scheduler setting, a mount, ...) are
+journaled as undo entries: before the change, the applier records a registered undo kind
+and JSON-able arguments (`Journal.record_undo`); restore calls the kind's undo function
+with them, also from the file alone after a crash. An undo kind is registered with
+`register_undo` by the module of its applier, which restore imports when needed (only
+modules of the kvtune package).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib
 import json
 import os
 import signal
@@ -22,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from kvtune.errors import HarnessError, UserError
+from kvtune.host.facts import selected
 
 DEFAULT_PATH = Path("/var/lib/kvtune/journal.json")
 ALLOWED_ROOTS: tuple[Path, ...] = (Path("/proc/sys"), Path("/sys"))
@@ -37,9 +47,8 @@ def _plain(text: str) -> str:
 
 def _bracketed(text: str) -> str:
     """sysfs multiple-choice files show the selected value in brackets: 'always [madvise] never'."""
-    if "[" in text and "]" in text:
-        return text.split("[", 1)[1].split("]", 1)[0].strip()
-    return _plain(text)
+    choice = selected(text)
+    return _plain(text) if choice is None else choice
 
 
 READERS: dict[str, Callable[[str], str]] = {"plain": _plain, "bracketed": _bracketed}
@@ -47,6 +56,44 @@ READERS: dict[str, Callable[[str], str]] = {"plain": _plain, "bracketed": _brack
 
 def read_value(path: Path, reader: str = "plain") -> str:
     return READERS[reader](path.read_text())
+
+
+UndoFn = Callable[[dict[str, Any]], str]
+
+
+@dataclass(frozen=True)
+class _Undo:
+    fn: UndoFn
+    module: str
+
+
+_UNDO: dict[str, _Undo] = {}
+
+
+def register_undo(kind: str, fn: UndoFn) -> None:
+    """Register how to undo changes of `kind`: `fn(args)` puts back what was changed and
+    returns a detail for people ("policy SCHED_OTHER restored"); it raises OSError or
+    ValueError when it cannot. It must be safe to call again (restore may be retried)."""
+    _UNDO[kind] = _Undo(fn, getattr(fn, "__module__", "") or "")
+
+
+def _undo_fn(kind: str, module: str) -> UndoFn | None:
+    if kind not in _UNDO and module.startswith("kvtune."):
+        # After a crash the restoring process has not imported the applier yet.
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
+    entry = _UNDO.get(kind)
+    return entry.fn if entry else None
+
+
+def check_path(path: Path, allowed_roots: tuple[Path, ...] = ALLOWED_ROOTS) -> Path:
+    """`path` resolved (symlinks followed), when it lies under one of `allowed_roots`;
+    raises HarnessError otherwise. The one rule for what kvtune may write."""
+    real = Path(os.path.realpath(path))
+    # cgroup and sysfs entries are often symlinks inside /sys; judge the resolved path.
+    if not any(real == r or r in real.parents for r in allowed_roots):
+        raise HarnessError(f"refusing to write {path}: only /proc/sys and /sys may be written")
+    return real
 
 
 def _starttime(pid: int) -> int | None:
@@ -128,17 +175,27 @@ class Journal:
     # -- writes -----------------------------------------------------------------------------
 
     def check_allowed(self, path: Path) -> Path:
-        real = Path(os.path.realpath(path))
-        # cgroup and sysfs entries are often symlinks inside /sys; judge the resolved path.
-        if not any(real == r or r in real.parents for r in self.allowed_roots):
-            raise HarnessError(f"refusing to write {path}: only /proc/sys and /sys may be written")
-        return real
+        return check_path(path, self.allowed_roots)
 
     def original(self, path: Path) -> str | None:
         for e in self._state["entries"]:
-            if e["path"] == str(path):
+            if e.get("path") == str(path):
                 return str(e["original"])
         return None
+
+    def record_undo(self, kind: str, args: dict[str, Any], key: str | None = None) -> None:
+        """Record, before an applier changes something that is not a file, how to undo it:
+        the registered undo `kind` and JSON-able `args`. With `key`, only the first record
+        under that key is kept (the original state, as for files). Restore undoes entries
+        in the reverse order of recording, files and undo entries alike."""
+        if kind not in _UNDO:
+            raise HarnessError(f"undo kind {kind!r} is not registered (journal.register_undo)")
+        if key is not None and any(e.get("key") == key for e in self._state["entries"]):
+            return
+        json.dumps(args)  # JSON-able, or TypeError now rather than an unreadable journal
+        self._state["entries"].append({"undo": kind, "module": _UNDO[kind].module,
+                                       "args": args, "key": key})
+        self._flush()
 
     def write(self, path: Path, value: str, reader: str = "plain") -> None:
         """Write `value` to `path`, recording the original first, and verify by read-back.
@@ -239,6 +296,9 @@ def restore_state(state: dict[str, Any]) -> list[RestoreResult]:
                 time.sleep(0.02)
             results.append(RestoreResult(f"process {pid} ({proc.get('name')})", True, "stopped"))
     for entry in reversed(state.get("entries", [])):
+        if "undo" in entry:
+            results.append(_replay_undo(entry))
+            continue
         path = Path(entry["path"])
         reader = entry.get("reader", "plain")
         try:
@@ -263,6 +323,18 @@ def restore_state(state: dict[str, Any]) -> list[RestoreResult]:
         except OSError as e:
             results.append(RestoreResult(str(path), False, e.strerror or str(e)))
     return results
+
+
+def _replay_undo(entry: dict[str, Any]) -> RestoreResult:
+    kind = str(entry["undo"])
+    what = f"{kind} {json.dumps(entry.get('args'), sort_keys=True)}"
+    fn = _undo_fn(kind, str(entry.get("module", "")))
+    if fn is None:
+        return RestoreResult(what, False, f"no undo registered for {kind!r} in this kvtune")
+    try:
+        return RestoreResult(what, True, fn(dict(entry.get("args") or {})))
+    except (OSError, ValueError) as e:
+        return RestoreResult(what, False, getattr(e, "strerror", None) or str(e))
 
 
 def _drain_cgroup(path: Path) -> None:

@@ -14,11 +14,9 @@ some builds of the server).
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable
 from dataclasses import replace
-from functools import lru_cache
-from typing import Final
+from typing import Any, Final
 
 from kvtune.knobs.appliers.base import HostContext
 from kvtune.knobs.appliers.cgroup import (
@@ -31,7 +29,7 @@ from kvtune.knobs.appliers.cgroup import (
 )
 from kvtune.knobs.appliers.hostfile import HostFile, Location, Sysctl, sched_tunable
 from kvtune.knobs.appliers.memcached import (
-    LargePagesFlag,
+    ITEM_SIZES_KB,
     MemcachedFlag,
     MemcachedOption,
     SlabChunkMax,
@@ -39,7 +37,7 @@ from kvtune.knobs.appliers.memcached import (
 from kvtune.knobs.appliers.redis import RedisDirective
 from kvtune.knobs.domain import Domain
 from kvtune.knobs.knob import Knob
-from kvtune.knobs.rules import Rule, Values
+from kvtune.knobs.rules import Values, broken
 
 I: Final = "int"  # noqa: E741
 F: Final = "float"
@@ -51,8 +49,6 @@ THP = "/sys/kernel/mm/transparent_hugepage"
 NO_LO = "loopback:no-effect"
 PER_NS = "netns:per"
 INIT_NS = "netns:init"
-
-ITEM_SIZES_KB = {"512k": 512, "1m": 1024, "2m": 2048, "4m": 4096, "8m": 8192}
 
 
 def _mc() -> list[Knob]:
@@ -75,8 +71,9 @@ def _mc() -> list[Knob]:
              "auto", "protocol negotiation (binary is deprecated, and kvload speaks text/meta)"),
         Knob("memcached.max_item_size", Domain(C, choices=tuple(ITEM_SIZES_KB)),
              MemcachedFlag("-I"), "1m", "item size limit (at most half of -m)"),
-        Knob("memcached.large_pages", Domain(B), LargePagesFlag(), False,
-             "-L: preallocate all item memory in huge pages; refused while THP is never"),
+        Knob("memcached.large_pages", Domain(B), MemcachedFlag("-L"), False,
+             "-L: preallocate all item memory in huge pages; refused while THP is never "
+             "(rule memcached-large-pages-thp)"),
         Knob("memcached.disable_cas", Domain(B), MemcachedFlag("-C"), False,
              "-C: no CAS (8 bytes less per item; gets/cas stop working)"),
         Knob("memcached.hashpower", Domain(I, 12, 26), MemcachedOption("hashpower"), 16,
@@ -273,8 +270,9 @@ def _net() -> list[Knob]:
           "per-CPU input queue (the loopback path goes through it)", (INIT_NS,)),
         s("net.core.netdev_budget", Domain(I, 50, 2000, log=True),
           "packets per NET_RX softirq run (includes the loopback backlog)", (INIT_NS,)),
-        s("net.core.netdev_budget_usecs", Domain(I, 1000, 20000, log=True),
-          "time limit of one NET_RX softirq run", (INIT_NS,), "us"),
+        s("net.core.netdev_budget_usecs", Domain(I, 8000, 40000, log=True),
+          "time limit of one NET_RX softirq run (the kernel refuses less than 2 jiffies: "
+          "8000 us at HZ=250, its default)", (INIT_NS,), "us"),
         s("net.core.dev_weight", Domain(I, 16, 1024, log=True),
           "packets per backlog poll (the loopback quantum)", (INIT_NS,)),
         s("net.core.rmem_max", Domain(I, 212992, 67108864, log=True),
@@ -363,83 +361,14 @@ def all_knobs() -> list[Knob]:
 CATALOG: dict[str, Knob] = {k.name: k for k in all_knobs()}
 
 
-# -- rules between knobs -------------------------------------------------------------------
-
-
-def _kb(size: object) -> int:
-    return ITEM_SIZES_KB.get(str(size), 1024)
-
-
-def _int(v: object) -> int:
-    return int(v)  # type: ignore[call-overload]
-
-
-RULES: list[Rule] = [
-    Rule("memcached-large-pages-thp", ("memcached.large_pages", "thp.enabled"),
-         lambda v: bool(v.get("memcached.large_pages")) and v.get("thp.enabled") == "never",
-         "memcached.large_pages (-L) needs thp.enabled other than never: memcached refuses "
-         "to start"),
-    Rule("memcached-slab-chunk-max", ("memcached.slab_chunk_max", "memcached.max_item_size"),
-         lambda v: _int(v.get("memcached.slab_chunk_max")) > _kb(
-             v.get("memcached.max_item_size")) // 2,
-         "memcached.slab_chunk_max must be at most half of memcached.max_item_size"),
-    Rule("memcached-item-size-memory", ("memcached.max_item_size", "memcached.memory_mb"),
-         lambda v: _kb(v.get("memcached.max_item_size")) > _int(
-             v.get("memcached.memory_mb")) * 1024 // 2,
-         "memcached.max_item_size must be at most half of memcached.memory_mb (memcached "
-         "refuses to start)"),
-    Rule("memcached-lru-segments", ("memcached.hot_lru_pct", "memcached.warm_lru_pct"),
-         lambda v: _int(v.get("memcached.hot_lru_pct")) + _int(
-             v.get("memcached.warm_lru_pct")) > 80,
-         "memcached.hot_lru_pct + memcached.warm_lru_pct must be at most 80"),
-    Rule("memcached-temporary-ttl", ("memcached.temporary_ttl", "memcached.lru_maintainer"),
-         lambda v: _int(v.get("memcached.temporary_ttl")) > 0 and not v.get(
-             "memcached.lru_maintainer"),
-         "memcached.temporary_ttl needs memcached.lru_maintainer"),
-    Rule("memcached-automove-reassign", ("memcached.slab_automove", "memcached.slab_reassign"),
-         lambda v: _int(v.get("memcached.slab_automove")) > 0 and not v.get(
-             "memcached.slab_reassign"),
-         "memcached.slab_automove needs memcached.slab_reassign"),
-    Rule("memcached-backlog-somaxconn", ("memcached.backlog", "net.core.somaxconn"),
-         lambda v: _int(v.get("memcached.backlog")) > _int(v.get("net.core.somaxconn")),
-         "memcached.backlog above net.core.somaxconn is silently capped (raise somaxconn "
-         "with it)"),
-    Rule("redis-backlog-somaxconn", ("redis.tcp_backlog", "net.core.somaxconn"),
-         lambda v: _int(v.get("redis.tcp_backlog")) > _int(v.get("net.core.somaxconn")),
-         "redis.tcp_backlog above net.core.somaxconn is silently capped (raise somaxconn "
-         "with it)"),
-    Rule("redis-io-threads-cpus", ("redis.io_threads", "placement.server_cpus",
-                                   "placement.cpuset"),
-         lambda v: _int(v.get("redis.io_threads")) > v.server_cpus(),
-         "redis.io_threads exceeds the server's CPUs"),
-    Rule("cfs-wakeup-preemption", ("sched.wakeup_granularity_ns", "sched.latency_ns"),
-         lambda v: 2 * _int(v.get("sched.wakeup_granularity_ns")) >= _int(
-             v.get("sched.latency_ns")),
-         "sched.wakeup_granularity_ns must stay below sched.latency_ns / 2, or CFS stops "
-         "preempting on wake-up (relax this rule to search that on purpose)", relaxable=True),
-    Rule("cfs-min-granularity", ("sched.min_granularity_ns", "sched.latency_ns"),
-         lambda v: _int(v.get("sched.min_granularity_ns")) > _int(v.get("sched.latency_ns")),
-         "sched.min_granularity_ns must not exceed sched.latency_ns"),
-    Rule("vm-dirty-ratios", ("vm.dirty_background_ratio", "vm.dirty_ratio"),
-         lambda v: _int(v.get("vm.dirty_background_ratio")) >= _int(v.get("vm.dirty_ratio")),
-         "vm.dirty_background_ratio must be below vm.dirty_ratio"),
-    Rule("placement-quota-cpuset", ("placement.cpu_quota_pct", "placement.cpuset",
-                                    "placement.server_cpus"),
-         lambda v: _int(v.get("placement.cpu_quota_pct")) > 100 * v.server_cpus(),
-         "placement.cpu_quota_pct is more than the server's CPUs can use"),
-    Rule("placement-pin-inside-cpuset", ("placement.server_cpus", "placement.cpuset"),
-         lambda v: _outside(v),
-         "placement.server_cpus must lie inside placement.cpuset"),
-]
-
-
-def _outside(v: Values) -> bool:
-    from kvtune.cpulist import parse_cpus
-
-    pin, cpuset = v.config.get("placement.server_cpus"), v.config.get("placement.cpuset")
-    if pin is None or cpuset is None:
-        return False
-    return not set(parse_cpus(str(pin))) <= set(parse_cpus(str(cpuset)))
+def register(*knobs: Knob) -> None:
+    """Add knobs to the catalog: how a knob family outside this module (an applier module
+    and its knobs) becomes known to studies, `kvtune knobs`, rules and export. Raises
+    ValueError for a name the catalog already has."""
+    for k in knobs:
+        if k.name in CATALOG or k.name in ALIASES:
+            raise ValueError(f"knob {k.name!r} is already in the catalog")
+    CATALOG.update({k.name: k for k in knobs})
 
 
 # -- presets -------------------------------------------------------------------------------
@@ -483,65 +412,28 @@ _PRESET_DEFS: dict[str, tuple[list[str], dict[str, Domain], bool]] = {
         {}, True),
 }
 
-PRESET_DOMAINS: dict[str, dict[str, Domain]] = {n: d for n, (_, d, _) in _PRESET_DEFS.items()}
+PRESET_NAMES: tuple[str, ...] = tuple(_PRESET_DEFS)
 
 
-@lru_cache(maxsize=1)
-def host_context() -> HostContext:
-    """This host's facts and the versions of the servers on PATH (cached per process)."""
-    from kvtune.host.facts import collect
-    from kvtune.targets.base import parse_version, run_version
-
-    ctx = HostContext(collect())
-    for name, binary, flag in (("memcached", "memcached", "-V"),
-                               ("redis", "redis-server", "--version")):
-        found = shutil.which(binary)
-        if found:
-            ctx.binaries[name] = found
-            ctx.versions[name] = parse_version(run_version([found, flag]))
-    return ctx
+def apply_preset(preset: str, knob: Knob) -> Knob:
+    """`knob` with the range `preset` gives it (A-Tune's for memcached-app), else as it is.
+    The one place a preset's ranges are applied."""
+    domain = _PRESET_DEFS[preset][1].get(knob.name)
+    return knob if domain is None else replace(knob, domain=domain)
 
 
-def preset_names(name: str, ctx: HostContext | None = None,
-                 available_only: bool = True) -> list[str]:
-    """The knobs of a preset; for the host-dependent presets only those available here
-    (unless `available_only` is false)."""
+def preset_names(name: str, ctx: HostContext, available_only: bool = True) -> list[str]:
+    """The knobs of preset `name`; for the host-dependent presets only those available on
+    the host of `ctx` (unless `available_only` is false)."""
     names, _, host_dependent = _PRESET_DEFS[name]
     if not host_dependent or not available_only:
         return list(names)
-    ctx = ctx or host_context()
     return [n for n in names if CATALOG[n].applier.check(ctx).ok]
 
 
-def preset_knobs(name: str, ctx: HostContext | None = None) -> list[Knob]:
+def preset_knobs(name: str, ctx: HostContext) -> list[Knob]:
     """The knobs of a preset with the preset's ranges."""
-    overrides = PRESET_DOMAINS[name]
-    return [replace(CATALOG[n], domain=overrides.get(n, CATALOG[n].domain))
-            for n in preset_names(name, ctx)]
-
-
-class _Presets(Mapping[str, list[str]]):
-    """Preset name → knob names. Host-dependent presets are resolved on first use, so
-    importing the catalog never probes the host."""
-
-    def __init__(self) -> None:
-        self._resolved: dict[str, list[str]] = {}
-
-    def __getitem__(self, name: str) -> list[str]:
-        if name not in _PRESET_DEFS:
-            raise KeyError(name)
-        if name not in self._resolved:
-            self._resolved[name] = preset_names(name)
-        return list(self._resolved[name])
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(_PRESET_DEFS)
-
-    def __len__(self) -> int:
-        return len(_PRESET_DEFS)
-
-
-PRESETS: Mapping[str, list[str]] = _Presets()
+    return [apply_preset(name, CATALOG[n]) for n in preset_names(name, ctx)]
 
 
 # -- lookup --------------------------------------------------------------------------------
@@ -553,6 +445,19 @@ def canonical(name: str) -> str:
 
 def lookup(name: str) -> Knob | None:
     return CATALOG.get(canonical(name))
+
+
+def check_rules(config: dict[str, Any], ctx: HostContext,
+                relax: Iterable[str] = ()) -> str | None:
+    """The first rule between catalog knobs that `config` breaks, as a sentence, or None.
+    A knob the configuration leaves out reads as its baseline value."""
+    found = broken(Values(config, ctx, lookup), relax)
+    return f"{found[0].message} (rule {found[0].name})" if found else None
+
+
+def broken_rules(config: dict[str, Any], ctx: HostContext) -> list[str]:
+    """The names of every rule `config` breaks."""
+    return [r.name for r in broken(Values(config, ctx, lookup))]
 
 
 def for_target(target: str | None) -> Iterable[Knob]:

@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+# Availability lives beside Applier; re-exported here for callers not moved yet.
+from kvtune.knobs.appliers.base import Applier, Availability
 from kvtune.knobs.domain import Domain, Value
 
-if TYPE_CHECKING:
-    from kvtune.knobs.appliers.base import Applier
-
-
-@dataclass(frozen=True)
-class Availability:
-    ok: bool
-    reason: str = ""
-    current: Value | None = None
+__all__ = ["Availability", "Knob"]
 
 
 @dataclass(frozen=True)

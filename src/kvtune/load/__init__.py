@@ -1,1 +1,9 @@
-"""Load drivers: kvload (open loop, coordinated-omission corrected) and, later, adapters."""
+"""Load drivers, one module per load tool (see base.py). The registry of built-in drivers:
+a new driver is its module plus one `register` line here."""
+
+from kvtune.load.base import METRICS, VERDICTS, LoadDriver, LoadResult, driver_for, register, tools
+from kvtune.load.kvload import KvloadDriver
+
+register(KvloadDriver)
+
+__all__ = ["METRICS", "VERDICTS", "LoadDriver", "LoadResult", "driver_for", "register", "tools"]

@@ -1,4 +1,5 @@
-"""Drive kvload and turn its JSON document into metrics.
+"""The kvload driver: runs kvload (kvtune's own open-loop generator, docs/kvload.md) and
+turns its JSON document into kvtune's metrics and verdict.
 
 kvload's contract (docs/kvload.md): exit 0 with a JSON document when the run completed
 (its verdict may still be `saturated` or `client_bound`), exit 2 for bad arguments, exit
@@ -13,10 +14,13 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvtune.errors import HarnessError, TrialFailed
-from kvtune.spec import LoadSpec
+from kvtune.load.base import VERDICTS, LoadDriver, LoadResult
+
+if TYPE_CHECKING:
+    from kvtune.spec import LoadSpec
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -101,7 +105,8 @@ def run(load: LoadSpec, server: str, protocol: str, seed: int,
 
 
 def metrics_from(doc: dict[str, Any]) -> dict[str, Any]:
-    """The flat metrics kvtune optimizes and reports, from a kvload document."""
+    """The flat metrics kvtune optimizes and reports (load.base.METRICS), from a kvload
+    document."""
     total = doc.get("latency", {}).get("total", {})
     corr = total.get("corrected", {}) or {}
     serv = total.get("service", {}) or {}
@@ -119,8 +124,29 @@ def metrics_from(doc: dict[str, Any]) -> dict[str, Any]:
         "hit_ratio": doc.get("hit_ratio"),
         "errors": int(errors.get("total", 0)),
         "server_errors": int(errors.get("server_error", 0)) + int(errors.get("out_of_memory", 0)),
-        "verdict": doc.get("verdict", "ok"),
-        "verdict_reason": doc.get("verdict_reason", ""),
         "client_utilization": (doc.get("client_cpu") or {}).get("utilization"),
         "offered_rate": doc.get("offered_rate"),
     }
+
+
+class KvloadDriver(LoadDriver):
+    """`load.tool: kvload` (the default)."""
+
+    tool = "kvload"
+
+    def __init__(self, spec: LoadSpec) -> None:
+        super().__init__(spec)
+        self.binary: str | None = None
+
+    def prepare(self) -> None:
+        self.binary = find_kvload()
+
+    def run(self, address: str, protocol: str, seed: int) -> LoadResult:
+        if self.binary is None:
+            self.prepare()
+        doc = run(self.spec, address, protocol, seed, self.binary)
+        verdict = str(doc.get("verdict") or "ok")
+        if verdict not in VERDICTS:
+            raise HarnessError(f"kvload reported an unknown verdict {verdict!r}")
+        return LoadResult(metrics_from(doc), verdict, str(doc.get("verdict_reason") or ""),
+                          doc)

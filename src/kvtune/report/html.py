@@ -220,11 +220,23 @@ def _verdict(data: StudyData, cmp: dict[str, Any]) -> str:
             "confirmation against the defaults at the end.</div>")
 
 
-def _group_of(metric: str) -> str:
+def _load_tool(data: StudyData) -> str:
+    """The study's load generator (the spec's load.tool; kvload by default)."""
+    return str((data.spec.get("load") or {}).get("tool") or "kvload")
+
+
+def _load_raw(raw: dict[str, Any]) -> dict[str, Any]:
+    """A repetition's load-driver output: under "load" (with its "tool"), or under "kvload"
+    in stores written before load drivers."""
+    found = raw.get("load") or raw.get("kvload") or {}
+    return found if isinstance(found, dict) else {}
+
+
+def _group_of(metric: str, tool: str) -> str:
     for prefix, name in _GROUPS:
         if metric.startswith(prefix):
             return name
-    return "load (kvload)"
+    return f"load ({tool})"
 
 
 def _before_after(data: StudyData, cmp: dict[str, Any]) -> str:
@@ -242,9 +254,10 @@ def _before_after(data: StudyData, cmp: dict[str, Any]) -> str:
     keys = list(dict.fromkeys(keys))
     rest = sorted(k for k in set(bm) | set(nm) if k not in keys
                   and isinstance(bm.get(k, nm.get(k)), int | float | None))
-    groups: dict[str, list[str]] = {"load (kvload)": keys}
+    tool = _load_tool(data)
+    groups: dict[str, list[str]] = {f"load ({tool})": keys}
     for k in rest:
-        groups.setdefault(_group_of(k), []).append(k)
+        groups.setdefault(_group_of(k, tool), []).append(k)
     for g, ms in groups.items():
         if not ms:
             continue
@@ -333,8 +346,8 @@ def _slabs(data: StudyData, tables: dict[str, list[dict[str, float]]],
     err = ["<table><tr><th>server errors</th>" + "".join(f"<th>{_e(n)}</th>" for n in names)
            + "</tr>"]
     ms = (cmp["base_metrics"] or {}, cmp["new_metrics"] or {})
-    for key, what in (("server_errors", "SERVER_ERROR replies seen by kvload"),
-                      ("errors", "all errors seen by kvload"),
+    for key, what in (("server_errors", "SERVER_ERROR replies seen by the load generator"),
+                      ("errors", "all errors seen by the load generator"),
                       ("mc_outofmemory", "out-of-memory (stats items)"),
                       ("mc_store_no_memory", "store_no_memory"),
                       ("mc_store_too_large", "store_too_large"),
@@ -393,12 +406,14 @@ def _reproduce(data: StudyData, cmp: dict[str, Any]) -> str:
     exact = ""
     if rep:
         argv = rep["raw"].get("argv")
-        kv = (rep["raw"].get("kvload") or {}).get("argv")
+        load_raw = _load_raw(rep["raw"])
+        kv = load_raw.get("argv")
         if argv:
             exact += "# the server, as started for this configuration\n" + " ".join(
                 map(str, argv)) + "\n"
         if kv:
-            exact += "# the load (kvload), as run against it\n" + " ".join(map(str, kv)) + "\n"
+            exact += (f"# the load ({load_raw.get('tool') or _load_tool(data)}), as run "
+                      "against it\n" + " ".join(map(str, kv)) + "\n")
     spec = yaml.safe_dump(data.spec, sort_keys=False) if data.spec else ""
     return ("<h2 id=reproduce>Host and reproduction</h2><table>" + rows + "</table>"
             f"<h3>Commands</h3><pre>{_e(chr(10).join(cmds))}</pre>"

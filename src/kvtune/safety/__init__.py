@@ -10,7 +10,7 @@ anything runs, with the key path and line:
 - `args`: `target.args` and `load.extra_args` against the allow-lists the targets and the
   load driver declare;
 - `hostpaths`: inline sysctl/sysfs paths (resolved, under /proc/sys or /sys, not on the
-  deny-list) and `--allow-inline-host-knobs`;
+  deny-list); `inline`: `--allow-inline-host-knobs`;
 - `binary`: `target.binary` is the target's server, by its version banner;
 - `storage`: where the results database may be created, its driver, masked credentials;
 - `workload`: `load.workload_file` is a small, regular, well-formed kvload workload file.

@@ -1,7 +1,8 @@
 """Host files a study may name: only under /proc/sys and /sys, judged after resolving
 symlinks and `..`, and never one of the files that make the kernel run a program, stop
 or lose the machine, or drop a security setting. Inline host knobs (sysctl/sysfs defined
-in the study file) are written only with `--allow-inline-host-knobs` on the command line.
+in the study file) are written only with `--allow-inline-host-knobs` on the command line
+(`kvtune.safety.inline`).
 """
 
 from __future__ import annotations
@@ -9,12 +10,6 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
-
-from kvtune.errors import UserError
-
-if TYPE_CHECKING:
-    from kvtune.spec import StudySpec
 
 ALLOWED_ROOTS = ("/proc/sys", "/sys")
 
@@ -133,30 +128,3 @@ def resolve(path: Path, root: Path = Path("/")) -> str:
         shown = f"{path} (resolved to {host})" if host != str(path) else str(path)
         raise ValueError(f"{shown}: refused: writing it {why}")
     return host
-
-
-# -- --allow-inline-host-knobs ---------------------------------------------------------------
-
-
-def check_inline_host_knobs(spec: StudySpec, lines: dict[tuple[Any, ...], int] | None,
-                            allowed: bool, name: str) -> None:
-    """Inline sysctl/sysfs knobs need `--allow-inline-host-knobs` (a command-line flag,
-    never a study-file key): a study file alone cannot make kvtune write a kernel file
-    the catalog does not list."""
-    if allowed:
-        return
-    from kvtune.spec import KnobSpec, _where
-
-    problems = []
-    for i, entry in enumerate(spec.knobs):
-        if isinstance(entry, KnobSpec) and entry.applier is not None and (
-                entry.applier.sysctl or entry.applier.sysfs):
-            a = entry.applier
-            where = (f"/proc/sys/{a.sysctl.replace('.', '/')}" if a.sysctl else a.sysfs)
-            problems.append(f"{_where(('knobs', i, 'applier'), lines or {})}: inline host "
-                            f"knob {entry.name!r} writes {where}; kvtune writes kernel files "
-                            "outside its catalog only with --allow-inline-host-knobs on the "
-                            "command line")
-    if problems:
-        raise UserError(f"{name}: {len(problems)} inline host knob(s) need "
-                        "--allow-inline-host-knobs (nothing was applied)", problems)

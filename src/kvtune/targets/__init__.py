@@ -1,24 +1,96 @@
-"""Targets: the server's life cycle (fresh start, ready, stats, stop), one module each."""
+"""Targets: what is tuned, one module each (`memcached`, `redis`, `synthetic`), registered
+here by kind. `host_context()` is this host's facts and the servers found on it.
+
+    target = make_target(spec.target)      # a Target of the registered class
+    ctx = host_context()                   # collected once per process
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from kvtune.knobs.appliers.base import HostContext
+    from kvtune.knobs.knob import Knob
     from kvtune.spec import TargetSpec
     from kvtune.targets.base import Target
-    from kvtune.targets.synthetic import SyntheticTarget
+
+# kind → "module:Class", imported on first use (so naming the kinds imports no target).
+_REGISTRY: dict[str, str | type[Target]] = {
+    "memcached": "kvtune.targets.memcached:MemcachedTarget",
+    "redis": "kvtune.targets.redis:RedisTarget",
+    "synthetic": "kvtune.targets.synthetic:SyntheticTarget",
+}
+
+__all__ = ["context_for", "host_context", "kinds", "make_target", "register", "target_class",
+           "target_knobs"]
 
 
-def make_target(spec: TargetSpec) -> Target | SyntheticTarget:
-    if spec.kind == "memcached":
-        from kvtune.targets.memcached import MemcachedTarget
+def register(kind: str, cls: str | type[Target]) -> None:
+    """Register a target class (or its "module:Class" path) under `kind`."""
+    _REGISTRY[kind] = cls
+    _host_context.cache_clear()
 
-        return MemcachedTarget(spec)
-    if spec.kind == "redis":
-        from kvtune.targets.redis import RedisTarget
 
-        return RedisTarget(spec)
-    from kvtune.targets.synthetic import SyntheticTarget
+def kinds() -> tuple[str, ...]:
+    """The registered target kinds."""
+    return tuple(_REGISTRY)
 
-    return SyntheticTarget(spec)
+
+def target_class(kind: str) -> type[Target]:
+    """The class registered for `kind`. Raises ValueError for an unknown kind."""
+    try:
+        entry = _REGISTRY[kind]
+    except KeyError:
+        raise ValueError(f"unknown target kind {kind!r}; known: {', '.join(_REGISTRY)}") \
+            from None
+    if isinstance(entry, str):
+        module, _, name = entry.partition(":")
+        entry = _REGISTRY[kind] = getattr(importlib.import_module(module), name)
+    return entry
+
+
+def make_target(spec: TargetSpec) -> Target:
+    return target_class(spec.kind)(spec)
+
+
+def target_knobs(kind: str) -> Mapping[str, Knob]:
+    """The knobs a target kind contributes itself (the `extra_knobs` of knob resolution)."""
+    return target_class(kind).knobs()
+
+
+def host_context(kinds: Iterable[str] | None = None) -> HostContext:
+    """This host's facts (collected once per process) and the binary and version of every
+    registered target kind (or of `kinds`) found on PATH. Cached: callers must not change it;
+    `context_for` gives a study its own copy."""
+    return _host_context(tuple(kinds) if kinds is not None else None)
+
+
+@lru_cache(maxsize=8)
+def _host_context(kinds: tuple[str, ...] | None) -> HostContext:
+    from kvtune.host.facts import this_host
+    from kvtune.knobs.appliers.base import HostContext
+
+    ctx = HostContext(this_host())
+    for kind in kinds if kinds is not None else tuple(_REGISTRY):
+        found = target_class(kind).installed()
+        if found is not None:
+            ctx.binaries[kind], ctx.versions[kind] = found
+    return ctx
+
+
+
+def context_for(target: Target) -> HostContext:
+    """The host context of a study on `target`: the shared facts, with the binary and version
+    the study runs (which may not be the one on PATH)."""
+    ctx = host_context()
+    version = target.version()
+    if target.binary is None or version is None:
+        return dataclasses.replace(ctx, versions=dict(ctx.versions),
+                                   binaries=dict(ctx.binaries))
+    return dataclasses.replace(ctx, versions={**ctx.versions, target.kind: version},
+                               binaries={**ctx.binaries, target.kind: target.binary})

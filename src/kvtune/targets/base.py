@@ -1,9 +1,17 @@
-"""The server life cycle shared by real targets.
+"""The one extension point for what is tuned: a `Target`.
 
-A fresh process for every repetition: started from an argv list (never a shell string),
-pinned to its CPUs with taskset, moved into the cgroup kvtune created for it, recorded in
-the journal (so `kvtune restore` can stop it after a crash), waited for until it accepts
-connections, and stopped and waited for until its port is free.
+`Target` is the base of every kind (its spec, its own knobs, its version). Two shapes:
+
+- `ServerTarget`: a server process on this host (memcached, Redis). A fresh process for
+  every repetition: started from an argv list (never a shell string), pinned to its CPUs
+  with taskset, moved into the cgroup kvtune created for it, recorded in the journal (so
+  `kvtune restore` can stop it after a crash), waited for until it accepts connections,
+  and stopped and waited for until its port is free. The runner applies the host knobs,
+  drives the load and reads telemetry around it.
+- `SimulatedTarget`: no process; `measure` returns one repetition's metrics itself (the
+  synthetic response surface).
+
+Each implementation is one module, registered by kind in `kvtune.targets`.
 """
 
 from __future__ import annotations
@@ -17,13 +25,21 @@ import subprocess
 import tempfile
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from kvtune.errors import HarnessError, TrialFailed
+from kvtune.host.versions import parse_version, run_version
 from kvtune.knobs.appliers.base import Launch
-from kvtune.spec import TargetSpec
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from kvtune.knobs.domain import Value
+    from kvtune.knobs.knob import Knob
+    from kvtune.spec import TargetSpec
 
 
 @dataclass
@@ -63,16 +79,53 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class Target(ABC):
-    """One kind of server. Subclasses build the argv and talk the protocol."""
+    """One kind of system under test, built from the study's `target:` section."""
 
-    kind: str
-    default_binary: str
-    protocol: str  # kvload --protocol
-    version_args: tuple[str, ...] = ("--version",)  # the probe that proves the binary ...
-    version_banner: str = ""  # ... is this target's server (a regex its first line matches)
+    kind: ClassVar[str]
+    protocol: ClassVar[str] = "none"  # the load driver's protocol; "none" without a server
+    runs_server: ClassVar[bool] = False  # a process on this host, measured under load
+    binary: str | None = None
 
     def __init__(self, spec: TargetSpec) -> None:
         self.spec = spec
+
+    @classmethod
+    def knobs(cls) -> Mapping[str, Knob]:
+        """Knobs this target contributes itself (beyond the catalog), by name."""
+        return {}
+
+    @classmethod
+    def installed(cls) -> tuple[str, tuple[int, ...]] | None:
+        """(binary, version) of this kind's default binary on PATH, or None when absent
+        or when the kind has no binary. Used once per process for the host context."""
+        return None
+
+    def version(self) -> tuple[int, ...] | None:
+        """The version of the binary this study runs, or None without one."""
+        return None
+
+
+class SimulatedTarget(Target):
+    """A target without a process: nothing is started, applied to the host or loaded."""
+
+    @abstractmethod
+    def measure(self, params: dict[str, Value], rng: np.random.Generator) -> dict[str, Any]:
+        """The metrics of one repetition of configuration `params`. Raises TrialFailed
+        when the configuration fails."""
+
+
+class ServerTarget(Target):
+    """One kind of server. Subclasses build the argv and talk the protocol."""
+
+    runs_server = True
+    binary: str
+    default_binary: ClassVar[str]
+    version_args: ClassVar[tuple[str, ...]]  # e.g. ("-V",): prints the version; the probe ...
+    version_banner: ClassVar[str] = ""  # ... proves the binary is this target's server (a
+    # regex its first line matches; kvtune.safety.binary)
+
+    def __init__(self, spec: TargetSpec) -> None:
+        super().__init__(spec)
         self.host = spec.host
         self.port = spec.port or free_port(spec.host if spec.host != "localhost" else "127.0.0.1")
         self.binary = self._find_binary(spec.binary or self.default_binary)
@@ -83,9 +136,15 @@ class Target(ABC):
         return find_server_binary(name, self.kind, self.default_binary, self.version_args,
                                   self.version_banner)
 
-    @abstractmethod
+    @classmethod
+    def installed(cls) -> tuple[str, tuple[int, ...]] | None:
+        found = shutil.which(cls.default_binary)
+        return (found, binary_version(found, cls.version_args)) if found else None
+
     def version(self) -> tuple[int, ...]:
         """The server binary's version."""
+        assert self.binary is not None
+        return binary_version(self.binary, self.version_args)
 
     @abstractmethod
     def argv(self, launch: Launch) -> list[str]:
@@ -178,18 +237,12 @@ class Target(ABC):
         return rc
 
 
-def parse_version(text: str) -> tuple[int, ...]:
-    import re
-
-    m = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
-    if not m:
-        return (0,)
-    return tuple(int(x) for x in m.groups())
+_VERSIONS: dict[tuple[str, ...], tuple[int, ...]] = {}
 
 
-def run_version(argv: list[str]) -> str:
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise HarnessError(f"cannot run {argv[0]}: {e}") from None
-    return out.stdout + out.stderr
+def binary_version(binary: str, args: tuple[str, ...]) -> tuple[int, ...]:
+    """`binary args...`'s version, run once per process."""
+    key = (binary, *args)
+    if key not in _VERSIONS:
+        _VERSIONS[key] = parse_version(run_version([binary, *args]))
+    return _VERSIONS[key]

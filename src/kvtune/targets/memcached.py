@@ -5,19 +5,18 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from functools import cached_property
 from typing import Any, ClassVar
 
 from kvtune.knobs.appliers.base import Launch
 from kvtune.knobs.appliers.memcached import memcached_argv_options
-from kvtune.targets.base import Target, parse_version, run_version
+from kvtune.targets.base import ServerTarget
 
 _INT = r"\d{1,12}"
 _FLOAT = r"\d{1,12}(\.\d{1,12})?"
 _SIZE = r"\d{1,12}[kKmMgG]?"
 
 
-class MemcachedTarget(Target):
+class MemcachedTarget(ServerTarget):
     kind = "memcached"
     default_binary = "memcached"
     protocol = "memcache"
@@ -77,13 +76,6 @@ class MemcachedTarget(Target):
         "drop_privileges": "changes the server's privileges",
         "no_drop_privileges": "changes the server's privileges",
     }
-
-    @cached_property
-    def _version(self) -> tuple[int, ...]:
-        return parse_version(run_version([self.binary, "-V"]))
-
-    def version(self) -> tuple[int, ...]:
-        return self._version
 
     def argv(self, launch: Launch) -> list[str]:
         argv = [self.binary, "-l", self.host, "-p", str(self.port), "-U", "0"]

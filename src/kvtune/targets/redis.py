@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import socket
-from functools import cached_property
 from typing import Any, ClassVar
 
 from kvtune.knobs.appliers.base import Launch
-from kvtune.targets.base import Target, parse_version, run_version
+from kvtune.targets.base import ServerTarget
 
 _INT = r"\d{1,12}"
 _SIZE = r"\d{1,12}([kmg]b?|b)?"
@@ -21,7 +20,7 @@ def resp_command(*args: str) -> bytes:
     return out
 
 
-class RedisTarget(Target):
+class RedisTarget(ServerTarget):
     kind = "redis"
     default_binary = "redis-server"
     protocol = "resp"
@@ -82,13 +81,6 @@ class RedisTarget(Target):
         **dict.fromkeys(("oom-score-adj", "oom-score-adj-values"),
                         "makes the server write /proc files"),
     }
-
-    @cached_property
-    def _version(self) -> tuple[int, ...]:
-        return parse_version(run_version([self.binary, "--version"]))
-
-    def version(self) -> tuple[int, ...]:
-        return self._version
 
     def argv(self, launch: Launch) -> list[str]:
         argv = [self.binary, "--port", str(self.port), "--bind", self.host,

@@ -18,15 +18,20 @@ The defaults (x=2, threads=4, mode="a", flag=False) sit well below the optimum.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kvtune.errors import TrialFailed
-from kvtune.knobs.appliers.base import Applier, ApplyEnv, HostContext
+from kvtune.knobs.appliers.base import Applier, ApplyEnv, Availability, HostContext
 from kvtune.knobs.domain import Domain, Value
-from kvtune.knobs.knob import Availability, Knob
-from kvtune.spec import TargetSpec
+from kvtune.knobs.knob import Knob
+from kvtune.targets.base import SimulatedTarget
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from kvtune.spec import TargetSpec
 
 BASE_RATE = 100_000.0
 
@@ -101,18 +106,18 @@ def optimum() -> float:
     return best
 
 
-class SyntheticTarget:
+class SyntheticTarget(SimulatedTarget):
     """Measured, not started: `measure` returns the metrics of one repetition."""
 
     kind = "synthetic"
-    protocol = "none"
 
     def __init__(self, spec: TargetSpec) -> None:
-        self.spec = spec
+        super().__init__(spec)
         self.cov = spec.noise_cov
 
-    def version(self) -> tuple[int, ...]:
-        return (1, 0, 0)
+    @classmethod
+    def knobs(cls) -> Mapping[str, Knob]:
+        return SYNTHETIC_KNOBS
 
     def measure(self, params: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
         v = true_value(params)

@@ -1,86 +1,66 @@
 """Telemetry for one repetition, stored with it: what explains a result.
 
-    probe = Probe(server_pid)     # nothing runs yet
-    probe.start()                 # perf stat attached, /proc snapshot taken
+    probe = Probe(server_pid, cgroup)  # every registered collector; nothing runs yet
+    probe.start()                      # perf stat attached, /proc and cgroup snapshots
     ... the load ...
-    tel = probe.stop()            # perf stopped (SIGINT), second snapshot
-    tel.metrics                   # flat figures, merged into the repetition's metrics
-    tel.raw                       # details, stored in the repetition's raw record
+    tel = probe.stop()                 # perf stopped (SIGINT), second snapshots
+    tel.metrics                        # flat figures, merged into the repetition's metrics
+    tel.raw                            # details by collector, stored in raw["telemetry"]
     metrics, raw = server_digest("memcached", target.stats())
 
-Metric name prefixes: `perf_` (perf stat on the server process), `proc_` (the server
-process from /proc), `sys_` (the whole host from /proc/stat), `throttle_` (CFS throttling
-of the server's cgroup, only when it has a CPU quota), `mc_` (memcached stats), `redis_`
-(Redis INFO). Collection never fails a repetition: what cannot be read is left out and
-the reason recorded in `raw`.
+The collectors (base.py) and their metric name prefixes: `perf` (`perf_`, perf stat on the
+server process), `proc` (`proc_`, the server process from /proc), `sys` (`sys_` and
+`steal`, the whole host from /proc/stat), `throttle` (`throttle_`, CFS throttling of the
+server's cgroup). Server digests: `mc_` (memcached stats), `redis_` (Redis INFO).
+Collection never fails a repetition: what cannot be read is left out and the reason
+recorded in `raw`.
+
+This module is the one place collectors and server digests are registered.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from kvtune.telemetry import memcached as _memcached
 from kvtune.telemetry import redis as _redis
-from kvtune.telemetry.perf import PerfStat
-from kvtune.telemetry.procfs import ProcProbe
+from kvtune.telemetry.base import (
+    Collector,
+    Probe,
+    ProbeContext,
+    Telemetry,
+    collector_prefixes,
+    collectors,
+    register,
+)
+from kvtune.telemetry.cgroup import ThrottleCollector
+from kvtune.telemetry.perf import PerfCollector
+from kvtune.telemetry.procfs import ProcessCollector, SystemCollector
 
-PREFIXES = ("perf_", "proc_", "sys_", "throttle_", "mc_", "redis_", "server_", "cgroup_",
-            "steal")
+for _cls in (PerfCollector, ProcessCollector, SystemCollector, ThrottleCollector):
+    register(_cls)
 
+Digest = Callable[[dict[str, Any]], tuple[dict[str, float], dict[str, Any]]]
 
-@dataclass
-class Telemetry:
-    metrics: dict[str, float] = field(default_factory=dict)
-    raw: dict[str, Any] = field(default_factory=dict)
-
-
-class Probe:
-    """perf stat and /proc figures for one server process over the load window."""
-
-    def __init__(self, pid: int, perf: bool = True) -> None:
-        self.pid = pid
-        self.perf = PerfStat(pid) if perf else None
-        self.proc = ProcProbe(pid)
-        self._done: Telemetry | None = None
-
-    def start(self) -> None:
-        if self.perf is not None:
-            self.perf.start()
-        self.proc.start()
-
-    def stop(self) -> Telemetry:
-        if self._done is not None:
-            return self._done
-        self.proc.stop()
-        tel = Telemetry()
-        if self.perf is not None:
-            res = self.perf.stop()
-            tel.metrics.update(res.metrics())
-            tel.raw["perf"] = res.as_dict()
-        tel.metrics.update(self.proc.metrics())
-        tel.raw["proc"] = self.proc.raw()
-        self._done = tel
-        return tel
-
-    def close(self) -> None:
-        """Release everything without measuring (the repetition failed)."""
-        if self.perf is not None:
-            self.perf.close()
+# target kind -> (metric prefix, digest of the target's stats())
+_DIGESTS: dict[str, tuple[str, Digest]] = {
+    "memcached": ("mc_", _memcached.digest),
+    "redis": ("redis_", _redis.digest),
+}
 
 
 def server_digest(kind: str, stats: dict[str, Any]) -> tuple[dict[str, float], dict[str, Any]]:
-    """Flat metrics and a raw digest from a target's stats() (memcached or Redis)."""
-    if kind == "memcached":
-        return _memcached.digest(stats)
-    if kind == "redis":
-        return _redis.digest(stats)
-    return {}, {}
+    """Flat metrics and a raw digest from a target's stats() (none for other kinds)."""
+    entry = _DIGESTS.get(kind)
+    return entry[1](stats) if entry else ({}, {})
 
 
 def is_telemetry(metric: str) -> bool:
     """True for the explanatory counters (not the load generator's own measurements)."""
-    return metric.startswith(PREFIXES)
+    prefixes = collector_prefixes() + tuple(p for p, _ in _DIGESTS.values())
+    return metric.startswith(prefixes)
 
 
-__all__ = ["Probe", "Telemetry", "is_telemetry", "server_digest"]
+__all__ = ["Collector", "Probe", "ProbeContext", "Telemetry", "collectors", "is_telemetry",
+           "register", "server_digest"]

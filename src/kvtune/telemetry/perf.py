@@ -1,6 +1,6 @@
 """`perf stat` attached to the server process for the load window.
 
-Counting mode (`perf stat -x, -e EVENTS -p PID -o FILE`), started before kvload and stopped
+Counting mode (`perf stat -x, -e EVENTS -p PID -o FILE`), started before the load and stopped
 with SIGINT after it, which makes perf print its totals. Software events (context switches,
 CPU migrations, page faults, task clock) work everywhere perf runs; hardware events (cycles,
 instructions) are often missing in VMs, where perf prints `<not supported>`: they are then
@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from kvtune.telemetry.base import Collector, ProbeContext
 
 SOFTWARE_EVENTS = ("context-switches", "cpu-migrations", "page-faults", "task-clock")
 HARDWARE_EVENTS = ("cycles", "instructions")
@@ -187,3 +189,29 @@ class PerfStat:
         if self._dir is not None:
             self._dir.cleanup()
             self._dir = None
+
+
+class PerfCollector(Collector):
+    """`perf_`: perf stat attached to the server process."""
+
+    name = "perf"
+    prefixes = ("perf_",)
+
+    def __init__(self, ctx: ProbeContext) -> None:
+        super().__init__(ctx)
+        self.stat = PerfStat(ctx.pid)
+
+    def start(self) -> None:
+        self.stat.start()
+
+    def stop(self) -> None:
+        self.stat.stop()
+
+    def metrics(self) -> dict[str, float]:
+        return self.stat.result.metrics()
+
+    def raw(self) -> dict[str, Any]:
+        return self.stat.result.as_dict()
+
+    def close(self) -> None:
+        self.stat.close()

@@ -1,8 +1,7 @@
-"""Figures from /proc for the load window: the server process (user and system CPU time,
-voluntary and involuntary context switches, page faults, threads, resident memory) and
-the whole system (context switches, interrupts, and the share of CPU time spent in each
-state, steal included), plus the CFS throttling of the server's cgroup when a CPU quota
-is set on it.
+"""Collectors over /proc for the load window: the server process (user and system CPU
+time, voluntary and involuntary context switches, page faults, threads, resident memory)
+and the whole host (context switches, interrupts, the share of CPU time spent in each
+state, steal included).
 
 Each figure is a difference between a snapshot before and one after the load, except
 gauges (resident memory, threads), which are read at the end.
@@ -11,21 +10,14 @@ gauges (resident memory, threads), which are read at the end.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import time
 from pathlib import Path
 from typing import Any
 
 from kvtune.host.facts import proc_status
+from kvtune.telemetry.base import Collector, ProbeContext
 
 _CPU_STATES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
-
-
-@dataclass
-class ProcSnapshot:
-    taken: float
-    process: dict[str, float] = field(default_factory=dict)
-    system: dict[str, float] = field(default_factory=dict)
-    throttle: dict[str, float] = field(default_factory=dict)
 
 
 def process_figures(pid: int, root: Path = Path("/proc")) -> dict[str, float]:
@@ -77,122 +69,84 @@ def system_figures(root: Path = Path("/proc")) -> dict[str, float]:
     return out
 
 
-def cpu_cgroup_dir(pid: int, root: Path = Path("/proc"),
-                   cgroup_root: Path = Path("/sys/fs/cgroup")) -> Path | None:
-    """The directory of PID's CPU cgroup (v1 `cpu` controller, or the v2 unified one)."""
-    try:
-        lines = (root / str(pid) / "cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        hier, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
-        names = controllers.split(",")
-        if "cpu" in names:
-            for mount in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
-                d = cgroup_root / mount / path.lstrip("/")
-                if (d / "cpu.stat").exists():
-                    return d
-        if hier == "0" and controllers == "":
-            d = cgroup_root / path.lstrip("/")
-            if (d / "cpu.max").exists():
-                return d
-    return None
+class ProcessCollector(Collector):
+    """`proc_`: the server process from /proc/PID/stat and /proc/PID/task/*/status."""
 
+    name = "proc"
+    prefixes = ("proc_",)
 
-def quota_pct(d: Path) -> float | None:
-    """The CPU quota of a cgroup in percent of one CPU, or None when unlimited."""
-    try:
-        if (d / "cpu.max").exists():  # v2: "QUOTA PERIOD" or "max PERIOD"
-            parts = (d / "cpu.max").read_text().split()
-            if not parts or parts[0] == "max":
-                return None
-            period = float(parts[1]) if len(parts) > 1 else 100000.0
-            return 100.0 * float(parts[0]) / period
-        q = int((d / "cpu.cfs_quota_us").read_text())
-        p = int((d / "cpu.cfs_period_us").read_text())
-    except (OSError, ValueError, IndexError):
-        return None
-    return None if q <= 0 else 100.0 * q / p
-
-
-def throttle_figures(d: Path) -> dict[str, float]:
-    out: dict[str, float] = {}
-    try:
-        for line in (d / "cpu.stat").read_text().splitlines():
-            k, _, v = line.partition(" ")
-            if k in ("nr_periods", "nr_throttled"):
-                out[k] = float(v)
-            elif k == "throttled_time":  # v1, ns
-                out["throttled_ms"] = float(v) / 1e6
-            elif k == "throttled_usec":  # v2
-                out["throttled_ms"] = float(v) / 1e3
-    except (OSError, ValueError):
-        pass
-    return out
-
-
-class ProcProbe:
-    """Snapshots before and after the load; `figures()` gives the differences."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.cgroup = cpu_cgroup_dir(pid)
-        self.quota = quota_pct(self.cgroup) if self.cgroup else None
-        self.before: ProcSnapshot | None = None
-        self.after: ProcSnapshot | None = None
-
-    def snapshot(self) -> ProcSnapshot:
-        import time
-
-        return ProcSnapshot(time.monotonic(), process_figures(self.pid), system_figures(),
-                            throttle_figures(self.cgroup) if self.cgroup and self.quota
-                            else {})
+    def __init__(self, ctx: ProbeContext) -> None:
+        super().__init__(ctx)
+        self._before: tuple[float, dict[str, float]] | None = None
+        self._after: tuple[float, dict[str, float]] | None = None
 
     def start(self) -> None:
-        self.before = self.snapshot()
+        self._before = (time.monotonic(), process_figures(self.ctx.pid))
 
     def stop(self) -> None:
-        self.after = self.snapshot()
+        self._after = (time.monotonic(), process_figures(self.ctx.pid))
 
     def metrics(self) -> dict[str, float]:
-        b, a = self.before, self.after
-        if b is None or a is None:
+        if self._before is None or self._after is None:
             return {}
+        (t0, b), (t1, a) = self._before, self._after
         out: dict[str, float] = {}
-        elapsed = max(a.taken - b.taken, 1e-9)
         for key, name in (("utime_s", "proc_user_s"), ("stime_s", "proc_system_s"),
                           ("minflt", "proc_minor_faults"), ("majflt", "proc_major_faults"),
                           ("voluntary_ctxt_switches", "proc_voluntary_switches"),
                           ("nonvoluntary_ctxt_switches", "proc_involuntary_switches")):
-            if key in a.process and key in b.process:
-                out[name] = a.process[key] - b.process[key]
-        if "proc_user_s" in out:
-            out["proc_cpu_util"] = (out.get("proc_user_s", 0.0)
-                                    + out.get("proc_system_s", 0.0)) / elapsed
+            if key in a and key in b:
+                out[name] = a[key] - b[key]
+        if "proc_user_s" in out and "proc_system_s" in out:
+            out["proc_cpu_s"] = out["proc_user_s"] + out["proc_system_s"]
+            out["proc_cpu_util"] = out["proc_cpu_s"] / max(t1 - t0, 1e-9)
         for key, name in (("rss_kb", "proc_rss_kb"), ("threads", "proc_threads")):
-            if key in a.process:
-                out[name] = a.process[key]
-        total = sum(a.system.get("cpu_" + s, 0.0) - b.system.get("cpu_" + s, 0.0)
-                    for s in _CPU_STATES)
-        if total > 0:
-            for s in ("user", "system", "idle", "iowait", "softirq", "steal"):
-                out[f"sys_{s}_frac"] = (a.system.get("cpu_" + s, 0.0)
-                                        - b.system.get("cpu_" + s, 0.0)) / total
-        for key in ("ctxt", "intr"):
-            if key in a.system and key in b.system:
-                out[f"sys_{key}_per_sec"] = (a.system[key] - b.system[key]) / elapsed
-        if self.quota is not None:
-            out["throttle_quota_pct"] = self.quota
-            for key in ("nr_periods", "nr_throttled", "throttled_ms"):
-                if key in a.throttle and key in b.throttle:
-                    out["throttle_" + key] = a.throttle[key] - b.throttle[key]
-            periods = out.get("throttle_nr_periods")
-            if periods:
-                out["throttle_ratio"] = out.get("throttle_nr_throttled", 0.0) / periods
+            if key in a:
+                out[name] = a[key]
         return out
 
     def raw(self) -> dict[str, Any]:
-        return {"cgroup": str(self.cgroup) if self.cgroup else None, "quota_pct": self.quota,
-                "before": self.before.__dict__ if self.before else None,
-                "after": self.after.__dict__ if self.after else None}
+        if self._before is None or self._after is None:
+            return {"error": "the process was not measured"}
+        return {"before": self._before[1], "after": self._after[1],
+                "elapsed_s": self._after[0] - self._before[0]}
+
+
+class SystemCollector(Collector):
+    """`sys_` and `steal`: the whole host from /proc/stat. `steal` (the share of all CPU
+    time stolen by the hypervisor) is what flags a noisy repetition."""
+
+    name = "sys"
+    prefixes = ("sys_", "steal")
+
+    def __init__(self, ctx: ProbeContext) -> None:
+        super().__init__(ctx)
+        self._before: tuple[float, dict[str, float]] | None = None
+        self._after: tuple[float, dict[str, float]] | None = None
+
+    def start(self) -> None:
+        self._before = (time.monotonic(), system_figures())
+
+    def stop(self) -> None:
+        self._after = (time.monotonic(), system_figures())
+
+    def metrics(self) -> dict[str, float]:
+        if self._before is None or self._after is None:
+            return {}
+        (t0, b), (t1, a) = self._before, self._after
+        out: dict[str, float] = {}
+        total = sum(a.get("cpu_" + s, 0.0) - b.get("cpu_" + s, 0.0) for s in _CPU_STATES)
+        if total > 0:
+            for s in ("user", "system", "idle", "iowait", "softirq"):
+                out[f"sys_{s}_frac"] = (a.get("cpu_" + s, 0.0) - b.get("cpu_" + s, 0.0)) / total
+            out["steal"] = (a.get("cpu_steal", 0.0) - b.get("cpu_steal", 0.0)) / total
+        for key in ("ctxt", "intr"):
+            if key in a and key in b:
+                out[f"sys_{key}_per_sec"] = (a[key] - b[key]) / max(t1 - t0, 1e-9)
+        return out
+
+    def raw(self) -> dict[str, Any]:
+        if self._before is None or self._after is None:
+            return {"error": "the host was not measured"}
+        return {"before": self._before[1], "after": self._after[1],
+                "elapsed_s": self._after[0] - self._before[0]}

@@ -2,7 +2,8 @@
 
 Life cycle, as in TuneD's plugins: `check` (exists, readable, writable on this host),
 `current` (read), `apply` (through the journal for host files, into the launch for the
-server), with read-back verification done by the journal.
+server), with read-back verification done by the journal; `export_entry` says what a value
+becomes in an exported configuration file (`kvtune export`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,30 @@ from kvtune.knobs.domain import Value
 if TYPE_CHECKING:
     from kvtune.host.facts import HostFacts
     from kvtune.host.journal import Journal
-    from kvtune.knobs.knob import Availability
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a knob can be applied on this host; `reason` says why not, for people;
+    `current` is the value read while checking, when there was one."""
+
+    ok: bool
+    reason: str = ""
+    current: Value | None = None
+
+
+@dataclass(frozen=True)
+class ExportEntry:
+    """One line of an exported configuration: `family` names the exporter format that takes
+    it ("sysctl", "sysfs", "memcached-flag", "memcached-option", "redis", "systemd"), `key`
+    the setting there (a sysctl name, a sysfs path, a flag, an option, a directive, a unit
+    setting) and `value` its text ("" for a bare flag or option). `live` says the setting
+    can change without a restart."""
+
+    family: str
+    key: str
+    value: str
+    live: bool = False
 
 
 @dataclass
@@ -71,8 +95,20 @@ class Applier(ABC):
         """Apply a value. Host writes go through env.journal."""
 
     def format(self, value: Value) -> str:
-        if isinstance(value, bool):
-            return "1" if value else "0"
-        if isinstance(value, float) and value.is_integer():
-            return str(int(value))
-        return str(value)
+        """`value` as the text this applier writes (to a file, an argv, a config line)."""
+        return format_value(value)
+
+    def export_entry(self, value: Value, ctx: HostContext) -> ExportEntry | None:
+        """What `value` becomes in an exported configuration file, or None when it emits
+        nothing (a false flag, an omitted option) or this applier exports nothing."""
+        return None
+
+
+def format_value(value: Value) -> str:
+    """The one value formatter for files, sysctls and argv: booleans as 1/0, integral
+    floats without a fraction."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)

@@ -9,9 +9,14 @@ from __future__ import annotations
 import os
 import shutil
 
-from kvtune.knobs.appliers.base import Applier, ApplyEnv, HostContext
+from kvtune.knobs.appliers.base import (
+    Applier,
+    ApplyEnv,
+    Availability,
+    ExportEntry,
+    HostContext,
+)
 from kvtune.knobs.domain import Value
-from kvtune.knobs.knob import Availability
 
 PERIOD_KNOB = "placement.cpu_period_us"
 DEFAULT_PERIOD_US = 100_000
@@ -83,6 +88,9 @@ class CpuQuota(Applier):
         env.launch.cgroup_files[("cpu", "cpu.cfs_quota_us")] = str(
             self.quota_us(int(value), period))
 
+    def export_entry(self, value: Value, ctx: HostContext) -> ExportEntry | None:
+        return ExportEntry("systemd", "CPUQuota", "" if int(value) < 0 else f"{int(value)}%")
+
 
 class CpuPeriod(Applier):
     """The CFS bandwidth period of the server's cgroup (1 ms … 1 s). The quota follows it,
@@ -102,6 +110,9 @@ class CpuPeriod(Applier):
 
     def apply(self, value: Value, env: ApplyEnv) -> None:
         env.launch.cgroup_files[("cpu", "cpu.cfs_period_us")] = str(int(value))
+
+    def export_entry(self, value: Value, ctx: HostContext) -> ExportEntry | None:
+        return ExportEntry("systemd", "CPUQuotaPeriodSec", f"{int(value) / 1000:g}ms")
 
 
 def _cpus_check(ctx: HostContext) -> Availability:
@@ -141,6 +152,9 @@ class CpusetCpus(Applier):
     def apply(self, value: Value, env: ApplyEnv) -> None:
         env.launch.cgroup_files[("cpuset", "cpuset.cpus")] = str(value)
 
+    def export_entry(self, value: Value, ctx: HostContext) -> ExportEntry | None:
+        return ExportEntry("systemd", "AllowedCPUs", _systemd_cpus(value))
+
 
 class ServerCpus(Applier):
     """The CPUs the server process is pinned to (sched_setaffinity via taskset)."""
@@ -158,3 +172,11 @@ class ServerCpus(Applier):
 
     def apply(self, value: Value, env: ApplyEnv) -> None:
         env.launch.server_cpus = str(value)
+
+    def export_entry(self, value: Value, ctx: HostContext) -> ExportEntry | None:
+        return ExportEntry("systemd", "CPUAffinity", _systemd_cpus(value))
+
+
+def _systemd_cpus(value: Value) -> str:
+    # systemd takes CPU lists with ranges separated by spaces ("0-1 3").
+    return str(value).replace(",", " ")

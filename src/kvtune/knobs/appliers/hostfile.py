@@ -12,9 +12,14 @@ import os
 import stat
 from dataclasses import dataclass
 
-from kvtune.knobs.appliers.base import Applier, ApplyEnv, HostContext
+from kvtune.knobs.appliers.base import (
+    Applier,
+    ApplyEnv,
+    Availability,
+    ExportEntry,
+    HostContext,
+)
 from kvtune.knobs.domain import Value
-from kvtune.knobs.knob import Availability
 
 DEBUGFS = "/sys/kernel/debug"
 
@@ -122,6 +127,10 @@ class HostFile(Applier):
             raise PermissionError(why)
         env.journal.write(env.ctx.fs.path(path), self.format(value), self.reader)
 
+    def export_entry(self, value: Value, ctx: HostContext) -> ExportEntry | None:
+        path = self.resolve(ctx)
+        return None if path is None else ExportEntry("sysfs", path, self.format(value), True)
+
 
 def _refused(ctx: HostContext, path: str) -> str | None:
     """Why this host file may not be read or written (symlinks and `..` resolved first:
@@ -143,6 +152,9 @@ class Sysctl(HostFile):
         self.key = key
         super().__init__([Location("/proc/sys/" + key.replace(".", "/"), since, until)],
                          note=note)
+
+    def export_entry(self, value: Value, ctx: HostContext) -> ExportEntry | None:
+        return ExportEntry("sysctl", self.key, self.format(value), True)
 
 
 def sched_tunable(name: str, proc_name: str | None, since_debugfs: tuple[int, int] = (5, 13),

@@ -5,17 +5,24 @@ Version traps handled here, not by callers:
   also sets `slab_sizes` to its value, which silently wrecks the slab classes);
 - `slab_chunk_max` is given to kvtune in KB and emitted in the unit of the running binary
   (bytes before 1.6.24, KB from 1.6.24);
-- `-L` is refused while transparent huge pages are `never` (memcached exits at start).
+- `-L` while transparent huge pages are `never` (memcached exits at start) is the rule
+  `memcached-large-pages-thp` (knobs/rules.py), checked before a configuration is measured.
 """
 
 from __future__ import annotations
 
 from kvtune.errors import UserError
-from kvtune.knobs.appliers.base import Applier, ApplyEnv, HostContext
+from kvtune.knobs.appliers.base import (
+    Applier,
+    ApplyEnv,
+    Availability,
+    ExportEntry,
+    HostContext,
+)
 from kvtune.knobs.domain import Value
-from kvtune.knobs.knob import Availability
 
-THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
+# memcached -I sizes kvtune searches, in KB.
+ITEM_SIZES_KB = {"512k": 512, "1m": 1024, "2m": 2048, "4m": 4096, "8m": 8192}
 
 
 def _v(version: tuple[int, ...]) -> str:
@@ -40,14 +47,6 @@ def _refuse_outside_gate(where: str, env: ApplyEnv, min_version: tuple[int, ...]
     gate = _version_ok(env.ctx, min_version, max_version)
     if not gate.ok:
         raise UserError(f"memcached {where}: {gate.reason}; kvtune does not emit it")
-
-
-def thp_mode(ctx: HostContext) -> str | None:
-    """THP `enabled` as the host has it now (it may have been changed by this trial)."""
-    raw = ctx.fs.read_text(THP_ENABLED, default="")
-    if "[" in raw:
-        return raw.split("[", 1)[1].split("]", 1)[0]
-    return ctx.facts.thp
 
 
 class MemcachedFlag(Applier):
@@ -79,20 +78,9 @@ class MemcachedFlag(Applier):
         _refuse_outside_gate(self.flag, env, self.min_version, self.max_version)
         env.launch.flags += self.argv(value, env.ctx)
 
-
-class LargePagesFlag(MemcachedFlag):
-    """`-L`: preallocate item memory in huge pages. memcached exits at start when THP is
-    `never`, so kvtune refuses the combination instead of measuring a failed start."""
-
-    def __init__(self) -> None:
-        super().__init__("-L")
-
-    def apply(self, value: Value, env: ApplyEnv) -> None:
-        if value is True and thp_mode(env.ctx) == "never":
-            raise UserError("memcached -L (memcached.large_pages): transparent huge pages are "
-                            "`never` on this host, and memcached refuses to start with -L then; "
-                            "set thp.enabled to madvise or always, or drop -L")
-        super().apply(value, env)
+    def export_entry(self, value: Value, ctx: HostContext) -> ExportEntry | None:
+        words = self.argv(value, ctx)
+        return ExportEntry("memcached-flag", words[0], " ".join(words[1:])) if words else None
 
 
 class MemcachedOption(Applier):
@@ -136,6 +124,10 @@ class MemcachedOption(Applier):
         opt = self.option(value, env.ctx)
         if opt is not None:
             env.launch.memcached_options[opt[0]] = opt[1]
+
+    def export_entry(self, value: Value, ctx: HostContext) -> ExportEntry | None:
+        opt = self.option(value, ctx)
+        return None if opt is None else ExportEntry("memcached-option", *opt)
 
 
 class SlabChunkMax(MemcachedOption):

@@ -14,9 +14,14 @@ import shutil
 import subprocess
 from functools import lru_cache
 
-from kvtune.knobs.appliers.base import Applier, ApplyEnv, HostContext
+from kvtune.knobs.appliers.base import (
+    Applier,
+    ApplyEnv,
+    Availability,
+    ExportEntry,
+    HostContext,
+)
 from kvtune.knobs.domain import Value
-from kvtune.knobs.knob import Availability
 
 # What a build that lacks a feature prints when the directive is set at start.
 _BUILD_REFUSALS = {"activedefrag": "Active defragmentation cannot be enabled"}
@@ -86,10 +91,8 @@ class RedisDirective(Applier):
             text += self.suffix
         return text
 
-    def conf_line(self, value: Value) -> str:
-        """The directive as a redis.conf line (an empty value is written as "")."""
-        text = self.format(value)
-        return f"{self.directive} {text if text else chr(34) * 2}"
-
     def apply(self, value: Value, env: ApplyEnv) -> None:
         env.launch.redis_directives[self.directive] = self.format(value)
+
+    def export_entry(self, value: Value, ctx: HostContext) -> ExportEntry | None:
+        return ExportEntry("redis", self.directive, self.format(value), self.live)

@@ -1,0 +1,98 @@
+"""The load-driver extension point: one `LoadDriver` per load tool, looked up by the study
+file's `load.tool`.
+
+    driver = driver_for(spec.load)   # the registered driver class for load.tool
+    driver.prepare()                 # preflight: find the tool (HarnessError if missing)
+    result = driver.run("127.0.0.1:11211", "memcache", seed)
+    result.metrics["p99_us"], result.verdict, result.raw
+
+A driver turns one run of its tool into kvtune's metric names (`METRICS`), a verdict
+(`ok`, or `saturated` / `client_bound` when the run measured the client or an overloaded
+server rather than the configuration) and the tool's raw output, which the runner stores
+with the repetition under `raw["load"]` (with `raw["load"]["tool"]`).
+
+A new driver is one module with a `LoadDriver` subclass, registered by `register` (the
+built-in ones in `kvtune/load/__init__.py`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from kvtune.errors import UserError
+
+if TYPE_CHECKING:
+    from kvtune.spec import LoadSpec
+
+VERDICTS = ("ok", "saturated", "client_bound")
+
+# The metric names a driver reports (those it cannot measure it leaves out or sets to None).
+# `ops_per_sec` and the latency percentiles (µs, from the intended send time where the tool
+# corrects coordinated omission) are what studies optimize; `errors` counts every failed
+# request, `server_errors` those the server refused (SERVER_ERROR, out of memory).
+METRICS = ("ops_per_sec", "p50_us", "p90_us", "p99_us", "p999_us", "p9999_us", "max_us",
+           "mean_us", "service_p99_us", "hit_ratio", "errors", "server_errors",
+           "client_utilization", "offered_rate")
+
+
+@dataclass
+class LoadResult:
+    """One run of a load tool."""
+
+    metrics: dict[str, Any]
+    verdict: str = "ok"  # one of VERDICTS
+    reason: str = ""  # why the verdict is not ok, for people
+    raw: dict[str, Any] = field(default_factory=dict)  # the tool's own output (and argv)
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"load verdict {self.verdict!r} is not one of {VERDICTS}")
+
+
+class LoadDriver(ABC):
+    """Runs one load tool against a server. Subclasses set `tool` (the `load.tool` name)."""
+
+    tool: ClassVar[str]
+
+    def __init__(self, spec: LoadSpec) -> None:
+        self.spec = spec
+
+    def prepare(self) -> None:  # noqa: B027 (optional hook; most tools need nothing)
+        """Find what the driver runs, once, before anything is applied to the host.
+        Raises HarnessError when the tool is missing."""
+
+    @abstractmethod
+    def run(self, address: str, protocol: str, seed: int) -> LoadResult:
+        """Drive load against `address` (`HOST:PORT` or `unix:PATH`) speaking `protocol`
+        (`memcache`, `meta` or `resp`, unless load.protocol overrides it), seeded with
+        `seed`. Raises TrialFailed when the server failed under load (refused, reset,
+        malformed answers), HarnessError when the tool itself is missing or misused."""
+
+
+_DRIVERS: dict[str, type[LoadDriver]] = {}
+
+
+def register(cls: type[LoadDriver]) -> type[LoadDriver]:
+    """Make `cls` the driver for `load.tool: <cls.tool>` (usable as a class decorator)."""
+    name = getattr(cls, "tool", "")
+    if not name:
+        raise ValueError(f"{cls.__name__} sets no `tool` name")
+    _DRIVERS[name] = cls
+    return cls
+
+
+def tools() -> list[str]:
+    """The registered load tool names."""
+    return sorted(_DRIVERS)
+
+
+def driver_for(spec: LoadSpec) -> LoadDriver:
+    """A new driver for the study's load section (its `tool`)."""
+    try:
+        cls = _DRIVERS[spec.tool]
+    except KeyError:
+        raise UserError(f"load.tool: unknown load tool {spec.tool!r} "
+                        f"(known: {', '.join(tools())})") from None
+    return cls(spec)

@@ -1,0 +1,88 @@
+"""The baseline and the noise floor: trial 0 is the baseline configuration, measured
+`max(noise_floor_runs, repetitions)` times; the CoV of the main metrics says how much
+noise the study must see through, and how small an improvement the confirmation can show."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+
+from kvtune.errors import UserError
+from kvtune.evaluator import Evaluation
+from kvtune.spec import EvaluationSpec
+from kvtune.stats import cov, detectable_improvement, robust_cov, rounds_needed
+
+NOISE_METRICS = ("ops_per_sec", "p50_us", "p99_us", "p999_us")
+
+
+@dataclass
+class NoiseFloor:
+    """The noise of the baseline's repetitions: CoV and robust CoV per metric, and the
+    smallest improvement the confirmation can show (80% power)."""
+
+    n: int
+    cov: dict[str, float]
+    robust_cov: dict[str, float]
+    flags: list[str]
+    detectable_improvement: float
+
+    @classmethod
+    def of(cls, e: Evaluation, metric: str, ev: EvaluationSpec) -> NoiseFloor:
+        def values(m: str) -> list[float]:
+            return [float(r.metrics[m]) for r in e.reps
+                    if r.status != "failed" and r.metrics.get(m) is not None]
+
+        noise = {m: cov(values(m)) for m in (*NOISE_METRICS, metric)}
+        robust = {m: robust_cov(values(m)) for m in noise}
+        # Mann–Whitney ranks ignore isolated outliers, so its power follows the robust CoV.
+        c = robust.get(metric, math.nan)
+        if math.isnan(c):
+            c = noise.get(metric, math.nan)
+        detectable = detectable_improvement(c, ev.confirm_rounds, ev.alpha, ev.confirm_top)
+        return cls(len(e.reps), noise, robust, e.flags, detectable)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"n": self.n, "cov": self.cov, "robust_cov": self.robust_cov,
+                "flags": self.flags, "detectable_improvement": self.detectable_improvement}
+
+    def objective_cov(self, metric: str) -> float:
+        """The objective's robust CoV, else its CoV (NaN when neither is known)."""
+        c = self.robust_cov.get(metric, math.nan)
+        return self.cov.get(metric, math.nan) if math.isnan(c) else c
+
+    def report(self, console: Console, metric: str, ev: EvaluationSpec) -> None:
+        parts = [f"{m} CoV {v:.1%}" + (f" (robust {self.robust_cov[m]:.1%})"
+                                       if not math.isnan(self.robust_cov.get(m, math.nan))
+                                       else "")
+                 for m, v in self.cov.items() if not math.isnan(v)]
+        console.print("  noise floor: " + ", ".join(dict.fromkeys(parts)))
+        detectable = self.detectable_improvement
+        if math.isnan(detectable) or ev.confirm_rounds == 0:
+            return
+        want = ev.min_improvement or 0.05
+        console.print(
+            f"  at this noise the confirmation ({ev.confirm_rounds} rounds) shows an "
+            f"improvement of about {detectable:.0%} or more (80% power)")
+        if detectable > 2 * want:
+            need = rounds_needed(self.objective_cov(metric), want, ev.alpha, ev.confirm_top)
+            console.print(
+                f"  [yellow]warning:[/] smaller real gains may end as \"no significant "
+                f"improvement\"; to resolve {want:.0%}, set evaluation.confirm_rounds to about "
+                f"{need} (or lengthen load.duration, or quiet the host)")
+
+
+def check_not_client_bound(e: Evaluation) -> None:
+    """Raise UserError when most of the baseline's repetitions are flagged (client-bound,
+    saturated, steal): the study would measure the client, not the configuration."""
+    bad = [r for r in e.reps if r.status == "flagged"]
+    if bad and len(bad) * 2 > len(e.reps):
+        why = sorted({f for r in bad for f in r.flags})
+        raise UserError(
+            f"the baseline is {', '.join(why)} on this host: this workload measures the "
+            "client (or an overloaded server), not the configuration. Change the load: "
+            "use pipelining (load.pipeline), give kvload more client CPUs (load.cpus), or "
+            "measure latency at a fixed open-loop rate below capacity (load.mode: open, "
+            "a lower load.rate).")

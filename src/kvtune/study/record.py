@@ -1,0 +1,41 @@
+"""A measured configuration told to Optuna, and read back from a finished trial."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+
+from kvtune.evaluator import Evaluation
+from kvtune.study._ui import jsonable
+
+
+def tell(study: optuna.Study, trial: optuna.Trial, e: Evaluation, kind: str,
+         constraints: list[str]) -> None:
+    """Record `e` on `trial` (its kind, configuration, summary and the violation of each of
+    `constraints` plus "not saturated") and finish the trial: FAIL when `e` failed."""
+    trial.set_user_attr("kind", kind)
+    trial.set_user_attr("config", e.config)
+    trial.set_user_attr("eval", jsonable(e.summary()))
+    violations = e.violations or [0.0] * (len(constraints) + 1)
+    trial.set_user_attr("violations", violations)
+    for name, v in zip([*constraints, "not saturated"], violations, strict=False):
+        trial.set_constraint(name, v)
+    if e.failed:
+        trial.set_user_attr("failed", e.failed)
+        trial.set_user_attr("stderr", e.failed_stderr[-2000:])
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        return
+    study.tell(trial, e.value)
+
+
+def evaluation_of(t: optuna.trial.FrozenTrial, metric: str) -> Evaluation:
+    """The evaluation of a finished trial as `tell` stored it (no raw repetitions)."""
+    s = t.user_attrs.get("eval", {})
+    e = Evaluation(t.user_attrs.get("config", {}), metric)
+    e.value = float(t.value) if t.value is not None else math.nan
+    ci = s.get("ci") or [None, None]
+    e.ci = (ci[0] if ci[0] is not None else math.nan, ci[1] if ci[1] is not None else math.nan)
+    e.metrics = s.get("metrics", {})
+    e.violations = t.user_attrs.get("violations", [0.0])
+    return e

@@ -1,0 +1,210 @@
+"""The study's parts one at a time: the noise floor, drift, the confirmation, the search
+loop, and the evaluator's policy (each without a whole study around it)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import optuna
+import pytest
+from rich.console import Console
+
+from kvtune.errors import UserError
+from kvtune.evaluator import Evaluation, Evaluator, Policy
+from kvtune.runner import Repetition
+from kvtune.space import Space
+from kvtune.spec import EvaluationSpec, parse_spec
+from kvtune.study import confirm as cf
+from kvtune.study.drift import is_moved, planned_checks
+from kvtune.study.noise import NoiseFloor, check_not_client_bound
+from kvtune.study.search import Search
+from kvtune.targets.synthetic import SYNTHETIC_KNOBS
+
+
+def _eval(values: list[float], status: str = "ok", flags: list[str] | None = None,
+          metric: str = "ops_per_sec") -> Evaluation:
+    e = Evaluation({}, metric)
+    e.reps = [Repetition(status, {metric: v}, flags=list(flags or [])) for v in values]
+    return e
+
+
+# -- noise floor ---------------------------------------------------------------------------
+
+
+def test_noise_floor_states_cov_and_what_the_confirmation_can_show() -> None:
+    ev = EvaluationSpec(confirm_rounds=5, confirm_top=3)
+    quiet = NoiseFloor.of(_eval([100.0, 101.0, 99.0, 100.5, 99.5]), "ops_per_sec", ev)
+    noisy = NoiseFloor.of(_eval([100.0, 130.0, 75.0, 110.0, 90.0]), "ops_per_sec", ev)
+    assert quiet.n == 5 and 0 < quiet.cov["ops_per_sec"] < 0.01
+    assert noisy.cov["ops_per_sec"] > 0.15
+    assert quiet.detectable_improvement < noisy.detectable_improvement
+    assert math.isnan(quiet.cov["p99_us"])  # not measured
+    assert set(quiet.as_dict()) == {"n", "cov", "robust_cov", "flags",
+                                    "detectable_improvement"}
+
+
+def test_a_mostly_client_bound_baseline_stops_the_study() -> None:
+    flagged = _eval([1.0, 1.0], "flagged", ["client_bound"])
+    flagged.reps.append(Repetition("ok", {"ops_per_sec": 1.0}))
+    with pytest.raises(UserError, match="client_bound"):
+        check_not_client_bound(flagged)
+    one_of_three = _eval([1.0, 1.0], "ok")
+    one_of_three.reps.append(Repetition("flagged", {}, flags=["saturated"]))
+    check_not_client_bound(one_of_three)  # a minority is re-run, not fatal
+
+
+# -- drift ---------------------------------------------------------------------------------
+
+
+def test_drift_needs_both_the_ci_and_the_rank_test() -> None:
+    first = [100.0, 101.0, 99.0, 100.5, 99.5]
+    moved, change, (ch, lo, hi) = is_moved([80.0, 81.0, 79.0, 80.5, 79.5], first, "maximize",
+                                           0.05, 0)
+    assert moved and ch == pytest.approx(-0.2, abs=0.01) and lo < hi < 0
+    assert change["n_candidate"] == 5
+    same, _, _ = is_moved([100.2, 99.8, 100.9, 99.1, 100.0], first, "maximize", 0.05, 0)
+    assert not same
+    # At a Bonferroni level below the smallest possible p (2/252), nothing can move.
+    strict, _, _ = is_moved([80.0, 81.0, 79.0, 80.5, 79.5], first, "maximize", 0.005, 0)
+    assert not strict
+
+
+def test_planned_checks_follow_the_budget() -> None:
+    spec, _ = parse_spec("study: d\ntarget: {kind: synthetic}\nbudget: {trials: 30}\n"
+                         "evaluation: {drift_every: 10}\n")
+    assert planned_checks(spec) == 4
+
+
+# -- confirmation --------------------------------------------------------------------------
+
+
+def _trial(number: int, value: float, config: dict[str, Any], kind: str = "trial",
+           violations: list[float] | None = None) -> optuna.trial.FrozenTrial:
+    t = optuna.trial.create_trial(value=value, user_attrs={
+        "kind": kind, "config": config, "violations": violations or [0.0]})
+    t.number = number
+    return t
+
+
+def test_candidates_are_the_best_distinct_feasible_configurations() -> None:
+    base = {"k": 0}
+    trials = [_trial(0, 10.0, base, "baseline"), _trial(1, 50.0, {"k": 1}),
+              _trial(2, 60.0, {"k": 2}, violations=[1.0]), _trial(3, 40.0, {"k": 1}),
+              _trial(4, 30.0, {"k": 3}), _trial(5, 45.0, base), _trial(6, 20.0, {"k": 4})]
+    got = cf.candidates(trials, base, "maximize", 2)
+    assert [c["trial"] for c in got] == [1, 4]  # 2 infeasible, 3 and 5 repeat a config
+    assert [c["trial"] for c in cf.candidates(trials, base, "minimize", 2)] == [6, 4]
+
+
+def test_interleaved_rounds_measure_every_arm_once_per_round() -> None:
+    calls: list[int] = []
+
+    def measure(config: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+        calls.append(config["k"])
+        if config["k"] == 2 and calls.count(2) == 2:
+            return "failed", "crashed", {}
+        return "ok", "", {"ops_per_sec": 100.0 + config["k"]}
+
+    arms = [cf.Arm("baseline", {"k": 0}), cf.Arm("a", {"k": 1}), cf.Arm("b", {"k": 2})]
+    cf.interleave(arms, 4, "ops_per_sec", measure, seed=1)
+    rounds = [sorted(calls[i:i + 3]) for i in range(0, 6, 3)]
+    assert rounds == [[0, 1, 2], [0, 1, 2]]
+    assert calls != sorted(calls)  # shuffled
+    assert len(arms[0].samples) == 4 and len(arms[1].samples) == 4
+    assert arms[2].failed == "crashed" and len(arms[2].samples) == 1  # not measured again
+
+
+def test_verdict_recommends_only_a_significant_improvement() -> None:
+    ev = EvaluationSpec(confirm_rounds=5)
+    base = cf.Arm("baseline", {}, [100.0, 101.0, 99.0, 100.5, 99.5])
+    better = cf.Arm("trial 1", {"k": 1}, [130.0, 131.0, 129.0, 130.5, 129.5])
+    same = cf.Arm("trial 2", {"k": 2}, [100.2, 99.8, 100.9, 99.1, 100.0])
+    res = cf.verdict(base, [({"trial": 1}, better), ({"trial": 2}, same)], "ops_per_sec",
+                     "maximize", ev, 0)
+    assert res["recommended"]["name"] == "trial 1"
+    assert [c["significant"] for c in res["candidates"]] == [True, False]
+    none = cf.verdict(base, [({"trial": 2}, same)], "ops_per_sec", "maximize", ev, 0)
+    assert none["recommended"] is None and none["verdict"] == cf.NONE_SIGNIFICANT
+
+
+# -- the search loop -----------------------------------------------------------------------
+
+
+class _Evaluator:
+    """Counts evaluations; every configuration is worth its synthetic.x."""
+
+    metric = "ops_per_sec"
+
+    def __init__(self) -> None:
+        self.configs: list[dict[str, Any]] = []
+
+    def evaluate(self, config: dict[str, Any], kind: str, number: int | None,
+                 incumbent: Evaluation | None = None) -> Evaluation:
+        self.configs.append(config)
+        e = Evaluation(config, self.metric, value=float(config["synthetic.x"]),
+                       violations=[0.0])
+        return e
+
+    def better(self, a: float, b: float) -> bool:
+        return a > b
+
+
+def test_search_spends_the_budget_checks_drift_and_keeps_the_incumbent() -> None:
+    spec, _ = parse_spec("study: s\ntarget: {kind: synthetic}\nbudget: {trials: 5}\n"
+                         "evaluation: {drift_every: 2}\nsampler: random\n")
+    x = SYNTHETIC_KNOBS["synthetic.x"]
+    space = Space((x,), {"synthetic.x": 2.0})
+    evaluator = _Evaluator()
+    drift: list[int | None] = []
+    from kvtune.targets import host_context
+
+    search = Search(spec, space, evaluator, host_context(), Console(quiet=True),  # type: ignore[arg-type]
+                    drift.append)
+    study = optuna.create_study(direction="maximize",
+                                sampler=optuna.samplers.RandomSampler(seed=0))
+    start = Evaluation({"synthetic.x": 2.0}, value=2.0, violations=[0.0])
+    inc = search.run(study, 0.0, start)
+    assert len(evaluator.configs) == 5 and len(study.trials) == 5
+    assert drift == [1, 3, None]  # after trials 2 and 4 (numbers 1, 3), and at the end
+    assert inc is not None and inc.value == max([2.0, *(c["synthetic.x"]
+                                                        for c in evaluator.configs)])
+    assert all(t.user_attrs["kind"] == "trial" for t in study.trials)
+
+
+# -- the evaluator's policy ----------------------------------------------------------------
+
+
+class _Session:
+    def __init__(self, values: list[float]) -> None:
+        self.values = iter(values)
+
+    def measure(self, config: dict[str, Any]) -> Repetition:
+        return Repetition("ok", {"ops_per_sec": next(self.values)})
+
+
+def test_policy_decides_early_stop_and_intensification() -> None:
+    ev = EvaluationSpec(max_repetitions=6)
+    p = Policy(ev, "ops_per_sec", "maximize", [], 3)
+    inc = Evaluation({}, value=100.0, ci=(95.0, 105.0))
+    assert p.stop_early(Evaluation({}, value=60.0), inc, noise_cov=0.05)
+    assert not p.stop_early(Evaluation({}, value=90.0), inc, noise_cov=0.05)
+    assert not p.stop_early(Evaluation({}, value=90.0), inc, noise_cov=0.5)  # too noisy
+    close = Evaluation({}, value=102.0, ci=(97.0, 107.0))
+    assert p.keep_intensifying(close, inc)
+    assert not p.keep_intensifying(Evaluation({}, value=120.0, ci=(118.0, 122.0)), inc)
+    assert p.rerun(Repetition("flagged"), 1) and not p.rerun(Repetition("flagged"), 2)
+
+
+def test_a_policy_subclass_changes_the_evaluator_without_patching() -> None:
+    class WideCI(Policy):
+        def interval(self, values: list[float]) -> tuple[float, float]:
+            return (0.0, 1e9)
+
+    ev = Evaluator(_Session([100.0, 101.0, 99.0]), None, "s", "ops_per_sec",  # type: ignore[arg-type]
+                   "maximize", [], EvaluationSpec(), 3, policy=WideCI)
+    e = ev.evaluate({}, n=3)
+    assert e.value == 100.0 and e.ci == (0.0, 1e9)
+    plain = Evaluator(_Session([100.0, 101.0, 99.0]), None, "s", "ops_per_sec",  # type: ignore[arg-type]
+                      "maximize", [], EvaluationSpec(), 3)
+    assert plain.evaluate({}, n=3).ci != (0.0, 1e9)
