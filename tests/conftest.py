@@ -37,6 +37,8 @@ def host_unchanged(tmp_path_factory: pytest.TempPathFactory,
     read before, no kvtune cgroup may be left, and no journal may be left behind."""
     journal = tmp_path_factory.mktemp("journal") / "journal.json"
     monkeypatch.setenv("KVTUNE_JOURNAL", str(journal))
+    # The host lock and the list of open journals (kvtune.host.lock) live per test too.
+    monkeypatch.setenv("KVTUNE_RUN_DIR", str(tmp_path_factory.mktemp("run")))
     before = _host_snapshot()
     yield journal
     after = _host_snapshot()

@@ -95,7 +95,7 @@ def test_memcached_study_end_to_end(in_tmp: Path, kvload_bin: str, memcached_bin
     reps = Store(data["storage"]).repetitions("mc")
     assert len(reps) >= 2 + 2 + 2 * 2  # noise floor, trials, confirmation
     raw = reps[0]["raw"]
-    assert raw["load"]["tool"] == "kvload" and raw["load"]["schema"] == "kvload/1"
+    assert raw["load"]["tool"] == "kvload" and raw["load"]["schema"].split(".")[0] == "kvload/1"
     assert raw["server_stats"]["stats"]["cmd_get"] > 0
     assert raw["argv"][:3] == ["/usr/bin/taskset", "-c", "0"] or raw["argv"][1:3] == ["-c", "0"]
     assert "-t" in raw["argv"] and raw["placement"] == {"server_cpus": "0", "client_cpus": "1"}

@@ -23,4 +23,4 @@ pub use error::Error;
 /// The version written into every JSON document.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The JSON schema identifier (see docs/kvload.md).
-pub const SCHEMA: &str = "kvload/1";
+pub const SCHEMA: &str = "kvload/1.1";

@@ -28,6 +28,8 @@ pub struct RunResult {
     pub preload: Option<PreloadReport>,
     /// (thread, intended, sent) in ns since the window start, when requested.
     pub arrivals: Vec<(usize, i64, i64)>,
+    /// The run's absolute times (CLOCK_MONOTONIC ns): first send, window start, window end.
+    pub timeline: (u64, u64, u64),
 }
 
 /// The bytes that values are cut from (printable, so captures stay readable).
@@ -128,5 +130,6 @@ pub fn run(cfg: Config) -> Result<RunResult, Error> {
         window_ns: cfg.duration_ns,
         preload,
         arrivals,
+        timeline: (tl.start, tl.window_start, tl.window_end),
     })
 }

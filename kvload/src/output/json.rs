@@ -1,4 +1,4 @@
-//! The versioned JSON document (schema `kvload/1`, documented in docs/kvload.md).
+//! The versioned JSON document (schema `kvload/1.1`, documented in docs/kvload.md).
 
 use serde_json::{Map, Value, json};
 
@@ -12,11 +12,15 @@ fn pct(p: &Percentiles) -> Value {
 
 /// Every effective option.
 pub fn config_echo(cfg: &Config) -> Value {
+    let mut offset_ns = 0u64;
     let phases: Vec<Value> = cfg
         .phases
         .iter()
         .map(|p| {
+            let start_ns = offset_ns;
+            offset_ns += p.duration_ns;
             json!({
+                "start_s": start_ns as f64 / 1e9,
                 "duration_s": p.duration_ns as f64 / 1e9,
                 "rate": p.rate,
                 "value_size": p.value_size.to_string(),
@@ -109,6 +113,12 @@ pub fn document(r: &Report) -> Value {
             "per_verb": per_verb,
         },
         "schedule_lag": schedule_lag,
+        "timeline": {
+            "clock": "monotonic",
+            "start_ns": r.run.timeline.0,
+            "window_start_ns": r.run.timeline.1,
+            "window_end_ns": r.run.timeline.2,
+        },
         "client_cpu": {
             "user_s": r.run.user_ns as f64 / 1e9,
             "sys_s": r.run.sys_ns as f64 / 1e9,

@@ -203,9 +203,9 @@ pub fn assert_error(out: &Output, code: i32, needle: &str) {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
-/// Checks the keys every kvload/1 document has.
+/// Checks the keys every kvload/1.1 document has.
 pub fn assert_schema(d: &Value) {
-    assert_eq!(d["schema"], "kvload/1");
+    assert_eq!(d["schema"], "kvload/1.1");
     for k in [
         "kvload_version",
         "config",
@@ -223,10 +223,32 @@ pub fn assert_schema(d: &Value) {
         "client_cpu",
         "preload",
         "series",
+        "timeline",
         "verdict",
         "verdict_reason",
     ] {
         assert!(d.get(k).is_some(), "missing key {k}");
+    }
+    // kvload/1.1: the window's absolute times; the window is `duration_s` long and
+    // starts `warmup_s` after the first send; phases start back to back from 0.
+    let tl = &d["timeline"];
+    let (s, ws, we) = (
+        tl["start_ns"].as_u64().expect("start_ns"),
+        tl["window_start_ns"].as_u64().expect("window_start_ns"),
+        tl["window_end_ns"].as_u64().expect("window_end_ns"),
+    );
+    assert_eq!(tl["clock"], "monotonic");
+    let warm = (d["config"]["warmup_s"].as_f64().unwrap() * 1e9).round() as u64;
+    let dur = (d["config"]["duration_s"].as_f64().unwrap() * 1e9).round() as u64;
+    assert_eq!(ws - s, warm, "window start = start + warm-up");
+    assert_eq!(we - ws, dur, "window end = window start + duration");
+    let mut off = 0.0;
+    for p in d["config"]["phases"].as_array().expect("phases") {
+        assert!(
+            (p["start_s"].as_f64().unwrap() - off).abs() < 1e-9,
+            "phase start_s"
+        );
+        off += p["duration_s"].as_f64().unwrap();
     }
     for k in ["scheduled", "sent", "completed", "skipped", "timeouts"] {
         assert!(d["requests"][k].is_u64(), "requests.{k}");

@@ -5,6 +5,10 @@ Before the first write to a file, its original value is written to the journal o
 removes the cgroups kvtune created and stops server processes it left behind. After a
 crash (kill -9), `kvtune restore` does the same from the file alone.
 
+Opening a journal takes the host-level lock (`kvtune.host.lock`): one study at a time
+manages a host, whatever journal path it uses, and a journal left with changes by a crashed
+study blocks every other journal until `kvtune restore` has put the host back.
+
 Only files under /proc/sys, /sys (which holds the cgroup trees) may be written
 (`check_path`, the one place for that rule).
 
@@ -32,6 +36,7 @@ from typing import Any
 
 from kvtune.errors import HarnessError, UserError
 from kvtune.host.facts import selected
+from kvtune.host.lock import HostLock
 
 DEFAULT_PATH = Path("/var/lib/kvtune/journal.json")
 ALLOWED_ROOTS: tuple[Path, ...] = (Path("/proc/sys"), Path("/sys"))
@@ -125,6 +130,7 @@ class Journal:
         self.allowed_roots = tuple(Path(r) for r in allowed_roots)
         self.study = study
         self._lock_fd: int | None = None
+        self._host_lock: HostLock | None = None
         self._state: dict[str, Any] = {
             "version": 1,
             "owner_pid": os.getpid(),
@@ -155,22 +161,39 @@ class Journal:
 
     def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = _take_lock(self.path)
-        if self.path.exists() and _load(self.path).get("entries") is not None:
-            left = _load(self.path)
-            if left.get("entries") or left.get("created_dirs") or left.get("processes"):
-                self.close()
+        host_lock = HostLock(self.study, self.path)
+        host_lock.acquire()  # UserError naming the study that manages this host
+        self._host_lock = host_lock
+        try:
+            self._lock_fd = _take_lock(self.path)
+            if self.path.exists() and _load(self.path).get("entries") is not None:
+                left = _load(self.path)
+                if left.get("entries") or left.get("created_dirs") or left.get("processes"):
+                    raise UserError(
+                        f"an earlier study ({left.get('study') or 'unnamed'}, pid "
+                        f"{left.get('owner_pid')}) left host changes in {self.path}; "
+                        "run `kvtune restore` first"
+                    )
+            others = host_lock.other_journals_with_changes(self.path)
+            if others:
                 raise UserError(
-                    f"an earlier study ({left.get('study') or 'unnamed'}, pid "
-                    f"{left.get('owner_pid')}) left host changes in {self.path}; "
-                    "run `kvtune restore` first"
-                )
-        self._flush()
+                    "an earlier study left host changes in another journal; restore them "
+                    "first so that no original value is recorded twice: "
+                    + "; ".join(f"`kvtune restore --journal {o['path']}` (study "
+                                f"{o['study'] or 'unnamed'}, pid {o['pid']})" for o in others))
+            host_lock.add_journal(self.path)
+            self._flush()
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        if self._host_lock is not None:
+            self._host_lock.release()
+            self._host_lock = None
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -241,6 +264,8 @@ class Journal:
             self._state.update(entries=[], created_dirs=[], processes=[])
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
+            if self._host_lock is not None:
+                self._host_lock.remove_journal(self.path)
         else:
             # Restoring is idempotent: keep every entry so `kvtune restore` can try again.
             self._flush()
@@ -358,12 +383,14 @@ def restore_from_file(path: Path | None = None) -> list[RestoreResult]:
     path = path or default_path()
     if not path.exists():
         return []
-    lock = _take_lock(path)
-    try:
-        state = _load(path)
-        results = restore_state(state)
-        if all(r.ok for r in results):
-            path.unlink()
-        return results
-    finally:
-        os.close(lock)
+    with HostLock("kvtune restore", path) as host_lock:
+        lock = _take_lock(path)
+        try:
+            state = _load(path)
+            results = restore_state(state)
+            if all(r.ok for r in results):
+                path.unlink()
+                host_lock.remove_journal(path)
+            return results
+        finally:
+            os.close(lock)
