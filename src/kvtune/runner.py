@@ -25,6 +25,8 @@ from kvtune.space import Config, Space, build_space
 from kvtune.spec import StudySpec
 from kvtune.targets import context_for, make_target
 from kvtune.targets.base import ServerTarget, SimulatedTarget, Target
+from kvtune.telemetry.sampler import ServerSampler
+from kvtune.telemetry.sampler import supported as sampler_supported
 
 __all__ = ["Config", "Repetition", "Session"]
 
@@ -162,23 +164,33 @@ class Session:
                                              or self.spec.target.cpus,
                                              "client_cpus": self.spec.load.cpus}}
         probe = telemetry.Probe(server.pid, self.cgroup)
+        sampler = (ServerSampler(target.kind, target.host, target.port)
+                   if sampler_supported(target.kind) else None)
         try:
             probe.start()
+            if sampler is not None:  # server stats every second (telemetry/sampler.py)
+                sampler.start()
             if self.load_driver is None:
                 self.load_driver = load.driver_for(self.spec.load)
             result = self.load_driver.run(target.address, target.protocol, seed)
             tele = probe.stop()
+            if sampler is not None:
+                tele.raw["samples"] = sampler.stop(result.raw)
             if server.proc.poll() is not None:
                 raise TrialFailed(f"{target.kind} exited during the load (code "
                                   f"{server.proc.returncode})", server.stderr_text())
             stats = target.stats()
         except TrialFailed as e:
             probe.close()
+            if sampler is not None:
+                sampler.close()
             e.stderr = e.stderr or server.stderr_text()
             target.stop(server, self.journal)
             raise
         except BaseException:
             probe.close()
+            if sampler is not None:
+                sampler.close()
             target.stop(server, self.journal)
             raise
         rc = target.stop(server, self.journal)

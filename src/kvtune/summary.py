@@ -39,9 +39,12 @@ def _chg(comp: dict[str, Any], key: str) -> str:
 
 
 def collect(store: Store, name: str) -> dict[str, Any]:
+    sweeps = _sweeps(store, name)
     try:
         study = optuna.load_study(study_name=name, storage=store.storage)
     except KeyError:
+        if sweeps:  # a study that only ran `kvtune sweep`
+            return {"study": name, "storage": store.url, "sweeps": sweeps}
         known = ", ".join(store.study_names()) or "none"
         raise UserError(f"no study named {name!r} in {store.url} (studies there: {known})") \
             from None
@@ -73,7 +76,23 @@ def collect(store: Store, name: str) -> dict[str, Any]:
         "drift": drift,
         "confirmation": store.last_result(name, "confirmation"),
         "analysis": _analysis(store, name),
+        "sweeps": sweeps,
     }
+
+
+def _sweeps(store: Store, name: str) -> list[dict[str, Any]]:
+    """The study's one-knob sweeps, analysed (report/sweep.py, analysis/sweep.py)."""
+    from kvtune.report.sweep import sweep_views
+
+    return [v.as_dict() for v in sweep_views(store, name)]
+
+
+def _render_sweeps(data: dict[str, Any], console: Console) -> None:
+    from kvtune.analysis.sweep import view_from_dict
+    from kvtune.report.sweep import sweep_text
+
+    for sw in data.get("sweeps") or []:
+        console.print(sweep_text(view_from_dict(sw)), highlight=False, markup=False)
 
 
 def _vs_nearest_baseline(trials: list[dict[str, Any]], base: dict[str, Any] | None,
@@ -99,6 +118,10 @@ def _vs_nearest_baseline(trials: list[dict[str, Any]], base: dict[str, Any] | No
 
 
 def render(data: dict[str, Any], console: Console) -> None:
+    if "trials" not in data:  # sweeps only
+        console.print(f"[bold]Study {data['study']}[/]  ({data['storage']})")
+        _render_sweeps(data, console)
+        return
     console.print(f"[bold]Study {data['study']}[/]  ({data['direction']} {data['metric']}, "
                   f"{len(data['trials'])} trials, {data['storage']})")
     t = Table(title="Trials", show_lines=False)
@@ -173,6 +196,7 @@ def render(data: dict[str, Any], console: Console) -> None:
                           f"{_chg(ch, 'change')} (95% CI {_chg(ch, 'change_ci_low')} … "
                           f"{ch['ci_high']:+.1%})[/]")
     _render_analysis(data.get("analysis"), console)
+    _render_sweeps(data, console)
 
 
 # -- analysis: what mattered and why (the report's summary, for the terminal) ---------------

@@ -35,6 +35,16 @@ from kvtune.knobs.appliers.memcached import (
     SlabChunkMax,
 )
 from kvtune.knobs.appliers.redis import RedisDirective
+from kvtune.knobs.appliers.sched import (
+    SLICE_MAX_NS,
+    SLICE_MIN_NS,
+    SchedFeature,
+    SchedNice,
+    SchedPolicy,
+    SchedSlice,
+    debugfs_status,
+    features_status,
+)
 from kvtune.knobs.domain import Domain
 from kvtune.knobs.knob import Knob
 from kvtune.knobs.rules import Values, broken
@@ -354,8 +364,87 @@ def _placement() -> list[Knob]:
     ]
 
 
+def _server_sched() -> list[Knob]:
+    """Per-process scheduler settings of the server, applied at exec (appliers/sched.py);
+    plus the scheduler's features where debugfs is mounted and they can be written."""
+    knobs = [
+        Knob("sched.server_policy", Domain(C, choices=("other", "batch")), SchedPolicy(),
+             "other", "the server's policy: batch (SCHED_BATCH) never preempts on wake-up, "
+             "the per-process form of a large sched_wakeup_granularity_ns"),
+        Knob("sched.server_nice", Domain(I, -20, 19), SchedNice(), 0,
+             "the server's nice (its weight against the load generator and the host)"),
+        Knob("sched.server_slice_ns", Domain(I, SLICE_MIN_NS, SLICE_MAX_NS, log=True,
+                                             special=(0,)),
+             SchedSlice(), 0, "the server's EEVDF time slice (sched_setattr sched_runtime, "
+             "Linux >= 6.12; 0 = the kernel's default, base_slice_ns scaled by CPU count); "
+             "the per-task form of base_slice_ns / sched_min_granularity_ns", "ns"),
+    ]
+    st = debugfs_status() if _debugfs_mounted() else None
+    if st is not None and st.features_writable:
+        for f in st.features:
+            name = f.removeprefix("NO_")
+            knobs.append(Knob(f"sched.feature.{name}", Domain(B), SchedFeature(name), None,
+                              f"scheduler feature {name} (debugfs sched/features)"))
+    return knobs
+
+
+def _debugfs_mounted() -> bool:
+    from kvtune.knobs.appliers.sched import _mounted
+
+    return _mounted()
+
+
 def all_knobs() -> list[Knob]:
-    return _mc() + _redis() + _kernel() + _vm() + _net() + _placement()
+    return _mc() + _redis() + _kernel() + _vm() + _net() + _placement() + _server_sched()
+
+
+# The scheduler knobs of the case studies (000, 002, 003), and what does their job on a
+# kernel where they are gone (EEVDF, 6.6+) or cannot be written (debugfs under lockdown).
+EQUIVALENTS: dict[str, tuple[tuple[str, ...], str]] = {
+    "sched.migration_cost_ns": (
+        ("placement.server_cpus", "placement.cpuset"),
+        "keeps tasks cache-hot against load balancing; without debugfs, pinning the server "
+        "(placement.server_cpus or a cpuset) stops the migrations it tunes"),
+    "sched.wakeup_granularity_ns": (
+        ("sched.server_policy",),
+        "a large value stops wake-up preemption (case study 002); sched.server_policy=batch "
+        "does that per process on every kernel"),
+    "sched.latency_ns": (
+        ("sched.server_slice_ns", "sched.server_policy"),
+        "the CFS period is gone under EEVDF; the server's own slice (and batch) set how "
+        "long it runs before another task may take the CPU"),
+    "sched.min_granularity_ns": (
+        ("sched.server_slice_ns",),
+        "became base_slice_ns under EEVDF; sched.server_slice_ns is its per-task form "
+        "(Linux >= 6.12)"),
+    "sched.base_slice_ns": (
+        ("sched.server_slice_ns",),
+        "debugfs; sched.server_slice_ns sets the server's slice without it"),
+    "kernel.sched_autogroup_enabled": (
+        ("sched.server_nice",),
+        "autogroup weighs sessions, not processes; the server's nice sets its weight directly"),
+}
+
+
+def equivalent(name: str, ctx: HostContext) -> str:
+    """For a case-study scheduler knob: which working equivalent exists on this host, for
+    people ("" when `name` has no entry)."""
+    entry = EQUIVALENTS.get(canonical(name))
+    if entry is None:
+        return ""
+    names, why = entry
+    ok = [n for n in names if n in CATALOG and CATALOG[n].applier.check(ctx).ok]
+    if not ok:
+        return f"no working equivalent here ({why})"
+    return f"use {' / '.join(ok)}: {why}"
+
+
+def sched_features_note() -> str:
+    """Whether the scheduler's features are offered as knobs here, and why not."""
+    ok, reason = features_status()
+    if ok:
+        return "sched features: offered as sched.feature.<NAME> knobs"
+    return f"sched features (RUN_TO_PARITY, PREEMPT_SHORT, ...): not offered: {reason}"
 
 
 CATALOG: dict[str, Knob] = {k.name: k for k in all_knobs()}

@@ -22,6 +22,7 @@ import yaml
 
 from kvtune.analysis import Analysis, StudyData, analyse
 from kvtune.report import figures
+from kvtune.report import sweep as sweep_view
 from kvtune.spec import _LOWER_IS_BETTER, METRICS
 from kvtune.store import config_key
 
@@ -474,6 +475,7 @@ def render(data: StudyData, a: Analysis | None = None, within: float = 0.05) -> 
         _plot(figs["correlations"], "plot-correlations"),
         _plot(figs["telemetry-scatter"], "plot-telemetry-scatter"), _corr_table(a),
         _slabs(data, slabs, cmp), _plot(figs.get("slab-pages"), "plot-slab-pages"),
+        sweep_view.html_section(data),  # sweeps; server stats by phase and over time
         "<h2 id=trials>Trials</h2>", _trials(data),
         _reproduce(data, cmp),
     ]

@@ -64,6 +64,9 @@ class Launch:
     server_cpus: str | None = None
     cgroup_files: dict[tuple[str, str], str] = field(default_factory=dict)  # (controller, file)
     params: dict[str, Value] = field(default_factory=dict)  # every knob's value, by name
+    # per-process scheduler settings ("policy", "nice", "slice_ns"), applied at exec by
+    # the shim in knobs/appliers/sched.py
+    sched: dict[str, Value] = field(default_factory=dict)
 
 
 @dataclass

@@ -1,0 +1,210 @@
+"""`kvtune check FILE`: validate a study file and run preflight, applying nothing, and print
+the plan — the knobs with their domains and availability, the host files the study would
+write, the rules between its knobs, and the estimated wall time. Exit 0 when the study can
+run here, 2 when it cannot (every reason listed).
+
+    plan = make_plan("examples/case-studies/004-slab-rebalancer.yaml")
+    plan.runnable, plan.problems, plan.knobs, plan.host_writes, plan.estimate
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvtune.errors import KvtuneError, UserError
+
+
+@dataclass
+class KnobPlan:
+    name: str
+    scope: str
+    where: str
+    domain: str
+    baseline: Any
+    available: bool
+    reason: str = ""
+
+
+@dataclass
+class Estimate:
+    repetition_s: float  # one repetition: server start, preload, warm-up, window, stop
+    repetitions_min: int
+    repetitions_max: int
+    low_s: float
+    high_s: float
+    how: str
+
+
+@dataclass
+class Plan:
+    path: str
+    study: str = ""
+    target: str = ""
+    valid: bool = False
+    knobs: list[KnobPlan] = field(default_factory=list)
+    host_writes: list[str] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)
+    estimate: Estimate | None = None
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def runnable(self) -> bool:
+        return self.valid and not self.problems
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.runnable else 2
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["runnable"] = self.runnable
+        return d
+
+
+# Seconds a repetition spends outside the measured window: server start and readiness,
+# kvload's connect, the stop and the wait for the port (measured here: 0.3–0.6 s).
+OVERHEAD_S = 0.6
+PRELOAD_KEYS_PER_S = 150_000  # kvload preload, pipelined sets on loopback
+
+
+def estimate(spec: Any) -> Estimate | None:
+    """Wall time of the study, from its load section, budget, repetitions and evaluation:
+    the least (every trial measured `repetitions` times) and the most (intensification up
+    to max_repetitions, every rerun), plus the noise floor and confirmation rounds."""
+    load = spec.load
+    if load is None:
+        return None
+    preload = load.workload.keys / PRELOAD_KEYS_PER_S if load.workload.preload else 0.0
+    rep = OVERHEAD_S + preload + load.warmup + load.duration
+    ev = spec.evaluation
+    trials = spec.budget.trials or 0
+    fixed = ev.noise_floor_runs + ev.confirm_rounds * (ev.confirm_top + 1 if ev.confirm_top
+                                                        else 0)
+    drift = (trials // ev.drift_every + 1) * spec.repetitions if ev.drift_every else 0
+    lo = fixed + trials * spec.repetitions + drift
+    per_trial_max = max(spec.repetitions, ev.max_repetitions if ev.intensify else 0)
+    hi = fixed + trials * (per_trial_max + ev.max_reruns) + drift
+    how = (f"{rep:.1f} s per repetition ({OVERHEAD_S:g} s start/stop, {preload:.1f} s "
+           f"preload, {load.warmup:g} s warm-up, {load.duration:g} s window) × {lo}–{hi} "
+           f"repetitions (noise floor {ev.noise_floor_runs}, {trials} trials × "
+           f"{spec.repetitions}–{per_trial_max + ev.max_reruns}, confirmation "
+           f"{fixed - ev.noise_floor_runs}, drift {drift})")
+    limit = spec.budget.time
+    if limit:
+        how += f"; the study stops at its time budget, {limit:g} s"
+    return Estimate(rep, lo, hi, rep * lo, min(rep * hi, limit) if limit else rep * hi, how)
+
+
+def make_plan(path: str | Path) -> Plan:
+    """The plan of the study in `path`; nothing is applied and no server is started."""
+    from kvtune import preflight
+    from kvtune.knobs import catalog
+    from kvtune.knobs.appliers.sched import needs_debugfs
+    from kvtune.knobs.baseline import baseline_value
+    from kvtune.knobs.rules import RULES
+    from kvtune.study.load import load
+    from kvtune.targets import context_for, make_target
+
+    plan = Plan(str(path))
+    try:
+        loaded = load(path)
+    except UserError as e:
+        plan.problems = [str(e).splitlines()[0], *e.problems]
+        return plan
+    spec = loaded.spec
+    plan.valid = True
+    plan.study, plan.target = spec.study, spec.target.kind
+    try:
+        target = make_target(spec.target)
+        ctx = context_for(target)
+    except KvtuneError as e:
+        plan.problems.append(str(e))
+        return plan
+    on_host = target.runs_server
+    plan.problems += preflight.problems(spec, loaded.knobs, ctx, on_host)
+    if spec.load is not None and on_host:
+        from kvtune import load as load_drivers
+
+        try:
+            load_drivers.driver_for(spec.load).prepare()
+        except KvtuneError as e:
+            plan.problems.append(str(e))
+        if spec.load.workload_file and not Path(spec.load.workload_file).exists():
+            plan.problems.append(f"load.workload_file: {spec.load.workload_file} does not "
+                                 "exist")
+    names = {k.name for k in loaded.knobs}
+    cgroup = False
+    for k in loaded.knobs:
+        a = k.applier.check(ctx)
+        try:
+            base = baseline_value(k, ctx, spec.target.cpus)
+        except (OSError, ValueError):
+            base = None
+        plan.knobs.append(KnobPlan(k.name, k.scope, k.applier.where(), k.domain.describe(),
+                                   base, a.ok, a.reason))
+        if k.scope == "host":
+            resolve = getattr(k.applier, "resolve", None)
+            path_ = resolve(ctx) if callable(resolve) else None
+            plan.host_writes.append(f"{path_ or k.applier.where()} ({k.name})")
+            if needs_debugfs(str(path_ or k.applier.where())):
+                plan.notes.append("debugfs is mounted for the study when it is not, and "
+                                  "unmounted on restore")
+        cgroup |= k.scope == "cgroup"
+        eq = catalog.equivalent(k.name, ctx)
+        if eq and not a.ok:
+            plan.notes.append(f"{k.name}: {eq}")
+    if cgroup:
+        plan.host_writes.append("a cgroup for the server under /sys/fs/cgroup (created for the "
+                                "study, removed on restore)")
+    for r in RULES:
+        others = [catalog.lookup(n) for n in r.knobs]
+        if any(o is not None and o.target not in (None, spec.target.kind) for o in others):
+            continue  # a rule of another server kind
+        if set(r.subject or r.knobs) & names:
+            plan.rules.append(f"{r.name}: {r.message}")
+    plan.estimate = estimate(spec)
+    return plan
+
+
+def render(plan: Plan, console: Any) -> None:
+    from rich.table import Table
+
+    head = "[green]runnable[/]" if plan.runnable else "[red]NOT runnable[/]"
+    console.print(f"[bold]kvtune check[/] {plan.path}: study {plan.study or '?'} "
+                  f"({plan.target or '?'}): {head}")
+    if plan.knobs:
+        t = Table(title="Knobs")
+        for c in ("knob", "scope", "domain", "baseline", "available", "where"):
+            t.add_column(c)
+        for k in plan.knobs:
+            t.add_row(k.name, k.scope, k.domain, "-" if k.baseline is None else str(k.baseline),
+                      "[green]yes[/]" if k.available else f"[red]no[/]: {k.reason}", k.where)
+        console.print(t)
+    console.print("Host files the study would write (each journaled, restored after):")
+    for w in plan.host_writes or ["none"]:
+        console.print(f"  {w}", highlight=False)
+    if plan.rules:
+        console.print("Rules between its knobs:")
+        for r in plan.rules:
+            console.print(f"  {r}", highlight=False)
+    if plan.estimate:
+        e = plan.estimate
+        console.print(f"Estimated wall time: {e.low_s / 60:.1f}–{e.high_s / 60:.1f} min "
+                      f"({e.how})", highlight=False)
+    for n in dict.fromkeys(plan.notes):
+        console.print(f"[dim]note: {n}[/]", highlight=False)
+    for p in plan.problems:
+        console.print(f"[red]problem:[/] {p}", highlight=False)
+
+
+def main(path: str, as_json: bool, console: Any) -> int:
+    plan = make_plan(path)
+    if as_json:
+        print(json.dumps(plan.as_dict(), indent=1, default=str))
+    else:
+        render(plan, console)
+    return plan.exit_code
