@@ -221,9 +221,13 @@ def test_killed_study_leaves_nothing_changed(in_tmp: Path, kvload_bin: str, memc
 
 def test_a_failing_configuration_fails_the_trial_with_stderr(in_tmp: Path, kvload_bin: str,
                                                              memcached_bin: str) -> None:
-    spec = study_file(in_tmp, "bad", knobs="  - name: memcached.max_item_size\n"
-                                           "    choices: ['1m', '100']\n")
-    r = kvtune("run", str(spec), "--set", "memcached.max_item_size=100", "--repetitions", "1",
+    # An inline knob: a catalog override may only narrow the catalog's choices (issue 10).
+    spec = study_file(in_tmp, "bad", knobs="  - name: my.item_size\n"
+                                           "    domain: {type: categorical,"
+                                           " choices: ['1m', '100']}\n"
+                                           "    default: '1m'\n"
+                                           "    applier: {memcached_flag: '-I'}\n")
+    r = kvtune("run", str(spec), "--set", "my.item_size=100", "--repetitions", "1",
                cwd=in_tmp)
     assert r.returncode == 1
     assert "memcached exited with code" in r.stdout + r.stderr

@@ -12,6 +12,13 @@ from rich.console import Console
 from rich.table import Table
 
 from kvtune.errors import KvtuneError, UserError
+from kvtune.safety.early import check_study_file
+
+# Inline sysctl/sysfs knobs write kernel files outside the catalog: only with this flag,
+# given by the person running kvtune, never by the study file (README, Safety).
+AllowInline = Annotated[bool, typer.Option(
+    "--allow-inline-host-knobs", help="allow the study's inline sysctl/sysfs knobs (kernel "
+                                      "files outside the catalog) to be written")]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Honest auto-tuning of memcached and Redis and the Linux host under them.")
@@ -42,13 +49,15 @@ def tune(
     trials: Annotated[int | None, typer.Option(help="override budget.trials")] = None,
     no_confirm: Annotated[bool, typer.Option("--no-confirm", help="skip the confirmation")]
     = False,
+    allow_inline_host_knobs: AllowInline = False,
 ) -> None:
     """Tune: baseline and noise floor, Bayesian search, confirmation against the defaults.
     Running it again resumes the same study."""
+    check_study_file(study_file, allow_inline_host_knobs)  # fails fast, before the imports
     from kvtune import study as st
     from kvtune.summary import collect, render
 
-    loaded = st.load(study_file)
+    loaded = st.load(study_file, allow_inline_host_knobs)
     if trials is not None:
         loaded.spec.budget.trials = trials
     run = st.StudyRun(loaded, err)
@@ -73,11 +82,13 @@ def run(
     = None,
     repetitions: Annotated[int | None, typer.Option(help="override repetitions")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    allow_inline_host_knobs: AllowInline = False,
 ) -> None:
     """Measure one configuration (the defaults, changed by --set) with repetitions and CIs."""
+    check_study_file(study_file, allow_inline_host_knobs)  # fails fast, before the imports
     from kvtune import study as st
 
-    loaded = st.load(study_file)
+    loaded = st.load(study_file, allow_inline_host_knobs)
     res = st.run_config(loaded, _parse_sets(set_ or []), repetitions, err)
     if as_json:
         print(json.dumps(res, indent=1, default=str))
@@ -106,11 +117,13 @@ def sweep(
     values: Annotated[str | None, typer.Option(help="comma-separated values")] = None,
     repetitions: Annotated[int | None, typer.Option(help="repetitions per value")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    allow_inline_host_knobs: AllowInline = False,
 ) -> None:
     """Measure each value of one knob with N repetitions, the others at their defaults."""
+    check_study_file(study_file, allow_inline_host_knobs)  # fails fast, before the imports
     from kvtune import study as st
 
-    loaded = st.load(study_file)
+    loaded = st.load(study_file, allow_inline_host_knobs)
     vals = [v.strip() for v in values.split(",")] if values else None
     res = st.sweep(loaded, knob, vals, repetitions, err)
     if as_json:
@@ -315,7 +328,7 @@ def dashboard(
         study_id = st.storage.get_study_id_from_name(name)
     except KeyError:
         known = ", ".join(st.study_names()) or "none"
-        raise UserError(f"no study named {name!r} in {url} (studies there: {known})") \
+        raise UserError(f"no study named {name!r} in {st.url} (studies there: {known})") \
             from None
     err.print(f"optuna-dashboard for {name}: http://127.0.0.1:{port}/dashboard/studies/"
               f"{study_id}  (Ctrl-C stops it)")

@@ -7,16 +7,32 @@ Every problem is reported at once, each with its key path and line (`knobs[2].ra
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from kvtune.cpulist import parse_cpus
 from kvtune.errors import UserError
 from kvtune.load import tools as load_tools
+from kvtune.safety import values as safe
+from kvtune.safety import yamlload
+from kvtune.safety.args import check_extra_args, check_target_args
+from kvtune.safety.hostpaths import check_sysctl_name, check_sysfs_text
 
 __all__ = ["StudySpec", "load_spec", "parse_cpus", "parse_duration", "parse_spec",
            "where_in_file"]
@@ -34,6 +50,8 @@ _CONSTRAINT = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=|<|>)\s*(-?[0-9.eE+]+)\s*$")
 def parse_duration(v: Any) -> float:
     """'3s', '500ms', '2m', '1h' or a number of seconds → seconds."""
     if isinstance(v, int | float) and not isinstance(v, bool):
+        if not math.isfinite(v) or abs(v) > 1e12:
+            raise ValueError(f"{v} is not a finite duration")
         if v <= 0:
             raise ValueError("must be positive")
         return float(v)
@@ -49,7 +67,8 @@ def parse_duration(v: Any) -> float:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Numbers are finite everywhere: .inf and .nan never reach a duration, range or seed.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class TargetSpec(_Model):
@@ -57,12 +76,12 @@ class TargetSpec(_Model):
     binary: str | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=0, ge=0, le=65535)
-    args: list[str] = Field(default_factory=list)
+    args: list[str] = Field(default_factory=list, max_length=64)
     cpus: str | None = None
-    start_timeout: float = Field(default=10.0, gt=0)
+    start_timeout: float = Field(default=10.0, gt=0, le=600)
     # synthetic target only
-    noise_cov: float = Field(default=0.1, ge=0)
-    surface: str = "default"
+    noise_cov: float = Field(default=0.1, ge=0, le=10)
+    surface: str = Field(default="default", max_length=64)
 
     @field_validator("kind")
     @classmethod
@@ -77,7 +96,14 @@ class TargetSpec(_Model):
     @classmethod
     def _cpus(cls, v: str | None) -> str | None:
         if v is not None:
+            safe.check_cpu_list(v)
             parse_cpus(v)
+        return v
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        check_target_args(str(info.data.get("kind", "")), v)
         return v
 
     @field_validator("host")
@@ -99,12 +125,15 @@ class TargetSpec(_Model):
 
 
 class WorkloadSpec(_Model):
-    keys: int = Field(default=10000, ge=1)
-    key_size: int | Literal["etc"] = 16
-    value_size: int | str = 100
-    popularity: str = "uniform"
-    mix: str = "get:9,set:1"
-    mget_size: int = Field(default=10, ge=1)
+    # kvload's argv words: typed and bounded, so no value can add a flag.
+    keys: int = Field(default=10000, ge=1, le=10**10)
+    key_size: Annotated[int, Field(ge=1, le=65536)] | Literal["etc"] = 16
+    value_size: Annotated[int, Field(ge=1, le=1 << 30)] | Annotated[
+        str, Field(pattern=r"^[0-9A-Za-z][0-9A-Za-z:.,\-]{0,255}$")] = 100
+    popularity: str = Field(default="uniform", pattern=r"^[a-z]+(:[0-9.eE+\-]{1,32}){0,2}$")
+    mix: str = Field(default="get:9,set:1",
+                     pattern=r"^[a-z]+:[0-9.]{1,16}(,[a-z]+:[0-9.]{1,16}){0,7}$")
+    mget_size: int = Field(default=10, ge=1, le=1024)
     arrival: Literal["poisson", "fixed", "etc"] = "poisson"
     preload: bool = True
 
@@ -113,7 +142,7 @@ class LoadSpec(_Model):
     tool: str = "kvload"  # a registered load driver (kvtune.load.tools())
     protocol: Literal["memcache", "meta", "resp"] | None = None
     mode: Literal["open", "closed"] = "open"
-    rate: float | None = Field(default=None, gt=0)
+    rate: float | None = Field(default=None, gt=0, le=1e9)
     connections: int = Field(default=4, ge=1, le=10000)
     pipeline: int = Field(default=1, ge=1, le=1024)
     duration: float = 5.0
@@ -121,12 +150,12 @@ class LoadSpec(_Model):
     cpus: str | None = None
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     workload_file: str | None = None
-    extra_args: list[str] = Field(default_factory=list)
+    extra_args: list[str] = Field(default_factory=list, max_length=16)
 
     @field_validator("duration", "warmup", mode="before")
     @classmethod
     def _dur(cls, v: Any) -> float:
-        return parse_duration(v)
+        return safe.check_duration(parse_duration(v), safe.MAX_DURATION)
 
     @field_validator("tool")
     @classmethod
@@ -139,7 +168,23 @@ class LoadSpec(_Model):
     @classmethod
     def _cpus(cls, v: str | None) -> str | None:
         if v is not None:
+            safe.check_cpu_list(v)
             parse_cpus(v)
+        return v
+
+    @field_validator("extra_args")
+    @classmethod
+    def _extra(cls, v: list[str]) -> list[str]:
+        check_extra_args(v)
+        return v
+
+    @field_validator("workload_file")
+    @classmethod
+    def _workload_file(cls, v: str | None) -> str | None:
+        if v is not None:
+            from kvtune.safety.workload import check_workload_file
+
+            check_workload_file(v)
         return v
 
     @model_validator(mode="after")
@@ -155,8 +200,8 @@ class DomainSpec(_Model):
     high: float | None = None
     step: float | None = None
     log: bool = False
-    choices: list[int | float | str | bool] | None = None
-    special: list[int | float | str] | None = None
+    choices: list[int | float | str | bool] | None = Field(default=None, max_length=1000)
+    special: list[int | float | str] | None = Field(default=None, max_length=100)
 
 
 class ApplierSpec(_Model):
@@ -176,21 +221,30 @@ class ApplierSpec(_Model):
                              "redis_directive, sysctl, sysfs")
         if self.sysfs is not None and not self.sysfs.startswith("/sys/"):
             raise ValueError(f"sysfs path {self.sysfs!r} must be under /sys/")
+        if self.sysfs is not None:
+            check_sysfs_text(self.sysfs)
         if self.sysctl is not None and not re.fullmatch(r"[a-z0-9_]+(\.[a-z0-9_\-]+)+",
                                                        self.sysctl):
             raise ValueError(f"{self.sysctl!r} is not a sysctl name such as net.core.somaxconn")
+        if self.sysctl is not None:
+            check_sysctl_name(self.sysctl)
         return self
 
 
 class KnobSpec(_Model):
-    name: str
+    name: str = Field(max_length=128)
     range: tuple[float, float] | None = None
     step: float | None = None
     log: bool | None = None
-    choices: list[int | float | str | bool] | None = None
+    choices: list[int | float | str | bool] | None = Field(default=None, max_length=1000)
     default: int | float | str | bool | None = None
     domain: DomainSpec | None = None
     applier: ApplierSpec | None = None
+
+    @model_validator(mode="after")
+    def _safe_values(self) -> KnobSpec:
+        safe.check_knob_spec(self)
+        return self
 
 
 class ObjectiveSpec(_Model):
@@ -237,13 +291,14 @@ def parse_constraint(text: str) -> Constraint:
 
 
 class BudgetSpec(_Model):
-    trials: int | None = Field(default=None, ge=1)
+    trials: int | None = Field(default=None, ge=1, le=1_000_000)
     time: float | None = None
 
     @field_validator("time", mode="before")
     @classmethod
     def _time(cls, v: Any) -> float | None:
-        return None if v is None else parse_duration(v)
+        return None if v is None else safe.check_duration(parse_duration(v),
+                                                          safe.MAX_BUDGET_TIME)
 
     @model_validator(mode="after")
     def _some(self) -> BudgetSpec:
@@ -256,34 +311,53 @@ class EvaluationSpec(_Model):
     """How measurements are turned into values the optimizer can trust."""
 
     statistic: Literal["median", "mean"] = "median"
-    noise_floor_runs: int = Field(default=5, ge=0)
-    max_reruns: int = Field(default=2, ge=0)
+    noise_floor_runs: int = Field(default=5, ge=0, le=1000)
+    max_reruns: int = Field(default=2, ge=0, le=100)
     steal_threshold: float = Field(default=0.05, ge=0, le=1)
     intensify: bool = True
-    max_repetitions: int = Field(default=6, ge=1)
+    max_repetitions: int = Field(default=6, ge=1, le=1000)
     early_stop: bool = True
-    drift_every: int = Field(default=10, ge=0)
-    confirm_top: int = Field(default=3, ge=0)
-    confirm_rounds: int = Field(default=5, ge=0)
+    drift_every: int = Field(default=10, ge=0, le=1_000_000)
+    confirm_top: int = Field(default=3, ge=0, le=100)
+    confirm_rounds: int = Field(default=5, ge=0, le=1000)
     alpha: float = Field(default=0.05, gt=0, lt=1)
-    min_improvement: float = Field(default=0.0, ge=0)
+    min_improvement: float = Field(default=0.0, ge=0, le=100)
 
 
 class StudySpec(_Model):
     study: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
     target: TargetSpec
     load: LoadSpec | None = None
-    knobs: list[str | KnobSpec] = Field(default_factory=list)
+    # A knob entry is a name or a mapping; the discriminator keeps pydantic from reporting
+    # a spurious "Input should be a valid string" beside every bad mapping.
+    knobs: list[Annotated[Annotated[str, Tag("str")] | Annotated[KnobSpec, Tag("KnobSpec")],
+                          Discriminator(lambda v: "str" if isinstance(v, str) else "KnobSpec")]
+                ] = Field(default_factory=list, max_length=500)
     preset: str | None = None
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
-    constraints: list[str] = Field(default_factory=list)
+    constraints: list[str] = Field(default_factory=list, max_length=100)
     budget: BudgetSpec = Field(default_factory=lambda: BudgetSpec(trials=20))
     repetitions: int = Field(default=3, ge=1, le=100)
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
-    relax_rules: list[str] = Field(default_factory=list)
+    relax_rules: list[str] = Field(default_factory=list, max_length=100)
     sampler: Literal["tpe", "random", "grid"] = "tpe"
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, lt=2**32)  # what numpy and Optuna's samplers take
     storage: str | None = None
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, v: str | None) -> str | None:
+        if v is not None:
+            from kvtune.safety.storage import check_url
+
+            check_url(v)
+        return v
+
+    @field_serializer("storage")
+    def _masked(self, v: str | None) -> str | None:
+        from kvtune.safety.storage import mask
+
+        return None if v is None else mask(v)
 
     @field_validator("constraints")
     @classmethod
@@ -317,7 +391,7 @@ def _line_map(text: str) -> dict[tuple[Any, ...], int]:
     """Key path → 1-based line of each node in a YAML document."""
     lines: dict[tuple[Any, ...], int] = {}
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yamlload.compose(text)
     except yaml.YAMLError:
         return lines
 
@@ -360,16 +434,13 @@ def _keys_of(lines: dict[tuple[Any, ...], int]) -> set[Any]:
 
 def load_spec(path: str | Path) -> tuple[StudySpec, dict[tuple[Any, ...], int]]:
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise UserError(f"cannot read study file {p}: {e.strerror}") from None
+    text = yamlload.read_study_file(p)
     return parse_spec(text, str(p))
 
 
 def parse_spec(text: str, name: str = "<study>") -> tuple[StudySpec, dict[tuple[Any, ...], int]]:
     try:
-        data = yaml.safe_load(text)
+        data = yamlload.load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f", line {mark.line + 1}" if mark else ""
@@ -387,6 +458,9 @@ def parse_spec(text: str, name: str = "<study>") -> tuple[StudySpec, dict[tuple[
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 msg = "unknown key"
+            elif err["type"] == "missing" and loc and isinstance(loc[-1], str):
+                msg = f"required key {loc[-1]!r} is missing"
+                loc = loc[:-1]
             elif err["type"] == "missing":
                 msg = "required key is missing"
             problems.append(f"{where_in_file(loc, lines)}: {msg}")

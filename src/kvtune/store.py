@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import time
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -60,13 +59,18 @@ def dumps(obj: Any) -> str:
 
 class Store:
     def __init__(self, url: str) -> None:
-        self.url = url
-        if url.startswith("sqlite:///"):
-            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        from kvtune.safety.storage import mask, prepare
+
+        self.url = mask(url)  # for people: messages, `show`, reports (never the password)
+        try:
+            prepare(url)
+        except ValueError as e:
+            raise UserError(f"storage {self.url!r}: {e}") from None
         try:
             self.storage = optuna.storages.RDBStorage(url)
         except Exception as e:  # SQLAlchemy and driver errors vary by backend
-            raise UserError(f"storage {url!r} cannot be opened: {e}") from None
+            detail = str(e).replace(url, self.url).splitlines()[0] if str(e) else type(e).__name__
+            raise UserError(f"storage {self.url!r} cannot be opened: {detail}") from None
         self.engine = sa.create_engine(url)
         _META.create_all(self.engine)
 

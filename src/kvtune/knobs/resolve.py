@@ -21,6 +21,7 @@ from kvtune.knobs.appliers.redis import RedisDirective
 from kvtune.knobs.domain import Domain
 from kvtune.knobs.knob import Knob
 from kvtune.knobs.rules import RULE_NAMES
+from kvtune.safety import values as safe
 from kvtune.spec import KnobSpec, StudySpec, where_in_file
 
 __all__ = ["INLINE_APPLIERS", "build_knob", "resolve_knobs"]
@@ -127,6 +128,7 @@ def build_knob(ks: KnobSpec, target_kind: str,
             domain = domain.with_overrides(choices=tuple(ks.choices))
         domain = Domain(domain.type, domain.low, domain.high, domain.step, domain.log,
                         domain.choices, domain.special)
+        safe.check_override(ks, base.domain, domain)
     except ValueError as e:
         raise ValueError(f"{ks.name}: {e}") from None
     default = base.default

@@ -24,6 +24,15 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[3]
 
+# load.extra_args may hold only these kvload flags: they change how the load is measured,
+# never where it goes (--server), what it writes (--json, --dump-arrivals) or what it
+# reads (--workload). Flag -> pattern of its value (None: takes no value).
+_DURATION = r"\d{1,6}(\.\d{1,6})?(ms|s|m)?"
+SAFE_EXTRA_ARGS: dict[str, str | None] = {
+    "--timeout": _DURATION, "--spin-us": r"\d{1,6}", "--max-outstanding": r"\d{1,5}",
+    "--max-item-size": r"\d{1,10}[KMkm]?", "--realtime": None,
+}
+
 
 def find_kvload() -> str:
     """$KVLOAD, then the repo's release build, then PATH."""

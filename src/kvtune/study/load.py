@@ -20,11 +20,17 @@ class Loaded:
     path: Path
 
 
-def load(path: str | Path) -> Loaded:
+def load(path: str | Path, allow_inline_host_knobs: bool = False) -> Loaded:
+    """Parse and validate a study file; inline host knobs need the command-line flag."""
+    from kvtune.safety.inline import check_inline_host_knobs
+
     spec, lines = load_spec(path)
     knobs = resolve_knobs(spec, lines, str(path), target_knobs(spec.target.kind))
+    check_inline_host_knobs(spec, lines, allow_inline_host_knobs, str(path))
     return Loaded(spec, knobs, Path(path))
 
 
 def open_store(spec: StudySpec, base: Path | None = None) -> Store:
+    if spec.storage is None:  # kvtune's own default, BASE/results/STUDY.db
+        (base or Path.cwd()).joinpath("results").mkdir(parents=True, exist_ok=True)
     return Store(spec.storage_url(base or Path.cwd()))

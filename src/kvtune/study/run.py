@@ -34,6 +34,8 @@ class StudyRun:
         self.knobs = loaded.knobs  # as resolved; `space` holds them after preflight
         self.console = console or Console(stderr=True)
         self.session = Session(self.spec, self.knobs, None)
+        # Preflight before the store: a refused study leaves no file behind.
+        self.space: Space | None = self.session.preflight()
         self.store = open_store(self.spec, base_dir)
         self.direction = self.spec.objective.resolved_direction
         self.metric = self.spec.objective.metric
@@ -41,14 +43,15 @@ class StudyRun:
                                    self.direction, self.spec.parsed_constraints,
                                    self.spec.evaluation, self.spec.repetitions, self.spec.seed,
                                    policy)
-        self.space: Space | None = None
         self.study: optuna.Study | None = None
         self.incumbent: Evaluation | None = None
         self.baseline_eval: Evaluation | None = None
 
     def preflight(self) -> Space:
-        """Check everything and build the study's space (nothing is applied)."""
-        self.space = self.session.preflight()
+        """Check everything and build the study's space (nothing is applied): done once,
+        when the run is built."""
+        if self.space is None:
+            self.space = self.session.preflight()
         return self.space
 
     # -- set-up ----------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar
 
-from kvtune.errors import HarnessError, TrialFailed, UserError
+from kvtune.errors import HarnessError, TrialFailed
 from kvtune.host.versions import parse_version, run_version
 from kvtune.knobs.appliers.base import Launch
 
@@ -120,7 +120,9 @@ class ServerTarget(Target):
     runs_server = True
     binary: str
     default_binary: ClassVar[str]
-    version_args: ClassVar[tuple[str, ...]]  # e.g. ("-V",): prints the version
+    version_args: ClassVar[tuple[str, ...]]  # e.g. ("-V",): prints the version; the probe ...
+    version_banner: ClassVar[str] = ""  # ... proves the binary is this target's server (a
+    # regex its first line matches; kvtune.safety.binary)
 
     def __init__(self, spec: TargetSpec) -> None:
         super().__init__(spec)
@@ -129,11 +131,10 @@ class ServerTarget(Target):
         self.binary = self._find_binary(spec.binary or self.default_binary)
 
     def _find_binary(self, name: str) -> str:
-        found = shutil.which(name)
-        if not found:
-            raise UserError(f"target.binary: {name!r} not found on PATH; install it "
-                            f"(`make setup` installs memcached and redis-server) or give a path")
-        return found
+        from kvtune.safety.binary import find_server_binary
+
+        return find_server_binary(name, self.kind, self.default_binary, self.version_args,
+                                  self.version_banner)
 
     @classmethod
     def installed(cls) -> tuple[str, tuple[int, ...]] | None:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from typing import Any
+from typing import Any, ClassVar
 
 from kvtune.knobs.appliers.base import Launch
 from kvtune.knobs.appliers.memcached import memcached_argv_options
 from kvtune.targets.base import ServerTarget
+
+_INT = r"\d{1,12}"
+_FLOAT = r"\d{1,12}(\.\d{1,12})?"
+_SIZE = r"\d{1,12}[kKmMgG]?"
 
 
 class MemcachedTarget(ServerTarget):
@@ -17,6 +21,61 @@ class MemcachedTarget(ServerTarget):
     default_binary = "memcached"
     protocol = "memcache"
     version_args = ("-V",)
+    version_banner = r"^memcached \d+\.\d+"
+
+    # target.args and inline memcached_flag knobs: only flags that change how the server
+    # serves, never where it listens, whether it daemonizes or which files it reads or
+    # writes (kvtune.safety.args). Flag -> pattern of its value (None: takes no value).
+    SAFE_FLAGS: ClassVar[dict[str, str | None]] = {
+        "-m": _INT, "--memory-limit": _INT, "-c": _INT, "--conn-limit": _INT,
+        "-t": _INT, "--threads": _INT, "-R": _INT, "--max-reqs-per-event": _INT,
+        "-I": _SIZE, "--max-item-size": _SIZE, "-n": _INT, "--slab-min-size": _INT,
+        "-f": _FLOAT, "--slab-growth-factor": _FLOAT, "-b": _INT, "--listen-backlog": _INT,
+        "-B": "auto|ascii|binary", "--protocol": "auto|ascii|binary",
+        "-C": None, "--disable-cas": None, "-M": None, "--disable-evictions": None,
+        "-L": None, "--enable-largepages": None, "-X": None, "--disable-dumping": None,
+        "-W": None, "--disable-watch": None, "-o": "options", "--extended": "options",
+    }
+    UNSAFE_FLAGS: ClassVar[dict[str, str]] = {
+        **dict.fromkeys(("-l", "--listen", "-p", "--port", "-U", "--udp-port", "-s",
+                         "--unix-socket", "-a", "--unix-mask"),
+                        "changes where the server listens (kvtune binds it to target.host "
+                        "and target.port)"),
+        **dict.fromkeys(("-d", "--daemon"), "daemonizes: the server would outlive kvtune"),
+        **dict.fromkeys(("-P", "--pidfile", "-e", "--memory-file", "-r",
+                         "--enable-coredumps"), "makes the server write files"),
+        **dict.fromkeys(("-Y", "--auth-file", "-S", "--enable-sasl", "-Z", "--enable-ssl"),
+                        "makes the server read credential files"),
+        **dict.fromkeys(("-u", "--user"), "changes the user the server runs as"),
+        **dict.fromkeys(("-k", "--lock-memory"), "locks all of the server's memory"),
+        **dict.fromkeys(("-A", "--enable-shutdown"), "lets a client shut the server down"),
+        **dict.fromkeys(("-v", "-vv", "-vvv", "--verbose"),
+                        "logs every request (the log grows without bound)"),
+        **dict.fromkeys(("-h", "--help", "-V", "--version", "-i", "--license"),
+                        "prints and exits instead of serving"),
+    }
+    # `-o` extended options (also inline memcached_option knobs): name -> value pattern.
+    SAFE_OPTIONS: ClassVar[dict[str, str | None]] = {
+        **dict.fromkeys(("hashpower", "slab_automove", "slab_automove_window",
+                         "lru_crawler_sleep", "lru_crawler_tocrawl", "hot_lru_pct",
+                         "warm_lru_pct", "temporary_ttl", "idle_timeout", "tail_repair_time",
+                         "worker_logbuf_size", "watcher_logbuf_size", "slab_chunk_max",
+                         "read_buf_mem_limit", "resp_obj_mem_limit"), _INT),
+        **dict.fromkeys(("slab_automove_ratio", "hot_max_factor", "warm_max_factor"), _FLOAT),
+        "hash_algorithm": "murmur3|jenkins|xxh3",
+        "slab_sizes": r"\d+(-\d+){0,63}",
+        **dict.fromkeys(("no_hashexpand", "maxconns_fast", "no_maxconns_fast", "slab_reassign",
+                         "no_slab_reassign", "lru_crawler", "no_lru_crawler", "lru_maintainer",
+                         "no_lru_maintainer", "modern", "no_modern", "lru_segmented",
+                         "no_lru_segmented", "track_sizes", "inline_ascii_resp",
+                         "no_inline_ascii_resp"), None),
+    }
+    UNSAFE_OPTIONS: ClassVar[dict[str, str]] = {
+        "ext_": "extstore writes files", "memory_file": "makes the server write files",
+        "proxy_": "the proxy loads and runs Lua files", "ssl_": "TLS reads key files",
+        "drop_privileges": "changes the server's privileges",
+        "no_drop_privileges": "changes the server's privileges",
+    }
 
     def argv(self, launch: Launch) -> list[str]:
         argv = [self.binary, "-l", self.host, "-p", str(self.port), "-U", "0"]

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import socket
-from typing import Any
+from typing import Any, ClassVar
 
 from kvtune.knobs.appliers.base import Launch
 from kvtune.targets.base import ServerTarget
+
+_INT = r"\d{1,12}"
+_SIZE = r"\d{1,12}([kmg]b?|b)?"
 
 
 def resp_command(*args: str) -> bytes:
@@ -22,6 +25,62 @@ class RedisTarget(ServerTarget):
     default_binary = "redis-server"
     protocol = "resp"
     version_args = ("--version",)
+    version_banner = r"^Redis server v=\d+\.\d+"
+
+    # target.args (`--name value` pairs) and inline redis_directive knobs: only directives
+    # that change how the server serves, never where it listens, whether it daemonizes,
+    # which files it reads or writes, or whom it connects to (kvtune.safety.args).
+    # Directive -> pattern of its one value.
+    SAFE_DIRECTIVES: ClassVar[dict[str, str]] = {
+        **dict.fromkeys(("maxmemory", "proto-max-bulk-len", "client-query-buffer-limit",
+                         "active-defrag-ignore-bytes"), _SIZE),
+        "maxmemory-policy": "noeviction|allkeys-lru|allkeys-lfu|allkeys-random|volatile-lru"
+                            "|volatile-lfu|volatile-random|volatile-ttl",
+        "appendfsync": "everysec|always|no",
+        **dict.fromkeys((
+            "maxmemory-samples", "maxmemory-eviction-tenacity", "hz", "io-threads",
+            "maxclients", "timeout", "tcp-keepalive", "tcp-backlog", "active-expire-effort",
+            "hash-max-listpack-entries", "hash-max-listpack-value", "hash-max-ziplist-entries",
+            "hash-max-ziplist-value", "list-compress-depth", "set-max-intset-entries",
+            "set-max-listpack-entries", "set-max-listpack-value", "zset-max-listpack-entries",
+            "zset-max-listpack-value", "zset-max-ziplist-entries", "zset-max-ziplist-value",
+            "stream-node-max-bytes", "stream-node-max-entries", "hll-sparse-max-bytes",
+            "slowlog-max-len", "latency-monitor-threshold", "lua-time-limit",
+            "busy-reply-threshold", "active-defrag-threshold-lower",
+            "active-defrag-threshold-upper", "active-defrag-cycle-min",
+            "active-defrag-cycle-max", "active-defrag-max-scan-fields", "lfu-log-factor",
+            "lfu-decay-time"), _INT),
+        **dict.fromkeys(("list-max-listpack-size", "list-max-ziplist-size",
+                         "slowlog-log-slower-than"), r"-?\d{1,12}"),
+        **dict.fromkeys((
+            "dynamic-hz", "io-threads-do-reads", "activerehashing", "activedefrag",
+            "lazyfree-lazy-eviction", "lazyfree-lazy-expire", "lazyfree-lazy-server-del",
+            "lazyfree-lazy-user-del", "lazyfree-lazy-user-flush", "replica-lazy-flush",
+            "jemalloc-bg-thread", "disable-thp", "latency-tracking", "always-show-logo",
+            "set-proc-title"), "yes|no"),
+    }
+    UNSAFE_DIRECTIVES: ClassVar[dict[str, str]] = {
+        **dict.fromkeys(("bind", "port", "unixsocket", "unixsocketperm", "tls-port",
+                         "bind-source-addr", "protected-mode"),
+                        "changes where the server listens (kvtune binds it to target.host "
+                        "and target.port)"),
+        **dict.fromkeys(("daemonize", "supervised"),
+                        "daemonizes: the server would outlive kvtune"),
+        **dict.fromkeys(("dir", "dbfilename", "logfile", "pidfile", "appendfilename",
+                         "appenddirname", "save", "appendonly", "cluster-config-file",
+                         "syslog-enabled"), "makes the server write files"),
+        **dict.fromkeys(("include", "loadmodule", "aclfile", "tls-cert-file", "tls-key-file",
+                         "tls-ca-cert-file"), "makes the server read or load files"),
+        "rename-command": "renames commands kvtune and kvload use",
+        **dict.fromkeys(("replicaof", "slaveof", "masterauth", "masteruser"),
+                        "makes the server connect to another server"),
+        **dict.fromkeys(("enable-debug-command", "enable-module-command",
+                         "enable-protected-configs"),
+                        "enables commands that change the server at run time"),
+        **dict.fromkeys(("requirepass", "user"), "kvload cannot authenticate"),
+        **dict.fromkeys(("oom-score-adj", "oom-score-adj-values"),
+                        "makes the server write /proc files"),
+    }
 
     def argv(self, launch: Launch) -> list[str]:
         argv = [self.binary, "--port", str(self.port), "--bind", self.host,

@@ -79,6 +79,9 @@ class HostFile(Applier):
             return Availability(False, f"{path}: debugfs is not mounted at {DEBUGFS} "
                                        "(or the kernel hides it)")
         p = ctx.fs.path(path)
+        why = _refused(ctx, path)
+        if why:
+            return Availability(False, why)
         if not p.exists():
             return Availability(False, f"{path} does not exist on kernel {ctx.facts.kernel}"
                                 + (f"; {self.note}" if self.note else ""))
@@ -98,6 +101,9 @@ class HostFile(Applier):
     def _read(self, ctx: HostContext, path: str) -> Value:
         from kvtune.host.journal import READERS
 
+        why = _refused(ctx, path)
+        if why:
+            raise PermissionError(why)
         text = READERS[self.reader](ctx.fs.read_text(path))
         try:
             return int(text)
@@ -116,11 +122,26 @@ class HostFile(Applier):
     def apply(self, value: Value, env: ApplyEnv) -> None:
         path = self.resolve(env.ctx)
         assert path is not None and env.journal is not None
+        why = _refused(env.ctx, path)
+        if why:
+            raise PermissionError(why)
         env.journal.write(env.ctx.fs.path(path), self.format(value), self.reader)
 
     def export_entry(self, value: Value, ctx: HostContext) -> ExportEntry | None:
         path = self.resolve(ctx)
         return None if path is None else ExportEntry("sysfs", path, self.format(value), True)
+
+
+def _refused(ctx: HostContext, path: str) -> str | None:
+    """Why this host file may not be read or written (symlinks and `..` resolved first:
+    only /proc/sys and /sys, never the deny-list of kvtune.safety.hostpaths), or None."""
+    from kvtune.safety.hostpaths import resolve
+
+    try:
+        resolve(ctx.fs.path(path), ctx.fs.root)
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 class Sysctl(HostFile):

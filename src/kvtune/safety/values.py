@@ -1,0 +1,155 @@
+"""Values for the structure they land in, and numbers a study file may hold.
+
+- Inline knobs: the memcached flag, `-o` option or Redis directive must be on the target's
+  allow-list, and every value the knob can take (choices, specials, default, range ends)
+  must match that flag's value pattern, so no value can add an argv word, a `-o` option
+  or a Redis config line. Inline sysctl/sysfs values are short printable text.
+- Catalog knobs: an override may narrow the catalog's range or choices, never widen them.
+- CPU lists and numbers are bounded: no list of 4 billion CPUs, no infinite durations.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import TYPE_CHECKING, Any
+
+from kvtune.safety import args as safe_args
+
+if TYPE_CHECKING:
+    from kvtune.knobs.domain import Domain
+    from kvtune.spec import KnobSpec
+
+MAX_CPU = 8191  # the kernel's largest NR_CPUS
+MAX_MAGNITUDE = 2.0 ** 64  # the largest value any knob file or flag takes
+MAX_DURATION = 24 * 3600.0  # load.duration, load.warmup
+MAX_BUDGET_TIME = 30 * 24 * 3600.0  # budget.time
+_CPU_PART = re.compile(r"^\s*(\d{1,5})(?:\s*-\s*(\d{1,5}))?\s*$")
+_HOST_VALUE = re.compile(r"^[\x20-\x7e]{0,256}$")
+
+
+def check_cpu_list(text: Any) -> None:
+    """'0', '0-1', '0,2-3': bounded CPU numbers, nothing else (ValueError)."""
+    if not isinstance(text, str) or len(text) > 1024:
+        raise ValueError(f"{text!r} is not a CPU list such as 0, 0-1 or 0,2-3")
+    parts = [p for p in text.split(",") if p.strip()]
+    if not parts:
+        raise ValueError("empty CPU list")
+    for part in parts:
+        m = _CPU_PART.match(part)
+        if not m:
+            raise ValueError(f"{text!r} is not a CPU list such as 0, 0-1 or 0,2-3 "
+                             f"({part.strip()!r} is not a CPU number or range)")
+        for n in m.groups():
+            if n is not None and int(n) > MAX_CPU:
+                raise ValueError(f"CPU {n} in {text!r} is beyond any kernel's limit "
+                                 f"({MAX_CPU})")
+
+
+def check_number(v: Any, what: str = "value") -> None:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ValueError(f"{what}: {v} is not a finite number")
+    if abs(v) > MAX_MAGNITUDE:
+        raise ValueError(f"{what}: {v} is out of range (at most 2**64 in magnitude)")
+
+
+def check_duration(seconds: float, limit: float) -> float:
+    if not math.isfinite(seconds):
+        raise ValueError(f"{seconds} is not a finite duration")
+    if seconds > limit:
+        raise ValueError(f"{seconds:g}s is longer than the limit of {limit:g}s")
+    return seconds
+
+
+# -- inline knobs ----------------------------------------------------------------------------
+
+
+def _candidates(ks: KnobSpec) -> list[Any]:
+    out: list[Any] = [*(ks.choices or []), ks.default]
+    if ks.range is not None:
+        out += list(ks.range)
+    d = ks.domain
+    if d is not None:
+        out += [*(d.choices or []), *(d.special or []), d.low, d.high, d.step]
+    return [v for v in out if v is not None]
+
+
+def _fmt(v: Any, redis: bool = False) -> str:
+    if isinstance(v, bool):
+        return ("yes" if v else "no") if redis else ("1" if v else "0")
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def check_knob_spec(ks: KnobSpec) -> None:
+    """Every number finite and bounded; an inline knob's applier on its target's allow-list
+    and every value it can take safe for where it lands. Raises ValueError."""
+    for v in _candidates(ks):
+        check_number(v, ks.name)
+    a = ks.applier
+    if a is None:
+        return
+    is_bool = ks.domain is not None and ks.domain.type == "bool"
+    values = [v for v in _candidates(ks) if not (is_bool and isinstance(v, bool))]
+    if ks.domain is not None and ks.domain.step is not None:
+        values = [v for v in values if v is not ks.domain.step]
+    if a.memcached_flag is not None:
+        pattern = safe_args.memcached_flag_pattern(a.memcached_flag)
+        _check_bare(pattern, is_bool, f"memcached {a.memcached_flag}")
+        if pattern == "options":
+            raise ValueError("memcached -o: define an inline knob with memcached_option")
+        for v in values:
+            safe_args.check_value(_fmt(v), pattern or "", f"{ks.name} ({a.memcached_flag})")
+    elif a.memcached_option is not None:
+        pattern = safe_args.memcached_option_pattern(a.memcached_option)
+        _check_bare(pattern, is_bool, f"memcached -o {a.memcached_option}")
+        for v in values:
+            safe_args.check_value(_fmt(v), pattern or "", f"{ks.name} (-o "
+                                  f"{a.memcached_option})")
+    elif a.redis_directive is not None:
+        pattern = safe_args.redis_directive_pattern(a.redis_directive)
+        for v in [*values, *([True, False] if is_bool else [])]:
+            safe_args.check_value(_fmt(v, redis=True), pattern,
+                                  f"{ks.name} ({a.redis_directive})")
+    else:
+        for v in values:
+            if isinstance(v, str) and not _HOST_VALUE.match(v):
+                raise ValueError(f"{ks.name}: {v!r} is not a value for a kernel file "
+                                 "(printable text, at most 256 characters)")
+
+
+def _check_bare(pattern: str | None, is_bool: bool, what: str) -> None:
+    if pattern is None and not is_bool:
+        raise ValueError(f"{what} takes no value: give the knob a bool domain")
+    if pattern is not None and is_bool:
+        raise ValueError(f"{what} takes a value: a bool domain would leave it without one")
+
+
+# -- catalog bounds --------------------------------------------------------------------------
+
+
+def check_override(ks: KnobSpec, base: Domain, new: Domain) -> None:
+    """A catalog knob's override may narrow its domain, never widen it (inline knobs,
+    which have an applier, define their own). Raises ValueError."""
+    if ks.applier is not None:
+        return
+    if new.type in ("int", "float") and base.low is not None and base.high is not None:
+        assert new.low is not None and new.high is not None
+        if new.low < base.low or new.high > base.high:
+            raise ValueError(f"range [{_fmt(new.low)}, {_fmt(new.high)}] widens the catalog's "
+                             f"{base.describe()}; an override may only narrow it (define an "
+                             "inline knob with a domain and an applier to go beyond)")
+        if base.step and not base.log and new.step != base.step:
+            k = (new.step or 0) / base.step
+            if not new.step or abs(k - round(k)) > 1e-9 or \
+                    (not base.contains(new.low) and new.low not in base.special):
+                raise ValueError(f"step {new.step} does not fit the catalog's step "
+                                 f"{_fmt(base.step)} from {_fmt(base.low)}")
+    if new.type == "categorical":
+        extra = [c for c in new.choices if c not in base.choices]
+        if extra:
+            raise ValueError(f"choices {', '.join(map(repr, extra))} are not among the "
+                             f"catalog's {base.describe()}; an override may only narrow them")
