@@ -51,7 +51,7 @@ def test_ablation_names_the_knob_that_carries_the_gain() -> None:
     assert x["knob"] == "synthetic.x" and x["share_ci"][0] < 1.0 < x["share_ci"][1] + 0.05
     assert res["measurements"] == m.count["n"] == (2 + 2) * 7
     assert res["gain"]["verdict"] == "better" and res["gain"]["change"] > 0.2
-    assert "synthetic.x 2.0 → 7.0 (share" in res["text"]
+    assert "synthetic.x 2 → 7 (share" in res["text"]
     assert "the other change is within noise" in res["text"]
 
 
@@ -94,3 +94,37 @@ def test_share_is_nan_safe_when_no_gain() -> None:
     assert res["minimal_changes"] == {}
     assert "no single change carries the gain" in res["text"]
     assert all(isinstance(r["share"], float) or math.isnan(r["share"]) for r in res["knobs"])
+
+
+def test_after_confirmation_on_a_synthetic_study(tmp_path: Any) -> None:
+    """The hook the study calls: a real synthetic study, its confirmation, then the
+    ablation measured through the evaluator, stored under "ablation" and printed."""
+    from rich.console import Console
+
+    from kvtune.store import Store
+    from kvtune.study import StudyRun
+    from kvtune.study import load as load_study
+    from kvtune.study._ui import on_host
+
+    p = tmp_path / "ab.yaml"
+    p.write_text("study: ab\ntarget: {kind: synthetic, noise_cov: 0.02}\n"
+                 "knobs: [synthetic.x, synthetic.threads, synthetic.mode]\n"
+                 "objective: {metric: ops_per_sec}\nbudget: {trials: 14}\nrepetitions: 2\n"
+                 "evaluation: {noise_floor_runs: 3, confirm_top: 1, confirm_rounds: 6, "
+                 "drift_every: 0}\nsampler: random\nseed: 4\n")
+    console = Console(record=True, width=200)
+    run = StudyRun(load_study(p), console, base_dir=tmp_path)
+    conf = run.run()
+    assert conf.get("recommended"), conf.get("verdict")
+    with on_host(run.session, "ab"):
+        res = ablation.after_confirmation(run, conf)
+    assert res is not None
+    stored = Store(run.store.url).last_result("ab", "ablation")
+    assert stored is not None and stored["minimal_changes"] == res["minimal_changes"]
+    changed = ablation.changed_knobs(conf["recommended"]["config"], BASELINE)
+    if len(changed) > 1:
+        assert len(Store(run.store.url).repetitions("ab", "ablation")) == res["measurements"]
+    # x 2 -> anything near 7 is most of the gain; it must be named whenever it changed
+    if "synthetic.x" in changed and abs(conf["recommended"]["config"]["synthetic.x"] - 7) < 2:
+        assert "synthetic.x" in res["carries"], res["text"]
+    assert "Ablation" in console.export_text()

@@ -28,15 +28,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy import stats as sps
 
-from kvtune.present import change_fraction, change_record
+from kvtune.present import change_fraction, change_record, number
 from kvtune.spec import EvaluationSpec
 from kvtune.stats import holm
 from kvtune.study.confirm import Arm, Measure, interleave
+
+if TYPE_CHECKING:
+    from kvtune.study.run import StudyRun
 
 SCHEMA_VERSION = 1
 
@@ -151,7 +154,10 @@ def analyse(rec_arm: Arm, base_arm: Arm, arms: list[tuple[str, Arm]],
 
 
 def _change(row: dict[str, Any]) -> str:
-    return f"{row['knob']} {row['baseline']} → {row['recommended']}"
+    def v(x: Any) -> str:
+        return number(x) if isinstance(x, float) else str(x)
+
+    return f"{row['knob']} {v(row['baseline'])} → {v(row['recommended'])}"
 
 
 def explain(res: dict[str, Any]) -> str:
@@ -280,3 +286,37 @@ def lines(res: dict[str, Any] | None) -> list[str]:
         out.append(f"  {_change(r)}: share of the gain {r['share']:.0%}{ci}; reverting it: "
                    f"{r['revert']['text']}; {r['effect']}")
     return out
+
+
+def after_confirmation(run: StudyRun, confirmation: dict[str, Any]) -> dict[str, Any] | None:
+    """The hook `StudyRun.run` calls after the confirmation, inside the host context: the
+    ablation measured with the confirmation's repetitions, stored as "ablation", printed.
+    None when the study asks for no ablation."""
+    from kvtune.study._ui import progress
+
+    ev = run.spec.evaluation
+    if not getattr(ev, "ablation", True) or not getattr(run, "ablation", True):
+        return None
+    assert run.space is not None
+    baseline = run.space.baseline_config()
+
+    def measure(config: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+        rep = run.evaluator.run_one(config, "ablation", None)
+        return rep.status, rep.reason, rep.metrics
+
+    with progress(run.console) as prog:
+        task = prog.add_task("ablation", total=None)
+
+        def start(n: int) -> None:
+            extra = (n + 2) * ev.confirm_rounds
+            run.console.print(f"[bold]Ablation[/]: the recommendation with each of its {n} "
+                              f"changes reverted, {ev.confirm_rounds} interleaved rounds "
+                              f"({extra} more repetitions)")
+            prog.update(task, total=extra)
+
+        result = ablate(confirmation, baseline, run.metric, run.direction, ev, run.spec.seed,
+                        measure, start, lambda: prog.advance(task))
+    run.store.put_result(run.spec.study, "ablation", result)
+    for line in lines(result):
+        run.console.print(line, markup=False, highlight=False)
+    return result
