@@ -208,3 +208,133 @@ def test_a_policy_subclass_changes_the_evaluator_without_patching() -> None:
     plain = Evaluator(_Session([100.0, 101.0, 99.0]), None, "s", "ops_per_sec",  # type: ignore[arg-type]
                       "maximize", [], EvaluationSpec(), 3)
     assert plain.evaluate({}, n=3).ci != (0.0, 1e9)
+
+
+# -- rules between knobs, and what the search asks for ------------------------------------
+
+
+def test_a_redis_rule_does_not_touch_a_memcached_study() -> None:
+    """memcached-full searches net.core.somaxconn; Redis's default tcp-backlog (511) must
+    not reject a somaxconn below it in a memcached study."""
+    from kvtune.knobs.catalog import check_rules
+    from kvtune.targets import host_context
+
+    ctx = host_context()
+    config = {"memcached.threads": 4, "net.core.somaxconn": 128}
+    assert check_rules(config, ctx) is None
+    # The memcached rule judges the backlog the study sets, not memcached's default.
+    assert check_rules({**config, "memcached.backlog": 1024}, ctx) is not None
+    assert check_rules({**config, "memcached.backlog": 128}, ctx) is None
+    # ... and the Redis rule still applies to a Redis study.
+    assert "redis-backlog-somaxconn" in (check_rules(
+        {"redis.tcp_backlog": 1024, "net.core.somaxconn": 128}, ctx) or "")
+
+
+def test_memcached_hashpower_must_exceed_the_lock_table() -> None:
+    """memcached 1.6 exits at start ("Hash table power size (14) cannot be equal to or less
+    than item lock table (14)") with -t 12 -o hashpower=14: the rule catches it, and its
+    repair raises hashpower just enough."""
+    from kvtune.knobs.catalog import lookup
+    from kvtune.knobs.rules import Values, broken, lock_table_power, repairs
+    from kvtune.targets import host_context
+
+    assert [lock_table_power(t) for t in (1, 3, 4, 5, 10, 11, 16)] == [10, 11, 12, 13, 13,
+                                                                       14, 14]
+    v = Values({"memcached.threads": 12, "memcached.hashpower": 14}, host_context(), lookup)
+    rules = broken(v)
+    assert [r.name for r in rules] == ["memcached-hashpower-lock-table"]
+    assert repairs(v, rules) == [{"memcached.hashpower": 15}]
+    ok = Values({"memcached.threads": 12, "memcached.hashpower": 15}, host_context(), lookup)
+    assert broken(ok) == []
+
+
+def _x_rule(config: dict[str, Any]) -> list[tuple[str, str]]:
+    return [("x-above-8", "x must stay at most 8")] if config["synthetic.x"] > 8 else []
+
+
+def test_a_rule_breaking_candidate_is_told_infeasible_and_never_returned() -> None:
+    from kvtune.optimizer import REJECTED, RULES_CONSTRAINT, ask
+
+    space = Space((SYNTHETIC_KNOBS["synthetic.x"],), {"synthetic.x": 2.0})
+    study = optuna.create_study(direction="maximize",
+                                sampler=optuna.samplers.RandomSampler(seed=1))
+    asked = []
+    for _ in range(20):
+        a = ask(study, space, _x_rule)
+        assert a.config["synthetic.x"] <= 8
+        asked.append(a)
+        study.tell(a.trial, a.config["synthetic.x"])
+    rejected = [t for t in study.trials if t.user_attrs.get("kind") == REJECTED]
+    assert rejected and sum(len(a.rejected) for a in asked) == len(rejected)
+    for t in rejected:  # infeasible, no objective value, the rule named
+        assert t.state == optuna.trial.TrialState.PRUNED and t.value is None
+        assert t.constraints[RULES_CONSTRAINT] > 0 and t.user_attrs["rules"] == ["x-above-8"]
+        assert t.user_attrs["config"]["synthetic.x"] > 8
+
+
+def test_tpe_learns_the_region_the_rules_forbid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The best value lies on the rule's edge (x = 8). Told as infeasible, TPE keeps
+    proposing valid configurations; told nothing (a FAIL, which TPE ignores), it proposes
+    the forbidden region again and again until `ask` gives up."""
+    import kvtune.optimizer as opt
+
+    space = Space((SYNTHETIC_KNOBS["synthetic.x"], SYNTHETIC_KNOBS["synthetic.threads"]),
+                  {"synthetic.x": 2.0, "synthetic.threads": 4})
+
+    def search() -> int:
+        study = optuna.create_study(direction="maximize",
+                                    sampler=opt.make_sampler("tpe", 0, 60, 1))
+        rejections = 0
+        for _ in range(60):
+            a = opt.ask(study, space, _x_rule, max_rejections=50)
+            rejections += len(a.rejected)
+            study.tell(a.trial, a.config["synthetic.x"]
+                       - abs(int(a.config["synthetic.threads"]) - 6))
+        return rejections
+
+    assert search() < 60
+
+    def untold(study: optuna.Study, trial: optuna.Trial, config: dict[str, Any],
+               broken: object) -> None:
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+    monkeypatch.setattr(opt, "reject", untold)
+    with pytest.raises(UserError, match="in a row that break rules"):
+        search()
+
+
+def test_a_repair_is_measured_instead_of_the_broken_proposal() -> None:
+    from kvtune.optimizer import ask
+
+    space = Space((SYNTHETIC_KNOBS["synthetic.x"],), {"synthetic.x": 2.0})
+    study = optuna.create_study(direction="maximize",
+                                sampler=optuna.samplers.RandomSampler(seed=1))
+    seen = []
+    for _ in range(20):
+        a = ask(study, space, _x_rule, lambda c: [{"synthetic.x": 8.0}])
+        if a.rejected:
+            assert a.repaired_from == a.rejected[-1]["trial"]
+            assert a.config == {"synthetic.x": 8.0}
+        seen.append(a.repaired_from)
+        study.tell(a.trial, a.config["synthetic.x"])
+    assert any(r is not None for r in seen)
+
+
+def test_a_repeated_configuration_is_reported_as_a_repeat() -> None:
+    from kvtune.optimizer import ask
+
+    space = Space((SYNTHETIC_KNOBS["synthetic.flag"],), {"synthetic.flag": False})
+    study = optuna.create_study(direction="maximize",
+                                sampler=optuna.samplers.RandomSampler(seed=0))
+    repeats = 0
+    for _ in range(6):
+        a = ask(study, space, lambda c: [])
+        if a.repeat_of is not None:
+            repeats += 1
+            assert a.repeat_of.user_attrs["config"] == a.config
+            study.tell(a.trial, state=optuna.trial.TrialState.PRUNED)
+            continue
+        a.trial.set_user_attr("kind", "trial")
+        a.trial.set_user_attr("config", a.config)
+        study.tell(a.trial, 1.0)
+    assert repeats >= 4  # two configurations only

@@ -1,7 +1,9 @@
 """The evaluator: turns noisy repetitions into a value the optimizer can trust.
 
 - r repetitions per configuration, each on a fresh server; the optimizer is told the
-  median (or mean) and every metric gets a bootstrap 95% CI;
+  median (or mean) and every metric gets an interval: a 95% CI when there are enough
+  values for one (`kvtune.stats.MIN_CI_N`), else the range of the values, labelled
+  `ci_kind` "95% CI" or "range" wherever it is shown;
 - flagged repetitions (client-bound, saturated, high steal) are re-run, not averaged in
   silently; a configuration that stays saturated is infeasible;
 - a challenger that could become the incumbent gets more repetitions before it is
@@ -17,7 +19,7 @@ from typing import Any
 
 from kvtune.runner import Config, Repetition, Session
 from kvtune.spec import METRICS, Constraint, EvaluationSpec
-from kvtune.stats import bootstrap_ci, centre
+from kvtune.stats import CI_95, RANGE, bootstrap_ci, centre, ci_kind, order_statistic_ci
 from kvtune.store import Store, config_key
 
 
@@ -34,6 +36,7 @@ class Evaluation:
     stopped_early: bool = False
     value: float = math.nan
     ci: tuple[float, float] = (math.nan, math.nan)
+    ci_kind: str = RANGE  # "95% CI" or "range" (too few values for a CI)
     metrics: dict[str, float | None] = field(default_factory=dict)
     metric_cis: dict[str, tuple[float, float]] = field(default_factory=dict)
     violations: list[float] = field(default_factory=list)
@@ -50,7 +53,8 @@ class Evaluation:
 
     def summary(self) -> dict[str, Any]:
         return {
-            "value": self.value, "ci": list(self.ci), "n": len(self.reps),
+            "value": self.value, "ci": list(self.ci), "ci_kind": self.ci_kind,
+            "n": len(self.reps),
             "metrics": self.metrics, "metric_cis": {k: list(v) for k, v in
                                                     self.metric_cis.items()},
             "violations": self.violations, "flags": self.flags, "failed": self.failed,
@@ -122,8 +126,20 @@ class Policy:
         return evaluator.add(e, kind, trial_number)
 
     def interval(self, values: list[float]) -> tuple[float, float]:
-        """A trial's 95% CI of the statistic."""
+        """A trial's interval of the statistic: for the median the order-statistic 95% CI
+        (the range [min, max] below `stats.MIN_CI_N` values); for the mean a percentile
+        bootstrap."""
+        if self.ev.statistic == "median":
+            lo, hi, _ = order_statistic_ci(values)
+            return lo, hi
         return bootstrap_ci(values, self.ev.statistic, seed=self.seed)
+
+    def interval_kind(self, n: int) -> str:
+        """What `interval` of `n` values is: "95% CI" or "range". The mean's bootstrap
+        interval is called a CI only from 20 values (it undercovers on small samples)."""
+        if self.ev.statistic == "median":
+            return ci_kind(n)
+        return CI_95 if n >= 20 else RANGE
 
     def summarise(self, e: Evaluation) -> None:
         """Set `e`'s value, CIs, metrics, flags and violations from its repetitions."""
@@ -149,6 +165,8 @@ class Policy:
         v = e.metrics.get(self.metric)
         e.value = math.nan if v is None else float(v)  # a median of 0 is a value
         e.ci = e.metric_cis.get(self.metric, (math.nan, math.nan))
+        e.ci_kind = self.interval_kind(sum(
+            1 for r in measured if isinstance(r.metrics.get(self.metric), int | float)))
         e.flags = sorted({f for r in ok for f in r.flags})
         violations = []
         for c in self.constraints:

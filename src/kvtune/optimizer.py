@@ -1,21 +1,145 @@
-"""The optimizer: Optuna's samplers, TPE by default, random and grid as options. The
-search space and its suggestions are `kvtune.space.Space`'s; trial 0 is always the
-baseline, enqueued before anything is asked."""
+"""The optimizer: Optuna's samplers (multivariate TPE by default; random, grid, CMA-ES and
+GP as options), and `ask`, which turns the sampler's proposal into a candidate worth a
+measurement.
+
+`ask` never hands the search a configuration that breaks a rule between knobs: such a
+proposal is repaired (a rule's repair, when the repaired configuration lies in the study's
+domains and breaks no rule) or resampled. Either way the proposal is told to Optuna as an
+infeasible PRUNED trial — constraint ``rules`` > 0, no objective value — so that the
+sampler learns where the rules forbid (constrained TPE puts infeasible trials with the
+"bad" group and ranks them by their violation) while the objective, the analysis and the
+trial budget never see it. A proposal that repeats a configuration already measured is
+reported as a repeat (`Asked.repeat_of`) so that the search reuses its result instead of
+measuring it as a new trial. The search space and its suggestions are
+`kvtune.space.Space`'s; trial 0 is always the baseline, enqueued before anything is asked.
+"""
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import optuna
+
+from kvtune.errors import UserError
+from kvtune.space import Config, Space
+from kvtune.store import config_key
+
+SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp", "tpe-independent")
+REJECTED = "rejected"  # the `kind` of a trial that stands for a rule-breaking proposal
+REPEAT = "repeat"  # the `kind` of a trial that reuses an earlier trial's result
+RULES_CONSTRAINT = "rules"  # the constraint name that marks rule-breaking proposals
+MAX_REJECTIONS = 200  # rule-breaking proposals in a row before the search gives up
 
 
 def make_sampler(kind: str, seed: int, budget_trials: int | None,
                  n_constraints: int) -> optuna.samplers.BaseSampler:
-    if kind == "random" or kind == "grid":
-        return optuna.samplers.RandomSampler(seed=seed)
+    """The sampler of a study. TPE (the default) is multivariate with grouped conditional
+    parameters; constraints reach it through `Trial.set_constraint`."""
     startup = max(4, min(10, (budget_trials or 30) // 3))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        # Constraints reach TPE through Trial.set_constraint (the evaluator's violations).
+        if kind in ("random", "grid"):
+            return optuna.samplers.RandomSampler(seed=seed)
+        if kind == "tpe-independent":
+            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
+        if kind == "cmaes":
+            # Numeric knobs by CMA-ES (pip `cmaes`); categorical ones (and special-value
+            # modes) by an independent TPE.
+            return optuna.samplers.CmaEsSampler(
+                seed=seed, n_startup_trials=startup, warn_independent_sampling=False,
+                independent_sampler=optuna.samplers.TPESampler(seed=seed))
+        if kind == "gp":
+            return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup)
         return optuna.samplers.TPESampler(
             seed=seed, n_startup_trials=startup, multivariate=True, group=True)
+
+
+# -- asking for a candidate ------------------------------------------------------------------
+
+# The rules a configuration breaks: (rule name, message) pairs, empty when none.
+RuleCheck = Callable[[Config], Sequence[tuple[str, str]]]
+# The repairs the broken rules offer for a configuration: knob values to change.
+RuleRepair = Callable[[Config], Sequence[dict[str, Any]]]
+
+
+@dataclass
+class Asked:
+    """A candidate: the Optuna trial to tell, its configuration, what happened before it
+    (rule-breaking proposals told infeasible, a repair) and, when it repeats a configuration
+    already measured, that trial."""
+
+    trial: optuna.Trial
+    config: Config
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    repaired_from: int | None = None
+    repeat_of: optuna.trial.FrozenTrial | None = None
+
+
+def reject(study: optuna.Study, trial: optuna.Trial, config: Config,
+           broken: Sequence[tuple[str, str]]) -> None:
+    """Tell `trial` as a rule-breaking proposal: PRUNED, infeasible, no value."""
+    trial.set_user_attr("kind", REJECTED)
+    trial.set_user_attr("config", config)
+    trial.set_user_attr("rules", [name for name, _ in broken])
+    trial.set_user_attr("failed", "; ".join(msg for _, msg in broken))
+    trial.set_constraint(RULES_CONSTRAINT, float(len(broken)))
+    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+
+
+def repaired(config: Config, space: Space, check: RuleCheck,
+             repair: RuleRepair) -> Config | None:
+    """The first repair of `config` that stays in the study's domains and breaks no rule."""
+    for change in repair(config):
+        if not change or any(n not in config for n in change):
+            continue
+        fixed = {**config, **change}
+        if all(space.knob(n).domain.contains(v) for n, v in change.items()) \
+                and not check(fixed):
+            return fixed
+    return None
+
+
+def measured_trials(study: optuna.Study) -> dict[str, optuna.trial.FrozenTrial]:
+    """The first finished trial of each configuration measured so far (the baseline and
+    search trials, complete or failed), by configuration key."""
+    out: dict[str, optuna.trial.FrozenTrial] = {}
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get("kind") not in ("baseline", "trial") or not t.state.is_finished():
+            continue
+        if t.state == optuna.trial.TrialState.FAIL and "failed" not in t.user_attrs:
+            continue  # interrupted, queued again
+        out.setdefault(config_key(t.user_attrs.get("config", {})), t)
+    return out
+
+
+def ask(study: optuna.Study, space: Space, check: RuleCheck,
+        repair: RuleRepair | None = None, max_rejections: int = MAX_REJECTIONS) -> Asked:
+    """The next candidate worth a measurement (or a repeat to reuse). Rule-breaking
+    proposals are told infeasible and repaired or resampled; after `max_rejections` in a row
+    the search cannot go on (UserError)."""
+    rejected: list[dict[str, Any]] = []
+    repaired_from: int | None = None
+    while True:
+        trial = study.ask()
+        config = space.suggest(trial)
+        broken = check(config)
+        if not broken:
+            repeat = measured_trials(study).get(config_key(config))
+            return Asked(trial, config, rejected, repaired_from, repeat)
+        reject(study, trial, config, broken)
+        rejected.append({"trial": trial.number, "config": config,
+                         "rules": [name for name, _ in broken]})
+        fixed = repaired(config, space, check, repair) if repair else None
+        if fixed is not None:
+            study.enqueue_trial(space.fixed_params(fixed), skip_if_exists=False)
+            repaired_from = trial.number
+        if len(rejected) >= max_rejections:
+            names = sorted({n for r in rejected for n in r["rules"]})
+            raise UserError(
+                f"the sampler proposed {len(rejected)} configurations in a row that break "
+                f"rules ({', '.join(names)}): the rules leave almost nothing of the knob "
+                "space; narrow the ranges (or relax_rules) so that valid configurations "
+                "are common")

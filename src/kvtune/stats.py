@@ -33,6 +33,40 @@ def bootstrap_ci(values: Sequence[float], statistic: str = "median", level: floa
     return float(lo), float(hi)
 
 
+# A trial's interval is a 95% CI only from this many values on: the distribution-free
+# order-statistic interval of the median reaches 95% coverage at n = 6 ([min, max] covers
+# 1 - 2/2^n: 93.8% at n = 5, 96.9% at n = 6), and the percentile bootstrap kvtune used
+# covered 75% at n = 3 and 94% at n = 5 (bench/evaluator/ci_coverage.py). Below it the
+# interval is the range of the values, and is called "range".
+MIN_CI_N = 6
+CI_95 = "95% CI"
+RANGE = "range"
+
+
+def order_statistic_ci(values: Sequence[float], level: float = 0.95
+                       ) -> tuple[float, float, str]:
+    """(low, high, kind) for the median: the distribution-free order-statistic interval
+    [x(k), x(n-k+1)] with the largest k whose coverage 1 - 2·P(Bin(n, ½) < k) is at least
+    `level` (kind "95% CI"), or the range [min, max] when n is too small for that (kind
+    "range"). NaN bounds with fewer than 2 values."""
+    xs = sorted(v for v in values if v is not None and not math.isnan(v))
+    n = len(xs)
+    if n < 2:
+        return (math.nan, math.nan, RANGE)
+    k = 0
+    for j in range(1, n // 2 + 1):
+        if 1 - 2 * sps.binom.cdf(j - 1, n, 0.5) >= level:
+            k = j
+    if k == 0:
+        return (xs[0], xs[-1], RANGE)
+    return (xs[k - 1], xs[n - k], CI_95 if level == 0.95 else f"{level:.0%} CI")
+
+
+def ci_kind(n: int) -> str:
+    """What a trial's interval from `n` values is: "95% CI" or "range"."""
+    return CI_95 if n >= MIN_CI_N else RANGE
+
+
 def cov(values: Sequence[float]) -> float:
     xs = np.array([v for v in values if v is not None and not math.isnan(v)], dtype=float)
     if len(xs) < 2 or xs.mean() == 0:
@@ -150,3 +184,48 @@ def rounds_needed(cov_: float, improvement: float, alpha: float, candidates: int
         return 0
     z = sps.norm.ppf(1 - alpha / max(candidates, 1)) + sps.norm.ppf(power)
     return max(2, math.ceil(2 * (z * cov_ / improvement) ** 2 / _MWU_ARE))
+
+
+# -- what the confirmation can show at all -----------------------------------------------------
+
+
+def min_p_value(n_candidate: int, n_baseline: int) -> float:
+    """The smallest one-sided p-value `compare` can give with these sample sizes: the
+    Mann–Whitney U test (scipy's, exact or asymptotic as `compare` runs it) on two
+    perfectly separated samples. 4 against 4: 1/70 ≈ 0.0143; 5 against 5: 1/252."""
+    if n_candidate < 2 or n_baseline < 2:
+        return 1.0
+    c = [1000.0 + i for i in range(n_candidate)]
+    b = [float(i) for i in range(n_baseline)]
+    return float(sps.mannwhitneyu(c, b, alternative="greater").pvalue)
+
+
+def min_adjusted_p(rounds: int, candidates: int) -> float:
+    """The smallest Holm-adjusted p-value a confirmation of `candidates` candidates over
+    `rounds` interleaved rounds can give (Holm multiplies the smallest p by the number of
+    candidates)."""
+    return min(1.0, max(candidates, 1) * min_p_value(rounds, rounds))
+
+
+def min_rounds(candidates: int, alpha: float, limit: int = 100) -> int:
+    """The fewest confirmation rounds whose smallest Holm-adjusted p is below `alpha`."""
+    for n in range(2, limit + 1):
+        if min_adjusted_p(n, candidates) < alpha:
+            return n
+    return limit
+
+
+def confirmation_problem(rounds: int, candidates: int, alpha: float) -> str | None:
+    """Why a confirmation of `candidates` over `rounds` rounds can never find anything
+    significant at `alpha`, or None when it can."""
+    if rounds <= 0:
+        return None
+    p = min_adjusted_p(rounds, candidates)
+    if p < alpha:
+        return None
+    need = min_rounds(candidates, alpha)
+    return (f"evaluation.confirm_rounds: {rounds} rounds with confirm_top {candidates} can "
+            f"never show a significant improvement: the smallest possible Holm-adjusted "
+            f"Mann–Whitney p is {p:.3g} (every candidate sample above every baseline "
+            f"sample), not below alpha {alpha:g}. Use confirm_rounds >= {need} (or fewer "
+            "candidates, confirm_top)")
