@@ -78,8 +78,13 @@ def estimate(spec: Any) -> Estimate | None:
     load = spec.load
     if load is None:
         return None
+    from kvtune.load.kvload import file_duration
+
     preload = load.workload.keys / PRELOAD_KEYS_PER_S if load.workload.preload else 0.0
-    rep = OVERHEAD_S + preload + load.warmup + load.duration
+    if load.workload_file and "workload" not in load.model_fields_set:
+        preload = 0.0  # the file's own keys decide; kvtune's defaults are not passed
+    window = file_duration(load)
+    rep = OVERHEAD_S + preload + load.warmup + window
     ev = spec.evaluation
     trials = spec.budget.trials or 0
     fixed = ev.noise_floor_runs + ev.confirm_rounds * (ev.confirm_top + 1 if ev.confirm_top
@@ -89,7 +94,7 @@ def estimate(spec: Any) -> Estimate | None:
     per_trial_max = max(spec.repetitions, ev.max_repetitions if ev.intensify else 0)
     hi = fixed + trials * (per_trial_max + ev.max_reruns) + drift
     how = (f"{rep:.1f} s per repetition ({OVERHEAD_S:g} s start/stop, {preload:.1f} s "
-           f"preload, {load.warmup:g} s warm-up, {load.duration:g} s window) × {lo}–{hi} "
+           f"preload, {load.warmup:g} s warm-up, {window:g} s window) × {lo}–{hi} "
            f"repetitions (noise floor {ev.noise_floor_runs}, {trials} trials × "
            f"{spec.repetitions}–{per_trial_max + ev.max_reruns}, confirmation "
            f"{fixed - ev.noise_floor_runs}, drift {drift})")
@@ -99,7 +104,7 @@ def estimate(spec: Any) -> Estimate | None:
     return Estimate(rep, lo, hi, rep * lo, min(rep * hi, limit) if limit else rep * hi, how)
 
 
-def make_plan(path: str | Path) -> Plan:
+def make_plan(path: str | Path, allow_inline_host_knobs: bool = False) -> Plan:
     """The plan of the study in `path`; nothing is applied and no server is started."""
     from kvtune import preflight
     from kvtune.knobs import catalog
@@ -111,7 +116,7 @@ def make_plan(path: str | Path) -> Plan:
 
     plan = Plan(str(path))
     try:
-        loaded = load(path)
+        loaded = load(path, allow_inline_host_knobs)
     except UserError as e:
         plan.problems = [str(e).splitlines()[0], *e.problems]
         return plan
@@ -201,8 +206,8 @@ def render(plan: Plan, console: Any) -> None:
         console.print(f"[red]problem:[/] {p}", highlight=False)
 
 
-def main(path: str, as_json: bool, console: Any) -> int:
-    plan = make_plan(path)
+def main(path: str, as_json: bool, console: Any, allow_inline_host_knobs: bool = False) -> int:
+    plan = make_plan(path, allow_inline_host_knobs)
     if as_json:
         print(json.dumps(plan.as_dict(), indent=1, default=str))
     else:

@@ -160,6 +160,22 @@ def show(
 
 
 @app.command()
+def check(
+    study_file: Annotated[Path, typer.Argument(help="the study file (YAML)")],
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    allow_inline_host_knobs: AllowInline = False,
+) -> None:
+    """Validate a study file and run preflight, applying nothing: print the plan (knobs
+    with domains and availability, host files it would write, rules, estimated wall time).
+    Exit 0 when the study can run here, 2 otherwise."""
+    from kvtune.check import main as check_main
+
+    code = check_main(str(study_file), as_json, out, allow_inline_host_knobs)
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
 def restore(
     journal: Annotated[Path | None, typer.Option(help="journal file")] = None,
 ) -> None:

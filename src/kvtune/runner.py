@@ -20,6 +20,7 @@ from kvtune.errors import TrialFailed, UserError
 from kvtune.host.cgroup import ServerCgroup
 from kvtune.host.journal import Journal
 from kvtune.knobs.appliers.base import ApplyEnv, Launch
+from kvtune.knobs.appliers.sched import describe as sched_describe
 from kvtune.knobs.knob import Knob
 from kvtune.space import Config, Space, build_space
 from kvtune.spec import StudySpec
@@ -163,6 +164,8 @@ class Session:
                                "placement": {"server_cpus": launch.server_cpus
                                              or self.spec.target.cpus,
                                              "client_cpus": self.spec.load.cpus}}
+        if launch.sched:  # each thread's policy, nice and slice as read back at start
+            raw["sched"] = sched_describe(server.pid)
         probe = telemetry.Probe(server.pid, self.cgroup)
         sampler = (ServerSampler(target.kind, target.host, target.port)
                    if sampler_supported(target.kind) else None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -44,7 +45,22 @@ METRICS = (
 )
 _LOWER_IS_BETTER = {"p50_us", "p90_us", "p99_us", "p999_us", "p9999_us", "max_us", "mean_us",
                     "service_p99_us", "errors", "server_errors"}
-_CONSTRAINT = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=|<|>)\s*(-?[0-9.eE+]+)\s*$")
+# "p99_us <= 500", or relative to the baseline: "ops_per_sec >= 0.98 * baseline".
+_CONSTRAINT = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=|<|>)\s*(?:(-?[0-9.eE+]+)|(-?[0-9.eE+]+)"
+                         r"\s*\*\s*baseline|(baseline))\s*$")
+
+
+def metric_direction(metric: str) -> Literal["maximize", "minimize"] | None:
+    """A metric's good direction: latencies and errors lower, throughput and hit ratio
+    higher; None for a figure kvtune does not judge."""
+    if metric in _LOWER_IS_BETTER:
+        return "minimize"
+    if metric in METRICS:
+        return "maximize"
+    from kvtune.present import metric_direction as guess
+
+    d = guess(metric)
+    return "minimize" if d == "minimize" else "maximize" if d == "maximize" else None
 
 
 def parse_duration(v: Any) -> float:
@@ -154,7 +170,9 @@ class LoadSpec(_Model):
 
     @field_validator("duration", "warmup", mode="before")
     @classmethod
-    def _dur(cls, v: Any) -> float:
+    def _dur(cls, v: Any, info: ValidationInfo) -> float:
+        if info.field_name == "warmup" and _is_zero_duration(v):
+            return 0.0  # no warm-up: the window starts with the first request (case 004)
         return safe.check_duration(parse_duration(v), safe.MAX_DURATION)
 
     @field_validator("tool")
@@ -189,9 +207,16 @@ class LoadSpec(_Model):
 
     @model_validator(mode="after")
     def _rate(self) -> LoadSpec:
-        if self.mode == "open" and self.rate is None:
+        # A workload file may give the rate (top-level or per phase); kvload says when not.
+        if self.mode == "open" and self.rate is None and not self.workload_file:
             raise ValueError("open-loop load needs a rate (requests per second)")
         return self
+
+
+def _is_zero_duration(v: Any) -> bool:
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        return v == 0
+    return isinstance(v, str) and re.fullmatch(r"\s*0+(\.0*)?\s*(ms|s|m|h)?\s*", v) is not None
 
 
 class DomainSpec(_Model):
@@ -248,8 +273,44 @@ class KnobSpec(_Model):
 
 
 class ObjectiveSpec(_Model):
+    """The objective: one metric (`objective: p99_us` or `{metric: p99_us}`), or several
+    (`objective: [p99_us, ops_per_sec]`: a Pareto study; `metric` is then the first and
+    `also` the others)."""
+
     metric: str = "ops_per_sec"
     direction: Literal["maximize", "minimize"] | None = None
+    also: list[ObjectiveSpec] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return {"metric": v}
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("give at least one objective metric")
+            first = {"metric": v[0]} if isinstance(v[0], str) else dict(v[0])
+            rest = [{"metric": x} if isinstance(x, str) else x for x in v[1:]]
+            return {**first, "also": [*first.get("also", []), *rest]}
+        return v
+
+    @model_validator(mode="after")
+    def _distinct(self) -> ObjectiveSpec:
+        names = [o.metric for o in self.all]
+        if len(set(names)) != len(names):
+            raise ValueError(f"an objective metric is given twice: {', '.join(names)}")
+        if any(o.also for o in self.also):
+            raise ValueError("nested objectives: list them all at one level")
+        return self
+
+    @property
+    def all(self) -> list[ObjectiveSpec]:
+        """Every objective, the first (`metric`) first."""
+        return [self, *self.also]
+
+    @property
+    def multi(self) -> bool:
+        return bool(self.also)
 
     @field_validator("metric")
     @classmethod
@@ -266,28 +327,59 @@ class ObjectiveSpec(_Model):
 
 
 class Constraint(BaseModel):
+    """`metric op bound`; with `relative`, the bound is a factor of the baseline's value
+    (`ops_per_sec >= 0.98 * baseline`), known once the baseline is measured (`resolve`)."""
+
     metric: str
     op: str
     bound: float
+    relative: bool = False
+    baseline: float | None = None  # the baseline's value of `metric`, for a relative one
+
+    def resolve(self, baseline_metrics: Mapping[str, Any]) -> Constraint:
+        """This constraint against a measured baseline (its median of `metric`)."""
+        v = baseline_metrics.get(self.metric)
+        if not self.relative or not isinstance(v, int | float) or v != v:
+            return self
+        return self.model_copy(update={"baseline": float(v)})
+
+    @property
+    def absolute_bound(self) -> float | None:
+        if not self.relative:
+            return self.bound
+        return None if self.baseline is None else self.bound * self.baseline
 
     def violation(self, value: float) -> float:
-        """<= 0 when satisfied (Optuna's convention), else how far off."""
-        if self.op in ("<=", "<"):
-            return value - self.bound
-        return self.bound - value
+        """<= 0 when satisfied (Optuna's convention), else how far off (relative to the
+        bound for a relative constraint). A relative constraint not resolved against a
+        baseline yet is not judged (0)."""
+        bound = self.absolute_bound
+        if bound is None:
+            return 0.0
+        off = value - bound if self.op in ("<=", "<") else bound - value
+        return off / abs(bound) if self.relative and bound else off
 
     def __str__(self) -> str:
+        if self.relative:
+            return f"{self.metric} {self.op} {self.bound:g} * baseline"
         return f"{self.metric} {self.op} {self.bound:g}"
 
 
 def parse_constraint(text: str) -> Constraint:
     m = _CONSTRAINT.match(text)
     if not m:
-        raise ValueError(f"{text!r} is not a constraint such as 'p99_us <= 500'")
-    metric, op, bound = m.groups()
+        raise ValueError(f"{text!r} is not a constraint such as 'p99_us <= 500' or "
+                         "'ops_per_sec >= 0.98 * baseline'")
+    metric, op, bound, factor, alone = m.groups()
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r} in {text!r}; known: {', '.join(METRICS)}")
-    return Constraint(metric=metric, op=op, bound=float(bound))
+    try:
+        if bound is not None:
+            return Constraint(metric=metric, op=op, bound=float(bound))
+        return Constraint(metric=metric, op=op, bound=1.0 if alone else float(factor),
+                          relative=True)
+    except ValueError:
+        raise ValueError(f"{text!r}: {bound or factor!r} is not a number") from None
 
 
 class BudgetSpec(_Model):

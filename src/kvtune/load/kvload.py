@@ -52,25 +52,74 @@ def find_kvload() -> str:
 
 def build_argv(binary: str, load: LoadSpec, server: str, protocol: str, seed: int,
                json_path: str) -> list[str]:
+    """kvload's command line. Without a workload file every setting is passed (kvtune's
+    defaults are the study's). With one, the file's own keys win over kvtune's defaults:
+    only what the study file sets explicitly is passed (pydantic's `model_fields_set`),
+    since kvload's command line overrides the file."""
     w = load.workload
-    argv = [
-        binary, "--server", server, "--protocol", load.protocol or protocol,
-        "--mode", load.mode, "--connections", str(load.connections),
-        "--pipeline", str(load.pipeline), "--duration", f"{load.duration:g}s",
-        "--warmup", f"{load.warmup:g}s", "--keys", str(w.keys), "--key-size", str(w.key_size),
-        "--value-size", str(w.value_size), "--popularity", w.popularity, "--mix", w.mix,
-        "--mget-size", str(w.mget_size), "--arrival", w.arrival, "--seed", str(seed),
-        "--json", json_path, "--quiet",
-    ]
-    if load.mode == "open" and load.rate is not None:
+    file = bool(load.workload_file)
+    lset, wset = load.model_fields_set, w.model_fields_set
+
+    def given(name: str, fields: set[str]) -> bool:
+        return not file or name in fields
+
+    argv = [binary, "--server", server, "--protocol", load.protocol or protocol,
+            "--seed", str(seed), "--json", json_path, "--quiet"]
+    for name, flag, text in (
+            ("mode", "--mode", load.mode), ("connections", "--connections",
+                                            str(load.connections)),
+            ("pipeline", "--pipeline", str(load.pipeline)),
+            ("duration", "--duration", f"{load.duration:g}s"),
+            ("warmup", "--warmup", f"{load.warmup:g}s")):
+        if given(name, lset):
+            argv += [flag, text]
+    if "workload" in lset or not file:
+        for name, flag, text in (
+                ("keys", "--keys", str(w.keys)), ("key_size", "--key-size", str(w.key_size)),
+                ("value_size", "--value-size", str(w.value_size)),
+                ("popularity", "--popularity", w.popularity), ("mix", "--mix", w.mix),
+                ("mget_size", "--mget-size", str(w.mget_size)),
+                ("arrival", "--arrival", w.arrival)):
+            if given(name, wset):
+                argv += [flag, text]
+        if given("preload", wset):
+            argv.append("--preload" if w.preload else "--no-preload")
+    if load.mode == "open" and load.rate is not None and given("rate", lset):
         argv += ["--rate", f"{load.rate:g}"]
     if load.cpus:
         argv += ["--cpus", load.cpus]
-    argv.append("--preload" if w.preload else "--no-preload")
     if load.workload_file:
         argv += ["--workload", load.workload_file]
     argv += list(load.extra_args)
     return argv
+
+
+def file_duration(load: LoadSpec) -> float:
+    """The window kvload will measure: the study's duration when it sets one, else the
+    workload file's `duration`, else the sum of its phases (docs/kvload.md)."""
+    if not load.workload_file or "duration" in load.model_fields_set:
+        return load.duration
+    try:
+        text = Path(load.workload_file).read_text()
+        if load.workload_file.endswith(".toml"):
+            import tomllib
+
+            doc: dict[str, Any] = tomllib.loads(text)
+        else:
+            doc = json.loads(text)
+    except (OSError, ValueError):
+        return load.duration
+    from kvtune.spec import parse_duration
+
+    try:
+        if doc.get("duration") is not None:
+            return parse_duration(doc["duration"])
+        phases = doc.get("phases") or []
+        if phases:
+            return sum(parse_duration(p.get("duration")) for p in phases)
+    except (TypeError, ValueError):
+        pass
+    return load.duration
 
 
 def run(load: LoadSpec, server: str, protocol: str, seed: int,
@@ -82,7 +131,7 @@ def run(load: LoadSpec, server: str, protocol: str, seed: int,
     with tempfile.TemporaryDirectory(prefix="kvtune-") as tmp:
         json_path = str(Path(tmp) / "kvload.json")
         argv = build_argv(binary, load, server, protocol, seed, json_path)
-        budget = load.duration + load.warmup + 120
+        budget = file_duration(load) + load.warmup + 120
         try:
             out = subprocess.run(argv, capture_output=True, text=True, timeout=budget)
         except subprocess.TimeoutExpired:

@@ -33,6 +33,8 @@ from typing import IO, TYPE_CHECKING, Any, ClassVar
 from kvtune.errors import HarnessError, TrialFailed
 from kvtune.host.versions import parse_version, run_version
 from kvtune.knobs.appliers.base import Launch
+from kvtune.knobs.appliers.sched import ServerSched, wrap_argv
+from kvtune.knobs.appliers.sched import verify as sched_verify
 
 if TYPE_CHECKING:
     import numpy as np
@@ -172,12 +174,17 @@ class ServerTarget(Target):
                 "set target.port to a free port")
         argv = self.argv(launch)
         full = argv
+        # Per-process scheduler knobs: applied at exec by kvtune's shim, before the server
+        # creates a thread (knobs/appliers/sched.py); every link of the chain execs.
+        sched = ServerSched.from_launch(launch.sched)
+        if sched is not None:
+            full = wrap_argv(sched, full)
         cpus = launch.server_cpus or self.spec.cpus
         if cpus:
             taskset = shutil.which("taskset")
             if not taskset:
                 raise HarnessError("taskset (util-linux) is needed to pin the server")
-            full = [taskset, "-c", cpus, *argv]
+            full = [taskset, "-c", cpus, *full]
         err = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
         try:
             proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
@@ -196,6 +203,12 @@ class ServerTarget(Target):
                 raise HarnessError(f"cannot move the server into cgroup {d}: {e.strerror}") \
                     from None
         self._wait_ready(server, journal)
+        if sched is not None:  # read every thread back; a setting that did not take fails
+            problems = sched_verify(proc.pid, sched)
+            if problems:
+                self.stop(server, journal)
+                raise TrialFailed("scheduler settings did not take on every thread: "
+                                  + "; ".join(problems[:4]))
         return server
 
     def _wait_ready(self, server: ServerProcess, journal: Any | None) -> None:
