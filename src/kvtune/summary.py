@@ -10,9 +10,24 @@ from rich.console import Console
 from rich.table import Table
 
 from kvtune.errors import UserError
+from kvtune.present import describe_change, pct
 from kvtune.store import Store
 
 SHOWN = ("ops_per_sec", "p50_us", "p99_us", "p999_us", "hit_ratio", "errors", "server_errors")
+NO_SIGNIFICANT_CHANGE = "no significant change"
+
+
+def change_cell(ch: dict[str, Any] | None) -> str:
+    """A metric's confirmed change for the comparison table: "−18.0% (95% CI −21.0% …
+    −15.2%), worse" when significant, else "no significant change (95% CI …)"; never a
+    bare percentage."""
+    if not ch:
+        return ""
+    ci = ch.get("ci")
+    ci_text = f" (95% CI {pct(ci[0])} … {pct(ci[1])})" if ci else ""
+    if not ch.get("significant") or ch.get("change") is None:
+        return NO_SIGNIFICANT_CHANGE + ci_text
+    return describe_change("", ch["change"], ch.get("direction"), ci, True).strip()
 
 
 def _f(v: Any) -> str:
@@ -141,12 +156,25 @@ def render(data: dict[str, Any], console: Console) -> None:
     console.print(t)
     base, best = data["baseline"], data["best"]
     conf = data.get("confirmation")
+    shown_row: dict[str, Any] | None = None  # the confirmation row whose changes are shown
     if conf and conf.get("recommended"):
-        rec = conf["recommended"]
+        rec = shown_row = conf["recommended"]
         best_cfg = rec["config"]
         best_m = rec.get("metrics", {})
         base_m = conf["baseline"].get("metrics", {})
         label = f"recommended ({rec['name']}, confirmed)"
+    elif conf and conf.get("candidates") and any(
+            c.get("changes") for c in conf["candidates"]):
+        # Nothing recommended: show the candidate with the largest objective gain, with the
+        # confirmation's CIs, so a blocked or insignificant candidate is seen as such.
+        def gain(c: dict[str, Any]) -> float:
+            g = (c.get("comparison") or {}).get("improvement")
+            return float(g) if isinstance(g, int | float) and not math.isnan(g) else -1e9
+
+        shown_row = max(conf["candidates"], key=gain)
+        best_cfg, best_m = shown_row["config"], shown_row.get("metrics", {})
+        base_m = conf["baseline"].get("metrics", {})
+        label = f"best candidate ({shown_row['name']}), NOT recommended"
     elif best is not None:
         best_cfg, best_m = best["config"], best["metrics"]
         base_m = base["metrics"] if base else {}
@@ -160,18 +188,25 @@ def render(data: dict[str, Any], console: Console) -> None:
     cmp_t.add_column("")
     cmp_t.add_column("baseline (defaults)")
     cmp_t.add_column(label)
-    confirmed = bool(conf and conf.get("recommended"))
-    cmp_t.add_column("change" if confirmed else "change (search noise, not a claim)")
+    changes = (shown_row or {}).get("changes") or {}
+    rounds = (conf or {}).get("rounds")
+    cmp_t.add_column(f"change ({rounds} interleaved rounds, 95% CI)" if changes
+                     else "change (search noise, not a claim)")
     for k, v in base["config"].items():
         nv = best_cfg.get(k)
         cmp_t.add_row(k, _f(v), _f(nv), "" if nv == v else "changed")
-    for m in SHOWN:
+    metrics = list(conf.get("shown") or SHOWN) if changes and conf else list(SHOWN)
+    for m in metrics:
         b, n = base_m.get(m), best_m.get(m)
-        change = ""
-        if isinstance(b, int | float) and isinstance(n, int | float) and b:
-            # The best of many noisy searches overstates its gain: only a confirmed
-            # change is printed as a number without brackets.
-            change = f"{(n / b - 1):+.1%}" if confirmed else f"({(n / b - 1):+.1%})"
+        if changes:
+            change = change_cell(changes.get(m))
+        elif shown_row is None and isinstance(b, int | float) and isinstance(n, int | float) \
+                and b:
+            # The best of many noisy searches overstates its gain, and a search has no CI
+            # of a change: shown in brackets, as not a claim.
+            change = f"({pct(n / b - 1)}, not confirmed)"
+        else:
+            change = ""
         cmp_t.add_row(f"[bold]{m}[/]", _f(b), _f(n), change)
     console.print(cmp_t)
     if conf:
@@ -179,6 +214,10 @@ def render(data: dict[str, Any], console: Console) -> None:
         console.print(f"[{style}]Confirmation ({conf.get('rounds')} interleaved rounds): "
                       f"{conf['verdict']}[/]")
         for c in conf.get("candidates", []):
+            if c.get("text"):
+                console.print(f"  {c['text']}"
+                              + (f" (failed: {c['failed']})" if c.get("failed") else ""))
+                continue
             comp = c["comparison"]
             console.print(f"  {c['name']}: {data['metric']} {_chg(comp, 'change')} (95% CI "
                           f"{_chg(comp, 'change_ci_low')} … {_chg(comp, 'change_ci_high')}), "

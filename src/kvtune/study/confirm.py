@@ -1,24 +1,51 @@
 """The confirmation: the best distinct feasible candidates of the search and the baseline
 re-run interleaved (each round runs every arm once, in a fresh random order, so slow drift
-hits all arms alike); each candidate is compared with the baseline on these fresh samples
-only, Holm-adjusted, and the significant one with the largest improvement is recommended —
-or none is."""
+hits all arms alike). Every shown metric of each candidate is compared with the baseline on
+these fresh samples only:
+
+- the objective: one-sided Mann–Whitney, Holm-adjusted across the candidates, with a
+  bootstrap CI of the change; the candidate must improve it significantly;
+- every other shown metric: a two-sided test and a 95% CI of its change from the same
+  rounds. A change is claimed ("better"/"worse") only when the CI excludes zero and the
+  two-sided test agrees at α; otherwise it is "no significant change". No correction across
+  metrics: each secondary change is a separate claim whose wrong-sign rate the CI bounds by
+  α/2 (bench/tradeoff measures it), and widening the CIs would hide real trade-offs, the
+  costlier error;
+- each constraint (absolute, or relative to the baseline such as
+  `ops_per_sec >= 0.98 * baseline`): satisfied, significantly violated (its CI entirely on
+  the wrong side of the bound) or inconclusive.
+
+The recommendation is the candidate with the largest significant gain in the objective
+that violates no constraint significantly; its verdict line names every metric it makes
+significantly worse ("p99_us −83% (95% CI …), better, at the cost of ops_per_sec −18%
+(95% CI …)") and every constraint it could not settle.
+
+`run_interleaved` is the reusable part: any set of configurations measured in interleaved
+rounds, returning each arm's samples of every metric (the ablation uses it)."""
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import optuna
 
-from kvtune.spec import EvaluationSpec
-from kvtune.stats import centre, compare, holm
+from kvtune.present import describe_change, pct
+from kvtune.spec import Constraint, EvaluationSpec, metric_direction
+from kvtune.stats import bootstrap_ci, centre, compare, holm
 from kvtune.store import config_key
 
 NO_CANDIDATE = "no feasible candidate better than the baseline was found"
 NONE_SIGNIFICANT = "no significant improvement found"
+NO_SIGNIFICANT_CHANGE = "no significant change"
+
+# The metrics every comparison shows beside the objective(s) and the constraints' metrics.
+SHOWN = ("ops_per_sec", "p50_us", "p99_us", "p999_us", "hit_ratio", "errors",
+         "server_errors")
 
 
 def candidates(trials: Sequence[optuna.trial.FrozenTrial], baseline: dict[str, Any],
@@ -51,15 +78,27 @@ class Arm:
     metrics: list[dict[str, Any]] = field(default_factory=list)
     failed: str | None = None
 
+    def series(self, metric: str) -> list[float]:
+        """This arm's samples of `metric`, one per measured round."""
+        return [float(m[metric]) for m in self.metrics
+                if isinstance(m.get(metric), int | float) and not isinstance(m.get(metric), bool)
+                and not math.isnan(float(m[metric]))]
+
+    def all_series(self) -> dict[str, list[float]]:
+        keys = sorted({k for m in self.metrics for k, v in m.items()
+                       if isinstance(v, int | float) and not isinstance(v, bool)})
+        return {k: self.series(k) for k in keys}
+
 
 # One repetition of a configuration: (status, reason, metrics), as Evaluator.run_one gives.
 Measure = Callable[[dict[str, Any]], tuple[str, str, dict[str, Any]]]
 
 
-def interleave(arms: list[Arm], rounds: int, metric: str, measure: Measure, seed: int,
+def interleave(arms: list[Arm], rounds: int, metric: str | None, measure: Measure, seed: int,
                on_rep: Callable[[], None] | None = None) -> None:
     """`rounds` rounds over `arms`, each in a fresh shuffled order; an arm that fails is
-    not measured again."""
+    not measured again. Every metric of every repetition is kept (`Arm.metrics`); `metric`'s
+    values also go to `Arm.samples`."""
     rng = random.Random(seed)
     for _ in range(rounds):
         order = arms[:]
@@ -73,39 +112,246 @@ def interleave(arms: list[Arm], rounds: int, metric: str, measure: Measure, seed
             if status == "failed":
                 a.failed = reason
                 continue
-            v = metrics.get(metric)
+            a.metrics.append(metrics)
+            v = metrics.get(metric) if metric else None
             if v is not None:
                 a.samples.append(float(v))
-                a.metrics.append(metrics)
+
+
+def run_interleaved(configs: Mapping[str, dict[str, Any]], rounds: int, measure: Measure,
+                    seed: int, on_rep: Callable[[], None] | None = None) -> dict[str, Arm]:
+    """Measure each named configuration once per round for `rounds` rounds, in a fresh
+    random order each round; returns each arm by name, with its samples of every metric
+    (`Arm.series(metric)`, `Arm.all_series()`) and its failure, if any."""
+    arms = [Arm(name, dict(cfg)) for name, cfg in configs.items()]
+    interleave(arms, rounds, None, measure, seed, on_rep)
+    return {a.name: a for a in arms}
+
+
+# -- one metric, one constraint ------------------------------------------------------------
+
+
+def _series(arm: Arm, metric: str, objective: str | None) -> list[float]:
+    if metric == objective and arm.samples:
+        return list(arm.samples)
+    return arm.series(metric)
+
+
+@dataclass
+class MetricChange:
+    """A metric's change from the baseline to a candidate over the same rounds:
+    candidate / baseline − 1 with its 95% CI, a two-sided p-value, and whether the change
+    is significant (CI excludes 0 and p < α)."""
+
+    metric: str
+    direction: str | None
+    baseline: float | None
+    candidate: float | None
+    change: float | None
+    ci: tuple[float, float] | None
+    p_value: float
+    significant: bool
+    n: tuple[int, int] = (0, 0)
+
+    @property
+    def worse(self) -> bool:
+        if not self.significant or self.change is None or self.direction is None:
+            return False
+        return self.change < 0 if self.direction == "maximize" else self.change > 0
+
+    @property
+    def better(self) -> bool:
+        return self.significant and self.change is not None and self.direction is not None \
+            and not self.worse and self.change != 0
+
+    def text(self) -> str:
+        """"ops_per_sec −18.0% (95% CI −21.0% … −15.2%), worse" when significant, else
+        "ops_per_sec: no significant change (95% CI −3.0% … +4.1%)": never a bare
+        percentage."""
+        if self.significant and self.change is not None:
+            return describe_change(self.metric, self.change, self.direction, self.ci, True)
+        ci = self.ci
+        if ci is None or any(math.isnan(v) for v in ci):
+            return f"{self.metric}: {NO_SIGNIFICANT_CHANGE}"
+        return f"{self.metric}: {NO_SIGNIFICANT_CHANGE} (95% CI {pct(ci[0])} … {pct(ci[1])})"
+
+    def as_dict(self) -> dict[str, Any]:
+        verdict = (NO_SIGNIFICANT_CHANGE if not self.significant
+                   else "worse" if self.worse else "better" if self.better else "changed")
+        return {"metric": self.metric, "direction": self.direction,
+                "baseline": self.baseline, "candidate": self.candidate,
+                "change": self.change, "ci": list(self.ci) if self.ci else None,
+                "p_value": self.p_value, "significant": self.significant,
+                "verdict": verdict, "n_candidate": self.n[0], "n_baseline": self.n[1],
+                "text": self.text()}
+
+
+def metric_change(metric: str, cand: Sequence[float], base: Sequence[float], alpha: float,
+                  seed: int = 0) -> MetricChange:
+    """`metric`'s change between two sets of samples from the same interleaved rounds."""
+    c = [v for v in cand if not math.isnan(v)]
+    b = [v for v in base if not math.isnan(v)]
+    cm, bm = centre(c), centre(b)
+    direction = metric_direction(metric)
+    n = (len(c), len(b))
+    cm_ = None if math.isnan(cm) else cm
+    bm_ = None if math.isnan(bm) else bm
+    if len(c) < 2 or len(b) < 2:
+        return MetricChange(metric, direction, bm_, cm_, None, None, 1.0, False, n)
+    if bm == 0:
+        # No ratio to a zero baseline (errors: 0 → 0): changed only if the samples differ.
+        same = np.allclose(c, 0) and np.allclose(b, 0)
+        return MetricChange(metric, direction, bm_, cm_, 0.0 if same else None, None, 1.0,
+                            False, n)
+    comp = compare(c, b, "maximize", seed=seed, two_sided=True)
+    ci = (comp.ci_low, comp.ci_high)
+    sig = (comp.p_value < alpha and not any(math.isnan(v) for v in ci)
+           and (ci[0] > 0 or ci[1] < 0))
+    return MetricChange(metric, direction, bm_, cm_, comp.improvement, ci, comp.p_value, sig, n)
+
+
+def metric_changes(base: Arm, arm: Arm, metrics: Sequence[str], alpha: float, seed: int = 0,
+                   objective: str | None = None) -> dict[str, MetricChange]:
+    return {m: metric_change(m, _series(arm, m, objective), _series(base, m, objective),
+                             alpha, seed)
+            for m in metrics}
+
+
+@dataclass
+class ConstraintCheck:
+    """A constraint checked on the confirmation's samples: "satisfied", "violated" (the
+    CI entirely on the wrong side of the bound) or "inconclusive"."""
+
+    constraint: str
+    status: str
+    value: float | None
+    ci: tuple[float, float] | None
+    bound: float | None
+    relative: bool
+
+    def text(self) -> str:
+        if self.ci is None or self.value is None:
+            return f"{self.constraint}: inconclusive (too few samples)"
+        if self.relative:
+            what = (f"ratio to the baseline {self.value:.3f} (95% CI {self.ci[0]:.3f} … "
+                    f"{self.ci[1]:.3f})")
+        else:
+            what = f"median {self.value:,.4g} (95% CI {self.ci[0]:,.4g} … {self.ci[1]:,.4g})"
+        word = {"satisfied": "satisfied", "violated": "significantly violated",
+                "inconclusive": "inconclusive: the CI straddles the bound"}[self.status]
+        return f"{self.constraint}: {word}, {what}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"constraint": self.constraint, "status": self.status, "value": self.value,
+                "ci": list(self.ci) if self.ci else None, "bound": self.bound,
+                "relative": self.relative, "text": self.text()}
+
+
+def check_constraint(c: Constraint, base: Arm, arm: Arm, seed: int = 0,
+                     objective: str | None = None) -> ConstraintCheck:
+    """`c` on the candidate's confirmation samples; a relative constraint compares the
+    candidate with the baseline of the same rounds (its ratio's CI against the factor)."""
+    cand = _series(arm, c.metric, objective)
+    if c.relative:
+        b = _series(base, c.metric, objective)
+        if len(cand) < 2 or len(b) < 2 or centre(b) == 0:
+            return ConstraintCheck(str(c), "inconclusive", None, None, c.bound, True)
+        comp = compare(cand, b, "maximize", seed=seed)
+        value, lo, hi = 1 + comp.improvement, 1 + comp.ci_low, 1 + comp.ci_high
+    else:
+        if len(cand) < 2:
+            return ConstraintCheck(str(c), "inconclusive", None, None, c.bound, False)
+        value = centre(cand)
+        lo, hi = bootstrap_ci(cand, seed=seed)
+    upper = c.op in ("<=", "<")
+    if (hi <= c.bound) if upper else (lo >= c.bound):
+        status = "satisfied"
+    elif (lo > c.bound) if upper else (hi < c.bound):
+        status = "violated"
+    else:
+        status = "inconclusive"
+    return ConstraintCheck(str(c), status, value, (lo, hi), c.bound, c.relative)
+
+
+# -- the verdict ---------------------------------------------------------------------------
+
+
+def shown_metrics(objective: str, constraints: Sequence[Constraint] = ()) -> list[str]:
+    out = [objective]
+    for m in [*(c.metric for c in constraints), *SHOWN]:
+        if m not in out:
+            out.append(m)
+    return out
 
 
 def verdict(base: Arm, cands: list[tuple[dict[str, Any], Arm]], metric: str, direction: str,
-            ev: EvaluationSpec, seed: int) -> dict[str, Any]:
-    """Each candidate against the baseline (ratio CI, one-sided Mann–Whitney, Holm) and the
-    recommendation: the significant candidate with the largest improvement, or None."""
-    comps = [compare(arm.samples, base.samples, direction, seed=seed) for _, arm in cands]
+            ev: EvaluationSpec, seed: int,
+            constraints: Sequence[Constraint] = ()) -> dict[str, Any]:
+    """Each candidate against the baseline — the objective (ratio CI, one-sided
+    Mann–Whitney, Holm across candidates), every shown metric (two-sided, 95% CI) and every
+    constraint — and the recommendation: the significant candidate with the largest
+    improvement that violates no constraint significantly, or None."""
+    comps = [compare(arm.samples or arm.series(metric), base.samples or base.series(metric),
+                     direction, seed=seed) for _, arm in cands]
     adjusted = holm([c.p_value for c in comps])
+    shown = shown_metrics(metric, constraints)
     rows = []
     best: dict[str, Any] | None = None
     for (c, arm), comp, p_adj in zip(cands, comps, adjusted, strict=True):
-        ok = arm.failed is None and p_adj < ev.alpha and comp.ci_low > ev.min_improvement
+        gain = arm.failed is None and p_adj < ev.alpha and comp.ci_low > ev.min_improvement
+        changes = metric_changes(base, arm, shown, ev.alpha, seed, objective=metric)
+        checks = [check_constraint(k, base, arm, seed, objective=metric) for k in constraints]
+        blocked = [k for k in checks if k.status == "violated"]
+        ok = gain and not blocked
         row = {**c, "name": arm.name, "samples": arm.samples, "comparison": comp.as_dict(),
-               "p_adjusted": p_adj, "significant": ok, "failed": arm.failed,
-               "metrics": median_metrics(arm.metrics)}
+               "p_adjusted": p_adj, "objective_significant": gain, "significant": ok,
+               "failed": arm.failed, "metrics": median_metrics(arm.metrics),
+               "changes": {m: ch.as_dict() for m, ch in changes.items()},
+               "constraints": [k.as_dict() for k in checks],
+               "tradeoffs": [m for m, ch in changes.items() if m != metric and ch.worse]}
+        row["text"] = candidate_text(row, metric, changes)
         rows.append(row)
         if ok and (best is None or comp.improvement > best["comparison"]["improvement"]):
             best = row
-    text = NONE_SIGNIFICANT
     if best:
-        b = best["comparison"]
-        text = (f"{best['name']} changes {metric} by {b['change']:+.1%} (95% CI "
-                f"{b['change_ci_low']:+.1%} … {b['change_ci_high']:+.1%}), a significant "
-                f"improvement (Holm-adjusted p={best['p_adjusted']:.3g})")
+        text = best["text"]
+    else:
+        text = NONE_SIGNIFICANT
+        blocked_rows = [r for r in rows if r["objective_significant"] and not r["significant"]]
+        if blocked_rows:
+            text += "; " + "; ".join(
+                f"{r['name']} improves {metric} but "
+                + ", ".join(k["text"] for k in r["constraints"] if k["status"] == "violated")
+                for r in blocked_rows)
     return {"metric": metric, "direction": direction, "alpha": ev.alpha,
-            "rounds": ev.confirm_rounds,
+            "rounds": ev.confirm_rounds, "shown": shown,
+            "constraints": [str(k) for k in constraints],
             "baseline": {"config": base.config, "samples": base.samples,
                          "metrics": median_metrics(base.metrics)},
             "candidates": rows, "recommended": best, "verdict": text}
+
+
+def candidate_text(row: dict[str, Any], metric: str, changes: Mapping[str, MetricChange]) -> str:
+    """The verdict line of one candidate: the objective's change with its CI, every metric
+    it makes significantly worse ("at the cost of …"), and constraints not settled."""
+    comp = row["comparison"]
+    obj = changes[metric]
+    ci = (comp["change_ci_low"], comp["change_ci_high"])
+    head = describe_change(metric, comp["change"], metric_direction(metric), ci,
+                           bool(row["objective_significant"]))
+    text = f"{row['name']}: {head}"
+    if row["objective_significant"]:
+        text += f" (Holm-adjusted p={row['p_adjusted']:.3g})"
+    elif obj.change is not None:
+        text = f"{row['name']}: {metric} {NO_SIGNIFICANT_CHANGE} (95% CI {pct(ci[0])} … " \
+               f"{pct(ci[1])})"
+    costs = [changes[m].text() for m in row["tradeoffs"]]
+    if costs:
+        text += ", at the cost of " + ", ".join(costs)
+    unsettled = [k["text"] for k in row["constraints"] if k["status"] != "satisfied"]
+    if unsettled:
+        text += "; " + "; ".join(unsettled)
+    return text
 
 
 def median_metrics(rows: list[dict[str, Any]]) -> dict[str, float | None]:
@@ -118,7 +364,8 @@ def median_metrics(rows: list[dict[str, Any]]) -> dict[str, float | None]:
 def confirm(trials: Sequence[optuna.trial.FrozenTrial], baseline: dict[str, Any],
             metric: str, direction: str, ev: EvaluationSpec, seed: int, measure: Measure,
             on_start: Callable[[int], None] | None = None,
-            on_rep: Callable[[], None] | None = None) -> dict[str, Any]:
+            on_rep: Callable[[], None] | None = None,
+            constraints: Sequence[Constraint] = ()) -> dict[str, Any]:
     """The whole confirmation of a finished search (`trials`); the result as stored."""
     cands = candidates(trials, baseline, direction, ev.confirm_top)
     if not cands:
@@ -129,4 +376,4 @@ def confirm(trials: Sequence[optuna.trial.FrozenTrial], baseline: dict[str, Any]
         on_start(len(cands))
     interleave([base, *(a for _, a in arms)], ev.confirm_rounds, metric, measure, seed,
                on_rep)
-    return verdict(base, arms, metric, direction, ev, seed)
+    return verdict(base, arms, metric, direction, ev, seed, constraints)

@@ -99,6 +99,7 @@ class StudyRun:
                 best = e
         self.incumbent = best
         if self.baseline_eval is not None:
+            self.resolve_constraints(self.baseline_eval)
             nf = self.store.last_result(self.spec.study, "noise_floor")
             if nf:
                 self.evaluator.noise_cov = nf.get("cov", {}).get(self.metric)
@@ -137,12 +138,19 @@ class StudyRun:
         tell(study, trial, e, "baseline", self.spec.constraints)
         if e.failed:
             raise UserError(f"the baseline (defaults) failed: {e.failed}\n{e.failed_stderr}")
+        self.resolve_constraints(e)
         noise = NoiseFloor.of(e, self.metric, ev)
         self.evaluator.noise_cov = noise.cov.get(self.metric)
         self.store.put_result(self.spec.study, "noise_floor", noise.as_dict())
         noise.report(self.console, self.metric, ev)
         check_not_client_bound(e)
         return e
+
+    def resolve_constraints(self, baseline: Evaluation) -> None:
+        """Constraints relative to the baseline (`ops_per_sec >= 0.98 * baseline`) are
+        checked in the search against the noise floor's medians."""
+        self.evaluator.policy.constraints = [
+            c.resolve(baseline.metrics) for c in self.spec.parsed_constraints]
 
     def drift_check(self, after_trial: int | None) -> dict[str, Any] | None:
         if self.baseline_eval is None or self.space is None:
@@ -171,6 +179,6 @@ class StudyRun:
             result = confirmation.confirm(
                 study.get_trials(deepcopy=False), self.space.baseline_config(), self.metric,
                 self.direction, ev, self.spec.seed, measure, start,
-                lambda: prog.advance(task))
+                lambda: prog.advance(task), constraints=self.spec.parsed_constraints)
         self.store.put_result(self.spec.study, "confirmation", result)
         return result

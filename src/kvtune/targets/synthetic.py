@@ -13,6 +13,19 @@ Surface "default" (maximize ops_per_sec; p99_us moves the other way):
         * (1 + 0.08 * flag * (x > 5))                          # interaction
     fails when threads >= 14 and mode == "c".
 The defaults (x=2, threads=4, mode="a", flag=False) sit well below the optimum.
+
+Surface "tradeoff": the same ops_per_sec, but the latencies follow a surface of their own
+with a known trade-off against throughput, and their own noise:
+    true_p99(x, threads, mode, flag) = 500 µs
+        * (BASE_RATE / true(...)) ** 0.5                       # a faster server queues less
+        * (1 + 0.08 * x)                                       # bigger batches, longer tail
+        * (1 + 0.12 * (threads - 2))                           # fewer threads, shorter tail
+        * (0.55 if mode == "c" else 1.0)                       # mode c: p99 −45%, ops −5%
+    p50(...) = 125 µs * (BASE_RATE / true(...)) ** 0.5 * (1.6 if mode == "c" else 1.0)
+so minimising p99 leads to x = 0, one thread and mode c: p99 about −65% and throughput
+about −7% against the defaults, p50 about +65%; with `ops_per_sec >= 0.98 * baseline` the best
+is mode b instead (p99 about −40%). `SyntheticTarget.true_medians` gives the medians each
+reported change should be checked against.
 """
 
 from __future__ import annotations
@@ -22,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kvtune.errors import TrialFailed
+from kvtune.errors import TrialFailed, UserError
 from kvtune.knobs.appliers.base import Applier, ApplyEnv, Availability, HostContext
 from kvtune.knobs.domain import Domain, Value
 from kvtune.knobs.knob import Knob
@@ -34,6 +47,7 @@ if TYPE_CHECKING:
     from kvtune.spec import TargetSpec
 
 BASE_RATE = 100_000.0
+SURFACES = ("default", "tradeoff")
 
 
 class SyntheticParam(Applier):
@@ -95,6 +109,27 @@ def true_value(params: dict[str, Any]) -> float:
     return v
 
 
+def true_p99(params: dict[str, Any]) -> float:
+    """The noiseless p99 latency (µs) of the "tradeoff" surface (NaN where it fails)."""
+    v = true_value(params)
+    x = float(_get(params, "x"))
+    threads = int(_get(params, "threads"))
+    mode = str(_get(params, "mode"))
+    return (500.0 * (BASE_RATE / v) ** 0.5 * (1 + 0.08 * x) * (1 + 0.12 * (threads - 2))
+            * (0.55 if mode == "c" else 1.0))
+
+
+def true_metrics(params: dict[str, Any], surface: str = "tradeoff") -> dict[str, float]:
+    """The noiseless ops_per_sec, p50_us and p99_us of a configuration on `surface`."""
+    v = true_value(params)
+    if surface == "default":
+        p99 = 1e6 / v * 50
+        return {"ops_per_sec": v, "p50_us": p99 / 4, "p99_us": p99}
+    p99 = true_p99(params)
+    p50 = 125.0 * (BASE_RATE / v) ** 0.5 * (1.6 if str(_get(params, "mode")) == "c" else 1.0)
+    return {"ops_per_sec": v, "p50_us": p50, "p99_us": p99}
+
+
 def optimum() -> float:
     """The true maximum over the domain, by a fine grid (the surface is smooth)."""
     best = 0.0
@@ -114,24 +149,50 @@ class SyntheticTarget(SimulatedTarget):
     def __init__(self, spec: TargetSpec) -> None:
         super().__init__(spec)
         self.cov = spec.noise_cov
+        if spec.surface not in SURFACES:
+            raise UserError(f"target.surface: unknown synthetic surface {spec.surface!r} "
+                            f"(known: {', '.join(SURFACES)})")
+        self.surface = spec.surface
 
     @classmethod
     def knobs(cls) -> Mapping[str, Knob]:
         return SYNTHETIC_KNOBS
+
+    def _sigma(self, params: dict[str, Any]) -> float:
+        cov = self.cov * (1 + 0.5 * float(_get(params, "x")) / 10)  # heteroscedastic
+        return math.sqrt(math.log(1 + cov**2))
+
+    def true_medians(self, params: dict[str, Any]) -> dict[str, float]:
+        """The medians of ops_per_sec, p50_us and p99_us that `measure` draws around (the
+        truth a reported change is checked against)."""
+        s = self._sigma(params)
+        m = math.exp(-s**2 / 2)  # the median of the shared noise factor
+        t = true_metrics(params, self.surface)
+        if self.surface == "default":
+            return {"ops_per_sec": t["ops_per_sec"] * m, "p50_us": t["p50_us"] / m,
+                    "p99_us": t["p99_us"] / m}
+        return {"ops_per_sec": t["ops_per_sec"] * m, "p99_us": t["p99_us"] * m**0.6,
+                "p50_us": t["p50_us"] * math.exp(-s**2 / 8) / m**0.2}
 
     def measure(self, params: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
         v = true_value(params)
         if math.isnan(v):
             raise TrialFailed("synthetic server refuses to start: threads >= 14 with mode c",
                               "FATAL: thread pool exhausted (synthetic)")
-        x = float(_get(params, "x"))
-        cov = self.cov * (1 + 0.5 * x / 10)  # heteroscedastic
-        sigma = math.sqrt(math.log(1 + cov**2))
+        sigma = self._sigma(params)
         noise = float(rng.lognormal(-sigma**2 / 2, sigma))
         ops = v * noise
         p99 = 1e6 / v * 50 / noise
+        p50 = p99 / 4
+        if self.surface == "tradeoff":
+            # Latency noise of its own, partly shared with throughput's (a slow repetition
+            # is slow in both).
+            own = float(rng.lognormal(-sigma**2 / 2, sigma))
+            t = true_metrics(params, "tradeoff")
+            p99 = t["p99_us"] * own ** 0.8 / noise ** 0.2
+            p50 = t["p50_us"] * float(rng.lognormal(-sigma**2 / 8, sigma / 2)) / noise ** 0.2
         return {
-            "ops_per_sec": ops, "p50_us": p99 / 4, "p90_us": p99 / 2, "p99_us": p99,
+            "ops_per_sec": ops, "p50_us": p50, "p90_us": p99 / 2, "p99_us": p99,
             "p999_us": p99 * 2, "p9999_us": p99 * 3, "max_us": p99 * 5, "mean_us": p99 / 3,
             "service_p99_us": p99 * 0.8, "hit_ratio": 1.0, "errors": 0, "server_errors": 0,
             "verdict": "ok", "client_utilization": 0.2,

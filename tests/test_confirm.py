@@ -1,0 +1,170 @@
+"""The confirmation's claims: every shown metric with its CI from the same interleaved
+rounds ("no significant change" when the CI spans zero), constraints relative to the
+baseline checked in the search and at confirmation (a significant violation blocks the
+recommendation, an unsettled one is said to be inconclusive), and trade-offs named in the
+verdict line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from kvtune.spec import EvaluationSpec, parse_constraint, parse_spec
+from kvtune.study import StudyRun
+from kvtune.study import confirm as cf
+from kvtune.study import load as load_study
+from kvtune.summary import change_cell, collect, render
+
+EV = EvaluationSpec(confirm_rounds=8, confirm_top=1)
+
+
+def _arm(name: str, rows: dict[str, list[float]]) -> cf.Arm:
+    n = len(next(iter(rows.values())))
+    return cf.Arm(name, {"k": name}, metrics=[{m: v[i] for m, v in rows.items()}
+                                               for i in range(n)])
+
+
+def _noisy(centre: float, cov: float, n: int, seed: int) -> list[float]:
+    rng = np.random.default_rng(seed)
+    return list(centre * rng.lognormal(0, cov, n))
+
+
+BASE = _arm("baseline", {"p99_us": _noisy(1000, 0.03, 8, 1), "ops_per_sec": _noisy(1e5, 0.03, 8, 2),
+                         "p50_us": _noisy(100, 0.03, 8, 3), "errors": [0.0] * 8})
+
+
+def test_constraints_relative_to_the_baseline_parse_and_resolve() -> None:
+    c = parse_constraint("ops_per_sec >= 0.98 * baseline")
+    assert c.relative and c.bound == 0.98 and str(c) == "ops_per_sec >= 0.98 * baseline"
+    assert c.violation(1.0) == 0.0  # not judged before the baseline is measured
+    r = c.resolve({"ops_per_sec": 100_000.0})
+    assert r.violation(99_000.0) <= 0 < r.violation(97_000.0)
+    p50 = parse_constraint("p50_us <= 1.5*baseline").resolve({"p50_us": 100.0})
+    assert p50.violation(140.0) <= 0 < p50.violation(160.0)
+    assert not parse_constraint("p99_us <= 500").relative
+    with pytest.raises(ValueError, match="not a constraint"):
+        parse_constraint("ops_per_sec >= 0.98 * defaults")
+
+
+def test_a_secondary_metric_whose_ci_spans_zero_is_no_significant_change() -> None:
+    cand = _arm("trial 1", {"p99_us": _noisy(500, 0.03, 8, 4),
+                            "ops_per_sec": _noisy(1e5, 0.03, 8, 5),  # same throughput
+                            "p50_us": _noisy(100, 0.03, 8, 6), "errors": [0.0] * 8})
+    res = cf.verdict(BASE, [({"trial": 1}, cand)], "p99_us", "minimize", EV, 0)
+    rec = res["recommended"]
+    assert rec is not None and rec["name"] == "trial 1"
+    ops = rec["changes"]["ops_per_sec"]
+    assert ops["ci"][0] < 0 < ops["ci"][1]
+    assert not ops["significant"] and ops["verdict"] == "no significant change"
+    assert ops["text"].startswith("ops_per_sec: no significant change (95% CI ")
+    assert rec["tradeoffs"] == [] and "at the cost" not in res["verdict"]
+    assert rec["changes"]["p99_us"]["significant"] and rec["changes"]["p99_us"]["change"] < -0.4
+    assert rec["changes"]["errors"]["verdict"] == "no significant change"
+
+
+def test_a_significant_tradeoff_is_named_in_the_verdict_line() -> None:
+    cand = _arm("trial 1", {"p99_us": _noisy(170, 0.03, 8, 4),
+                            "ops_per_sec": _noisy(82_000, 0.03, 8, 5),  # −18%
+                            "p50_us": _noisy(264, 0.03, 8, 6), "errors": [0.0] * 8})
+    res = cf.verdict(BASE, [({"trial": 1}, cand)], "p99_us", "minimize", EV, 0)
+    rec = res["recommended"]
+    assert rec is not None and set(rec["tradeoffs"]) == {"ops_per_sec", "p50_us"}
+    v = res["verdict"]
+    assert v.startswith("trial 1: p99_us \u2212") and "better" in v
+    assert ", at the cost of ops_per_sec \u221218." in v and "worse" in v
+    lo, hi = rec["changes"]["ops_per_sec"]["ci"]
+    assert lo < -0.18 < hi < 0
+
+
+def test_a_relative_constraint_the_winner_violates_blocks_the_recommendation() -> None:
+    cand = _arm("trial 1", {"p99_us": _noisy(170, 0.03, 8, 4),
+                            "ops_per_sec": _noisy(82_000, 0.03, 8, 5),
+                            "p50_us": _noisy(100, 0.03, 8, 6), "errors": [0.0] * 8})
+    c = parse_constraint("ops_per_sec >= 0.98 * baseline")
+    res = cf.verdict(BASE, [({"trial": 1}, cand)], "p99_us", "minimize", EV, 0, [c])
+    row = res["candidates"][0]
+    assert row["objective_significant"] and not row["significant"]
+    assert res["recommended"] is None
+    assert row["constraints"][0]["status"] == "violated"
+    assert "ops_per_sec >= 0.98 * baseline: significantly violated" in res["verdict"]
+    # The same constraint, loose enough: the candidate is recommended.
+    loose = parse_constraint("ops_per_sec >= 0.5 * baseline")
+    ok = cf.verdict(BASE, [({"trial": 1}, cand)], "p99_us", "minimize", EV, 0, [loose])
+    assert ok["recommended"] is not None
+    assert ok["candidates"][0]["constraints"][0]["status"] == "satisfied"
+
+
+def test_a_constraint_the_rounds_cannot_settle_is_inconclusive() -> None:
+    cand = _arm("trial 1", {"p99_us": _noisy(300, 0.03, 8, 4),
+                            "ops_per_sec": _noisy(98_000, 0.08, 8, 5),  # near the bound
+                            "p50_us": _noisy(100, 0.03, 8, 6), "errors": [0.0] * 8})
+    c = parse_constraint("ops_per_sec >= 0.98 * baseline")
+    res = cf.verdict(BASE, [({"trial": 1}, cand)], "p99_us", "minimize", EV, 0, [c])
+    assert res["candidates"][0]["constraints"][0]["status"] == "inconclusive"
+    assert res["recommended"] is not None  # not significantly violated
+    assert "ops_per_sec >= 0.98 * baseline: inconclusive" in res["verdict"]
+
+
+def test_run_interleaved_returns_every_metric_of_every_arm() -> None:
+    def measure(config: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+        return "ok", "", {"a": float(config["k"]), "b": 2.0 * config["k"]}
+
+    arms = cf.run_interleaved({"x": {"k": 1}, "y": {"k": 2}}, 3, measure, seed=0)
+    assert arms["x"].series("a") == [1.0] * 3 and arms["y"].all_series()["b"] == [4.0] * 3
+
+
+STUDY = """\
+study: {name}
+target: {{kind: synthetic, noise_cov: 0.03, surface: tradeoff}}
+knobs: [synthetic.x, synthetic.threads, synthetic.mode, synthetic.flag]
+objective: {{metric: p99_us}}
+constraints: ["ops_per_sec >= 0.98 * baseline"]
+budget: {{trials: 16}}
+repetitions: 2
+evaluation: {{noise_floor_runs: 4, confirm_top: 2, confirm_rounds: 6, drift_every: 0}}
+sampler: random
+seed: 3
+"""
+
+
+def test_a_study_checks_the_relative_constraint_in_the_search_and_shows_every_change(
+        tmp_path: Path) -> None:
+    p = tmp_path / "t.yaml"
+    p.write_text(STUDY.format(name="t"))
+    run = StudyRun(load_study(p), Console(quiet=True), base_dir=tmp_path)
+    res = run.run()
+    data = collect(run.store, "t")
+    base_ops = data["baseline"]["metrics"]["ops_per_sec"]
+    trials = [t for t in data["trials"] if t["kind"] == "trial" and t["state"] == "COMPLETE"]
+    # In the search: feasible exactly when the median is at least 98% of the noise floor's.
+    assert trials and any(not t["feasible"] for t in trials)
+    for t in trials:
+        assert t["feasible"] == (t["metrics"]["ops_per_sec"] >= 0.98 * base_ops)
+    for c in res["candidates"]:
+        assert set(c["changes"]) >= {"p99_us", "ops_per_sec", "p50_us", "hit_ratio"}
+        assert c["constraints"][0]["constraint"] == "ops_per_sec >= 0.98 * baseline"
+    out = Console(record=True, width=200)
+    render(data, out)
+    text = out.export_text()
+    assert "Confirmation" in text and "interleaved rounds, 95% CI" in text
+    row = res["recommended"] or max(res["candidates"],
+                                    key=lambda c: c["comparison"]["improvement"])
+    for m, ch in row["changes"].items():
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"\u2502 {m} "))
+        assert change_cell(ch) in line
+        if not ch["significant"]:
+            assert "no significant change" in line and ", better" not in line
+    assert any(not ch["significant"] for ch in row["changes"].values())
+
+
+def test_unknown_surface_is_refused() -> None:
+    from kvtune.errors import UserError
+    from kvtune.targets.synthetic import SyntheticTarget
+
+    spec, _ = parse_spec(STUDY.format(name="u").replace("surface: tradeoff", "surface: nope"))
+    with pytest.raises(UserError, match="unknown synthetic surface"):
+        SyntheticTarget(spec.target)
