@@ -119,6 +119,13 @@ def test_report_renders_in_chromium(study: tuple[str, Path]) -> None:
     assert expected <= set(plots), sorted(plots)
     for p in plots.values():
         assert p["svg"] and p["traces"] > 0 and p["marks"] > 0 and p["width"] > 300, p
+    assert_drawn_right(list(plots.values()))
+    assert sum(len(p["defaults"]) for p in plots.values()) >= 2  # threads, growth_factor
+    for needle in ("Which change made the gain", "Latency by request type", "BH q",
+                   "Noise floor and host noise facts", "counters: memcached stats",
+                   "as written"):
+        assert needle in page, needle
+    assert "<details><summary>counters" in page  # collapsed by default
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
 
 
@@ -197,8 +204,34 @@ JSON.stringify(Array.from(document.querySelectorAll('.js-plotly-plot')).map(p =>
   marks: p.querySelectorAll('.scatterlayer .point, .scatterlayer path.js-line, '
                             + '.barlayer .point, .errorbar').length,
   width: p.getBoundingClientRect().width,
+  box: (() => { const r = p.querySelector('svg.main-svg').getBoundingClientRect();
+                return [r.left, r.right, r.top, r.bottom]; })(),
+  container: (() => { const c = p.closest('.plot') || p.parentElement;
+                      const r = c.getBoundingClientRect();
+                      const m = document.querySelector('main').getBoundingClientRect();
+                      return [Math.max(r.left, m.left), Math.min(r.right, m.right),
+                              r.top, r.bottom]; })(),
+  defaults: ((p.layout && p.layout.shapes) || []).filter(s => s.name === 'default').map(s => {
+    const xa = p._fullLayout.xaxis;
+    const path = p.querySelector('.shapelayer path');
+    const px = parseFloat(path.getAttribute('d').slice(1).split(',')[0]);
+    const l = xa.p2l(px - xa._offset);
+    return {value: s.x0, drawn_at: xa.type === 'log' ? Math.pow(10, l) : l, log: xa.type === 'log'};
+  }),
 })))
 """
+
+
+def assert_drawn_right(plots: list[dict[str, Any]]) -> None:
+    """No plot is clipped (its svg lies inside its container and the page's column) and
+    every default marker sits at the default's value on its axis."""
+    for p in plots:
+        left, right, top, bottom = p["box"]
+        c_left, c_right, c_top, c_bottom = p["container"]
+        assert left >= c_left - 1 and right <= c_right + 1, (p["id"], p["box"], p["container"])
+        assert top >= c_top - 1 and bottom <= c_bottom + 1, (p["id"], p["box"], p["container"])
+        for d in p["defaults"]:
+            assert abs(d["drawn_at"] - d["value"]) <= 0.01 * abs(d["value"]) + 1e-9, (p["id"], d)
 
 
 def _listening(port: int) -> set[str]:
@@ -358,3 +391,33 @@ def test_reproduction_shows_the_load_command_from_new_and_old_stores(
     assert "# the load (kvload), as run against it" in old
     argv_line = next(ln for ln in old.splitlines() if "--duration" in ln)
     assert argv_line in html
+
+
+def test_default_marker_on_a_log_axis_and_no_clipping(tmp_path: Path) -> None:
+    """A log-axis sensitivity curve with the default at 20 (drawn at 1.3 before the fix),
+    in the report's grid of two columns beside a long-titled plot: the marker is at 20
+    and no plot leaves its grid cell."""
+    import plotly.offline
+
+    from kvtune.analysis.sensitivity import Curve, Point
+    from kvtune.report import figures
+    from kvtune.report.html import _CSS, _plot
+
+    pts = [Point(str(x), float(x), 100.0 + x, 95.0 + x, 105.0 + x, 3, 1)
+           for x in (1, 4, 16, 64, 256, 1024)]
+    log = figures.sensitivity(Curve("memcached.reqs_per_event", True, True, "search", pts,
+                                    20), "p99_us")
+    lin = figures.sensitivity(Curve("memcached.threads", True, False, "sweep", pts[:4], 4),
+                              "p99_us")
+    page = (f"<html><head><style>{_CSS}</style><script>{plotly.offline.get_plotlyjs()}"
+            "</script></head><body><main><div class=grid>"
+            + _plot(log, "plot-log") + _plot(lin, "plot-lin") + "</div></main></body></html>")
+    f = tmp_path / "log.html"
+    f.write_text(page)
+    res = render_in_chromium(f, tmp_path / "log.png", width=1100)
+    assert not res["errors"], res["errors"]
+    plots = {p["id"]: p for p in res["plots"]}
+    assert plots["plot-log"]["defaults"][0]["log"] is True
+    assert abs(plots["plot-log"]["defaults"][0]["drawn_at"] - 20) < 0.2
+    assert abs(plots["plot-lin"]["defaults"][0]["drawn_at"] - 4) < 0.04
+    assert_drawn_right(list(plots.values()))

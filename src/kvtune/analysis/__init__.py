@@ -4,7 +4,8 @@
     a = analyse(data)            # importance, sensitivity, correlations, zones
     a.as_dict()                  # JSON for `kvtune show --json` and the report
 
-- importance: Optuna's PED-ANOVA (or fANOVA) over the feasible search trials;
+- importance: main effects with bootstrap intervals and a ranking only where the trials
+  support one (PED-ANOVA or fANOVA on request);
 - sensitivity: the objective against each knob's values, bootstrap CIs from raw
   repetitions (from a one-knob sweep when the study has one);
 - correlations: Spearman's rho of each telemetry counter with the objective;
@@ -48,7 +49,7 @@ def important_knobs(imp: Importance, data: StudyData) -> list[str]:
     return [k for i, k in enumerate(ranked) if i < 3 or imp.values[k] >= IMPORTANT]
 
 
-def analyse(data: StudyData, within: float = 0.05, method: str = "ped-anova",
+def analyse(data: StudyData, within: float = 0.05, method: str = "main-effects",
             seed: int = 0) -> Analysis:
     imp = importance(data, method, seed)
     return Analysis(imp, sensitivity(data, seed), correlations(data),

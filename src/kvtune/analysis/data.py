@@ -49,6 +49,9 @@ class StudyData:
     sweeps: dict[str, dict[str, Any]] = field(default_factory=dict)
     sweep_reps: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     storage: str = ""
+    ablation: dict[str, Any] | None = None
+    spec_text: str | None = None  # the study file as written (studies since issue 13)
+    host_noise: dict[str, Any] | None = None  # kvtune.report.noise facts at the noise floor
 
     @property
     def maximize(self) -> bool:
@@ -131,7 +134,10 @@ def load(store: Store, name: str) -> StudyData:
         baseline=study.user_attrs.get("baseline", {}) or {},
         noise_floor=store.last_result(name, "noise_floor"),
         confirmation=store.last_result(name, "confirmation"),
-        drift=store.results(name, "drift"), storage=store.url)
+        drift=store.results(name, "drift"), storage=store.url,
+        ablation=store.last_result(name, "ablation"),
+        spec_text=study.user_attrs.get("spec_text"),
+        host_noise=store.last_result(name, "host_noise"))
     for key in _result_keys(store, name):
         if key.startswith("sweep:"):
             knob = key.split(":", 1)[1]

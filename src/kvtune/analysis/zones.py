@@ -44,8 +44,13 @@ class Zone:
         else:
             parts = list(self.categories)
         where = ", ".join(parts) if parts else "none"
-        return (f"{where} ({self.reachable} of {self.tried} tried values within "
-                f"{self.within:.0%} of the best; {self.robust} of them in every trial)")
+        text = (f"{where} ({self.reachable} of {self.tried} tried values reached within "
+                f"{self.within:.0%} of the best in some trial")
+        if self.reachable and self.robust == self.reachable:
+            return text + ", every trial at them did)"
+        if self.robust:
+            return text + f"; at {self.robust} of them every trial did)"
+        return text + ")"
 
 
 def _near(data: StudyData, v: float, best: float, within: float) -> bool:

@@ -133,3 +133,82 @@ def proc_cpu_seconds(pid: int) -> float | None:
         return None
     ticks = os.sysconf("SC_CLK_TCK")
     return (int(fields[11]) + int(fields[12])) / ticks
+
+
+# -- what makes measurements noisy (as `pyperf system show`), added for issue 13 ------------
+
+
+def _cpu_times(fs: HostFS) -> tuple[int, int]:
+    """(total, steal) jiffies from /proc/stat's aggregate line."""
+    for line in fs.read_text("/proc/stat", default="").splitlines():
+        if line.startswith("cpu "):
+            f = [int(x) for x in line.split()[1:]]
+            return sum(f[:8]), (f[7] if len(f) > 7 else 0)
+    return 0, 0
+
+
+def _proc_ticks(proc: Path) -> dict[int, tuple[str, int]]:
+    out: dict[int, tuple[str, int]] = {}
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            raw = (d / "stat").read_text()
+        except OSError:
+            continue
+        comm = raw[raw.find("(") + 1:raw.rfind(")")]
+        f = raw[raw.rfind(")") + 2:].split()
+        out[int(d.name)] = (comm, int(f[11]) + int(f[12]))  # utime + stime
+    return out
+
+
+def noise_facts(fs: HostFS | None = None, window: float = 0.5,
+                ignore: tuple[int, ...] = ()) -> dict[str, Any]:
+    """What makes this host's measurements noisy, as `pyperf system show` lists it: the CPU
+    frequency governor and turbo, isolated and nohz_full CPUs, irqbalance, steal over
+    `window` seconds, and other processes busy over that window (> 5% of a CPU; kvtune
+    itself and `ignore` left out). Values that cannot be read are None."""
+    import time
+
+    fs = fs or HostFS()
+    cpu = Path("/sys/devices/system/cpu")
+    govs = sorted({fs.read_text(str(p), default="").strip()
+                   for p in fs.path(str(cpu)).glob("cpu[0-9]*/cpufreq/scaling_governor")}
+                  - {""})
+    turbo: bool | None = None
+    no_turbo = fs.read_text(str(cpu / "intel_pstate/no_turbo"), default="").strip()
+    boost = fs.read_text(str(cpu / "cpufreq/boost"), default="").strip()
+    if no_turbo in ("0", "1"):
+        turbo = no_turbo == "0"
+    elif boost in ("0", "1"):
+        turbo = boost == "1"
+    isolated = fs.read_text(str(cpu / "isolated"), default="").strip() or None
+    nohz = fs.read_text(str(cpu / "nohz_full"), default="").strip()
+    proc = fs.path("/proc")
+    t0, s0 = _cpu_times(fs)
+    p0 = _proc_ticks(proc)
+    time.sleep(window)
+    t1, s1 = _cpu_times(fs)
+    p1 = _proc_ticks(proc)
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    me = {os.getpid(), os.getppid(), *ignore}
+    busy: list[dict[str, Any]] = []
+    for pid, (comm, ticks) in p1.items():
+        if pid in me or pid not in p0:
+            continue
+        share = (ticks - p0[pid][1]) / hz / window
+        if share > 0.05:
+            busy.append({"pid": pid, "comm": comm, "cpu": round(share, 3)})
+    busy.sort(key=lambda b: -float(b["cpu"]))
+    irqbalance = any(comm == "irqbalance" for comm, _ in p1.values())
+    return {
+        "governor": ",".join(govs) if govs else None,
+        "turbo": turbo,
+        "isolated_cpus": isolated,
+        "nohz_full": nohz if nohz and nohz != "(null)" else None,
+        "irqbalance": irqbalance,
+        "steal": (s1 - s0) / (t1 - t0) if t1 > t0 else None,
+        "busy_processes": busy[:8],
+        "virtualized": this_host().virtualized,
+        "window_s": window,
+    }

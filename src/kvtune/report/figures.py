@@ -78,15 +78,28 @@ def convergence(data: StudyData) -> go.Figure | None:
 
 
 def importance(imp: Importance) -> go.Figure | None:
+    """Each knob's share with its bootstrap 95% interval; knobs the trials rank in blue,
+    the others grey, and the title says when the trials do not support a ranking."""
     if not imp.values:
         return None
     names = list(imp.values)[::-1]
+    lo = [imp.values[k] - imp.intervals[k][0] if k in imp.intervals else 0 for k in names]
+    hi = [imp.intervals[k][1] - imp.values[k] if k in imp.intervals else 0 for k in names]
+    colors = [BLUE if k in imp.ranking else GREY for k in names]
     fig = go.Figure(go.Bar(x=[imp.values[k] for k in names], y=names, orientation="h",
-                           marker_color=BLUE, text=[f"{imp.values[k]:.0%}" for k in names],
-                           textposition="auto"))
-    fig.update_layout(**{**_LAYOUT, "height": max(220, 60 + 40 * len(names))},
-                      title=f"Knob importance ({imp.method}, {imp.n_trials} trials)",
-                      xaxis_title="share of importance", xaxis_tickformat=".0%")
+                           marker_color=colors, text=[f"{imp.values[k]:.0%}" for k in names],
+                           textposition="inside", insidetextanchor="start",
+                           error_x={"type": "data", "symmetric": False, "array": hi,
+                                    "arrayminus": lo, "color": "#444"}))
+    sub = ("ranked: the blue knobs' effects stand out of the noise (grey: no measurable "
+           "effect)" if imp.ranked else "not enough trials to rank: the bars are not a "
+                                        "ranking")
+    fig.update_layout(**{**_LAYOUT, "height": max(240, 90 + 40 * len(names)),
+                         "margin": {"l": 200, "r": 30, "t": 80, "b": 60}},
+                      title=f"Knob importance ({imp.method}, {imp.n_trials} trials, bootstrap "
+                            f"95% intervals)<br><sup>{sub}</sup>",
+                      xaxis_title="share of importance", xaxis_tickformat=".0%",
+                      xaxis_range=[0, 1.05])
     return fig
 
 
@@ -107,15 +120,18 @@ def sensitivity(curve: Curve, metric: str) -> go.Figure | None:
         text=[f"{p.label}: n={p.n_reps} repetitions of {p.n_configs} configuration(s)"
               for p in pts], name=metric,
         hovertemplate="%{text}<br>median %{y:.4g}<extra></extra>"))
-    if curve.numeric and _finite(base):
-        # Shapes on a log axis take the exponent, not the value.
-        pos = math.log10(float(base)) if curve.log and float(base) > 0 else float(base)
-        if not (curve.log and float(base) <= 0):
-            fig.add_vline(x=pos, line={"color": GREY, "dash": "dash"},
-                          annotation_text="default")
+    if curve.numeric and _finite(base) and not (curve.log and float(base) <= 0):
+        # A shape's x is in data coordinates, also on a log axis (plotly.js converts it);
+        # an annotation's x on a log axis is the exponent.
+        fig.add_shape(type="line", x0=float(base), x1=float(base), y0=0, y1=1, xref="x",
+                      yref="paper", line={"color": GREY, "dash": "dash"}, name="default")
+        fig.add_annotation(x=math.log10(float(base)) if curve.log else float(base), y=1,
+                           yref="paper", text="default", showarrow=False, yanchor="bottom",
+                           font={"color": "#555"})
     how = ("one-knob sweep, others at defaults" if curve.source == "sweep"
            else "over the search, other knobs varying")
-    fig.update_layout(**_LAYOUT, title=f"{metric} against {_short(curve.knob)}<br>"
+    fig.update_layout(**{**_LAYOUT, "margin": {"l": 70, "r": 20, "t": 70, "b": 60}},
+                      title=f"{metric} against {_short(curve.knob)}<br>"
                                        f"<sup>{how}</sup>",
                       xaxis_title=curve.knob, yaxis_title=f"{metric} (median, 95% CI)",
                       showlegend=False)
@@ -127,17 +143,21 @@ def sensitivity(curve: Curve, metric: str) -> go.Figure | None:
 
 
 def correlations(corrs: list[Correlation], metric: str, top: int = 15) -> go.Figure | None:
+    """The strongest telemetry correlates; those that do not survive Benjamini–Hochberg
+    (q ≥ 0.05) are drawn pale: chance among many counters."""
     rows = [c for c in corrs if c.telemetry][:top]
     if not rows:
         return None
     rows = rows[::-1]
     fig = go.Figure(go.Bar(
-        x=[c.rho for c in rows], y=[c.metric for c in rows], orientation="h",
+        x=[c.rho for c in rows], y=[f"{c.metric} ({c.unit})" for c in rows], orientation="h",
         marker_color=[GREEN if c.rho > 0 else RED for c in rows],
-        text=[f"ρ={c.rho:+.2f}" for c in rows], textposition="auto",
-        customdata=[[c.p_value, c.n] for c in rows],
-        hovertemplate="%{y}: ρ=%{x:.3f}, p=%{customdata[0]:.2g}, n=%{customdata[1]}"
-                      "<extra></extra>"))
+        marker_opacity=[1.0 if c.lead() else 0.3 for c in rows],
+        text=[f"ρ={c.rho:+.2f}" + ("" if c.lead() else " (q≥0.05)") for c in rows],
+        textposition="auto",
+        customdata=[[c.p_value, c.n, c.q_value] for c in rows],
+        hovertemplate="%{y}: ρ=%{x:.3f}, p=%{customdata[0]:.2g}, BH q=%{customdata[2]:.2g}, "
+                      "n=%{customdata[1]}<extra></extra>"))
     fig.update_layout(**{**_LAYOUT, "height": max(260, 80 + 28 * len(rows)),
                          "margin": {"l": 230, "r": 30, "t": 60, "b": 60}},
                       title=f"Telemetry correlated with {metric} (Spearman, per repetition)",
@@ -191,6 +211,68 @@ def slab_pages(tables: dict[str, list[dict[str, float]]]) -> go.Figure | None:
     return fig
 
 
+PERCENTILES = (("p50_us", 50.0), ("p90_us", 90.0), ("p99_us", 99.0), ("p999_us", 99.9),
+               ("p9999_us", 99.99))
+
+
+def spectrum(series: dict[str, dict[str, dict[str, float]]]) -> go.Figure | None:
+    """The latency percentile spectrum (p50 … p99.99, HDR style: x is the number of nines,
+    both axes log), one line per configuration and verb. `series`: {configuration:
+    {verb: {"p50_us": median, ...}}}."""
+    if not series:
+        return None
+    fig = go.Figure()
+    palette = {0: GREY, 1: BLUE, 2: ORANGE}
+    dashes = {"all": "solid", "get": "dot", "set": "dash"}
+    ticks = [-math.log10(1 - q / 100) for _, q in PERCENTILES]
+    for i, (cfg, verbs) in enumerate(series.items()):
+        for verb, pts in verbs.items():
+            xs = [t for (k, _), t in zip(PERCENTILES, ticks, strict=True) if _finite(pts.get(k))]
+            ys = [pts[k] for k, _ in PERCENTILES if _finite(pts.get(k))]
+            if not xs:
+                continue
+            fig.add_trace(go.Scatter(
+                x=xs, y=ys, mode="lines+markers", name=f"{cfg}: {verb.upper()}"
+                if verb != "all" else f"{cfg}: all requests",
+                line={"color": palette.get(i, GREEN), "dash": dashes.get(verb, "dashdot")},
+                hovertemplate="%{y:,.0f} µs<extra>" + f"{cfg} {verb}" + "</extra>"))
+    if not fig.data:
+        return None
+    fig.update_layout(**{**_LAYOUT, "height": 420, "legend": {"orientation": "h", "y": -0.25}},
+                      title="Latency percentile spectrum (median over repetitions)",
+                      yaxis_title="latency (µs, log)", yaxis_type="log",
+                      xaxis={"tickvals": ticks, "ticktext": ["p50", "p90", "p99", "p99.9",
+                                                             "p99.99"],
+                             "title": "percentile"})
+    return fig
+
+
+def ablation(res: dict[str, Any] | None) -> go.Figure | None:
+    """Each changed knob's share of the gain with its 95% CI (the ablation)."""
+    if not res or not res.get("knobs") or res.get("skipped"):
+        return None
+    rows = [r for r in res["knobs"] if _finite(r.get("share"))][::-1]
+    if not rows:
+        return None
+    color = {"carries": GREEN, "hurts": RED, "noise": GREY}
+    lo = [r["share"] - r["share_ci"][0] if _finite(r["share_ci"][0]) else 0 for r in rows]
+    hi = [r["share_ci"][1] - r["share"] if _finite(r["share_ci"][1]) else 0 for r in rows]
+    fig = go.Figure(go.Bar(
+        x=[r["share"] for r in rows], y=[f"{r['knob']} → {r['recommended']}" for r in rows],
+        orientation="h", marker_color=[color[r["effect"]] for r in rows],
+        text=[f"{r['share']:.0%} ({r['effect']})" for r in rows], textposition="inside",
+        insidetextanchor="start",
+        error_x={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo,
+                 "color": "#444"}))
+    fig.update_layout(**{**_LAYOUT, "height": max(240, 100 + 45 * len(rows)),
+                         "margin": {"l": 260, "r": 30, "t": 70, "b": 60}},
+                      title="Ablation: each change's share of the gain (95% CI)<br><sup>green "
+                            "carries the gain, grey is within noise, red hurts</sup>",
+                      xaxis_title="share of the gain", xaxis_tickformat=".0%")
+    fig.add_vline(x=0, line={"color": "#888"})
+    return fig
+
+
 def all_figures(data: StudyData, a: Analysis,
                 slab_tables: dict[str, list[dict[str, float]]] | None = None
                 ) -> dict[str, go.Figure | None]:
@@ -199,6 +281,7 @@ def all_figures(data: StudyData, a: Analysis,
         "convergence": convergence(data), "importance": importance(a.importance)}
     for c in a.curves:
         figs[f"sensitivity-{c.knob}"] = sensitivity(c, data.metric)
+    figs["ablation"] = ablation(getattr(data, "ablation", None))
     figs["correlations"] = correlations(a.correlations, data.metric)
     figs["telemetry-scatter"] = telemetry_scatter(data, a.correlations)
     if slab_tables:

@@ -21,12 +21,23 @@ import plotly.offline
 import yaml
 
 from kvtune.analysis import Analysis, StudyData, analyse
+from kvtune.present import (
+    change_fraction,
+    change_text,
+    describe_change,
+    judge,
+    metric_direction,
+    number,
+    pct,
+    unit,
+)
 from kvtune.report import figures
 from kvtune.report import sweep as sweep_view
 from kvtune.spec import _LOWER_IS_BETTER, METRICS
 from kvtune.store import config_key
 
 _CSS = """
+html{overflow-y:scroll}
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#222;
 background:#fafafa}
 main{max-width:1180px;margin:0 auto;padding:24px 32px 64px;background:#fff}
@@ -44,9 +55,12 @@ tr.group td{background:#fafafa;font-weight:600;text-align:left;padding-top:10px}
 .better{color:#1b7f1b;font-weight:600}.worse{color:#c62828;font-weight:600}
 .changed{background:#fffde7}
 pre{background:#f6f8fa;padding:10px 12px;overflow-x:auto;font-size:12.5px;border-radius:4px}
-.note{color:#666;font-size:13px}.plot{margin:10px 0 18px;min-height:200px}
+.note{color:#666;font-size:13px}
+.plot{margin:10px 0 18px;min-height:200px;min-width:0}
+details{margin:6px 0}summary{cursor:pointer;font-weight:600;font-size:13.5px}
 nav a{margin-right:12px;font-size:13.5px}
 .grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:0 16px}
+.grid>*{min-width:0}
 """
 
 _GROUPS = (
@@ -75,21 +89,18 @@ def _e(v: Any) -> str:
 
 
 def _f(v: Any) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        if v != 0 and abs(v) < 1e-3:
-            return f"{v:.3g}"
-        return f"{v:,.4g}" if abs(v) < 1e5 else f"{v:,.0f}"
-    if isinstance(v, int):
-        return f"{v:,}"
-    return _e(v)
+    """A figure without exponent notation under a million (kvtune.present.number)."""
+    out = number(v)
+    return "–" if out == "-" else _e(out)
 
 
 def _pct(v: Any) -> str:
-    return f"{v:+.1%}" if isinstance(v, int | float) and math.isfinite(v) else "–"
+    return pct(v) if isinstance(v, int | float) and math.isfinite(v) else "–"
+
+
+def _dir(data: StudyData, metric: str) -> str | None:
+    """The good direction of a figure: the objective's, else known by its name."""
+    return data.direction if metric == data.metric else metric_direction(metric)
 
 
 def _lower_is_better(metric: str) -> bool | None:
@@ -194,6 +205,19 @@ def _median(xs: list[float]) -> float:
 # -- sections ------------------------------------------------------------------------------
 
 
+def _confirmed_changes(conf: dict[str, Any]) -> str:
+    """The confirmation's verdict line (trade-offs named, constraints not settled) and every
+    other shown metric with its CI from the same rounds (issue 16)."""
+    rec = conf.get("recommended")
+    if rec and rec.get("text"):
+        others = [ch["text"] for m, ch in (rec.get("changes") or {}).items()
+                  if m != conf.get("metric")]
+        return (f" Verdict: {rec['text']}. Every other metric over the same rounds: "
+                + "; ".join(others) + ".")
+    verdict = str(conf.get("verdict") or "")
+    return f" {verdict}." if not rec and "violated" in verdict else ""
+
+
 def _verdict(data: StudyData, cmp: dict[str, Any]) -> str:
     c = cmp.get("comparison")
     conf = data.confirmation or {}
@@ -201,19 +225,21 @@ def _verdict(data: StudyData, cmp: dict[str, Any]) -> str:
         return (f'<div class="verdict good"><b>Recommendation:</b> {_e(cmp["label"])}: '
                 f"{_e(conf.get('verdict', ''))}</div>")
     if cmp["status"] == "recommended" and c:
-        return (f'<div class="verdict good"><b>Recommendation:</b> {_e(cmp["label"])} '
-                f"changes <b>{_e(data.metric)}</b> by <b>{_pct(_ch(c, 'change'))}</b> "
-                f"(95% CI {_pct(_ch(c, 'change_ci_low'))} … {_pct(_ch(c, 'change_ci_high'))}, "
-                "a significant improvement; Holm-adjusted "
+        text = describe_change(data.metric, _ch(c, "change"), data.direction,
+                               (_ch(c, "change_ci_low"), _ch(c, "change_ci_high")), True)
+        return (f'<div class="verdict good"><b>Recommendation:</b> {_e(cmp["label"])}: '
+                f"<b>{_e(text)}</b> (a significant improvement; Holm-adjusted "
                 f"p={cmp.get('p', math.nan):.3g}, {c['n_candidate']} against "
-                f"{c['n_baseline']} interleaved repetitions).</div>")
+                f"{c['n_baseline']} interleaved repetitions).{_e(_confirmed_changes(conf))}"
+                "</div>")
     if conf:
         extra = ""
         if c:
-            extra = (f" The best candidate measured {_pct(_ch(c, 'change'))} (95% CI "
-                     f"{_pct(_ch(c, 'change_ci_low'))} … {_pct(_ch(c, 'change_ci_high'))}), "
-                     "which the confirmation "
-                     "does not distinguish from noise.")
+            text = describe_change(data.metric, _ch(c, "change"), data.direction,
+                                   (_ch(c, "change_ci_low"), _ch(c, "change_ci_high")), False)
+            extra = (f" The best candidate measured {_e(text)}: the confirmation does not "
+                     "distinguish it from noise.")
+        extra += _e(_confirmed_changes(conf))
         return ('<div class="verdict none"><b>No significant improvement</b> over the '
                 f"defaults was confirmed.{extra} Keep the defaults.</div>")
     return ('<div class="verdict none"><b>Not confirmed yet.</b> The best trial of the '
@@ -245,55 +271,65 @@ def _before_after(data: StudyData, cmp: dict[str, Any]) -> str:
         return '<p class="note">No feasible trial finished yet.</p>'
     bm, nm = cmp["base_metrics"] or {}, cmp["new_metrics"] or {}
     rows = [f'<table><tr><th></th><th>baseline (defaults)</th><th>{_e(cmp["label"])}</th>'
-            "<th>change</th></tr>", '<tr class="group"><td colspan="4">knobs</td></tr>']
+            "<th>change</th></tr>", '<tr class="group"><td colspan="5">knobs</td></tr>']
     for k in sorted(set(cmp["base_config"]) | set(cmp["new_config"])):
         b, n = cmp["base_config"].get(k), cmp["new_config"].get(k)
         ch = "changed" if b != n else ""
-        rows.append(f'<tr class="{ch}"><td>{_e(k)}</td><td>{_f(b)}</td><td>{_f(n)}</td>'
-                    f"<td>{ch}</td></tr>")
+        rows.append(f'<tr class="{ch}"><td>{_e(k)}</td><td></td><td>{_f(b)}</td>'
+                    f"<td>{_f(n)}</td><td>{ch}</td></tr>")
     keys = [m for m in (data.metric, *METRICS) if m in bm or m in nm]
     keys = list(dict.fromkeys(keys))
     rest = sorted(k for k in set(bm) | set(nm) if k not in keys
                   and isinstance(bm.get(k, nm.get(k)), int | float | None))
     tool = _load_tool(data)
-    groups: dict[str, list[str]] = {f"load ({tool})": keys}
+    groups: dict[str, list[str]] = {}
     for k in rest:
         groups.setdefault(_group_of(k, tool), []).append(k)
-    for g, ms in groups.items():
-        if not ms:
-            continue
-        rows.append(f'<tr class="group"><td colspan="4">metrics: {_e(g)}</td></tr>')
-        for m in ms:
-            b, n = bm.get(m), nm.get(m)
-            change, cls = "", ""
-            if isinstance(b, int | float) and isinstance(n, int | float) and b:
-                r = n / b - 1
-                change = _pct(r)
-                lower = (data.direction == "minimize") if m == data.metric \
-                    else _lower_is_better(m)
-                if lower is not None and abs(r) > 0.005:
-                    cls = "better" if (r < 0) == lower else "worse"
-            if m == data.metric and cmp.get("comparison"):
-                c = cmp["comparison"]
-                change += (f" <span class=note>(confirmed {_pct(_ch(c, 'change'))}, 95% CI "
-                           f"{_pct(_ch(c, 'change_ci_low'))} … "
-                           f"{_pct(_ch(c, 'change_ci_high'))})</span>")
-            name = f"<b>{_e(m)}</b>" if m == data.metric else _e(m)
-            rows.append(f"<tr><td>{name}</td><td>{_f(b)}</td><td>{_f(n)}</td>"
-                        f'<td class="{cls}">{change}</td></tr>')
+
+    def row(m: str) -> str:
+        b, n = bm.get(m), nm.get(m)
+        r = change_fraction(b, n) if isinstance(b, int | float) and isinstance(
+            n, int | float) else None
+        d = _dir(data, m)
+        word = judge(r, d) if r is not None and abs(r) > 0.005 else None
+        change = _e(change_text(r, d if word else None)) if r is not None else ""
+        cls = word if word in ("better", "worse") else ""
+        if m == data.metric and cmp.get("comparison"):
+            c = cmp["comparison"]
+            change += (f" <span class=note>(confirmed {_pct(_ch(c, 'change'))}, 95% CI "
+                       f"{_pct(_ch(c, 'change_ci_low'))} … "
+                       f"{_pct(_ch(c, 'change_ci_high'))})</span>")
+        name = f"<b>{_e(m)}</b>" if m == data.metric else _e(m)
+        u = unit(m)
+        return (f"<tr><td>{name}</td><td class=note>{_e(u if u != 'count' else '')}</td>"
+                f"<td>{_f(b)}</td><td>{_f(n)}</td><td class=\"{cls}\">{change}</td></tr>")
+
+    rows.append(f'<tr class="group"><td colspan="4">metrics: load ({_e(tool)})</td></tr>')
+    rows += [row(m) for m in keys]
     rows.append("</table>")
-    return (f'<p class="note">Medians from {_e(cmp["source"])}. Green is better, red worse, '
-            "where the direction is known.</p>" + "".join(rows))
+    counters = []
+    for g, ms in groups.items():
+        counters.append(f"<details><summary>counters: {_e(g)} ({len(ms)})</summary><table>"
+                        "<tr><th></th><th>unit</th><th>baseline</th><th>"
+                        f"{_e(cmp['label'])}</th><th>change</th></tr>"
+                        + "".join(row(m) for m in ms) + "</table></details>")
+    return (f'<p class="note">Medians from {_e(cmp["source"])}. Changes are the metric\'s '
+            "own (new / baseline − 1), marked better or worse where its direction is known."
+            "</p>" + "".join(rows).replace("<th></th><th>baseline", "<th></th><th>unit</th>"
+                                           "<th>baseline", 1) + "".join(counters))
 
 
 def _zones(a: Analysis) -> str:
     if not a.zones:
         return ""
-    rows = ["<table><tr><th>knob</th><th>importance</th><th>within "
+    rows = ["<table><tr><th>knob</th><th>importance (95% interval)</th><th>within "
             f"{a.within:.0%} of the best at</th></tr>"]
     for z in a.zones:
         imp = a.importance.values.get(z.knob)
-        rows.append(f"<tr><td>{_e(z.knob)}</td><td>{_f(imp) if imp is None else f'{imp:.0%}'}"
+        iv = a.importance.intervals.get(z.knob)
+        imp_s = "–" if imp is None else f"{imp:.0%}" + (
+            f" ({iv[0]:.0%} … {iv[1]:.0%})" if iv else "")
+        rows.append(f"<tr><td>{_e(z.knob)}</td><td>{imp_s}"
                     f'</td><td class="cfg">{_e(z.describe())}</td></tr>')
     rows.append("</table>")
     return ("<h3>Optimizable zones</h3><p class=note>Values of each important knob at which "
@@ -307,18 +343,121 @@ def _corr_table(a: Analysis, top: int = 20) -> str:
     load = [c for c in a.correlations if not c.telemetry][:8]
     if not rows and not load:
         return '<p class="note">Too few repetitions for correlations.</p>'
-    out = ["<table><tr><th>counter</th><th>Spearman ρ</th><th>p</th><th>n</th></tr>"]
-    for c in rows:
-        out.append(f"<tr><td>{_e(c.metric)}</td><td>{c.rho:+.2f}</td><td>{c.p_value:.2g}</td>"
-                   f"<td>{c.n}</td></tr>")
+    def tr(c: Any) -> str:
+        lead = "lead" if c.lead() else "chance?"
+        return (f"<tr><td>{_e(c.metric)}</td><td class=note>{_e(c.unit)}</td>"
+                f"<td>{c.rho:+.2f}</td><td>{c.p_value:.2g}</td><td>{c.q_value:.2g}</td>"
+                f"<td>{c.n}</td><td>{lead}</td></tr>")
+
+    out = ["<table><tr><th>counter</th><th>unit</th><th>Spearman ρ</th><th>p</th>"
+           "<th>BH q</th><th>n</th><th></th></tr>"]
+    out += [tr(c) for c in rows]
     if load:
-        out.append('<tr class="group"><td colspan="4">the load generator\'s own figures</td>'
+        out.append('<tr class="group"><td colspan="7">the load generator\'s own figures</td>'
                    "</tr>")
-        for c in load:
-            out.append(f"<tr><td>{_e(c.metric)}</td><td>{c.rho:+.2f}</td>"
-                       f"<td>{c.p_value:.2g}</td><td>{c.n}</td></tr>")
+        out += [tr(c) for c in load]
     out.append("</table>")
-    return "".join(out)
+    return ("<p class=note>q is the Benjamini–Hochberg adjusted p over every figure tested; "
+            "a counter with q ≥ 0.05 may correlate by chance among so many.</p>"
+            + "".join(out))
+
+
+_VERB_KEYS = ("p50_us", "p90_us", "p99_us", "p999_us", "p9999_us", "max_us", "mean_us")
+
+
+def latency_by_verb(data: StudyData, cmp: dict[str, Any]
+                    ) -> dict[str, dict[str, dict[str, float]]]:
+    """{configuration: {verb: {percentile: median over repetitions}}} for the baseline and
+    the compared configuration, from the load driver's per-verb latencies (kvload's
+    latency.per_verb, corrected for coordinated omission; "all" is its total). Confirmation
+    repetitions are preferred. Empty when the driver records no latencies."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for name, cfg in (("baseline", cmp["base_config"]), (cmp["label"] or "best",
+                                                         cmp["new_config"])):
+        if not cfg:
+            continue
+        key = config_key(cfg)
+        reps = [r for r in data.ok_reps() if r["config_key"] == key]
+        reps = [r for r in reps if r["kind"] == "confirm"] or reps
+        acc: dict[str, dict[str, list[float]]] = {}
+        for r in reps:
+            lat = _load_raw(r["raw"]).get("latency") or {}
+            verbs = {"all": lat.get("total") or {}, **(lat.get("per_verb") or {})}
+            for verb, d in verbs.items():
+                corr = (d or {}).get("corrected") or {}
+                for k in _VERB_KEYS:
+                    v = corr.get(k)
+                    if isinstance(v, int | float):
+                        acc.setdefault(verb, {}).setdefault(k, []).append(float(v))
+        if acc:
+            out[name] = {verb: {k: _median(v) for k, v in d.items()} for verb, d in acc.items()}
+    return out
+
+
+def _verbs_table(series: dict[str, dict[str, dict[str, float]]]) -> str:
+    if not series:
+        return ('<p class="note">The load driver recorded no latency percentiles per '
+                "request type for these configurations.</p>")
+    verbs = list(dict.fromkeys(v for d in series.values() for v in d))
+    names = list(series)
+    head = "".join(f"<th>{_e(n)}</th>" for n in names)
+    out = [f"<table><tr><th>verb</th><th>percentile (µs)</th>{head}<th>change</th></tr>"]
+    for verb in verbs:
+        out.append(f'<tr class="group"><td colspan="{3 + len(names)}">'
+                   f'{"all requests" if verb == "all" else _e(verb.upper())}</td></tr>')
+        for k in _VERB_KEYS:
+            vals = [series[n].get(verb, {}).get(k) for n in names]
+            if all(v is None for v in vals):
+                continue
+            ch = change_fraction(vals[0], vals[-1]) if len(vals) > 1 else None
+            word = judge(ch, "minimize") if ch is not None and abs(ch) > 0.005 else None
+            txt = _e(change_text(ch, "minimize" if word else None)) if ch is not None else ""
+            out.append(f"<tr><td></td><td>{_e(k.removesuffix('_us'))}</td>"
+                       + "".join(f"<td>{_f(v)}</td>" for v in vals)
+                       + f'<td class="{word or ""}">{txt}</td></tr>')
+    only = [v for v in verbs if v != "all"]
+    note = ("" if len(only) > 1 else
+            '<p class="note">The workload has one request type: per-verb and total agree.</p>')
+    return "".join(out) + "</table>" + note
+
+
+def _ablation(data: StudyData, a: Analysis) -> str:
+    """The ablation's verdict and table, with the telemetry leads beside it."""
+    res = data.ablation
+    if not res:
+        conf = data.confirmation or {}
+        if conf.get("recommended"):
+            return ('<p class="note">No ablation was measured for this study (studies '
+                    "before kvtune 0.x, or evaluation.ablation: false / --no-ablation).</p>")
+        return ""
+    from kvtune.study.ablation import lines
+
+    head = lines(res)[0]
+    rows = ["<table><tr><th>change</th><th>share of the gain (95% CI)</th>"
+            "<th>reverting it</th><th>Holm p</th><th>verdict</th></tr>"]
+    for r in res.get("knobs", []):
+        lo, hi = r["share_ci"]
+        ci = "" if not (isinstance(lo, float) and math.isfinite(lo)) else \
+            f" ({lo:.0%} … {hi:.0%})"
+        share = f"{r['share']:.0%}{ci}" if math.isfinite(r["share"]) else "–"
+        cls = {"carries": "better", "hurts": "worse"}.get(r["effect"], "")
+        rows.append(f"<tr><td>{_e(r['knob'])}: {_f(r['baseline'])} → {_f(r['recommended'])}"
+                    f"</td><td>{share}</td><td>{_e(r['revert']['text'])}</td>"
+                    f"<td>{r.get('p_adjusted', math.nan):.3g}</td>"
+                    f'<td class="{cls}">{_e(r["effect"])}</td></tr>')
+    rows.append("</table>")
+    minimal = res.get("minimal_changes") or {}
+    mini = ("<p>Minimal configuration (only the changes that carry the gain): <code>"
+            + _e(", ".join(f"{k}={v}" for k, v in minimal.items()) or "none") + "</code>"
+            " — derived from the ablation, not measured on its own.</p>")
+    leads = [c for c in a.correlations if c.telemetry and c.lead()][:6]
+    lead_txt = ""
+    if leads:
+        lead_txt = ("<p class=note>Leads beside it (telemetry that moves with the objective, "
+                    "BH q &lt; 0.05): " + "; ".join(
+                        f"{_e(c.metric)} ({_e(c.unit)}) ρ={c.rho:+.2f}" for c in leads)
+                    + ".</p>")
+    return (f'<div class="verdict good">{_e(head)}</div>' + "".join(rows) + mini + lead_txt)
 
 
 def _slabs(data: StudyData, tables: dict[str, list[dict[str, float]]],
@@ -366,8 +505,11 @@ def _slabs(data: StudyData, tables: dict[str, list[dict[str, float]]],
 
 
 def _trials(data: StudyData) -> str:
+    base = next((t.value for t in data.trials if t.user_attrs.get("kind") == "baseline"
+                 and t.value is not None), None)
     out = ["<table><tr><th>#</th><th>kind</th><th>state</th><th>"
-           f"{_e(data.metric)}</th><th>95% CI</th><th>n</th><th>configuration</th></tr>"]
+           f"{_e(data.metric)}</th><th>95% CI</th><th>n</th><th>{_e(data.metric)} vs "
+           "baseline</th><th>configuration</th></tr>"]
     for t in data.trials:
         ev = t.user_attrs.get("eval", {}) or {}
         ci = ev.get("ci") or [None, None]
@@ -381,7 +523,9 @@ def _trials(data: StudyData) -> str:
         cis = f"{_f(ci[0])} … {_f(ci[1])}" if ci[0] is not None else "–"
         out.append(f"<tr><td>{t.number}</td><td>{_e(t.user_attrs.get('kind', ''))}</td>"
                    f"<td>{_e(state)}</td><td>{_f(t.value)}</td><td>{cis}</td>"
-                   f"<td>{_f(ev.get('n'))}</td><td class=cfg>{_e(cfg)}</td></tr>")
+                   f"<td>{_f(ev.get('n'))}</td>"
+                   f"<td>{_e(change_text(change_fraction(base, t.value), data.direction))}"
+                   f"</td><td class=cfg>{_e(cfg)}</td></tr>")
     out.append("</table>")
     return "".join(out)
 
@@ -415,12 +559,39 @@ def _reproduce(data: StudyData, cmp: dict[str, Any]) -> str:
         if kv:
             exact += (f"# the load ({load_raw.get('tool') or _load_tool(data)}), as run "
                       "against it\n" + " ".join(map(str, kv)) + "\n")
-    spec = yaml.safe_dump(data.spec, sort_keys=False) if data.spec else ""
+    spec_title = f"The study file ({_e(fname)}), as written"
+    if data.spec_text:
+        spec = data.spec_text
+    elif data.spec:
+        spec = yaml.safe_dump(_without_defaults(data.spec), sort_keys=False)
+        spec_title = (f"The study file ({_e(fname)}): this study did not store the file as "
+                      "written; its settings other than kvtune's defaults")
+    else:
+        spec = ""
     return ("<h2 id=reproduce>Host and reproduction</h2><table>" + rows + "</table>"
             f"<h3>Commands</h3><pre>{_e(chr(10).join(cmds))}</pre>"
             + (f"<h3>Exact command lines of one repetition</h3><pre>{_e(exact)}</pre>"
                if exact else "")
-            + (f"<h3>The study file ({_e(fname)})</h3><pre>{_e(spec)}</pre>" if spec else ""))
+            + (f"<h3>{spec_title}</h3><pre>{_e(spec)}</pre>" if spec else ""))
+
+
+def _without_defaults(spec: dict[str, Any]) -> dict[str, Any]:
+    """The normalised spec without the values that are kvtune's defaults (no
+    synthetic-only keys on a memcached study)."""
+    from kvtune.spec import StudySpec
+
+    try:
+        return StudySpec.model_validate(spec).model_dump(mode="json", exclude_defaults=True)
+    except Exception:
+        return spec
+
+
+def _host_noise(data: StudyData) -> str:
+    """Host facts that make measurements noisy, beside the noise floor (as `pyperf system
+    show`): stored by the study since issue 13 under the noise floor's "host"."""
+    from kvtune.report.noise import render_html
+
+    return render_html(data.noise_floor, data.host, data.host_noise)
 
 
 def _plot(fig: go.Figure | None, div_id: str) -> str:
@@ -446,23 +617,32 @@ def render(data: StudyData, a: Analysis | None = None, within: float = 0.05) -> 
     when = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     imp_txt = ""
     if a.importance.values:
-        top = list(a.importance.values.items())[:3]
-        imp_txt = ("<p>" + ", ".join(f"<b>{_e(k)}</b> {v:.0%}" for k, v in top)
-                   + f" of the importance ({_e(a.importance.method)}).</p>")
+        imp_txt = (f"<p><b>{_e(a.importance.verdict())}</b> ({_e(a.importance.method)}, "
+                   f"{a.importance.n_trials} trials).</p>")
+        if a.importance.note and a.importance.ranked:
+            imp_txt += f'<p class="note">{_e(a.importance.note)}.</p>'
     elif a.importance.note:
         imp_txt = f'<p class="note">Importance: {_e(a.importance.note)}.</p>'
+    verbs = latency_by_verb(data, cmp)
+    spec_fig = figures.spectrum(verbs)
     sens = "".join(_plot(figs.get(f"sensitivity-{c.knob}"), f"plot-sensitivity-{i}")
                    for i, c in enumerate(a.curves))
     parts = [
         f"<h1>kvtune report: {_e(data.name)}</h1>",
         f'<p class="sub">{_e(target)} · {_e(data.direction)} <b>{_e(data.metric)}</b> · '
         f"{n_trials} trials + baseline · {n_reps} repetitions · generated {when}</p>",
-        "<nav><a href=#before-after>before/after</a><a href=#convergence>convergence</a>"
+        "<nav><a href=#before-after>before/after</a><a href=#ablation>ablation</a>"
+        "<a href=#latency>latency</a><a href=#convergence>convergence</a>"
         "<a href=#importance>importance</a><a href=#sensitivity>sensitivity</a>"
         "<a href=#telemetry>telemetry</a>" + ("<a href=#slabs>slabs</a>" if slabs else "")
         + "<a href=#trials>trials</a><a href=#reproduce>reproduce</a></nav>",
         _verdict(data, cmp),
         "<h2 id=before-after>Before and after</h2>", _before_after(data, cmp),
+        _host_noise(data),
+        "<h2 id=ablation>Which change made the gain</h2>", _ablation(data, a),
+        _plot(figs.get("ablation"), "plot-ablation"),
+        "<h2 id=latency>Latency by request type and percentile</h2>",
+        _plot(spec_fig, "plot-spectrum"), _verbs_table(verbs),
         "<h2 id=convergence>Convergence</h2>", _plot(figs["convergence"], "plot-convergence"),
         "<h2 id=importance>What mattered</h2>", imp_txt,
         _plot(figs["importance"], "plot-importance"), _zones(a),
@@ -484,7 +664,13 @@ def render(data: StudyData, a: Analysis | None = None, within: float = 0.05) -> 
             f"<title>kvtune report: {_e(data.name)}</title>"
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<style>{_CSS}</style><script>{js}</script></head><body><main>"
-            + "\n".join(p for p in parts if p) + "</main></body></html>")
+            + "\n".join(p for p in parts if p) + "</main>" + _RESIZE + "</body></html>")
+
+
+# Plots are sized when drawn; once the page has its final layout (fonts, scrollbar), each is
+# fitted to its container again so that none overflows its grid cell.
+_RESIZE = ("<script>window.addEventListener('load',()=>document.querySelectorAll("
+           "'.js-plotly-plot').forEach(p=>Plotly.Plots.resize(p)));</script>")
 
 
 def write(data: StudyData, path: str | Path, within: float = 0.05,

@@ -7,8 +7,9 @@ put back to its baseline value — in the confirmation's interleaved rounds (the
 
 - its share of the gain: (recommended − without it) / (recommended − baseline), in the
   objective's good direction, with a bootstrap 95% CI (every arm resampled on its own);
-- whether it matters: reverting it moves the objective (two-sided Mann–Whitney against
-  the recommendation, Holm-adjusted over the knobs) and the share's CI excludes 0.
+- whether it matters: reverting it moves the objective (two-sided Welch t test on the
+  logarithms against the recommendation, Holm-adjusted over the knobs) and the share's CI
+  excludes 0.
   A change "carries" the gain when reverting it loses some, "hurts" when reverting it
   gains, and is "noise" otherwise.
 
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import stats as sps
 
-from kvtune.present import change_fraction, change_record, number
+from kvtune.present import MINUS, change_fraction, change_record, number
 from kvtune.spec import EvaluationSpec
 from kvtune.stats import holm
 from kvtune.study.confirm import Arm, Measure, interleave
@@ -77,6 +78,20 @@ def _med(xs: list[float]) -> float:
     return float(np.median(xs)) if xs else math.nan
 
 
+def _p_value(a: list[float], b: list[float]) -> float:
+    """Two-sided Welch t test on the logarithms (relative changes; the metric's noise is
+    multiplicative). A rank test cannot reach Holm's level with the confirmation's few
+    rounds: 4 against 4 gives at best p = 0.029 before adjustment."""
+    xa = np.log([v for v in a if v > 0])
+    xb = np.log([v for v in b if v > 0])
+    if len(xa) < 2 or len(xb) < 2:
+        return 1.0
+    if np.ptp(xa) == 0 and np.ptp(xb) == 0:
+        return 0.0 if xa[0] != xb[0] else 1.0
+    p = float(sps.ttest_ind(xa, xb, equal_var=False).pvalue)
+    return 1.0 if math.isnan(p) else p
+
+
 def _shares(rec: list[float], base: list[float], ablated: list[float], sign: float,
             rng: np.random.Generator, resamples: int) -> tuple[float, float, float]:
     """The share of the gain with a percentile bootstrap CI."""
@@ -105,11 +120,7 @@ def analyse(rec_arm: Arm, base_arm: Arm, arms: list[tuple[str, Arm]],
     rows: list[dict[str, Any]] = []
     pvals: list[float] = []
     for knob, arm in arms:
-        if len(arm.samples) >= 2 and len(rec_arm.samples) >= 2:
-            p = float(sps.mannwhitneyu(arm.samples, rec_arm.samples,
-                                       alternative="two-sided").pvalue)
-        else:
-            p = 1.0
+        p = _p_value(arm.samples, rec_arm.samples)
         pvals.append(p)
         if arm.samples and rec_arm.samples and base_arm.samples:
             share, lo, hi = _shares(rec_arm.samples, base_arm.samples, arm.samples, sign, rng,
@@ -153,6 +164,10 @@ def analyse(rec_arm: Arm, base_arm: Arm, arms: list[tuple[str, Arm]],
     return out
 
 
+def _share(x: float) -> str:
+    return f"{x:.0%}".replace("-", MINUS) if not math.isnan(x) else "-"
+
+
 def _change(row: dict[str, Any]) -> str:
     def v(x: Any) -> str:
         return number(x) if isinstance(x, float) else str(x)
@@ -170,7 +185,8 @@ def explain(res: dict[str, Any]) -> str:
     for k in res["carries"]:
         r = rows[k]
         lo, hi = r["share_ci"]
-        parts.append(f"{_change(r)} (share {r['share']:.0%}, 95% CI {lo:.0%} … {hi:.0%})")
+        parts.append(f"{_change(r)} (share {_share(r['share'])}, 95% CI {_share(lo)} … "
+                     f"{_share(hi)})")
     n = len(rows)
     if parts:
         verb = "carries" if len(parts) == 1 else "carry"
@@ -282,8 +298,8 @@ def lines(res: dict[str, Any] | None) -> list[str]:
            f"{res.get('measurements', 0)} extra repetitions): {res['text']}"]
     for r in res["knobs"]:
         lo, hi = r["share_ci"]
-        ci = "" if math.isnan(lo) else f" (95% CI {lo:.0%} … {hi:.0%})"
-        out.append(f"  {_change(r)}: share of the gain {r['share']:.0%}{ci}; reverting it: "
+        ci = "" if math.isnan(lo) else f" (95% CI {_share(lo)} … {_share(hi)})"
+        out.append(f"  {_change(r)}: share of the gain {_share(r['share'])}{ci}; reverting it: "
                    f"{r['revert']['text']}; {r['effect']}")
     return out
 

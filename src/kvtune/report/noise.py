@@ -1,0 +1,119 @@
+"""Host noise facts beside the noise floor, in the terminal and the report — as
+`pyperf system show` lists them: CPU governor, turbo, isolated CPUs, irqbalance, steal and
+other busy processes. Each check says whether it only adds noise or could change the
+study's verdict (steal above the study's threshold, another process busy on the CPUs).
+
+    facts = record(store, study, console, ev)   # at the noise floor: measured, stored
+    render_html(noise_floor, host)              # the report's section
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from rich.console import Console
+
+from kvtune.store import Store
+
+BUSY = 0.2  # another process using this share of a CPU can change a verdict
+KEY = "host_noise"
+
+
+def checks(facts: dict[str, Any], steal_threshold: float = 0.05) -> list[dict[str, Any]]:
+    """[{"fact", "value", "ok", "risk": "none"|"noise"|"verdict", "note"}]."""
+    out: list[dict[str, Any]] = []
+
+    def add(fact: str, value: str, risk: str, note: str) -> None:
+        out.append({"fact": fact, "value": value, "ok": risk == "none", "risk": risk,
+                    "note": note})
+
+    gov = facts.get("governor")
+    vm = facts.get("virtualized")
+    if gov is None:
+        add("CPU governor", "not exposed", "none" if vm else "noise",
+            "a VM: frequency is the hypervisor's" if vm else
+            "no cpufreq: the frequency policy is unknown")
+    else:
+        add("CPU governor", gov, "none" if gov == "performance" else "noise",
+            "" if gov == "performance" else "frequency scaling adds variance; "
+            "`cpupower frequency-set -g performance` for benchmarks")
+    turbo = facts.get("turbo")
+    add("turbo", "unknown" if turbo is None else "on" if turbo else "off",
+        "noise" if turbo else "none",
+        "turbo frequency depends on temperature and load: more variance" if turbo else "")
+    iso = facts.get("isolated_cpus")
+    add("isolated CPUs", iso or "none", "none",
+        "" if iso else "the server and load share CPUs with the rest of the system")
+    if facts.get("nohz_full"):
+        add("nohz_full", str(facts["nohz_full"]), "none", "")
+    irq = facts.get("irqbalance")
+    add("irqbalance", "running" if irq else "not running", "noise" if irq else "none",
+        "moves interrupts between CPUs during the study" if irq else "")
+    steal = facts.get("steal")
+    if steal is not None:
+        high = steal > steal_threshold
+        add("steal", f"{steal:.1%} over {facts.get('window_s', 0):g} s",
+            "verdict" if high else "none",
+            f"above the study's steal threshold ({steal_threshold:.0%}): repetitions are "
+            "flagged and re-run, and a noisy neighbour can change the verdict" if high else "")
+    busy = [b for b in facts.get("busy_processes") or [] if b.get("cpu", 0) >= 0.05]
+    heavy = [b for b in busy if b["cpu"] >= BUSY]
+    add("other busy processes",
+        ", ".join(f"{b['comm']} ({b['pid']}) {b['cpu']:.0%} of a CPU" for b in busy) or "none",
+        "verdict" if heavy else "noise" if busy else "none",
+        "they compete with the server or the load for CPU: this can change the verdict"
+        if heavy else "")
+    return out
+
+
+def record(store: Store, study: str, console: Console, steal_threshold: float = 0.05,
+           ignore: tuple[int, ...] = ()) -> dict[str, Any]:
+    """Measure the facts (0.5 s), store them as "host_noise", print them."""
+    from kvtune.host.facts import noise_facts
+
+    facts = noise_facts(ignore=ignore)
+    facts["checks"] = checks(facts, steal_threshold)
+    store.put_result(study, KEY, facts)
+    for line in lines(facts):
+        console.print(line, markup=False, highlight=False)
+    return facts
+
+
+def lines(facts: dict[str, Any] | None) -> list[str]:
+    if not facts:
+        return []
+    out = ["Host noise facts (as pyperf system show):"]
+    for c in facts.get("checks") or checks(facts):
+        mark = {"none": "ok", "noise": "adds noise", "verdict": "CAN CHANGE THE VERDICT"}
+        out.append(f"  {c['fact']}: {c['value']} [{mark[c['risk']]}]"
+                   + (f" — {c['note']}" if c["note"] else ""))
+    return out
+
+
+def render_html(noise_floor: dict[str, Any] | None, host: dict[str, Any] | None,
+                facts: dict[str, Any] | None = None) -> str:
+    """The noise floor and the host facts beside it (a table); "" with neither."""
+    rows = []
+    nf = noise_floor or {}
+    if nf.get("cov"):
+        covs = ", ".join(f"{k} {v:.1%}" for k, v in nf["cov"].items()
+                         if isinstance(v, int | float))
+        rows.append(f"<tr><td>noise floor (CoV of the baseline, {nf.get('n', '?')} "
+                    f"repetitions)</td><td>{html.escape(covs)}</td><td></td></tr>")
+    for c in (facts or {}).get("checks") or (checks(facts) if facts else []):
+        cls = {"none": "", "noise": "", "verdict": "worse"}[c["risk"]]
+        what = {"none": "ok", "noise": "adds noise", "verdict": "can change the verdict"}
+        rows.append(f"<tr><td>{html.escape(c['fact'])}</td><td>{html.escape(c['value'])}"
+                    f'</td><td class="{cls}">{what[c["risk"]]}'
+                    + (f" — {html.escape(c['note'])}" if c["note"] else "") + "</td></tr>")
+    if not rows:
+        return ""
+    if not facts:
+        rows.append('<tr><td colspan="3" class="note">Host noise facts were not recorded for '
+                    "this study (studies before issue 13).</td></tr>")
+    vm = (host or {}).get("virtualized")
+    return ("<h3 id=noise>Noise floor and host noise facts</h3>"
+            + ("<p class=note>This host is a VM.</p>" if vm else "")
+            + "<table><tr><th>fact</th><th>value</th><th>effect</th></tr>" + "".join(rows)
+            + "</table>")

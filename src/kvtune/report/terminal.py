@@ -1,0 +1,66 @@
+"""The explanations for the terminal (`kvtune show`): which change made the gain (the
+ablation), the host noise facts beside the noise floor, importance with its intervals (or
+"not enough trials to rank"), and the telemetry leads with Benjamini–Hochberg q-values and
+units. summary.py calls `render_analysis` with the dict `_analysis` builds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from kvtune.present import number
+
+
+def render_analysis(an: dict[str, Any] | None, console: Console) -> None:
+    if not an:
+        return
+    if an.get("error"):
+        console.print(f"[yellow]analysis unavailable: {an['error']}[/]")
+        return
+    from kvtune.report.noise import lines as noise_lines
+    from kvtune.study.ablation import lines as ablation_lines
+
+    for line in noise_lines(an.get("host_noise")):
+        console.print(line, markup=False, highlight=False)
+    ab = an.get("ablation")
+    for i, line in enumerate(ablation_lines(ab)):
+        console.print(f"[bold]{line}[/]" if i == 0 else line, markup=i == 0, highlight=False)
+    imp = an["importance"]
+    if imp["values"]:
+        ranked = imp.get("ranked")
+        t = Table(title=f"What mattered: knob importance ({imp['method']}, "
+                        f"{imp['n_trials']} trials, bootstrap 95% intervals) and optimizable "
+                        "zones")
+        t.add_column("knob")
+        t.add_column("importance (95% interval)")
+        t.add_column("effect" if ranked else "ranking")
+        t.add_column(f"within {an['within']:.0%} of the best at")
+        for k, v in imp["values"].items():
+            iv = (imp.get("intervals") or {}).get(k)
+            share = f"{v:.0%}" + (f" ({iv[0]:.0%} … {iv[1]:.0%})" if iv else "")
+            if ranked:
+                rank = (f"#{imp['ranking'].index(k) + 1}" if k in imp["ranking"]
+                        else "no measurable effect")
+            else:
+                rank = "not enough trials to rank"
+            t.add_row(k, share, rank, an["zones_text"].get(k, ""))
+        console.print(t)
+        if not ranked and imp.get("note"):
+            console.print(f"Importance: not enough trials to rank ({imp['note']}).")
+    elif imp.get("note"):
+        console.print(f"Importance: {imp['note']}.")
+    if an["telemetry"]:
+        t = Table(title="Leads: telemetry correlated with the objective (Spearman per "
+                        "repetition; BH q over every figure tested)")
+        for c in ("counter", "unit", "ρ", "p", "BH q", "n", "baseline",
+                  an.get("compared") or "best"):
+            t.add_column(c)
+        for c in an["telemetry"]:
+            q = c.get("q_value")
+            t.add_row(c["metric"] + ("" if c.get("lead", True) else " (chance?)"),
+                      c.get("unit", ""), f"{c['rho']:+.2f}", f"{c['p_value']:.2g}",
+                      "-" if q is None else f"{q:.2g}", str(c["n"]), number(c["baseline"]),
+                      number(c["best"]))
+        console.print(t)
