@@ -414,6 +414,9 @@ class EvaluationSpec(_Model):
     confirm_rounds: int = Field(default=5, ge=0, le=1000)
     alpha: float = Field(default=0.05, gt=0, lt=1)
     min_improvement: float = Field(default=0.0, ge=0, le=100)
+    # After the confirmation, measure the recommendation with each changed knob reverted
+    # ((changed knobs + 2) x confirm_rounds repetitions; kvtune.study.ablation).
+    ablation: bool = True
 
 
 class StudySpec(_Model):

@@ -31,6 +31,7 @@ class StudyRun:
     def __init__(self, loaded: Loaded, console: Console | None = None,
                  base_dir: Path | None = None, policy: type[Policy] = Policy) -> None:
         self.spec = loaded.spec
+        self.spec_path = loaded.path  # the study file as written goes into the study
         self.knobs = loaded.knobs  # as resolved; `space` holds them after preflight
         self.console = console or Console(stderr=True)
         self.session = Session(self.spec, self.knobs, None)
@@ -71,6 +72,9 @@ class StudyRun:
         if old is None:
             study.set_user_attr("signature", signature)
             study.set_user_attr("spec", self.spec.model_dump(mode="json"))
+            if self.spec_path.is_file():  # the file as written, for the report (issue 13)
+                study.set_user_attr("spec_text",
+                                    self.spec_path.read_text(errors="replace")[:200_000])
             study.set_user_attr("host", self.session.facts.as_dict())
         elif old != signature:
             raise UserError(
@@ -106,7 +110,7 @@ class StudyRun:
 
     # -- the study -------------------------------------------------------------------------
 
-    def run(self, confirm: bool = True) -> dict[str, Any]:
+    def run(self, confirm: bool = True, ablation: bool = True) -> dict[str, Any]:
         space = self.preflight()
         self.study = study = self._open_study(space)
         self._resume(study)
@@ -120,6 +124,10 @@ class StudyRun:
             result: dict[str, Any] = {}
             if confirm and self.spec.evaluation.confirm_rounds > 0:
                 result = self.confirm(study)
+                if ablation and self.spec.evaluation.ablation:
+                    from kvtune.study.ablation import after_confirmation
+
+                    after_confirmation(self, result)
         return result
 
     def measure_baseline(self, study: optuna.Study, space: Space) -> Evaluation:
@@ -143,6 +151,9 @@ class StudyRun:
         self.evaluator.noise_cov = noise.cov.get(self.metric)
         self.store.put_result(self.spec.study, "noise_floor", noise.as_dict())
         noise.report(self.console, self.metric, ev)
+        from kvtune.report.noise import record as record_host_noise
+
+        record_host_noise(self.store, self.spec.study, self.console, ev.steal_threshold)
         check_not_client_bound(e)
         return e
 
