@@ -49,6 +49,9 @@ def tune(
     trials: Annotated[int | None, typer.Option(help="override budget.trials")] = None,
     no_confirm: Annotated[bool, typer.Option("--no-confirm", help="skip the confirmation")]
     = False,
+    no_ablation: Annotated[bool, typer.Option(
+        "--no-ablation", help="skip the ablation of the recommendation ((changed knobs + 2) x "
+        "confirm_rounds repetitions)")] = False,
     allow_inline_host_knobs: AllowInline = False,
 ) -> None:
     """Tune: baseline and noise floor, Bayesian search, confirmation against the defaults.
@@ -61,7 +64,7 @@ def tune(
     if trials is not None:
         loaded.spec.budget.trials = trials
     run = st.StudyRun(loaded, err)
-    run.run(confirm=not no_confirm)
+    run.run(confirm=not no_confirm, ablation=not no_ablation)
     render(collect(run.store, loaded.spec.study), out)
 
 
@@ -302,8 +305,9 @@ def report(
     storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the results")] = None,
     within: Annotated[float, typer.Option(help="optimizable zones: within this fraction of "
                                           "the best")] = 0.05,
-    importance: Annotated[str, typer.Option(help="ped-anova or fanova (needs scikit-learn)")]
-    = "ped-anova",
+    importance: Annotated[str, typer.Option(
+        help="main-effects (ranked, with intervals), ped-anova or fanova (needs scikit-learn)")]
+    = "main-effects",
 ) -> None:
     """One self-contained HTML report (works offline): the recommendation and its proof,
     before/after, convergence, importance, sensitivity, telemetry, reproduction."""
@@ -311,8 +315,9 @@ def report(
     from kvtune.report import write
     from kvtune.store import Store
 
-    if importance not in ("ped-anova", "fanova"):
-        raise UserError(f"--importance: {importance!r} is not ped-anova or fanova")
+    if importance not in ("main-effects", "ped-anova", "fanova"):
+        raise UserError(f"--importance: {importance!r} is not main-effects, ped-anova or "
+                        "fanova")
     if not 0 < within < 1:
         raise UserError(f"--within: {within} is not a fraction between 0 and 1")
     name, url = _storage_for(study, storage)

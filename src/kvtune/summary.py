@@ -141,7 +141,7 @@ def render(data: dict[str, Any], console: Console) -> None:
                   f"{len(data['trials'])} trials, {data['storage']})")
     t = Table(title="Trials", show_lines=False)
     for col in ("#", "kind", "state", data["metric"] or "value", "95% CI", "n",
-                "vs baseline", "configuration"):
+                f"{data['metric'] or 'value'} vs baseline", "configuration"):
         t.add_column(col)
     for tr in data["trials"]:
         ci = tr["ci"] or [None, None]
@@ -149,7 +149,11 @@ def render(data: dict[str, Any], console: Console) -> None:
         state = tr["state"] if tr["state"] != "FAIL" else f"FAIL: {tr['failed']}"
         if tr["state"] == "COMPLETE" and not tr["feasible"]:
             state = "infeasible"
-        vs = f"{tr['vs_baseline']:+.1%}" if tr.get("vs_baseline") is not None else ""
+        vs = ""
+        if tr.get("baseline_ref") is not None:  # the metric's own change (present.py)
+            from kvtune.present import change_fraction, change_text
+            vs = change_text(change_fraction(tr["baseline_ref"], tr["value"]),
+                             data["direction"])
         t.add_row(str(tr["number"]), tr["kind"] or "", state, _f(tr["value"]),
                   f"{_f(ci[0])} … {_f(ci[1])}" if ci[0] is not None else "-", _f(tr["n"]), vs,
                   cfg)
@@ -259,33 +263,12 @@ def _analysis(store: Store, name: str, top: int = 8) -> dict[str, Any] | None:
            for c in a.correlations if c.telemetry][:top]
     return {"importance": a.importance.as_dict(), "zones": [z.as_dict() for z in a.zones],
             "zones_text": {z.knob: z.describe() for z in a.zones}, "within": a.within,
-            "telemetry": tel, "compared": cmp["label"]}
+            "telemetry": tel, "compared": cmp["label"], "ablation": data.ablation,
+            "host_noise": data.host_noise}
 
 
 def _render_analysis(an: dict[str, Any] | None, console: Console) -> None:
-    if not an:
-        return
-    if an.get("error"):
-        console.print(f"[yellow]analysis unavailable: {an['error']}[/]")
-        return
-    imp = an["importance"]
-    if imp["values"]:
-        t = Table(title=f"What mattered: knob importance ({imp['method']}, "
-                        f"{imp['n_trials']} trials) and optimizable zones")
-        t.add_column("knob")
-        t.add_column("importance")
-        t.add_column(f"within {an['within']:.0%} of the best at")
-        for k, v in imp["values"].items():
-            t.add_row(k, f"{v:.0%}", an["zones_text"].get(k, ""))
-        console.print(t)
-    elif imp.get("note"):
-        console.print(f"Importance: {imp['note']}.")
-    if an["telemetry"]:
-        t = Table(title="Why: telemetry most correlated with the objective (Spearman, per "
-                        "repetition)")
-        for c in ("counter", "ρ", "p", "n", "baseline", an.get("compared") or "best"):
-            t.add_column(c)
-        for c in an["telemetry"]:
-            t.add_row(c["metric"], f"{c['rho']:+.2f}", f"{c['p_value']:.2g}", str(c["n"]),
-                      _f(c["baseline"]), _f(c["best"]))
-        console.print(t)
+    """The ablation, host noise facts, importance and leads (kvtune.report.terminal)."""
+    from kvtune.report.terminal import render_analysis
+
+    render_analysis(an, console)
