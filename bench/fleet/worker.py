@@ -1,0 +1,63 @@
+"""One fleet worker of a synthetic study, as a process (used by tests/test_fleet.py and
+bench/fleet/run.py):
+
+    python bench/fleet/worker.py STUDY.yaml WORKER-NAME [--sleep SECONDS] [--no-confirm]
+
+The synthetic target is registered here with a fixed sleep per repetition (a bench-only
+target: the sleep stands for a real measurement, and sleeping workers do not compete for
+the CPUs). Prints one JSON line: the worker, its result, and its wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from kvtune import targets
+from kvtune.errors import KvtuneError
+from kvtune.fleet_run import FleetRun
+from kvtune.study._ui import jsonable
+from kvtune.study.load import load
+from kvtune.targets.synthetic import SyntheticTarget
+
+SLEEP = 0.0
+
+
+class SleepySynthetic(SyntheticTarget):
+    """The synthetic surface, taking `SLEEP` seconds per repetition."""
+
+    def measure(self, params: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+        time.sleep(SLEEP)
+        return super().measure(params, rng)
+
+
+def main() -> int:
+    global SLEEP
+    ap = argparse.ArgumentParser()
+    ap.add_argument("study")
+    ap.add_argument("worker")
+    ap.add_argument("--sleep", type=float, default=0.0)
+    ap.add_argument("--no-confirm", action="store_true")
+    a = ap.parse_args()
+    SLEEP = a.sleep
+    targets.register("synthetic", SleepySynthetic)
+    t0 = time.monotonic()
+    try:
+        result = FleetRun(load(a.study), Console(stderr=True, quiet=True),
+                          worker=a.worker).run(confirm=not a.no_confirm)
+    except KvtuneError as e:
+        print(json.dumps({"worker": a.worker, "error": str(e)}), flush=True)
+        return e.exit_code
+    print(json.dumps({"worker": a.worker, "wall_s": time.monotonic() - t0,
+                      "result": jsonable(result)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

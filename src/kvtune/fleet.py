@@ -1,0 +1,402 @@
+"""A fleet: several workers (one per host, or several synthetic ones on one machine) share one
+study through Optuna's RDB storage (PostgreSQL; SQLite on one machine).
+
+- **Storage.** `open_storage` creates the RDB storage under a per-database lock (PostgreSQL's
+  `pg_advisory_lock`, a file lock beside a SQLite file), so workers starting together on an
+  empty database never race on the schema; a missing driver is named (with the extra that
+  provides it) and the password is never shown.
+- **Live or dead.** Each worker records a heartbeat for the trial it measures (its own small
+  thread: ask/tell gets none from Optuna) and calls `fail_stale_trials` before each ask; a
+  trial whose worker stopped beating for the grace period is failed and queued again once
+  (`RetryHeartbeatStaleTrialCallback`). A RUNNING trial is never failed for being RUNNING.
+- **Sampling.** Each worker draws from its own stream (`worker_seed`: the study's seed plus a
+  hash of the worker's identity), with TPE's `constant_liar`.
+- **Claims.** One row per (study, key) in `kvtune_claims`, inserted or not: who measures the
+  baseline of a host fingerprint, which budget slots are taken, who confirms. A claim of a
+  worker whose heartbeat stopped can be taken over.
+- **Workers.** `kvtune_workers` lists every worker of a study: its host, PID, fingerprint,
+  state and last heartbeat; `kvtune show` prints them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import threading
+import time
+import warnings
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+
+from kvtune.errors import UserError
+
+# A constant key; PostgreSQL's advisory locks are scoped to the current database.
+_PG_LOCK_KEY = 0x6B76_7475_6E65  # "kvtune"
+
+#: The package extra that provides each driver SQLAlchemy may need.
+DRIVER_EXTRAS = {"psycopg": "psycopg[binary]", "psycopg2": "psycopg2-binary",
+                 "pymysql": "pymysql"}
+
+HEARTBEAT_INTERVAL = 5  # seconds (whole seconds: Optuna's RDBStorage wants ints)
+GRACE_PERIOD = 20
+
+_META = sa.MetaData()
+CLAIMS = sa.Table(
+    "kvtune_claims", _META,
+    sa.Column("study", sa.String(256), primary_key=True),
+    sa.Column("key", sa.String(128), primary_key=True),
+    sa.Column("worker", sa.String(256), nullable=False),
+    sa.Column("data", sa.Text, nullable=False),
+    sa.Column("created", sa.Float, nullable=False),
+)
+WORKERS = sa.Table(
+    "kvtune_workers", _META,
+    sa.Column("study", sa.String(256), primary_key=True),
+    sa.Column("worker", sa.String(256), primary_key=True),
+    sa.Column("host", sa.String(256), nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("fingerprint_key", sa.String(32), nullable=False),
+    sa.Column("fingerprint", sa.Text, nullable=False),
+    sa.Column("state", sa.String(32), nullable=False),  # running, finished, failed
+    sa.Column("started", sa.Float, nullable=False),
+    sa.Column("last_seen", sa.Float, nullable=False),
+    sa.Column("note", sa.Text, nullable=False, default=""),
+)
+
+
+def masked(url: str) -> str:
+    """`url` with its password hidden (for every message kvtune prints)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy parses: show no part of it that may be secret
+        return url.split("@")[-1] if "@" in url else url
+
+
+def heartbeat_settings() -> tuple[int, int]:
+    """(interval, grace) in whole seconds; `KVTUNE_HEARTBEAT=interval,grace` overrides them
+    (the fleet tests use short ones)."""
+    raw = os.environ.get("KVTUNE_HEARTBEAT")
+    if raw:
+        a, b = (int(x) for x in raw.split(","))
+        return a, b
+    return HEARTBEAT_INTERVAL, GRACE_PERIOD
+
+
+def driver_problem(url: str) -> str | None:
+    """None when the storage URL's database driver can be imported; otherwise a message that
+    names the missing module and the extra that provides it (the password masked)."""
+    try:
+        u = make_url(url)
+        dialect = u.get_dialect()
+    except Exception as e:
+        return f"storage {masked(url)}: not a database URL SQLAlchemy understands ({e})"
+    try:
+        dialect.import_dbapi()
+    except ImportError as e:
+        mod = getattr(e, "name", None) or str(e)
+        driver = u.get_driver_name()
+        extra = DRIVER_EXTRAS.get(driver, mod)
+        return (f"storage {u.render_as_string(hide_password=True)} needs the Python module "
+                f"{mod!r} (SQLAlchemy driver {driver!r}), which is not installed: run "
+                f"`make setup` (it installs the extra when the study's storage needs it) or "
+                f"`pip install 'kvtune[postgres]'` / `pip install '{extra}'`")
+    return None
+
+
+@contextlib.contextmanager
+def _pg_lock(url: str, timeout_s: float) -> Iterator[None]:
+    eng = sa.create_engine(url, poolclass=NullPool)
+    try:
+        with eng.connect() as c:
+            # lock_timeout also bounds the advisory lock's wait: never hang.
+            c.execute(sa.text(f"SET lock_timeout = '{int(timeout_s * 1000)}ms'"))
+            c.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": _PG_LOCK_KEY})
+            c.commit()
+            try:
+                yield
+            finally:
+                c.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_LOCK_KEY})
+                c.commit()
+    finally:
+        eng.dispose()
+
+
+@contextlib.contextmanager
+def _file_lock(db_path: str, timeout_s: float) -> Iterator[None]:
+    os.makedirs(os.path.dirname(db_path) or ".", exist_ok=True)
+    fd = os.open(db_path + ".init-lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{db_path}.init-lock held for {timeout_s:.0f}s") from None
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)
+
+
+def creation_lock(url: str, timeout_s: float = 60.0) -> contextlib.AbstractContextManager[None]:
+    """The lock under which a database's schema is created (a no-op for other dialects)."""
+    u = make_url(url)
+    if u.get_backend_name() == "postgresql":
+        return _pg_lock(url, timeout_s)
+    if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:":
+        return _file_lock(os.path.abspath(u.database), timeout_s)
+    return contextlib.nullcontext()
+
+
+def open_storage(url: str, heartbeat: bool = True,
+                 extra_tables: sa.MetaData | None = None) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage for `url`, created idempotently under concurrency, with
+    heartbeats (a dead worker's trial is failed and retried once) when `heartbeat`. Also
+    creates kvtune's fleet tables, and `extra_tables`, under the same lock. Raises
+    UserError naming a missing driver, never showing the password."""
+    problem = driver_problem(url)
+    if problem:
+        raise UserError(problem)
+    kw: dict[str, Any] = {}
+    if heartbeat:
+        interval, grace = heartbeat_settings()
+        kw = {"heartbeat_interval": interval, "grace_period": grace,
+              "heartbeat_stale_trial_callback": _StaleCallback()}
+    try:
+        with creation_lock(url):
+            storage = optuna.storages.RDBStorage(url, **kw)
+            eng = storage.engine
+            _META.create_all(eng)
+            if extra_tables is not None:
+                extra_tables.create_all(eng)
+    except UserError:
+        raise
+    except Exception as e:  # SQLAlchemy and driver errors vary by backend
+        text = str(e).replace(make_url(url).password or "\0", "***")
+        raise UserError(f"storage {masked(url)} cannot be opened: {text}") from None
+    return storage
+
+
+class _StaleCallback:
+    """A stale trial (its worker stopped beating) is queued again once, and the budget slot
+    it held is freed."""
+
+    def __init__(self) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            self.retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        self.retry(study, trial)
+        storage = study._storage
+        engine = getattr(storage, "engine", None) or getattr(
+            getattr(storage, "_backend", None), "engine", None)
+        if engine is not None:
+            with engine.begin() as c:
+                c.execute(CLAIMS.delete().where(CLAIMS.c.study == study.study_name)
+                          .where(CLAIMS.c.key.like("slot:%"))
+                          .where(CLAIMS.c.data == json.dumps({"trial": trial.number})))
+
+
+def worker_id() -> str:
+    """This worker's identity: `$KVTUNE_WORKER`, else host:pid."""
+    return os.environ.get("KVTUNE_WORKER") or f"{socket.gethostname()}:{os.getpid()}"
+
+
+def worker_seed(seed: int, worker: str) -> int:
+    """The worker's own random stream: stable, needs no coordination, 32 bits for numpy."""
+    return (seed + zlib.crc32(worker.encode())) % 2**32
+
+
+def fail_stale(study: optuna.Study) -> None:
+    """Fail (and retry once) the trials whose workers stopped beating; called before ask."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+class Heartbeat:
+    """Records a heartbeat for `trial_id` every interval, and the worker's last_seen, in a
+    small thread (what Study.optimize does; ask/tell gets none). A context manager."""
+
+    def __init__(self, storage: optuna.storages.BaseStorage, trial_id: int | None,
+                 beat: Callable[[], None] | None = None) -> None:
+        self.storage = storage
+        self.trial_id = trial_id
+        self.beat = beat
+        self.interval = heartbeat_settings()[0]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="kvtune-heartbeat")
+
+    def _run(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):  # a missed beat is retried next interval
+                if self.trial_id is not None:
+                    self.storage.record_heartbeat(self.trial_id)  # type: ignore[attr-defined]
+                if self.beat is not None:
+                    self.beat()
+            if self._stop.wait(self.interval):
+                return
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+@dataclass
+class Claim:
+    won: bool
+    worker: str  # who holds it
+    data: dict[str, Any]
+
+
+class Fleet:
+    """One worker's view of the fleet tables of `study` in the database of `engine`."""
+
+    def __init__(self, engine: sa.Engine, study: str, worker: str) -> None:
+        self.engine = engine
+        self.study = study
+        self.worker = worker
+
+    # -- claims -----------------------------------------------------------------------------
+
+    def claim(self, key: str, data: dict[str, Any] | None = None) -> Claim:
+        """Insert the claim `key` for this worker; when it exists, who holds it."""
+        text = json.dumps(data or {}, sort_keys=True)
+        try:
+            with self.engine.begin() as c:
+                c.execute(CLAIMS.insert().values(study=self.study, key=key, worker=self.worker,
+                                                 data=text, created=time.time()))
+            return Claim(True, self.worker, data or {})
+        except sa.exc.IntegrityError:
+            got = self.holder(key)
+            if got is None:  # released between our insert and our read: try once more
+                return self.claim(key, data)
+            return got
+
+    def holder(self, key: str) -> Claim | None:
+        q = sa.select(CLAIMS.c.worker, CLAIMS.c.data).where(CLAIMS.c.study == self.study) \
+            .where(CLAIMS.c.key == key)
+        with self.engine.connect() as c:
+            row = c.execute(q).first()
+        if row is None:
+            return None
+        return Claim(row[0] == self.worker, str(row[0]), json.loads(row[1]))
+
+    def set_claim_data(self, key: str, data: dict[str, Any]) -> None:
+        with self.engine.begin() as c:
+            c.execute(CLAIMS.update().where(CLAIMS.c.study == self.study)
+                      .where(CLAIMS.c.key == key).where(CLAIMS.c.worker == self.worker)
+                      .values(data=json.dumps(data, sort_keys=True)))
+
+    def release(self, key: str, worker: str | None = None) -> bool:
+        """Delete the claim `key` if `worker` (default: this one) still holds it."""
+        with self.engine.begin() as c:
+            r = c.execute(CLAIMS.delete().where(CLAIMS.c.study == self.study)
+                          .where(CLAIMS.c.key == key)
+                          .where(CLAIMS.c.worker == (worker or self.worker)))
+        return bool(r.rowcount)
+
+    def claim_or_take_over(self, key: str, data: dict[str, Any] | None = None) -> Claim:
+        """Claim `key`; when a worker that stopped beating holds it, take it over."""
+        got = self.claim(key, data)
+        if not got.won and not self.alive(got.worker) and self.release(key, got.worker):
+            got = self.claim(key, data)
+        return got
+
+    def take_slot(self, budget: int) -> int | None:
+        """A free budget slot (0 .. budget-1), or None when every slot is taken: the trial
+        budget counts across all workers, exactly."""
+        taken = self.slots_taken()
+        for k in range(budget):
+            if k in taken:
+                continue
+            if self.claim(f"slot:{k:06d}", {}).won:
+                return k
+        return None
+
+    def slots_taken(self) -> set[int]:
+        q = sa.select(CLAIMS.c.key).where(CLAIMS.c.study == self.study) \
+            .where(CLAIMS.c.key.like("slot:%"))
+        with self.engine.connect() as c:
+            return {int(r[0].split(":", 1)[1]) for r in c.execute(q)}
+
+    def slot_trial(self, slot: int, trial_number: int) -> None:
+        """Bind a slot to the trial measured in it (a stale trial frees its slot)."""
+        self.set_claim_data(f"slot:{slot:06d}", {"trial": trial_number})
+
+    def free_slot(self, slot: int) -> None:
+        self.release(f"slot:{slot:06d}")
+
+    # -- workers ----------------------------------------------------------------------------
+
+    def register(self, fingerprint: dict[str, Any], fingerprint_key: str) -> None:
+        now = time.time()
+        row = {"host": socket.gethostname(), "pid": os.getpid(),
+               "fingerprint_key": fingerprint_key,
+               "fingerprint": json.dumps(fingerprint, sort_keys=True), "state": "running",
+               "started": now, "last_seen": now, "note": ""}
+        with self.engine.begin() as c:
+            r = c.execute(WORKERS.update().where(WORKERS.c.study == self.study)
+                          .where(WORKERS.c.worker == self.worker).values(**row))
+            if not r.rowcount:
+                c.execute(WORKERS.insert().values(study=self.study, worker=self.worker, **row))
+
+    def seen(self) -> None:
+        with self.engine.begin() as c:
+            c.execute(WORKERS.update().where(WORKERS.c.study == self.study)
+                      .where(WORKERS.c.worker == self.worker).values(last_seen=time.time()))
+
+    def finish(self, state: str, note: str = "") -> None:
+        with self.engine.begin() as c:
+            c.execute(WORKERS.update().where(WORKERS.c.study == self.study)
+                      .where(WORKERS.c.worker == self.worker)
+                      .values(state=state, note=note[:2000], last_seen=time.time()))
+
+    def alive(self, worker: str) -> bool:
+        """True when `worker` is running and beat within the grace period."""
+        q = sa.select(WORKERS.c.state, WORKERS.c.last_seen).where(
+            WORKERS.c.study == self.study).where(WORKERS.c.worker == worker)
+        with self.engine.connect() as c:
+            row = c.execute(q).first()
+        if row is None:
+            return False
+        return row[0] == "running" and time.time() - float(row[1]) <= heartbeat_settings()[1]
+
+    def workers(self) -> list[dict[str, Any]]:
+        return workers_of(self.engine, self.study)
+
+
+def workers_of(engine: sa.Engine, study: str) -> list[dict[str, Any]]:
+    """Every worker of `study` (empty when the database has no fleet tables)."""
+    if not sa.inspect(engine).has_table("kvtune_workers"):
+        return []
+    q = sa.select(WORKERS).where(WORKERS.c.study == study).order_by(WORKERS.c.started)
+    with engine.connect() as c:
+        rows = [dict(r) for r in c.execute(q).mappings()]
+    grace = heartbeat_settings()[1]
+    for r in rows:
+        r["fingerprint"] = json.loads(r["fingerprint"])
+        if r["state"] == "running" and time.time() - float(r["last_seen"]) > grace:
+            r["state"] = "lost"  # stopped beating without saying goodbye (killed)
+    return rows
+
+
+def create_fleet_tables(engine: sa.Engine) -> None:
+    _META.create_all(engine)

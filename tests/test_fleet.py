@@ -1,0 +1,254 @@
+"""A fleet of workers sharing one study on a real PostgreSQL (issue 15): storage creation
+under concurrency, the driver's error, heartbeats (a killed worker, a late one), per-worker
+streams, one baseline, the budget across workers, one confirmation, host fingerprints."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import sqlalchemy as sa
+
+from kvtune.errors import UserError
+from kvtune.fleet import Fleet, driver_problem, open_storage, worker_seed, workers_of
+from kvtune.host.facts import collect
+from kvtune.host.fingerprint import differences, fingerprint, key
+
+REPO = Path(__file__).resolve().parents[1]
+WORKER = REPO / "bench" / "fleet" / "worker.py"
+TrialState = optuna.trial.TrialState
+
+
+def _study_file(tmp: Path, url: str, trials: int = 8, name: str = "fleet") -> Path:
+    p = tmp / f"{name}.yaml"
+    p.write_text(f"""study: {name}
+target:
+  kind: synthetic
+  noise_cov: 0.05
+knobs: [synthetic.x, synthetic.threads, synthetic.mode, synthetic.flag]
+objective:
+  metric: ops_per_sec
+budget:
+  trials: {trials}
+repetitions: 1
+evaluation:
+  noise_floor_runs: 2
+  intensify: false
+  drift_every: 0
+  confirm_top: 1
+  confirm_rounds: 5
+seed: 3
+storage: {url}
+""")
+    return p
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "KVTUNE_HEARTBEAT": "1,3", "PYTHONPATH": str(REPO / "src")}
+
+
+def _start(study: Path, worker: str, sleep: float, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, str(WORKER), str(study), worker, "--sleep",
+                             str(sleep), *extra], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env())
+
+
+def _finish(p: subprocess.Popen[str], timeout: float = 120) -> dict[str, Any]:
+    out, err = p.communicate(timeout=timeout)
+    assert p.returncode == 0, (out, err[-3000:])
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def _trials(url: str, name: str = "fleet") -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
+
+
+def _results(url: str, key_: str, name: str = "fleet") -> list[dict[str, Any]]:
+    eng = sa.create_engine(url)
+    with eng.connect() as c:
+        rows = c.execute(sa.text("SELECT data FROM kvtune_results WHERE study=:s AND key=:k "
+                                 "ORDER BY id"), {"s": name, "k": key_}).all()
+    eng.dispose()
+    return [json.loads(r[0]) for r in rows]
+
+
+def _create(url: str, barrier: Any, q: Any) -> None:
+    barrier.wait()
+    try:
+        s = open_storage(url)
+        study = optuna.create_study(study_name="s", storage=s, load_if_exists=True)
+        q.put(("ok", study._study_id))
+    except Exception as e:  # reported to the parent
+        q.put(("error", repr(e)))
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_storage_creation_is_idempotent_under_concurrency(backend: str, tmp_path: Path,
+                                                          request: pytest.FixtureRequest) -> None:
+    """Four processes open the storage of an empty database at once: all succeed, with one
+    study (without the lock, 7 to 10 of 10 such races failed on this host)."""
+    url = request.getfixturevalue("pg_url") if backend == "postgresql" \
+        else f"sqlite:///{tmp_path}/race.db"
+    ctx = mp.get_context("fork")
+    barrier, q = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_create, args=(url, barrier, q)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    got = [q.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(30)
+    assert all(r[0] == "ok" for r in got), got
+    assert len({r[1] for r in got}) == 1
+    eng = sa.create_engine(url)
+    with eng.connect() as c:
+        assert c.execute(sa.text("SELECT count(*) FROM studies")).scalar() == 1
+        assert c.execute(sa.text("SELECT count(*) FROM version_info")).scalar() == 1
+    eng.dispose()
+
+
+def test_missing_driver_is_named_and_password_masked(pg_url: str) -> None:
+    bad = "postgresql+psycopg2://kvtune:s3cret-pw@127.0.0.1:1/x"
+    msg = driver_problem(bad)
+    assert msg is not None and "'psycopg2'" in msg and "s3cret-pw" not in msg and "***" in msg
+    with pytest.raises(UserError) as err:
+        open_storage(bad)
+    assert "psycopg2" in str(err.value) and "s3cret-pw" not in str(err.value)
+    # Plain postgresql:// needs no suffix (psycopg 3), and a wrong password is refused
+    # without being shown.
+    assert driver_problem(pg_url) is None
+    password = sa.engine.make_url(pg_url).password
+    assert password
+    wrong = pg_url.replace(password, "wrong-pw-123")
+    with pytest.raises(UserError) as err:
+        open_storage(wrong)
+    assert "wrong-pw-123" not in str(err.value) and "***" in str(err.value)
+
+
+def test_worker_seeds_differ_and_are_stable() -> None:
+    assert worker_seed(1, "a") == worker_seed(1, "a") != worker_seed(1, "b")
+    assert 0 <= worker_seed(2**40, "x") < 2**32
+
+
+def test_two_workers_share_one_study(pg_url: str, tmp_path: Path) -> None:
+    """Two workers started together: one baseline and noise floor, exactly the budget of
+    search trials, no repeated configuration, exactly one confirmation by one worker (the
+    other ends saying who), every trial tagged with its worker and host fingerprint."""
+    study = _study_file(tmp_path, pg_url, trials=10)
+    ps = [_start(study, w, 0.15) for w in ("w1", "w2")]
+    outs = {o["worker"]: o for o in (_finish(p) for p in ps)}
+    trials = _trials(pg_url)
+    kinds = Counter(t.user_attrs.get("kind") for t in trials if t.state.is_finished())
+    assert kinds["baseline"] == 1 and kinds["trial"] == 10, kinds
+    # A trial fails only in the surface's failure region, never for a fleet reason.
+    for t in trials:
+        assert t.state == TrialState.COMPLETE or "refuses to start" in t.user_attrs["failed"]
+    search = [t for t in trials if t.user_attrs.get("kind") == "trial"]
+    assert {t.user_attrs["worker"] for t in search} == {"w1", "w2"}
+    assert len({t.user_attrs["fingerprint"] for t in trials}) == 1
+    configs = [json.dumps(t.params, sort_keys=True) for t in search]
+    assert len(set(configs)) == len(configs), "two workers measured the same configuration"
+    assert len(_results(pg_url, "noise_floor")) == 1
+    confirmations = _results(pg_url, "confirmation")
+    confirmers = {c["confirmed_by"] for c in confirmations if "confirmed_by" in c}
+    assert len(confirmers) == 1, confirmations
+    confirmer = confirmers.pop()
+    other = ({"w1", "w2"} - {confirmer}).pop()
+    assert outs[other]["result"]["confirmed_by"] == confirmer
+    assert outs[confirmer]["result"]["confirmed_by"] == confirmer
+    assert outs[confirmer]["result"]["candidates"], outs[confirmer]
+    eng = sa.create_engine(pg_url)
+    ws = {w["worker"]: w for w in workers_of(eng, "fleet")}
+    eng.dispose()
+    assert set(ws) == {"w1", "w2"} and {w["state"] for w in ws.values()} == {"finished"}
+    # `kvtune show` lists every worker, its host and its trials, and who confirmed.
+    shown = subprocess.run([sys.executable, "-m", "kvtune", "show", "fleet", "--storage",
+                            pg_url, "--json"], capture_output=True, text=True, env=_env(),
+                           timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    data = json.loads(shown.stdout)
+    by = {w["worker"]: w for w in data["workers"]}
+    assert set(by) == {"w1", "w2"}
+    assert sorted(by["w1"]["trials"] + by["w2"]["trials"]) == sorted(t.number for t in trials)
+    assert data["confirmation"]["confirmed_by"] == confirmer
+    text = subprocess.run([sys.executable, "-m", "kvtune", "show", "fleet", "--storage",
+                           pg_url], capture_output=True, text=True, env=_env(), timeout=120)
+    assert "Workers" in text.stdout and "w1" in text.stdout and "w2" in text.stdout
+    assert sa.engine.make_url(pg_url).password not in text.stdout + text.stderr
+    # Each repetition records its worker and host fingerprint.
+    eng = sa.create_engine(pg_url)
+    with eng.connect() as c:
+        raws = [json.loads(r[0]) for r in c.execute(sa.text(
+            "SELECT raw FROM kvtune_repetitions WHERE study='fleet'"))]
+    eng.dispose()
+    assert raws and all(r["fleet"]["fingerprint"] == ws["w1"]["fingerprint_key"]
+                        for r in raws)
+
+
+def test_killed_worker_and_late_joiner(pg_url: str, tmp_path: Path) -> None:
+    """Three workers: w1 and w2 start; w1 is killed with SIGKILL while it measures; w3
+    joins late. The joiner fails nothing that runs (no 'already finished' crash); w1's
+    trial is failed by its stale heartbeat and measured again; the budget is exactly met."""
+    study = _study_file(tmp_path, pg_url, trials=10)
+    w1 = _start(study, "w1", 0.5, "--no-confirm")
+    w2 = _start(study, "w2", 0.5, "--no-confirm")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # until w1 measures a search trial
+        try:
+            ts = _trials(pg_url)
+        except KeyError:  # the study does not exist yet
+            ts = []
+        if any(t.state == TrialState.RUNNING and t.user_attrs.get("worker") == "w1"
+               and t.user_attrs.get("kind") is None and t.number > 0 for t in ts):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("w1 never measured a search trial")
+    os.kill(w1.pid, signal.SIGKILL)
+    w1.communicate()
+    w3 = _start(study, "w3", 0.5, "--no-confirm")
+    _finish(w2)
+    _finish(w3)
+    trials = _trials(pg_url)
+    failed = [t for t in trials if t.state == TrialState.FAIL and "failed" not in t.user_attrs]
+    assert len(failed) == 1 and failed[0].user_attrs["worker"] == "w1", failed
+    retried = [t for t in trials if t.system_attrs.get("failed_trial") == failed[0].number]
+    assert len(retried) == 1 and retried[0].state.is_finished()
+    # Measured again (it may lie in the surface's failure region: a real failure then).
+    assert retried[0].state == TrialState.COMPLETE or \
+        "refuses to start" in retried[0].user_attrs["failed"]
+    assert retried[0].params == failed[0].params
+    assert retried[0].user_attrs["worker"] in ("w2", "w3")
+    done = [t for t in trials if t.state.is_finished() and t.user_attrs.get("kind") == "trial"]
+    assert len(done) == 10
+    assert "w3" in {t.user_attrs["worker"] for t in done}
+    eng = sa.create_engine(pg_url)
+    states = {w["worker"]: w["state"] for w in workers_of(eng, "fleet")}
+    eng.dispose()
+    assert states == {"w1": "lost", "w2": "finished", "w3": "finished"}
+
+
+def test_hosts_with_other_fingerprints_are_refused(pg_url: str, tmp_path: Path) -> None:
+    """A worker whose host differs (here: another kernel) is refused, naming the difference."""
+    facts = collect()
+    mine = fingerprint(facts, "synthetic", None)
+    other = {**mine, "kernel": "5.10.0-other"}
+    assert key(mine) != key(other) and differences(mine, other) == [
+        f"kernel: {facts.kernel} vs 5.10.0-other"]
+    storage = open_storage(pg_url)
+    Fleet(storage.engine, "fleet", "elsewhere").register(other, key(other))
+    study = _study_file(tmp_path, pg_url, trials=2)
+    p = _start(study, "here", 0.0)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 2, (out, err)
+    msg = json.loads(out.strip().splitlines()[-1])["error"]
+    assert "elsewhere" in msg and "5.10.0-other" in msg and "never compared" in msg
