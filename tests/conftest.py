@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fleet_fixtures import pg_url, postgres_server  # noqa: F401 (fixtures for the fleet tests)
 
 from kvtune.host.facts import collect
 from kvtune.knobs import catalog
