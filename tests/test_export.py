@@ -1,23 +1,39 @@
-"""`kvtune export`: the files are accepted by the real programs (memcached starts with the
-exported flags, redis-server with the include), tuned.conf parses as INI, sysctl.d lines
-are `key = value` for keys that exist; every file has a rollback; no recommendation means
-exit 1 unless --best-in-search."""
+"""`kvtune export`, tested with the real consumers of each file on this host:
+
+- sysctl.d: `sysctl --dry-run -p` parses it, `sysctl -p` applies it and the rollback (after
+  removing the drop-in) puts every value back;
+- TuneD: its profile loader (with the `include=` of the recommended profile) and its sysctl
+  and vm plugins in verify mode, without the daemon;
+- systemd: `systemd-analyze verify` with Debian's memcached.service / redis-server.service
+  and the drop-in;
+- memcached: started through Debian's systemd-memcached-wrapper with the exported conf,
+  `stats settings` compared; the rollback gives memcached's own defaults, or the --from file;
+- redis-server: the include, then CONFIG GET; the rollback included after it gives Redis's
+  built-in defaults (a redis-server started without a file).
+
+The export is the measured configuration whole (target.args, pinning), the rollbacks live
+under rollback/ only, and no recommendation means exit 1 unless --best-in-search."""
 
 from __future__ import annotations
 
-import configparser
+import json
 import re
+import shutil
+import socket
 import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
-from test_catalog import redis_call, running_memcached
 
 from kvtune.cli import main
 from kvtune.errors import UserError
-from kvtune.export import Recommendation, write
+from kvtune.export import NoRecommendation, Recommendation, recommendation, write
+from kvtune.export import tuned as tuned_export
 from kvtune.host.facts import HostFacts
 from kvtune.host.fs import HostFS
 from kvtune.knobs import catalog
@@ -26,9 +42,15 @@ from kvtune.store import Store
 from kvtune.targets import host_context
 from kvtune.targets.base import free_port
 
+SYSCTLS = ("net.core.somaxconn", "net.ipv4.tcp_autocorking", "kernel.sched_autogroup_enabled",
+           "vm.swappiness")
 HOST_NOW = {name: catalog.CATALOG[name].applier.current(host_context())
-            for name in ("net.core.somaxconn", "net.ipv4.tcp_autocorking", "thp.enabled",
-                         "thp.defrag", "kernel.sched_autogroup_enabled", "vm.swappiness")}
+            for name in (*SYSCTLS, "thp.enabled", "thp.defrag")}
+
+
+def _other(name: str, value: Any, choices: tuple[Any, ...]) -> Any:
+    return next(c for c in choices if c != value)
+
 
 MC_BASE = {"memcached.threads": 4, "memcached.reqs_per_event": 20, "memcached.backlog": 1024,
            "memcached.slab_chunk_max": 512, "memcached.max_item_size": "1m",
@@ -39,15 +61,19 @@ MC_BASE = {"memcached.threads": 4, "memcached.reqs_per_event": 20, "memcached.ba
            "kernel.sched_autogroup_enabled": bool(HOST_NOW["kernel.sched_autogroup_enabled"]),
            "vm.swappiness": HOST_NOW["vm.swappiness"],
            "thp.enabled": HOST_NOW["thp.enabled"], "thp.defrag": HOST_NOW["thp.defrag"],
-           "placement.server_cpus": "0", "placement.cpu_quota_pct": -1}
+           "placement.cpu_quota_pct": -1}
 MC_REC = {**MC_BASE, "memcached.threads": 2, "memcached.reqs_per_event": 64,
           "memcached.backlog": 2048, "memcached.slab_chunk_max": 256,
           "memcached.max_item_size": "2m", "memcached.lru_crawler": False,
-          "memcached.large_pages": True, "memcached.worker_logbuf_size": 32,
-          "memcached.hashpower": 20, "net.core.somaxconn": 8192,
-          "net.ipv4.tcp_autocorking": False, "kernel.sched_autogroup_enabled": False,
-          "vm.swappiness": 10, "thp.enabled": "madvise", "thp.defrag": "defer+madvise",
-          "placement.server_cpus": "0-1", "placement.cpu_quota_pct": 150}
+          "memcached.worker_logbuf_size": 32,
+          "memcached.hashpower": 20,
+          "net.core.somaxconn": 8192 if HOST_NOW["net.core.somaxconn"] != 8192 else 4096,
+          "net.ipv4.tcp_autocorking": not HOST_NOW["net.ipv4.tcp_autocorking"],
+          "kernel.sched_autogroup_enabled": not HOST_NOW["kernel.sched_autogroup_enabled"],
+          "vm.swappiness": 10 if HOST_NOW["vm.swappiness"] != 10 else 20,
+          "thp.enabled": _other("thp", HOST_NOW["thp.enabled"], ("madvise", "always")),
+          "thp.defrag": _other("d", HOST_NOW["thp.defrag"], ("defer+madvise", "madvise")),
+          "placement.cpu_quota_pct": 150}
 
 REDIS_BASE = {"redis.io_threads": 1, "redis.hz": 10, "redis.maxmemory_mb": 0,
               "redis.maxmemory_policy": "noeviction", "redis.lazyfree_lazy_eviction": False,
@@ -55,30 +81,43 @@ REDIS_BASE = {"redis.io_threads": 1, "redis.hz": 10, "redis.maxmemory_mb": 0,
               "redis.activedefrag": False}
 REDIS_REC = {**REDIS_BASE, "redis.io_threads": 2, "redis.hz": 50, "redis.maxmemory_mb": 64,
              "redis.maxmemory_policy": "allkeys-lru", "redis.lazyfree_lazy_eviction": True,
-             "redis.save": "3600 1 300 100 60 10000", "redis.jemalloc_bg_thread": False,
-             "redis.disable_thp": False, "redis.activedefrag": True}
+             "redis.save": "900 1 300 10", "redis.jemalloc_bg_thread": False,
+             "redis.disable_thp": False}
+LOAD = {"tool": "kvload", "mode": "closed", "connections": 16, "pipeline": 1,
+        "workload": {"mix": "get:9,set:1", "keys": 10000, "popularity": "zipf:0.99",
+                     "value_size": 100}}
 
 
 def make_study(tmp: Path, name: str, target: str, base: dict[str, Any], rec: dict[str, Any],
-               confirmed: bool) -> str:
+               confirmed: bool, args: list[str] | None = None, cpus: str | None = "0",
+               ablation: dict[str, Any] | None = None,
+               space: dict[str, Any] | None = None) -> str:
     url = f"sqlite:///{tmp / 'results' / (name + '.db')}"
     store = Store(url)
     study = optuna.create_study(study_name=name, storage=store.storage, direction="maximize")
-    study.set_user_attr("spec", {"study": name, "target": {"kind": target}})
+    study.set_user_attr("spec", {"study": name, "target": {"kind": target, "args": args or [],
+                                                          "cpus": cpus}, "load": LOAD})
     study.set_user_attr("baseline", base)
+    if space is not None:
+        study.set_user_attr("space", space)
     for i, (kind, cfg, value) in enumerate((("baseline", base, 100.0), ("trial", rec, 120.0))):
         study.add_trial(optuna.trial.create_trial(
             value=value, user_attrs={"kind": kind, "config": cfg,
                                      "eval": {"metrics": {"ops_per_sec": value}, "n": 3}},
             params={}, distributions={}))
         assert study.trials[i].user_attrs["kind"] == kind
-    conf: dict[str, Any] = {"baseline": {"config": base, "metrics": {}}, "candidates": []}
+    conf: dict[str, Any] = {"metric": "ops_per_sec", "baseline": {"config": base, "metrics": {}},
+                            "candidates": []}
     if confirmed:
-        conf.update(recommended={"name": "trial 1", "config": rec, "metrics": {}},
+        conf.update(recommended={"name": "trial 1", "config": rec, "metrics": {},
+                                 "comparison": {"change": 0.2, "change_ci_low": 0.12,
+                                                "change_ci_high": 0.27}},
                     verdict="trial 1 improves ops_per_sec by +20.0%")
     else:
         conf.update(recommended=None, verdict="no significant improvement found")
     store.put_result(name, "confirmation", conf)
+    if ablation is not None:
+        store.put_result(name, "ablation", ablation)
     return url
 
 
@@ -89,6 +128,13 @@ def run_cli(args: list[str]) -> int:
     return int(e.value.code or 0)
 
 
+def files_under(d: Path) -> list[str]:
+    return sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file())
+
+
+# -- what is exported --------------------------------------------------------------------
+
+
 def test_no_significant_recommendation_exits_1(in_tmp: Path) -> None:
     url = make_study(in_tmp, "nosig", "memcached", MC_BASE, MC_REC, confirmed=False)
     assert run_cli(["export", "nosig", "--storage", url]) == 1
@@ -96,7 +142,8 @@ def test_no_significant_recommendation_exits_1(in_tmp: Path) -> None:
     assert run_cli(["export", "nosig", "--storage", url, "--best-in-search",
                     "--format", "sysctl"]) == 0
     text = (in_tmp / "export/nosig/sysctl.d/90-kvtune-nosig.conf").read_text()
-    assert "NOT confirmed" in text and "net.core.somaxconn = 8192" in text
+    assert "NOT confirmed" in text and f"net.core.somaxconn = {MC_REC['net.core.somaxconn']}" \
+        in text
 
 
 def test_export_refuses_etc_and_unknown_formats(in_tmp: Path) -> None:
@@ -108,119 +155,72 @@ def test_export_refuses_etc_and_unknown_formats(in_tmp: Path) -> None:
 
 @pytest.fixture
 def mc_export(in_tmp: Path) -> Path:
-    url = make_study(in_tmp, "mc", "memcached", MC_BASE, MC_REC, confirmed=True)
-    assert run_cli(["export", "mc", "--storage", url, "-o", str(in_tmp / "out")]) == 0
+    url = make_study(in_tmp, "mc", "memcached", MC_BASE, MC_REC, confirmed=True,
+                     args=["-m", "256", "-c", "2048"], cpus="0")
+    write(recommendation(Store(url), "mc"), ["sysctl", "tuned", "memcached", "systemd",
+                                             "redis"], in_tmp / "out")
     return in_tmp / "out"
 
 
-def test_sysctl_file_is_key_value_for_existing_keys(mc_export: Path) -> None:
-    for f in ("90-kvtune-mc.conf", "90-kvtune-mc.rollback.conf"):
-        lines = [ln for ln in (mc_export / "sysctl.d" / f).read_text().splitlines()
-                 if ln and not ln.startswith("#")]
-        assert lines
-        for ln in lines:
-            m = re.fullmatch(r"([a-z0-9_.]+) = (\S+)", ln)
-            assert m, ln
-            assert Path("/proc/sys", m.group(1).replace(".", "/")).exists(), ln
-    text = (mc_export / "sysctl.d/90-kvtune-mc.conf").read_text()
-    assert "net.core.somaxconn = 8192" in text and "kernel.sched_autogroup_enabled = 0" in text
-    back = (mc_export / "sysctl.d/90-kvtune-mc.rollback.conf").read_text()
-    assert f"net.core.somaxconn = {HOST_NOW['net.core.somaxconn']}" in back
-    # THP is not a sysctl: it goes to the tuned profile.
-    assert "transparent" not in "".join(lines)
+def test_the_measured_configuration_whole_with_its_header(mc_export: Path) -> None:
+    conf = (mc_export / "memcached/memcached.conf").read_text()
+    # The fixed server arguments, and the pinning in the drop-in.
+    assert re.search(r"^-m 256$", conf, re.M) and re.search(r"^-c 2048$", conf, re.M)
+    assert re.search(r"^-t 2$", conf, re.M)
+    drop_in = (mc_export / "systemd/memcached.service.d/90-kvtune.conf").read_text()
+    assert re.search(r"^CPUAffinity=0$", drop_in, re.M)
+    assert re.search(r"^CPUQuota=150%$", drop_in, re.M)
+    from kvtune import __version__
+
+    for f in ("memcached/memcached.conf", "systemd/memcached.service.d/90-kvtune.conf",
+              "sysctl.d/90-kvtune-mc.conf", "tuned/kvtune-mc/tuned.conf"):
+        text = (mc_export / f).read_text()
+        assert f"kvtune {__version__}, study 'mc'" in text, f
+        assert "+20.0% (95% CI +12.0% … +27.0%)" in text, f
+        assert "closed-loop, 16 connections, pipeline 1, mix get:9,set:1" in text, f
+        assert "memcached -m 256 -c 2048 pinned to CPUs 0" in text, f
+    # Unchanged knobs are not exported (memcached.large_pages stays at its default).
+    assert "-L" not in conf.replace("# ", "")
 
 
-def test_tuned_profile_parses_as_ini(mc_export: Path) -> None:
-    for d in ("kvtune-mc", "kvtune-mc-rollback"):
-        cp = configparser.ConfigParser()
-        cp.read_string((mc_export / "tuned" / d / "tuned.conf").read_text())
-        assert set(cp.sections()) >= {"main", "sysctl", "vm"}
-    cp = configparser.ConfigParser()
-    cp.read_string((mc_export / "tuned/kvtune-mc/tuned.conf").read_text())
-    assert cp["vm"]["transparent_hugepages"] == "madvise"
-    assert cp["vm"]["transparent_hugepage.defrag"] == "defer+madvise"
-    assert cp["sysctl"]["vm.swappiness"] == "10"
-    rb = configparser.ConfigParser()
-    rb.read_string((mc_export / "tuned/kvtune-mc-rollback/tuned.conf").read_text())
-    assert rb["vm"]["transparent_hugepages"] == HOST_NOW["thp.enabled"]
+def test_rollbacks_live_under_rollback_only(mc_export: Path) -> None:
+    files = files_under(mc_export)
+    outside = [f for f in files if not f.startswith("rollback/")]
+    assert not [f for f in outside if "rollback" in f], files
+    # Copying a recommendation's folder never brings a rollback; sysctl.d ignores the suffix.
+    assert "rollback/sysctl.d/90-kvtune-mc.conf.rollback" in files
+    assert "rollback/systemd/memcached.service.d/90-kvtune.conf.remove.sh" in files
+    assert "rollback/memcached/memcached.conf" in files
+    # TuneD undoes a profile on switch: no rollback profile.
+    assert not [f for f in files if f.startswith(("tuned/", "rollback/tuned"))
+                and "kvtune-mc/" not in f]
+    assert [f for f in files if "tuned" in f] == ["tuned/kvtune-mc/tuned.conf"]
 
 
-def conf_words(path: Path) -> list[str]:
-    """The options of a memcached.conf, without the service lines the test replaces."""
-    words: list[str] = []
-    for ln in path.read_text().splitlines():
-        ln = ln.strip()
-        if not ln.startswith("-") or ln.split()[0] in ("-p", "-u", "-l", "-P", "-d"):
-            continue
-        words += ln.split(None, 1)
-    return words
+def test_minimal_configuration_from_the_ablation(in_tmp: Path) -> None:
+    minimal = {"memcached.threads": 2}
+    abl = {"schema": 1, "minimal_changes": minimal, "minimal_config": {**MC_BASE, **minimal},
+           "skipped": None}
+    url = make_study(in_tmp, "mini", "memcached", MC_BASE, MC_REC, confirmed=True,
+                     ablation=abl, args=["-m", "256"])
+    rec = recommendation(Store(url), "mini", minimal=True)
+    assert "MINIMAL" in rec.source and "memcached.threads" in rec.source
+    write(rec, ["memcached", "sysctl"], in_tmp / "min")
+    text = (in_tmp / "min/memcached/memcached.conf").read_text()
+    assert re.search(r"^-t 2$", text, re.M) and re.search(r"^-m 256$", text, re.M)
+    assert "-R 64" not in text and not (in_tmp / "min/sysctl.d").exists()
+    url2 = make_study(in_tmp, "noabl", "memcached", MC_BASE, MC_REC, confirmed=True)
+    with pytest.raises(NoRecommendation, match="no ablation"):
+        recommendation(Store(url2), "noabl", minimal=True)
 
 
-def test_memcached_starts_with_the_exported_flags(mc_export: Path, memcached_bin: str) -> None:
-    conf = mc_export / "memcached/memcached.conf"
-    text = conf.read_text()
-    assert "-R 64" in text and "-b 2048" in text  # the flags A-Tune's sed never applied
-    if host_context().versions["memcached"] < (1, 6, 40):
-        assert "worker_logbuf_size=" not in text.replace("# left out", "")
-        assert "left out memcached.worker_logbuf_size" in text
-    with running_memcached(memcached_bin, conf_words(conf)) as mc:
-        s = mc.raw_stats("settings")
-        assert s["num_threads"] == "2" and s["reqs_per_event"] == "64"
-        assert s["tcp_backlog"] == "2048" and s["hashpower_init"] == "20"
-        assert s["slab_chunk_max"] == str(256 * 1024) and s["lru_crawler"] == "no"
-        assert s["item_size_max"] == str(2 * 1024 * 1024)
-    rollback = conf_words(mc_export / "memcached/memcached.rollback.conf")
-    with running_memcached(memcached_bin, rollback) as mc:
-        s = mc.raw_stats("settings")
-        assert s["num_threads"] == "4" and s["reqs_per_event"] == "20"
-        assert s["slab_chunk_max"] == str(512 * 1024)
-
-
-def test_systemd_drop_in(mc_export: Path) -> None:
-    d = mc_export / "systemd/memcached.service.d"
-    cp = configparser.ConfigParser(strict=False, interpolation=None)
-    cp.optionxform = str  # type: ignore[assignment,method-assign]
-    cp.read_string((d / "90-kvtune.conf").read_text())
-    assert cp["Service"]["CPUAffinity"] == "0-1"
-    assert cp["Service"]["CPUQuota"] == "150%"
-    rb = configparser.ConfigParser(strict=False, interpolation=None)
-    rb.optionxform = str  # type: ignore[assignment,method-assign]
-    rb.read_string((d / "90-kvtune.rollback.conf").read_text())
-    assert rb["Service"]["CPUAffinity"] == "" and rb["Service"]["CPUQuota"] == ""
-
-
-def test_redis_starts_with_the_include(in_tmp: Path, redis_bin: str) -> None:
-    url = make_study(in_tmp, "rd", "redis", REDIS_BASE, REDIS_REC, confirmed=True)
-    assert run_cli(["export", "rd", "--storage", url, "-o", str(in_tmp / "out")]) == 0
-    inc = in_tmp / "out/redis/kvtune-rd.conf"
-    text = inc.read_text()
-    activedefrag_ok = catalog.CATALOG["redis.activedefrag"].applier.check(
-        host_context()).ok
-    assert ("activedefrag yes" in text) == activedefrag_ok
-    expect = {"io-threads": "2", "hz": "50", "maxmemory": str(64 * 1024 * 1024),
-              "maxmemory-policy": "allkeys-lru", "lazyfree-lazy-eviction": "yes",
-              "save": "3600 1 300 100 60 10000", "jemalloc-bg-thread": "no",
-              "disable-thp": "no"}
-    base = {"io-threads": "1", "hz": "10", "maxmemory": "0", "save": "",
-            "maxmemory-policy": "noeviction", "disable-thp": "yes"}
-    for include, want in ((inc, expect), (in_tmp / "out/redis/kvtune-rd.rollback.conf", base)):
-        port = free_port()
-        main_conf = in_tmp / f"redis-{include.stem}.conf"
-        main_conf.write_text(f"port {port}\nbind 127.0.0.1\ndaemonize no\nlogfile \"\"\n"
-                             f"dir {in_tmp}\nappendonly no\ninclude {include}\n")
-        proc = subprocess.Popen([redis_bin, str(main_conf)], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, cwd=in_tmp)
-        try:
-            from test_catalog import _wait_port
-
-            _wait_port(port, proc)
-            for d, v in want.items():
-                got = redis_call(port, "CONFIG", "GET", d)
-                assert f"\r\n{v}\r\n" in got or (v == "" and got.endswith("$0\r\n\r\n")), \
-                    (include.name, d, v, got)
-        finally:
-            proc.terminate()
-            proc.wait(10)
+def test_values_outside_the_stored_space_are_refused(in_tmp: Path) -> None:
+    space = {"domains": {"memcached.threads": {"type": "int", "low": 4, "high": 8}},
+             "baseline": {"memcached.threads": 4}}
+    url = make_study(in_tmp, "sp", "memcached", MC_BASE, MC_REC, confirmed=True, space=space)
+    with pytest.raises(UserError, match="does not fit the study's knob space") as e:
+        recommendation(Store(url), "sp")
+    assert "memcached.threads=2 is outside" in str(e.value)
 
 
 def test_large_pages_refused_while_thp_is_never(tmp_path: Path) -> None:
@@ -234,3 +234,358 @@ def test_large_pages_refused_while_thp_is_never(tmp_path: Path) -> None:
                          {"memcached.large_pages": False}, "test", ctx)
     with pytest.raises(UserError, match="never"):
         write(rec, ["memcached"], tmp_path / "out")
+
+
+# -- sysctl --------------------------------------------------------------------------------
+
+
+def sysctl_dry_run(path: Path) -> dict[str, str]:
+    out = subprocess.run(["sysctl", "--dry-run", "-p", str(path)], capture_output=True,
+                         text=True, check=True)
+    assert not out.stderr.strip(), out.stderr
+    return dict(ln.split(" = ", 1) for ln in out.stdout.splitlines() if " = " in ln)
+
+
+def sysctl_now(key: str) -> str:
+    return Path("/proc/sys", key.replace(".", "/")).read_text().strip()
+
+
+def test_sysctl_dry_run_apply_and_roll_back(mc_export: Path) -> None:
+    rec = mc_export / "sysctl.d/90-kvtune-mc.conf"
+    back = mc_export / "rollback/sysctl.d/90-kvtune-mc.conf.rollback"
+    want = {k: str(int(v)) for k, v in MC_REC.items() if k in SYSCTLS}
+    assert sysctl_dry_run(rec) == want
+    before = {k: sysctl_now(k) for k in SYSCTLS}
+    assert sysctl_dry_run(back) == before
+    try:
+        subprocess.run(["sysctl", "-q", "-p", str(rec)], check=True)
+        assert {k: sysctl_now(k) for k in SYSCTLS} == want
+    finally:
+        subprocess.run(["sysctl", "-q", "-p", str(back)], check=True)
+    assert {k: sysctl_now(k) for k in SYSCTLS} == before
+
+
+# -- TuneD ---------------------------------------------------------------------------------
+
+TUNED_CHECK = r"""
+import json, logging, sys
+import tuned.profiles as P, tuned.monitors as M, tuned.storage as S, tuned.hardware as H
+import tuned.plugins.instance as I
+import tuned.utils.global_config as G
+from tuned.profiles.variables import Variables
+from tuned.plugins.plugin_sysctl import SysctlPlugin
+from tuned.plugins.plugin_vm import VMPlugin
+from tuned.plugins.plugin_scheduler import SchedulerPlugin
+records = []
+class H_(logging.Handler):
+    def emit(self, r): records.append(r.getMessage())
+logging.getLogger().addHandler(H_())
+gc, var = G.GlobalConfig(), Variables()
+prof = P.Loader(P.Locator(["/usr/lib/tuned", "/etc/tuned", sys.argv[1]]), P.Factory(),
+                P.Merger(), gc, var).load([sys.argv[2]])
+units = {n: {"type": u.type, "options": dict(u.options)} for n, u in prof.units.items()}
+verify = {}
+for cls, unit in ((SysctlPlugin, "sysctl"), (VMPlugin, "vm")):
+    if unit not in prof.units:
+        continue
+    p = cls(M.Repository(), S.Factory(S.PickleProvider(sys.argv[3])), H.Inventory(),
+            H.DeviceMatcher(), H.DeviceMatcherUdev(), I.Factory(), gc, var)
+    u = prof.units[unit]
+    inst = p.create_instance(u.name, u.devices, u.devices_udev_regex, u.script_pre,
+                             u.script_post, u.options)
+    p.initialize_instance(inst)
+    verify[unit] = p._instance_verify_static(inst, False, set())
+print(json.dumps({"units": units, "verify": verify, "log": records,
+                  "scheduler_options": sorted(SchedulerPlugin._get_config_options())}))
+"""
+
+
+def tuned_check(profile_dir: Path, profile: str, tmp: Path) -> dict[str, Any]:
+    """TuneD 2.20's own loader and plugins (no daemon), from the distribution's python3."""
+    out = subprocess.run(["/usr/bin/python3", "-c", TUNED_CHECK, str(profile_dir), profile,
+                          str(tmp / "tuned-save.pickle")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return dict(json.loads(out.stdout))
+
+
+@pytest.fixture
+def tuned_installed() -> tuple[int, ...]:
+    v = tuned_export.installed_version()
+    if v is None or not Path("/usr/lib/tuned").is_dir():
+        pytest.fail("TuneD is not installed: run `make setup` (make test installs it)")
+    return v
+
+
+def test_tuned_profile_loads_includes_and_verifies(mc_export: Path, tmp_path: Path,
+                                                   tuned_installed: tuple[int, ...]) -> None:
+    text = (mc_export / "tuned/kvtune-mc/tuned.conf").read_text()
+    recommended = tuned_export.recommended_profile()
+    assert recommended, "tuned-adm recommend names no profile"
+    assert f"include={recommended}" in text
+    assert "tuned-adm profile" in text and "Roll back: tuned-adm profile" in text
+    res = tuned_check(mc_export / "tuned", "kvtune-mc", tmp_path)
+    units = res["units"]
+    want = {k: str(int(v)) for k, v in MC_REC.items() if k in SYSCTLS}
+    for k, v in want.items():
+        assert units["sysctl"]["options"][k] == v
+    assert units["vm"]["options"]["transparent_hugepages"] == MC_REC["thp.enabled"]
+    # The included profile's units are merged in (virtual-guest → throughput-performance).
+    assert len(units) > 3 and any(u["type"] == "cpu" for u in units.values()), units
+    # Verify reads the host and compares: our changed values are not what the host has...
+    assert res["verify"]["sysctl"] is False
+    for k, v in want.items():
+        assert any(m.startswith(f"verify: failed: '{k}' = ") for m in res["log"]), k
+    # ...and after applying the sysctl.d file (the consumer's way), TuneD verifies ours.
+    back = mc_export / "rollback/sysctl.d/90-kvtune-mc.conf.rollback"
+    try:
+        subprocess.run(["sysctl", "-q", "-p", str(mc_export / "sysctl.d/90-kvtune-mc.conf")],
+                       check=True)
+        res = tuned_check(mc_export / "tuned", "kvtune-mc", tmp_path)
+        for k, v in want.items():
+            assert any(m.startswith(f"verify: passed: '{k}' = ") for m in res["log"]), k
+    finally:
+        subprocess.run(["sysctl", "-q", "-p", str(back)], check=True)
+    # A sysctl.d file next to the profile fights it (reapply_sysctl): warned.
+    assert "reapply_sysctl" in text
+
+
+def test_tuned_version_gates_options(tmp_path: Path, tuned_installed: tuple[int, ...]) -> None:
+    knob = catalog.CATALOG.get("sched.base_slice_ns")
+    if knob is None:
+        pytest.fail("sched.base_slice_ns is not in the catalog")
+    ctx = host_context()
+    swap = 10 if HOST_NOW["vm.swappiness"] != 10 else 20
+    rec = Recommendation("gate", "memcached", {"sched.base_slice_ns": 2_000_000,
+                                               "vm.swappiness": swap},
+                         {"sched.base_slice_ns": 3_000_000,
+                          "vm.swappiness": HOST_NOW["vm.swappiness"]}, "test", ctx,
+                         tuned_include="")
+    files = tuned_export.TunedExporter().files(rec)
+    entry = knob.applier.export_entry(2_000_000, ctx)
+    text = files[0].text
+    assert f"vm.swappiness={swap}" in text and "include=" not in text
+    if entry is None:  # no EEVDF here: nothing to gate
+        assert "sched_base_slice_ns" not in text
+        return
+    sched = json.loads(subprocess.run(
+        ["/usr/bin/python3", "-c", "import json; from tuned.plugins.plugin_scheduler import "
+         "SchedulerPlugin as S; print(json.dumps(sorted(S._get_config_options())))"],
+        capture_output=True, text=True, check=True).stdout)
+    if "sched_base_slice_ns" in sched:
+        assert "sched_base_slice_ns=2000000" in text
+    else:
+        assert tuned_installed < (2, 25)
+        assert not re.search(r"^sched_base_slice_ns=", text, re.M)
+        assert "needs TuneD >= 2.25" in text
+
+
+# -- systemd -------------------------------------------------------------------------------
+
+
+def analyze_verify(tmp: Path, unit: str, drop_in: str) -> str:
+    """`systemd-analyze verify` of the distribution's unit with the drop-in beside it."""
+    d = tmp / "units"
+    (d / f"{unit}.d").mkdir(parents=True, exist_ok=True)
+    shutil.copy(Path("/lib/systemd/system") / unit, d / unit)
+    (d / f"{unit}.d" / "90-kvtune.conf").write_text(drop_in)
+    out = subprocess.run(["systemd-analyze", "verify", str(d / unit)], capture_output=True,
+                         text=True, env={"SYSTEMD_UNIT_PATH": f"{d}:", "PATH": "/usr/bin:/bin"})
+    return out.stderr.strip()
+
+
+@pytest.mark.parametrize("unit", ["memcached.service", "redis-server.service"])
+def test_systemd_analyze_verifies_the_drop_in(in_tmp: Path, unit: str) -> None:
+    if not (Path("/lib/systemd/system") / unit).exists() or not shutil.which("systemd-analyze"):
+        pytest.fail(f"{unit} or systemd-analyze missing: run `make setup`")
+    kind = "memcached" if unit == "memcached.service" else "redis"
+    base, rec = (MC_BASE, MC_REC) if kind == "memcached" else (
+        {**REDIS_BASE, "placement.cpu_quota_pct": -1},
+        {**REDIS_REC, "placement.cpu_quota_pct": 50})
+    url = make_study(in_tmp, "sd", kind, base, rec, confirmed=True, cpus="1")
+    write(recommendation(Store(url), "sd"), ["systemd"], in_tmp / "out")
+    text = (in_tmp / f"out/systemd/{unit}.d/90-kvtune.conf").read_text()
+    assert "CPUAffinity=1\n" in text
+    assert analyze_verify(in_tmp, unit, text) == ""
+    # The control: systemd-analyze does read the drop-in (a broken one is reported).
+    assert "CPU affinity" in analyze_verify(in_tmp, unit, "[Service]\nCPUAffinity=zz\n")
+    rb = (in_tmp / f"out/rollback/systemd/{unit}.d/90-kvtune.conf.remove.sh").read_text()
+    assert f"rm -f /etc/systemd/system/{unit}.d/90-kvtune.conf" in rb
+    assert "CPUAffinity=" not in rb  # removal, not values that would override an admin's
+
+
+# -- memcached through Debian's wrapper ----------------------------------------------------
+
+WRAPPER = Path("/usr/share/memcached/scripts/systemd-memcached-wrapper")
+SETTINGS = ("maxbytes", "maxconns", "num_threads", "reqs_per_event", "tcp_backlog",
+            "hashpower_init", "slab_chunk_max", "lru_crawler", "item_size_max")
+
+
+def mc_settings(port: int) -> dict[str, str]:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"stats settings\r\n")
+        buf = b""
+        while not buf.endswith(b"END\r\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    out = {}
+    for ln in buf.decode().splitlines():
+        parts = ln.split()
+        if len(parts) >= 3 and parts[0] == "STAT":
+            out[parts[1]] = parts[2]
+    return out
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited: {proc.stderr.read() if proc.stderr else ''!r}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.02)
+    raise AssertionError("server did not listen")
+
+
+@contextmanager
+def served(argv: list[str], port: int, cwd: Path) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
+    try:
+        wait_port(port, proc)
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@contextmanager
+def wrapper_memcached(conf: Path, tmp: Path) -> Iterator[dict[str, str]]:
+    """memcached started by Debian's systemd-memcached-wrapper from `conf`, on a free
+    loopback port (the conf's -p and -P lines replaced, everything else as exported)."""
+    if not WRAPPER.exists():
+        pytest.fail(f"{WRAPPER} missing: run `make setup` (memcached package)")
+    port = free_port()
+    lines = []
+    for ln in conf.read_text().splitlines():
+        if re.match(r"\s*-[pP]\s", ln):
+            continue
+        lines.append(re.sub(r"^-l .*", "-l 127.0.0.1", ln))
+    test_conf = tmp / f"wrapper-{port}.conf"
+    test_conf.write_text("\n".join(lines) + f"\n-p {port}\n-U 0\n")
+    with served([str(WRAPPER), str(test_conf)], port, tmp):
+        yield mc_settings(port)
+
+
+def plain_memcached(binary: str, tmp: Path) -> dict[str, str]:
+    port = free_port()
+    with served([binary, "-p", str(port), "-l", "127.0.0.1", "-U", "0", "-u", "memcache"],
+                port, tmp):
+        return mc_settings(port)
+
+
+def test_memcached_through_debians_wrapper(mc_export: Path, memcached_bin: str,
+                                           tmp_path: Path) -> None:
+    conf = mc_export / "memcached/memcached.conf"
+    text = conf.read_text()
+    assert "-R 64" in text and "-b 2048" in text
+    if host_context().versions["memcached"] < (1, 6, 40):
+        assert "worker_logbuf_size=" not in text.replace("# left out", "")
+    with wrapper_memcached(conf, tmp_path) as s:
+        assert s["maxbytes"] == str(256 * 1024 * 1024) and s["maxconns"] == "2048"
+        assert s["num_threads"] == "2" and s["reqs_per_event"] == "64"
+        assert s["tcp_backlog"] == "2048" and s["hashpower_init"] == "20"
+        assert s["slab_chunk_max"] == str(256 * 1024) and s["lru_crawler"] == "no"
+        assert s["item_size_max"] == str(2 * 1024 * 1024)
+    # The rollback is memcached's own defaults, not the study's baseline.
+    defaults = plain_memcached(memcached_bin, tmp_path)
+    with wrapper_memcached(mc_export / "rollback/memcached/memcached.conf", tmp_path) as s:
+        assert {k: s[k] for k in SETTINGS} == {k: defaults[k] for k in SETTINGS}
+
+
+def test_memcached_from_the_hosts_file(in_tmp: Path) -> None:
+    prev = in_tmp / "memcached.conf"
+    prev.write_text("# the admin's file\n-d\nlogfile /var/log/memcached.log\n-m 64\n-p 11211\n"
+                    "-u memcache\n-l 127.0.0.1\n-c 4096\n-t 8\n")
+    url = make_study(in_tmp, "fr", "memcached", MC_BASE, MC_REC, confirmed=True,
+                     args=["-m", "256"])
+    write(recommendation(Store(url), "fr", previous=prev), ["memcached"], in_tmp / "out")
+    assert (in_tmp / "out/rollback/memcached/memcached.conf").read_text() == prev.read_text()
+    with wrapper_memcached(in_tmp / "out/memcached/memcached.conf", in_tmp) as s:
+        assert s["maxbytes"] == str(256 * 1024 * 1024) and s["num_threads"] == "2"
+        assert s["maxconns"] == "4096"  # the admin's own setting is kept
+    with wrapper_memcached(in_tmp / "out/rollback/memcached/memcached.conf", in_tmp) as s:
+        assert s["maxbytes"] == str(64 * 1024 * 1024) and s["num_threads"] == "8"
+        assert s["maxconns"] == "4096" and s["reqs_per_event"] == "20"
+
+
+# -- Redis ---------------------------------------------------------------------------------
+
+
+def redis_get(port: int, directive: str) -> str:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        cmd = ["CONFIG", "GET", directive]
+        s.sendall(f"*{len(cmd)}\r\n".encode() + b"".join(
+            f"${len(c)}\r\n{c}\r\n".encode() for c in cmd))
+        time.sleep(0.05)
+        reply = s.recv(65536).decode()
+    parts = reply.split("\r\n")
+    return parts[4] if len(parts) > 4 else ""
+
+
+def redis_with(binary: str, tmp: Path, includes: list[Path]) -> tuple[list[str], int]:
+    port = free_port()
+    main_conf = tmp / f"redis-{port}.conf"
+    main_conf.write_text(f"port {port}\nbind 127.0.0.1\ndaemonize no\nlogfile \"\"\ndir {tmp}\n"
+                         + "".join(f"include {i}\n" for i in includes))
+    return [binary, str(main_conf)], port
+
+
+def test_redis_include_and_rollback(in_tmp: Path, redis_bin: str) -> None:
+    url = make_study(in_tmp, "rd", "redis", REDIS_BASE, REDIS_REC, confirmed=True,
+                     args=["--maxclients", "2000"], cpus=None)
+    write(recommendation(Store(url), "rd"), ["redis", "systemd"], in_tmp / "out")
+    inc = in_tmp / "out/redis/kvtune-rd.conf"
+    back = in_tmp / "out/rollback/redis/kvtune-rd.conf"
+    text = inc.read_text()
+    # save lines add up across includes: the include clears the earlier ones first.
+    assert re.search(r'^save ""\nsave 900 1 300 10$', text, re.M)
+    assert not (in_tmp / "out/systemd").exists()  # no placement measured, no drop-in
+    expect = {"io-threads": "2", "hz": "50", "maxmemory": str(64 * 1024 * 1024),
+              "maxmemory-policy": "allkeys-lru", "lazyfree-lazy-eviction": "yes",
+              "save": "900 1 300 10", "jemalloc-bg-thread": "no", "disable-thp": "no",
+              "maxclients": "2000"}
+    argv, port = redis_with(redis_bin, in_tmp, [inc])
+    with served(argv, port, in_tmp):
+        for d, v in expect.items():
+            assert redis_get(port, d) == v, (d, v)
+    # The rollback, included after the recommendation, gives Redis's built-in defaults
+    # (a redis-server started without any file), snapshots included.
+    rb = back.read_text()
+    assert "save 3600 1 300 100 60 10000" in rb
+    port0 = free_port()
+    with served([redis_bin, "--port", str(port0), "--bind", "127.0.0.1"], port0, in_tmp):
+        defaults = {d: redis_get(port0, d) for d in expect}
+    # maxclients (target.args) has no default kvtune knows: the rollback says so.
+    assert re.search(r"^# not here .*: maxclients$", rb, re.M)
+    defaults.pop("maxclients")
+    argv, port = redis_with(redis_bin, in_tmp, [inc, back])
+    with served(argv, port, in_tmp):
+        assert {d: redis_get(port, d) for d in defaults} == defaults
+
+
+def test_redis_rollback_from_the_hosts_file(in_tmp: Path, redis_bin: str) -> None:
+    prev = in_tmp / "redis.conf"
+    prev.write_text("hz 20\nsave 900 1\nsave 300 10\nmaxmemory-policy volatile-lru\n")
+    url = make_study(in_tmp, "rf", "redis", REDIS_BASE, REDIS_REC, confirmed=True, cpus=None)
+    write(recommendation(Store(url), "rf", previous=prev), ["redis"], in_tmp / "out")
+    back = in_tmp / "out/rollback/redis/kvtune-rf.conf"
+    argv, port = redis_with(redis_bin, in_tmp, [prev, in_tmp / "out/redis/kvtune-rf.conf",
+                                                back])
+    with served(argv, port, in_tmp):
+        assert redis_get(port, "hz") == "20"
+        assert redis_get(port, "save") == "900 1 300 10"
+        assert redis_get(port, "maxmemory-policy") == "volatile-lru"
+        assert redis_get(port, "io-threads") == "1"

@@ -1,5 +1,6 @@
-"""Export: ready-to-use files for a study's recommended configuration, each with a
-rollback. One module per format (`sysctl`, `tuned`, `memcached`, `redis`, `systemd`)."""
+"""Export: ready-to-use files for a study's measured configuration, with rollbacks under
+rollback/ (see base.py). One module per format (`sysctl`, `tuned`, `memcached`, `redis`,
+`systemd`), registered in one table."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ for _e in (SysctlExporter(), TunedExporter(), MemcachedExporter(), RedisExporter
 FORBIDDEN_ROOTS = (Path("/etc"), Path("/proc"), Path("/sys"), Path("/usr"), Path("/boot"))
 
 __all__ = ["EXPORTERS", "ExportFile", "Exporter", "NoRecommendation", "Recommendation",
-           "recommendation", "register", "write"]
+           "recommendation", "register", "warnings", "with_content", "write"]
 
 
 class NoRecommendation(KvtuneError):
@@ -40,39 +41,114 @@ class NoRecommendation(KvtuneError):
     exit_code = 1
 
 
-def recommendation(store: Any, name: str, best_in_search: bool = False) -> Recommendation:
+def _gain(conf: dict[str, Any], rec: dict[str, Any]) -> str:
+    """The confirmed gain with its CI, in one phrase."""
+    if rec.get("text"):  # every trade-off and unsettled constraint named (issue 16)
+        return f"confirmed against the baseline: {rec['text']}"
+    comp = rec.get("comparison") or {}
+    if "change" not in comp:
+        return str(conf.get("verdict", rec.get("name", "")))
+    return (f"{rec.get('name', 'the recommendation')} confirmed: {conf.get('metric', 'objective')} "
+            f"{comp['change']:+.1%} (95% CI {comp.get('change_ci_low', float('nan')):+.1%} … "
+            f"{comp.get('change_ci_high', float('nan')):+.1%}) against the baseline")
+
+
+def recommendation(store: Any, name: str, best_in_search: bool = False, minimal: bool = False,
+                   previous: Path | None = None, tuned_include: str | None = None,
+                   trial: int | None = None) -> Recommendation:
     """The confirmed recommendation of study `name`, or (with `best_in_search`) the best
-    feasible trial of the search. Raises NoRecommendation when there is none."""
+    feasible trial of the search; with `minimal`, the ablation's minimal configuration
+    (only the changes that carry the gain). Raises NoRecommendation when there is none."""
     import optuna
 
     from kvtune.summary import collect
 
     data = collect(store, name)
     study = optuna.load_study(study_name=name, storage=store.storage)
-    spec = study.user_attrs.get("spec", {})
-    target = spec.get("target", {}).get("kind")
+    spec = dict(study.user_attrs.get("spec") or {})
+    target = (spec.get("target") or {}).get("kind")
     conf = data.get("confirmation")
     baseline: dict[str, Any] = dict(study.user_attrs.get("baseline") or {})
     if conf and conf.get("baseline", {}).get("config"):
         baseline = dict(conf["baseline"]["config"])
+    if previous is not None and not previous.is_file():
+        raise UserError(f"--from {previous}: no such file")
+    if trial is not None:
+        # The user's pick (a Pareto study's front, or another confirmed candidate).
+        rows = (conf or {}).get("candidates") or []
+        row = next((r for r in rows if r.get("trial") == trial), None)
+        if row is None or not row.get("significant"):
+            ok = [r["trial"] for r in rows if r.get("significant")]
+            raise NoRecommendation(
+                f"--trial {trial}: not a confirmed candidate of study {name!r} (confirmed: "
+                f"{', '.join(map(str, ok)) or 'none'}); `kvtune show` lists them")
+        out = Recommendation(name, target, dict(row["config"]), baseline,
+                             f"picked from the confirmation: {row.get('text', row['name'])}",
+                             spec=spec, previous=previous, tuned_include=tuned_include)
+        check_domains(out, study.user_attrs.get("space"))
+        return out
     if conf and conf.get("recommended"):
         rec = conf["recommended"]
-        return Recommendation(name, target, dict(rec["config"]), baseline,
-                              f"confirmed {conf.get('verdict', rec.get('name', ''))}")
+        config, source = dict(rec["config"]), _gain(conf, rec)
+        if minimal:
+            abl = store.last_result(name, "ablation")
+            if not abl or abl.get("skipped") or "minimal_config" not in abl:
+                why = (abl or {}).get("skipped") or "the study has no ablation (kvtune tune " \
+                    "runs it after the confirmation)"
+                raise NoRecommendation(f"--minimal: study {name!r} has no minimal "
+                                       f"configuration: {why}")
+            config = dict(abl["minimal_config"])
+            source += (" — MINIMAL configuration from the ablation: only "
+                       f"{', '.join(abl.get('minimal_changes') or {}) or 'no change'} "
+                       "(derived, not measured on its own)")
+        out = Recommendation(name, target, config, baseline, source, spec=spec,
+                             previous=previous, tuned_include=tuned_include)
+        check_domains(out, study.user_attrs.get("space"))
+        return out
     why = (f"the confirmation found {conf.get('verdict')}" if conf else
            "the study has no confirmation yet (`kvtune tune` runs it at the end)")
     if not best_in_search:
         raise NoRecommendation(f"study {name!r} has no significant recommendation: {why}. "
                                "Nothing was exported; --best-in-search exports the best "
                                "feasible trial of the search instead (unconfirmed).")
+    if minimal:
+        raise NoRecommendation("--minimal needs a confirmed recommendation and its ablation")
     best = data.get("best")
     if best is None:
         raise NoRecommendation(f"study {name!r} has no feasible trial to export ({why})")
     if not baseline and data.get("baseline"):
         baseline = dict(data["baseline"]["config"])
-    return Recommendation(name, target, dict(best["config"]), baseline,
-                          f"best feasible trial of the search (trial {best['number']}), NOT "
-                          f"confirmed: {why}")
+    out = Recommendation(name, target, dict(best["config"]), baseline,
+                         f"best feasible trial of the search (trial {best['number']}), NOT "
+                         f"confirmed: {why}", spec=spec, previous=previous,
+                         tuned_include=tuned_include)
+    check_domains(out, study.user_attrs.get("space"))
+    return out
+
+
+def check_domains(rec: Recommendation, space: dict[str, Any] | None) -> None:
+    """Every value lies in its knob's domain as the study searched it (the stored space,
+    which holds the baseline's special values): anything else is not what was measured."""
+    from kvtune.space import stored_domains
+
+    domains = stored_domains(space)
+    bad = [f"{k}={v!r} is outside {domains[k].describe()}" for k, v in rec.config.items()
+           if k in domains and not domains[k].contains(v)]
+    if bad:
+        raise UserError(f"study {rec.study!r}: the configuration does not fit the study's "
+                        "knob space", bad)
+
+
+def with_content(rec: Recommendation) -> list[str]:
+    """The formats that have something to export for `rec`."""
+    return [name for name, e in EXPORTERS.items() if e.files(rec)]
+
+
+def warnings(made: list[tuple[str, ExportFile]]) -> list[str]:
+    """Warnings about files that would fight each other once installed together (a
+    sysctl.d file over a TuneD profile's [sysctl] with reapply_sysctl)."""
+    fmts = {m for m, _ in made}
+    return [w for m, f in made for w in f.warnings if m != "tuned" or "sysctl" in fmts]
 
 
 def check_out_dir(out_dir: Path) -> Path:
@@ -102,6 +178,8 @@ def write(rec: Recommendation, formats: list[str], out_dir: Path) -> list[tuple[
     for fmt in formats:
         for f in EXPORTERS[fmt].files(rec):
             for rel, text in ((f.path, f.text), (f.rollback_path, f.rollback_text)):
+                if rel is None or text is None:
+                    continue
                 p = out_dir / rel
                 p.parent.mkdir(parents=True, exist_ok=True)
                 p.write_text(text)

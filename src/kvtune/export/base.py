@@ -1,18 +1,32 @@
-"""The one extension point for exports: an `Exporter` turns a study's recommended
-configuration into ready-to-use files, each with a rollback file that puts back what the
-host (or the server's defaults) had at the study's baseline."""
+"""The one extension point for exports: an `Exporter` turns a study's measured
+configuration into ready-to-use files.
+
+What is exported is the configuration that was measured, whole: the target's fixed server
+arguments (`target.args`), its placement (`target.cpus` pinning, the placement knobs) and
+every knob the recommendation changes from the baseline. Every file's header names the
+study, the workload it was tuned for, the confirmed gain with its CI and the kvtune version.
+
+Rollbacks restore the state before the export, never kvtune's benchmark baseline. They are
+written under `rollback/` (and, where a consumer reads a directory, with a suffix it
+ignores), so copying a recommendation's folder never installs a rollback. A drop-in's
+rollback is its removal; a server's is its own defaults or the host's previous
+configuration file (`kvtune export --from FILE`)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from pathlib import Path
+from typing import Any, ClassVar
 
 from kvtune.knobs import catalog
 from kvtune.knobs.appliers.base import ExportEntry, HostContext
 from kvtune.knobs.baseline import baseline_value
 from kvtune.knobs.domain import Value
 from kvtune.knobs.knob import Knob
+
+ROLLBACK_DIR = "rollback"
 
 
 def _host_context() -> HostContext:
@@ -23,13 +37,15 @@ def _host_context() -> HostContext:
 
 @dataclass(frozen=True)
 class ExportFile:
-    """One file (path relative to the export directory) and its rollback."""
+    """One file (path relative to the export directory) and its rollback (under
+    `rollback/`; None when the consumer has its own way back, as TuneD has)."""
 
     path: str
     text: str
-    rollback_path: str
-    rollback_text: str
+    rollback_path: str | None
+    rollback_text: str | None
     install: str  # how a person installs it (and rolls it back), one line
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -44,22 +60,48 @@ class Row:
 
 @dataclass
 class Recommendation:
-    """What a study recommends, and the baseline it was compared with."""
+    """What a study recommends, the baseline it was compared with, and what the export
+    needs to say how it was measured."""
 
     study: str
-    target: str | None  # "memcached", "redis", "synthetic" or None when unknown
+    target: str | None  # a target kind ("memcached", "redis", ...) or None when unknown
     config: dict[str, Value]
     baseline: dict[str, Value]
-    source: str  # for people: where the configuration comes from
+    source: str  # for people: where the configuration comes from (and its gain)
     ctx: HostContext = field(default_factory=_host_context)
+    spec: Mapping[str, Any] = field(default_factory=dict)  # the study file, as stored
+    previous: Path | None = None  # the host's config file before the export (--from)
+    tuned_include: str | None = None  # TuneD profile to include (None: the recommended)
+
+    # -- the measured configuration ----------------------------------------------------------
+
+    @property
+    def target_args(self) -> list[str]:
+        return [str(a) for a in (self.spec.get("target") or {}).get("args") or []]
+
+    @property
+    def target_cpus(self) -> str | None:
+        cpus = (self.spec.get("target") or {}).get("cpus")
+        return str(cpus) if cpus else None
+
+    def changed(self, name: str) -> bool:
+        """Whether the recommendation changes knob `name` from the baseline. Placement
+        knobs always count: the configuration was measured with that placement."""
+        knob = catalog.lookup(name)
+        if knob is not None and knob.scope == "placement":
+            return True
+        return name not in self.baseline or self.baseline[name] != self.config[name]
 
     def knobs(self, scope: str | None = None) -> list[tuple[Knob, Value, Value | None]]:
-        """(knob, recommended value, baseline value) for every catalog knob in the
-        configuration, optionally of one scope ("app", "host", "cgroup", "placement")."""
+        """(knob, recommended value, baseline value) for every catalog knob the
+        recommendation changes (and every placement knob), optionally of one scope
+        ("app", "host", "cgroup", "placement")."""
         out = []
         for name, value in self.config.items():
             knob = catalog.lookup(name)
             if knob is None or (scope is not None and knob.scope != scope):
+                continue
+            if not self.changed(name):
                 continue
             base = self.baseline.get(name)
             if base is None:
@@ -67,9 +109,23 @@ class Recommendation:
             out.append((knob, value, base))
         return out
 
+    def host_entry(self, row: Row) -> ExportEntry | None:
+        """The export entry of a host knob's value on this host now (the state before the
+        export), falling back to the baseline's when it cannot be read."""
+        try:
+            now = row.knob.applier.current(self.ctx)
+        except (OSError, ValueError):
+            now = None
+        if now is None:
+            return row.rollback
+        return row.knob.applier.export_entry(now, self.ctx)
+
+    def unchanged(self) -> list[str]:
+        return [n for n in self.config if not self.changed(n)]
+
     def entries(self, scope: str | None = None) -> list[Row]:
-        """Every catalog knob of the configuration (optionally of one scope) with what its
-        applier exports for the recommended and for the baseline value."""
+        """Every changed catalog knob of the configuration (optionally of one scope) with
+        what its applier exports for the recommended and for the baseline value."""
         out = []
         for knob, value, base in self.knobs(scope):
             entry = knob.applier.export_entry(value, self.ctx)
@@ -77,10 +133,40 @@ class Recommendation:
             out.append(Row(knob, entry, back))
         return out
 
-    def header(self, what: str, rollback: bool, *extra: str) -> list[str]:
-        kind = "ROLLBACK to the baseline of" if rollback else "Recommended by"
-        return [f"{what}", f"{kind} kvtune study {self.study!r}: {self.source}",
+    # -- headers ----------------------------------------------------------------------------
+
+    def workload(self) -> str:
+        """The workload the configuration was tuned for, in one line."""
+        t = self.spec.get("target") or {}
+        load = self.spec.get("load") or {}
+        w = load.get("workload") or {}
+        server = str(t.get("kind") or self.target or "?")
+        if self.target_args:
+            server += " " + " ".join(self.target_args)
+        if self.target_cpus:
+            server += f" pinned to CPUs {self.target_cpus}"
+        if not load:
+            return server
+        mode = load.get("mode", "open")
+        rate = f" at {load['rate']:g}/s" if mode == "open" and load.get("rate") else ""
+        return (f"{server}; load {load.get('tool', 'kvload')} {mode}-loop{rate}, "
+                f"{load.get('connections', '?')} connections, pipeline "
+                f"{load.get('pipeline', 1)}, mix {w.get('mix', '?')}, {w.get('keys', '?')} keys "
+                f"({w.get('popularity', '?')}), values {w.get('value_size', '?')} B")
+
+    def header(self, what: str, *extra: str) -> list[str]:
+        from kvtune import __version__
+
+        return [what, f"kvtune {__version__}, study {self.study!r}: {self.source}",
+                f"Tuned for: {self.workload()}",
                 "Generated by `kvtune export`; review before installing.", *extra]
+
+    def rollback_header(self, what: str, restores: str, *extra: str) -> list[str]:
+        from kvtune import __version__
+
+        return [f"ROLLBACK of {what}", f"Restores {restores}, as before the export of "
+                f"kvtune {__version__} study {self.study!r}.",
+                "Never install it together with the recommendation.", *extra]
 
 
 class Exporter(ABC):
@@ -97,3 +183,9 @@ class Exporter(ABC):
 
 def comment(lines: list[str], mark: str = "#") -> str:
     return "".join(f"{mark} {ln}".rstrip() + "\n" for ln in lines)
+
+
+def rollback_path(path: str, suffix: str = "") -> str:
+    """Where the rollback of `path` goes: under rollback/, with `suffix` appended when the
+    consumer reads whole directories (sysctl.d reads *.conf only)."""
+    return f"{ROLLBACK_DIR}/{path}{suffix}"

@@ -1,14 +1,32 @@
-"""memcached options in Debian's /etc/memcached.conf form: one option per line, `#`
-comments. Version traps are the appliers' (slab_chunk_max unit, worker_logbuf_size)."""
+"""memcached options in Debian's /etc/memcached.conf form (one option per line, `#`
+comments), read by Debian's systemd-memcached-wrapper and start-memcached. The file holds
+the configuration that was measured: the target's fixed arguments (`target.args`, such as
+`-m 256`) and every changed memcached knob, merged into the host's file when one is given
+(`--from /etc/memcached.conf`). The pinning is the systemd drop-in's.
+
+The rollback (rollback/memcached/memcached.conf) is the host's previous file, or, without
+one, Debian's service lines alone: memcached's own defaults for everything else. Version
+traps are the appliers' (slab_chunk_max unit, worker_logbuf_size)."""
 
 from __future__ import annotations
 
-from kvtune.export.base import Exporter, ExportFile, Recommendation, Row, comment
+from kvtune.export.base import Exporter, ExportFile, Recommendation, Row, comment, rollback_path
 from kvtune.knobs.appliers.base import ExportEntry
 
 # The service lines of Debian's default /etc/memcached.conf, kept so the file is complete.
 SERVICE_LINES = ["-p 11211", "-u memcache", "-l 127.0.0.1", "-P /var/run/memcached/memcached.pid"]
 FAMILIES = ("memcached-flag", "memcached-option")
+
+
+def arg_lines(args: list[str]) -> list[str]:
+    """memcached argv words as conf lines: each flag with the words that follow it."""
+    lines: list[str] = []
+    for a in args:
+        if a.startswith("-") or not lines:
+            lines.append(a)
+        else:
+            lines[-1] += f" {a}"
+    return lines
 
 
 def option_lines(entries: list[ExportEntry]) -> list[str]:
@@ -22,11 +40,42 @@ def option_lines(entries: list[ExportEntry]) -> list[str]:
     return lines
 
 
+def _flag(line: str) -> str:
+    return line.split(None, 1)[0].split("=", 1)[0]
+
+
+def _o_keys(line: str) -> set[str]:
+    return {o.split("=", 1)[0] for o in line.split(None, 1)[1].split(",")} \
+        if " " in line else set()
+
+
+def merge(previous: list[str], ours: list[str]) -> list[str]:
+    """`previous` conf lines (comments kept) without the options `ours` sets, then `ours`."""
+    flags = {_flag(ln) for ln in ours if _flag(ln) != "-o"}
+    okeys = set().union(*(_o_keys(ln) for ln in ours if _flag(ln) == "-o"))
+    kept = []
+    for ln in previous:
+        s = ln.strip()
+        if not s.startswith("-"):
+            kept.append(ln)
+        elif _flag(s) == "-o":
+            rest = [o for o in s.split(None, 1)[1].split(",") if o.split("=", 1)[0] not in okeys] \
+                if " " in s else []
+            if rest:
+                kept.append("-o " + ",".join(rest))
+        elif _flag(s) not in flags:
+            kept.append(ln)
+    return kept
+
+
 class MemcachedExporter(Exporter):
     name = "memcached"
-    help = "memcached options in /etc/memcached.conf form (and the defaults to roll back)"
+    help = ("memcached's measured options in /etc/memcached.conf form (rollback: the "
+            "previous file or memcached's defaults)")
 
     def files(self, rec: Recommendation) -> list[ExportFile]:
+        if rec.target not in (None, "memcached"):
+            return []
         rows: list[Row] = []
         notes: list[str] = []
         for row in rec.entries("app"):
@@ -38,23 +87,40 @@ class MemcachedExporter(Exporter):
                              f"{gate.reason}")
                 continue
             rows.append(row)
-        if not rows and not notes:
+        fixed = arg_lines(rec.target_args) if rec.target == "memcached" else []
+        if not rows and not fixed and not notes:
             return []
-
-        def render(rollback: bool) -> str:
-            chosen = [e for r in rows
-                      if (e := r.rollback if rollback else r.entry) is not None
-                      and e.family in FAMILIES]
-            head = rec.header("memcached configuration (Debian /etc/memcached.conf form)",
-                              rollback,
-                "Install: merge into /etc/memcached.conf and restart memcached "
-                "(every memcached option needs a restart).", *notes)
-            return (comment(head) + "\n# service options (Debian's defaults)\n"
-                    + "".join(f"{ln}\n" for ln in SERVICE_LINES)
-                    + "\n# tuned options\n"
-                    + "".join(f"{ln}\n" for ln in option_lines(chosen)))
-
-        return [ExportFile("memcached/memcached.conf", render(False),
-                           "memcached/memcached.rollback.conf", render(True),
-                           "merge memcached/memcached.conf into /etc/memcached.conf and "
-                           "restart memcached; roll back with memcached.rollback.conf")]
+        tuned = option_lines([e for r in rows if (e := r.entry) is not None
+                              and e.family in FAMILIES])
+        fixed = merge(fixed, tuned)
+        if rec.target_cpus:
+            notes.append(f"measured pinned to CPUs {rec.target_cpus}: install the systemd "
+                         "drop-in too (CPUAffinity)")
+        prev = rec.previous.read_text().splitlines() if rec.previous else None
+        how = ("Install: replace /etc/memcached.conf with this file (it is "
+               f"{rec.previous} with the changes merged in)" if prev is not None else
+               "Install: merge into /etc/memcached.conf (the service lines are Debian's "
+               "defaults)") + " and restart memcached (every option needs a restart)."
+        head = comment(rec.header("memcached configuration (Debian /etc/memcached.conf form)",
+                                  how, *notes))
+        if prev is not None:
+            body = "".join(f"{ln}\n" for ln in merge(prev, fixed + tuned))
+        else:
+            body = ("\n# service options (Debian's defaults)\n"
+                    + "".join(f"{ln}\n" for ln in SERVICE_LINES))
+        if fixed:
+            body += ("\n# fixed server arguments of the study (target.args)\n"
+                     + "".join(f"{ln}\n" for ln in fixed))
+        if tuned:
+            body += "\n# tuned options\n" + "".join(f"{ln}\n" for ln in tuned)
+        if prev is not None:
+            rb = "".join(f"{ln}\n" for ln in prev)
+            restores = f"the host's previous {rec.previous} (verbatim)"
+        else:
+            restores = "memcached's own defaults (Debian's service lines only)"
+            rb = comment(rec.rollback_header("memcached.conf", restores)) + "".join(
+                f"{ln}\n" for ln in SERVICE_LINES)
+        back = rollback_path("memcached/memcached.conf")
+        return [ExportFile("memcached/memcached.conf", head + body, back, rb,
+                           "install memcached/memcached.conf as /etc/memcached.conf and "
+                           f"restart memcached; roll back: install {back} ({restores})")]

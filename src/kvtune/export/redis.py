@@ -1,23 +1,91 @@
-"""A redis.conf include with the Redis directives of the recommendation, grouped by
-whether they can be applied live (CONFIG SET) or need a restart."""
+"""A redis.conf include with the configuration that was measured: the target's fixed
+arguments (`target.args`) and every changed Redis directive, grouped by whether they can be
+applied live (CONFIG SET) or need a restart.
+
+The rollback (under rollback/redis/) sets each directive back to the host's previous
+value (`--from /etc/redis/redis.conf`) or to Redis's own built-in default, never to
+kvtune's benchmark setting (`save ""`: kvtune measures without snapshots)."""
 
 from __future__ import annotations
 
-from kvtune.export.base import Exporter, ExportFile, Recommendation, comment
-from kvtune.knobs.appliers.base import ExportEntry
+import shlex
+from pathlib import Path
+
+from kvtune.export.base import Exporter, ExportFile, Recommendation, comment, rollback_path
+from kvtune.knobs import catalog
+from kvtune.knobs.appliers.base import HostContext
+
+# Built-in defaults of Redis 7 where the catalog's default is kvtune's benchmark setting
+# (tests/test_export.py checks the table against a redis-server started without a file).
+SERVER_DEFAULTS = {"save": "3600 1 300 100 60 10000"}
 
 
-def _conf_line(e: ExportEntry) -> str:
-    """The directive as a redis.conf line (an empty value is written as "")."""
-    return f"{e.key} {e.value if e.value else chr(34) * 2}"
+def _conf_value(v: str) -> str:
+    return v if v else '""'
+
+
+def conf_lines(directive: str, value: str) -> list[str]:
+    """The redis.conf lines that set `directive` to `value`. `save` lines add up in a
+    config file (also across includes): `save ""` first clears the earlier ones."""
+    if directive == "save" and value:
+        return ['save ""', f"save {value}"]
+    return [f"{directive} {_conf_value(value)}"]
+
+
+def read_conf(path: Path) -> dict[str, str]:
+    """Directive → value of a redis.conf (the last one wins; `save` lines add up, as in
+    Redis). Includes are not followed."""
+    out: dict[str, str] = {}
+    for ln in path.read_text().splitlines():
+        s = ln.strip()
+        if not s or s.startswith("#"):
+            continue
+        try:
+            words = shlex.split(s)
+        except ValueError:
+            continue
+        key, val = words[0].lower(), " ".join(words[1:])
+        if key == "save" and val and out.get("save"):
+            out["save"] += " " + val
+        else:
+            out[key] = val
+    return out
+
+
+def server_default(directive: str, ctx: HostContext) -> str | None:
+    """Redis's built-in value of `directive` (the catalog's defaults are Redis's own,
+    except where SERVER_DEFAULTS says), or None when kvtune does not know it."""
+    if directive in SERVER_DEFAULTS:
+        return SERVER_DEFAULTS[directive]
+    for k in catalog.CATALOG.values():
+        if k.target != "redis" or k.default is None:
+            continue
+        e = k.applier.export_entry(k.default, ctx)
+        if e is not None and e.family == "redis" and e.key == directive:
+            return e.value
+    return None
+
+
+def arg_directives(args: list[str]) -> list[tuple[str, str]]:
+    """redis-server's `--name value ...` words as (directive, value)."""
+    out: list[tuple[str, str]] = []
+    for a in args:
+        if a.startswith("--"):
+            out.append((a[2:], ""))
+        elif out:
+            d, v = out[-1]
+            out[-1] = (d, f"{v} {a}".strip())
+    return out
 
 
 class RedisExporter(Exporter):
     name = "redis"
-    help = "a redis.conf include (and its rollback)"
+    help = "a redis.conf include (rollback: the previous values or Redis's defaults)"
 
     def files(self, rec: Recommendation) -> list[ExportFile]:
-        rows: list[tuple[ExportEntry, ExportEntry | None]] = []
+        if rec.target not in (None, "redis"):
+            return []
+        rows: list[tuple[str, str, bool]] = []  # directive, value, live
         notes = []
         for row in rec.entries("app"):
             if row.entry is None or row.entry.family != "redis":
@@ -26,26 +94,49 @@ class RedisExporter(Exporter):
             if not gate.ok:
                 notes.append(f"left out {row.knob.name}: {gate.reason}")
                 continue
-            rows.append((row.entry, row.rollback))
-        if not rows:
+            rows.append((row.entry.key, row.entry.value, row.entry.live))
+        set_ = {d for d, _, _ in rows}
+        fixed = [(d, v, False) for d, v in arg_directives(rec.target_args) if d not in set_] \
+            if rec.target == "redis" else []
+        if not rows and not fixed:
             return []
-        name = f"redis/kvtune-{rec.study}.conf"
-
-        def render(rollback: bool) -> str:
-            head = rec.header(f"redis.conf include for {rec.study}", rollback,
-                f"Install: copy to /etc/redis/ and add `include /etc/redis/"
-                f"{name.split('/')[-1]}` at the END of redis.conf (the last value wins).", *notes)
-            text = comment(head)
-            for live, title in ((True, "live: also applicable with CONFIG SET, no restart"),
-                                (False, "needs a restart")):
-                group = [b if rollback else e for e, b in rows if e.live == live]
-                if group:
-                    text += f"\n# {title}\n" + "".join(
-                        f"{_conf_line(e)}\n" for e in group if e is not None)
-            return text
-
-        return [ExportFile(name, render(False), name.replace(".conf", ".rollback.conf"),
-                           render(True),
-                           f"include {name.split('/')[-1]} at the end of redis.conf and "
-                           "restart redis (or CONFIG SET the live ones); roll back with the "
-                           ".rollback.conf include")]
+        if rec.target == "redis":
+            notes.append('measured with persistence off (kvtune starts redis-server with save '
+                         '"" and appendonly no); persistence is left to your redis.conf')
+        if rec.target_cpus:
+            notes.append(f"measured pinned to CPUs {rec.target_cpus}: install the systemd "
+                         "drop-in too (CPUAffinity)")
+        base = f"kvtune-{rec.study}.conf"
+        name = f"redis/{base}"
+        text = comment(rec.header(
+            f"redis.conf include for {rec.study}",
+            f"Install: copy to /etc/redis/ and add `include /etc/redis/{base}` at the END of "
+            "redis.conf (the last value wins), then restart redis-server.", *notes))
+        for title, group in (("fixed server arguments of the study (target.args)", fixed),
+                             ("live: also applicable with CONFIG SET, no restart",
+                              [r for r in rows if r[2]]),
+                             ("needs a restart", [r for r in rows if not r[2]])):
+            if group:
+                text += f"\n# {title}\n" + "".join(f"{ln}\n" for d, v, _ in group
+                                                  for ln in conf_lines(d, v))
+        prev = read_conf(rec.previous) if rec.previous else {}
+        back_lines, unknown = [], []
+        for d, _, _ in fixed + rows:
+            v = prev.get(d, server_default(d, rec.ctx))
+            if v is None:
+                unknown.append(d)
+            else:
+                back_lines += conf_lines(d, v)
+        restores = (f"the values of {rec.previous} (Redis's defaults where it sets none)"
+                    if rec.previous else "Redis's built-in defaults")
+        rb = comment(rec.rollback_header(
+            f"/etc/redis/{base}", restores,
+            f"Use: replace `include /etc/redis/{base}` with this file and restart, or CONFIG "
+            "SET its live values; removing the include line and restarting also works.",
+            *([f"not here (default unknown; restart without the include): "
+               f"{', '.join(unknown)}"] if unknown else []))) + "".join(
+            f"{ln}\n" for ln in back_lines)
+        back = rollback_path(name)
+        return [ExportFile(name, text, back, rb,
+                           f"include {base} at the end of redis.conf and restart redis (or "
+                           f"CONFIG SET the live ones); roll back: {back} ({restores})")]
