@@ -9,6 +9,11 @@ for pkg in memcached redis-server redis-tools libmemcached-tools linux-perf util
            iproute2 chromium; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$pkg")
 done
+# postgresql: the fleet tests start a throw-away PostgreSQL (initdb, pg_ctl) on loopback, and
+# a fleet's shared storage (docs/fleet.md).
+for pkg in postgresql; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$pkg")
+done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_pkgs[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -54,4 +59,11 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   fi
   rm -f "$log"
   touch "$stamp"
+fi
+
+# The driver of postgresql:// storage URLs (the extra kvtune[postgres], psycopg 3): a fleet's
+# shared storage and the fleet tests need it.
+if ! .venv/bin/python -c 'import psycopg' >/dev/null 2>&1; then
+  echo "setup: installing the PostgreSQL driver (kvtune[postgres]: psycopg)"
+  .venv/bin/pip install -q --disable-pip-version-check 'psycopg[binary]>=3.1,<4' >/dev/null
 fi
