@@ -53,6 +53,9 @@ def tune(
         "--no-ablation", help="skip the ablation of the recommendation ((changed knobs + 2) x "
         "confirm_rounds repetitions)")] = False,
     allow_inline_host_knobs: AllowInline = False,
+    worker: Annotated[str | None, typer.Option(
+        help="run as one worker of a fleet sharing the study's storage (docs/fleet.md); "
+        "a name unique in the fleet, e.g. the host name")] = None,
 ) -> None:
     """Tune: baseline and noise floor, Bayesian search, confirmation against the defaults.
     Running it again resumes the same study."""
@@ -63,7 +66,12 @@ def tune(
     loaded = st.load(study_file, allow_inline_host_knobs)
     if trials is not None:
         loaded.spec.budget.trials = trials
-    run = st.StudyRun(loaded, err)
+    if worker:
+        from kvtune.fleet_run import FleetRun
+
+        run: st.StudyRun = FleetRun(loaded, err, worker=worker)
+    else:
+        run = st.StudyRun(loaded, err)
     run.run(confirm=not no_confirm, ablation=not no_ablation)
     render(collect(run.store, loaded.spec.study), out)
 
