@@ -90,9 +90,38 @@ def collect(store: Store, name: str) -> dict[str, Any]:
         "noise_floor": store.last_result(name, "noise_floor"),
         "drift": drift,
         "confirmation": store.last_result(name, "confirmation"),
+        "workers": _workers(store, name, study),
         "analysis": _analysis(store, name),
         "sweeps": sweeps,
     }
+
+
+def _workers(store: Store, name: str, study: optuna.Study) -> list[dict[str, Any]]:
+    """The fleet's workers (kvtune.fleet), each with its host and its trials' numbers."""
+    from kvtune.fleet import workers_of
+
+    ws = workers_of(store.engine, name)
+    for w in ws:
+        w["trials"] = [t.number for t in study.get_trials(deepcopy=False)
+                       if t.user_attrs.get("worker") == w["worker"]]
+    return ws
+
+
+def _render_workers(data: dict[str, Any], console: Console) -> None:
+    ws = data.get("workers") or []
+    if not ws:
+        return
+    t = Table(title="Workers")
+    for col in ("worker", "host", "pid", "state", "fingerprint", "trials", "note"):
+        t.add_column(col)
+    conf = data.get("confirmation") or {}
+    for w in ws:
+        note = w.get("note") or ""
+        if conf.get("confirmed_by") == w["worker"]:
+            note = ("confirmed; " + note).rstrip("; ")
+        t.add_row(w["worker"], w["host"], str(w["pid"]), w["state"], w["fingerprint_key"],
+                  f"{len(w['trials'])}: " + ",".join(str(n) for n in w["trials"]), note)
+    console.print(t)
 
 
 def _sweeps(store: Store, name: str) -> list[dict[str, Any]]:
@@ -158,6 +187,7 @@ def render(data: dict[str, Any], console: Console) -> None:
                   f"{_f(ci[0])} … {_f(ci[1])}" if ci[0] is not None else "-", _f(tr["n"]), vs,
                   cfg)
     console.print(t)
+    _render_workers(data, console)
     base, best = data["baseline"], data["best"]
     conf = data.get("confirmation")
     shown_row: dict[str, Any] | None = None  # the confirmation row whose changes are shown
