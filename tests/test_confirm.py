@@ -168,3 +168,57 @@ def test_unknown_surface_is_refused() -> None:
     spec, _ = parse_spec(STUDY.format(name="u").replace("surface: tradeoff", "surface: nope"))
     with pytest.raises(UserError, match="unknown synthetic surface"):
         SyntheticTarget(spec.target)
+
+
+PARETO = """\
+study: {name}
+target: {{kind: synthetic, noise_cov: 0.03, surface: tradeoff}}
+knobs: [synthetic.x, synthetic.threads, synthetic.mode, synthetic.flag]
+objective: [p99_us, ops_per_sec]
+budget: {{trials: 20}}
+repetitions: 2
+evaluation: {{noise_floor_runs: 4, confirm_top: 3, confirm_rounds: 6, drift_every: 0}}
+sampler: {sampler}
+seed: 4
+"""
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "nsga2"])
+def test_a_two_objective_study_confirms_and_reports_a_front(tmp_path: Path,
+                                                            sampler: str) -> None:
+    from kvtune.export import NoRecommendation, recommendation
+
+    p = tmp_path / "p.yaml"
+    p.write_text(PARETO.format(name="p", sampler=sampler))
+    loaded = load_study(p)
+    assert [o.metric for o in loaded.spec.objective.all] == ["p99_us", "ops_per_sec"]
+    run = StudyRun(loaded, Console(quiet=True), base_dir=tmp_path)
+    res = run.run()
+    assert run.study is not None and len(run.study.directions) == 2
+    assert res["multi"] and res["recommended"] is None
+    assert [o["metric"] for o in res["objectives"]] == ["p99_us", "ops_per_sec"]
+    rows = res["candidates"]
+    assert 1 <= len(rows) <= 3
+    # The candidates are mutually non-dominated in the search.
+    for a in rows:
+        for b in rows:
+            assert a is b or not (a["search_values"][0] <= b["search_values"][0]
+                                  and a["search_values"][1] >= b["search_values"][1]
+                                  and a["search_values"] != b["search_values"])
+    for r in rows:
+        assert set(r["objectives"]) == {"p99_us", "ops_per_sec"}
+        assert r["significant"] == (bool(r["improved"]) and r["failed"] is None)
+        for ch in r["objectives"].values():
+            assert ch["ci"] is not None and "p_adjusted" in ch
+    front = [r for r in rows if r["significant"]]
+    assert front and res["front"] == [r["trial"] for r in front]
+    data = collect(run.store, "p")
+    out = Console(record=True, width=220)
+    render(data, out)
+    text = out.export_text()
+    assert "Pareto candidates against the baseline" in text and "confirmed front" in text
+    pick = front[0]
+    rec = recommendation(run.store, "p", trial=pick["trial"])
+    assert rec.config == pick["config"] and "picked from the confirmation" in rec.source
+    with pytest.raises(NoRecommendation, match="not a confirmed candidate"):
+        recommendation(run.store, "p", trial=0)

@@ -281,6 +281,9 @@ def export(
     best_in_search: Annotated[bool, typer.Option(
         "--best-in-search", help="without a significant recommendation, export the best "
                                  "feasible trial of the search (unconfirmed)")] = False,
+    trial: Annotated[int | None, typer.Option(
+        "--trial", help="export this confirmed candidate (a Pareto study's pick; "
+                        "`kvtune show` lists the confirmed front)")] = None,
 ) -> None:
     """Ready-to-use files for the recommended configuration, each with a rollback file:
     sysctl.d, a TuneD profile, memcached.conf options, a redis.conf include, a systemd
@@ -289,7 +292,7 @@ def export(
     from kvtune.store import Store
 
     name, url = _storage_for(study, storage)
-    rec = ex.recommendation(Store(url), name, best_in_search)
+    rec = ex.recommendation(Store(url), name, best_in_search, trial=trial)
     formats = format_ or list(ex.EXPORTERS)
     target = out_dir or Path.cwd() / "export" / name
     made = ex.write(rec, formats, target)

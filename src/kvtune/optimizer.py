@@ -51,6 +51,11 @@ def make_sampler(kind: str, seed: int, budget_trials: int | None,
             return optuna.samplers.CmaEsSampler(
                 seed=seed, n_startup_trials=startup, warn_independent_sampling=False,
                 independent_sampler=optuna.samplers.TPESampler(seed=seed))
+        if kind == "nsga2":
+            # For Pareto studies (several objectives); constraints reach it through
+            # `Trial.set_constraint`, as TPE's do.
+            return optuna.samplers.NSGAIISampler(
+                seed=seed, population_size=max(4, min(20, (budget_trials or 40) // 4)))
         if kind == "gp":
             return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup)
         return optuna.samplers.TPESampler(

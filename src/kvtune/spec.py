@@ -435,7 +435,7 @@ class StudySpec(_Model):
     repetitions: int = Field(default=3, ge=1, le=100)
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
     relax_rules: list[str] = Field(default_factory=list, max_length=100)
-    sampler: Literal["tpe", "random", "grid"] = "tpe"
+    sampler: Literal["tpe", "random", "grid", "nsga2"] = "tpe"  # nsga2: Pareto studies
     seed: int = Field(default=0, ge=0, lt=2**32)  # what numpy and Optuna's samplers take
     storage: str | None = None
 

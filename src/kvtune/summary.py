@@ -68,14 +68,15 @@ def collect(store: Store, name: str) -> dict[str, Any]:
         ev = t.user_attrs.get("eval", {})
         trials.append({
             "number": t.number, "state": t.state.name, "kind": t.user_attrs.get("kind"),
-            "value": t.value, "ci": ev.get("ci"), "n": ev.get("n"),
+            "value": t.values[0] if t.values else None, "values": t.values,
+            "ci": ev.get("ci"), "ci_kind": ev.get("ci_kind"), "n": ev.get("n"),
             "config": t.user_attrs.get("config", {}), "metrics": ev.get("metrics", {}),
             "feasible": all(v <= 0 for v in t.user_attrs.get("violations", [0.0])),
             "flags": ev.get("flags", []), "failed": t.user_attrs.get("failed"),
         })
     base = next((t for t in trials if t["kind"] == "baseline" and t["state"] == "COMPLETE"),
                 None)
-    direction = study.direction.name.lower()
+    direction = study.directions[0].name.lower()  # the first objective's
     done = [t for t in trials if t["state"] == "COMPLETE" and t["feasible"]]
     best = None
     if done:
@@ -86,6 +87,7 @@ def collect(store: Store, name: str) -> dict[str, Any]:
     return {
         "study": name, "storage": store.url, "direction": direction,
         "metric": spec.get("objective", {}).get("metric"), "host": study.user_attrs.get("host"),
+        "objectives": study.user_attrs.get("objectives"),
         "trials": trials, "baseline": base, "best": best,
         "noise_floor": store.last_result(name, "noise_floor"),
         "drift": drift,
@@ -162,6 +164,8 @@ def _vs_nearest_baseline(trials: list[dict[str, Any]], base: dict[str, Any] | No
 
 
 def render(data: dict[str, Any], console: Console) -> None:
+    from kvtune.stats import ci_kind
+
     if "trials" not in data:  # sweeps only
         console.print(f"[bold]Study {data['study']}[/]  ({data['storage']})")
         _render_sweeps(data, console)
@@ -169,7 +173,7 @@ def render(data: dict[str, Any], console: Console) -> None:
     console.print(f"[bold]Study {data['study']}[/]  ({data['direction']} {data['metric']}, "
                   f"{len(data['trials'])} trials, {data['storage']})")
     t = Table(title="Trials", show_lines=False)
-    for col in ("#", "kind", "state", data["metric"] or "value", "95% CI", "n",
+    for col in ("#", "kind", "state", data["metric"] or "value", "interval", "n",
                 f"{data['metric'] or 'value'} vs baseline", "configuration"):
         t.add_column(col)
     for tr in data["trials"]:
@@ -184,12 +188,17 @@ def render(data: dict[str, Any], console: Console) -> None:
             vs = change_text(change_fraction(tr["baseline_ref"], tr["value"]),
                              data["direction"])
         t.add_row(str(tr["number"]), tr["kind"] or "", state, _f(tr["value"]),
-                  f"{_f(ci[0])} … {_f(ci[1])}" if ci[0] is not None else "-", _f(tr["n"]), vs,
+                  f"{tr.get('ci_kind') or ci_kind(int(tr['n'] or 0))} {_f(ci[0])} … "
+                  f"{_f(ci[1])}" if ci[0] is not None else "-", _f(tr["n"]), vs,
                   cfg)
     console.print(t)
     _render_workers(data, console)
     base, best = data["baseline"], data["best"]
     conf = data.get("confirmation")
+    if conf and conf.get("multi"):
+        render_front(data, conf, console)
+        _render_analysis(data.get("analysis"), console)
+        return
     shown_row: dict[str, Any] | None = None  # the confirmation row whose changes are shown
     if conf and conf.get("recommended"):
         rec = shown_row = conf["recommended"]
@@ -245,7 +254,8 @@ def render(data: dict[str, Any], console: Console) -> None:
     console.print(cmp_t)
     if conf:
         style = "green" if conf.get("recommended") else "yellow"
-        console.print(f"[{style}]Confirmation ({conf.get('rounds')} interleaved rounds): "
+        how = f" ({conf['rounds']} interleaved rounds)" if conf.get("rounds") else ""
+        console.print(f"[{style}]Confirmation{how}: "
                       f"{conf['verdict']}[/]")
         for c in conf.get("candidates", []):
             if c.get("text"):
@@ -265,11 +275,39 @@ def render(data: dict[str, Any], console: Console) -> None:
     for d in data.get("drift", []):
         if d.get("moved"):
             ch = d["change"]
-            console.print(f"[yellow]Baseline drift after trial {d['after_trial']}: "
+            when = "at the end of the search" if d["after_trial"] is None \
+                else f"after trial {d['after_trial']}"
+            console.print(f"[yellow]Baseline drift {when}: "
                           f"{_chg(ch, 'change')} (95% CI {_chg(ch, 'change_ci_low')} … "
-                          f"{ch['ci_high']:+.1%})[/]")
+                          f"{_chg(ch, 'change_ci_high')}); trials are shown against the "
+                          "nearest baseline measurement, search values across the drift "
+                          "are not comparable, only the confirmation decides[/]")
     _render_analysis(data.get("analysis"), console)
     _render_sweeps(data, console)
+
+
+def render_front(data: dict[str, Any], conf: dict[str, Any], console: Console) -> None:
+    """A Pareto study's confirmed front: every candidate's change in each objective with
+    its CI from the interleaved rounds, its trade-offs, and whether it is on the front."""
+    names = [o["metric"] for o in conf.get("objectives", [])]
+    t = Table(title=f"Pareto candidates against the baseline ({conf.get('rounds')} "
+                    "interleaved rounds, 95% CI)")
+    for col in ("trial", *names, "on the confirmed front", "configuration"):
+        t.add_column(col)
+    base_cfg = (conf.get("baseline") or {}).get("config", {})
+    base_m = (conf.get("baseline") or {}).get("metrics", {})
+    t.add_row("baseline", *(_f(base_m.get(m)) for m in names), "", "the defaults")
+    for c in conf.get("candidates", []):
+        cfg = ", ".join(f"{k.split('.', 1)[-1]}={_f(v)}" for k, v in c["config"].items()
+                        if base_cfg.get(k) != v)
+        t.add_row(str(c["trial"]), *(change_cell(c["changes"].get(m)) for m in names),
+                  "yes" if c.get("significant") else "no", cfg)
+    console.print(t)
+    style = "green" if conf.get("front") else "yellow"
+    console.print(f"[{style}]Confirmation: {conf['verdict']}[/]")
+    for c in conf.get("candidates", []):
+        console.print(f"  {c['text']}" + (f" (failed: {c['failed']})" if c.get("failed")
+                                          else ""))
 
 
 # -- analysis: what mattered and why (the report's summary, for the terminal) ---------------

@@ -377,3 +377,130 @@ def confirm(trials: Sequence[optuna.trial.FrozenTrial], baseline: dict[str, Any]
     interleave([base, *(a for _, a in arms)], ev.confirm_rounds, metric, measure, seed,
                on_rep)
     return verdict(base, arms, metric, direction, ev, seed, constraints)
+
+
+# -- several objectives: the confirmed Pareto front ------------------------------------------
+
+
+def _dominates(a: Sequence[float], b: Sequence[float], directions: Sequence[str]) -> bool:
+    """`a` at least as good as `b` in every objective and better in one."""
+    better = False
+    for x, y, d in zip(a, b, directions, strict=True):
+        if (x < y) if d == "maximize" else (x > y):
+            return False
+        if x != y:
+            better = True
+    return better
+
+
+def pareto_candidates(trials: Sequence[optuna.trial.FrozenTrial], baseline: dict[str, Any],
+                      directions: Sequence[str], top: int) -> list[dict[str, Any]]:
+    """The feasible search trials no other feasible trial dominates (by their search
+    medians), one per configuration, the baseline's excluded; when more than `top`,
+    `top` of them spread evenly along the first objective."""
+    feasible = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE
+                and t.user_attrs.get("kind") == "trial" and t.values
+                and len(t.values) == len(directions)
+                and all(v <= 0 for v in t.user_attrs.get("violations", [0.0]))]
+    front = [t for t in feasible
+             if not any(_dominates(o.values, t.values, directions) for o in feasible)]
+    seen = {config_key(baseline)}
+    out: list[dict[str, Any]] = []
+    for t in sorted(front, key=lambda t: (t.values[0] if directions[0] == "minimize"
+                                          else -t.values[0])):
+        cfg = t.user_attrs["config"]
+        if config_key(cfg) in seen:
+            continue
+        seen.add(config_key(cfg))
+        out.append({"trial": t.number, "config": cfg, "search_values": list(t.values)})
+    if top and len(out) > top:
+        idx = sorted({round(i * (len(out) - 1) / max(top - 1, 1)) for i in range(top)})
+        out = [out[i] for i in idx]
+    return out
+
+
+def front_verdict(base: Arm, cands: list[tuple[dict[str, Any], Arm]],
+                  objectives: Sequence[tuple[str, str]], ev: EvaluationSpec, seed: int,
+                  constraints: Sequence[Constraint] = ()) -> dict[str, Any]:
+    """Each Pareto candidate against the baseline on every objective (one-sided
+    Mann–Whitney in the objective's direction, Holm over all candidates × objectives; the
+    change with its 95% CI) and every other shown metric and constraint. A candidate is on
+    the confirmed front when it improves at least one objective significantly and violates
+    no constraint significantly; the user picks one (`kvtune export --trial N`)."""
+    names = [m for m, _ in objectives]
+    tests = [(i, j, compare(arm.series(m), base.series(m), d, seed=seed))
+             for i, (_, arm) in enumerate(cands) for j, (m, d) in enumerate(objectives)]
+    adjusted = holm([c.p_value for _, _, c in tests])
+    gains: dict[tuple[int, int], tuple[bool, float]] = {}
+    for (i, j, comp), p_adj in zip(tests, adjusted, strict=True):
+        gains[(i, j)] = (p_adj < ev.alpha and comp.ci_low > ev.min_improvement, p_adj)
+    shown = shown_metrics(names[0], constraints)
+    shown = [*names, *(m for m in shown if m not in names)]
+    rows = []
+    for i, (c, arm) in enumerate(cands):
+        changes = metric_changes(base, arm, shown, ev.alpha, seed)
+        for j, m in enumerate(names):
+            ch = changes[m]
+            if ch.better and not gains[(i, j)][0]:
+                ch.significant = False  # an improvement must pass Holm's adjustment
+        checks = [check_constraint(k, base, arm, seed) for k in constraints]
+        improved = [m for j, m in enumerate(names) if gains[(i, j)][0]]
+        on_front = arm.failed is None and bool(improved) and not any(
+            k.status == "violated" for k in checks)
+        row = {**c, "name": arm.name, "failed": arm.failed,
+               "metrics": median_metrics(arm.metrics),
+               "objectives": {m: {**changes[m].as_dict(), "p_adjusted": gains[(i, j)][1]}
+                              for j, m in enumerate(names)},
+               "improved": improved, "significant": on_front,
+               "changes": {m: ch.as_dict() for m, ch in changes.items()},
+               "constraints": [k.as_dict() for k in checks],
+               "tradeoffs": [m for m, ch in changes.items() if ch.worse]}
+        parts = [changes[m].text() for m in names]
+        costs = [changes[m].text() for m in row["tradeoffs"] if m not in names]
+        text = f"{arm.name}: " + "; ".join(parts)
+        if costs:
+            text += ", at the cost of " + ", ".join(costs)
+        unsettled = [k["text"] for k in row["constraints"] if k["status"] != "satisfied"]
+        if unsettled:
+            text += "; " + "; ".join(unsettled)
+        row["text"] = text
+        rows.append(row)
+    front = [r for r in rows if r["significant"]]
+    if front:
+        verdict_text = (f"{len(front)} configuration(s) on the confirmed front ("
+                        + ", ".join(r["name"] for r in front) + "): each improves "
+                        "at least one objective significantly; pick one and export it with "
+                        "`kvtune export --trial N`")
+    else:
+        verdict_text = NONE_SIGNIFICANT
+    return {"multi": True, "objectives": [{"metric": m, "direction": d}
+                                          for m, d in objectives],
+            "metric": names[0], "direction": objectives[0][1], "alpha": ev.alpha,
+            "rounds": ev.confirm_rounds, "shown": shown,
+            "constraints": [str(k) for k in constraints],
+            "baseline": {"config": base.config, "samples": base.samples,
+                         "metrics": median_metrics(base.metrics)},
+            "candidates": rows, "front": [r["trial"] for r in front], "recommended": None,
+            "verdict": verdict_text}
+
+
+def confirm_front(study: optuna.Study, baseline: dict[str, Any],
+                  objectives: Sequence[tuple[str, str]], ev: EvaluationSpec, seed: int,
+                  measure: Measure, on_start: Callable[[int], None] | None = None,
+                  on_rep: Callable[[], None] | None = None,
+                  constraints: Sequence[Constraint] = ()) -> dict[str, Any]:
+    """The confirmation of a Pareto study: its front's candidates (at most
+    `confirm_top`, spread along the front) and the baseline in interleaved rounds."""
+    cands = pareto_candidates(study.get_trials(deepcopy=False), baseline,
+                              [d for _, d in objectives], ev.confirm_top)
+    if not cands:
+        return {"multi": True, "recommended": None, "candidates": [], "front": [],
+                "objectives": [{"metric": m, "direction": d} for m, d in objectives],
+                "verdict": NO_CANDIDATE}
+    base = Arm("baseline", baseline)
+    arms = [(c, Arm(f"trial {c['trial']}", c["config"])) for c in cands]
+    if on_start:
+        on_start(len(cands))
+    interleave([base, *(a for _, a in arms)], ev.confirm_rounds, objectives[0][0], measure,
+               seed, on_rep)
+    return front_verdict(base, arms, objectives, ev, seed, constraints)

@@ -26,6 +26,14 @@ def tell(study: optuna.Study, trial: optuna.Trial, e: Evaluation, kind: str,
         trial.set_user_attr("stderr", e.failed_stderr[-2000:])
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         return
+    if len(study.directions) > 1:  # a Pareto study: every objective's median
+        names = study.user_attrs.get("objectives") or [e.metric]
+        vals = [e.metrics.get(n) for n in names]
+        if any(v is None for v in vals):
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            return
+        study.tell(trial, [float(v) for v in vals if v is not None])
+        return
     study.tell(trial, e.value)
 
 
@@ -33,7 +41,7 @@ def evaluation_of(t: optuna.trial.FrozenTrial, metric: str) -> Evaluation:
     """The evaluation of a finished trial as `tell` stored it (no raw repetitions)."""
     s = t.user_attrs.get("eval", {})
     e = Evaluation(t.user_attrs.get("config", {}), metric)
-    e.value = float(t.value) if t.value is not None else math.nan
+    e.value = float(t.values[0]) if t.values else math.nan  # the first objective
     ci = s.get("ci") or [None, None]
     e.ci = (ci[0] if ci[0] is not None else math.nan, ci[1] if ci[1] is not None else math.nan)
     e.metrics = s.get("metrics", {})

@@ -44,6 +44,11 @@ class StudyRun:
                                    self.direction, self.spec.parsed_constraints,
                                    self.spec.evaluation, self.spec.repetitions, self.spec.seed,
                                    policy)
+        if self.spec.objective.multi:
+            # Early stopping and intensification judge a trial by one objective; a Pareto
+            # study measures every trial the same number of times instead.
+            self.evaluator.ev = self.spec.evaluation.model_copy(
+                update={"early_stop": False, "intensify": False})
         self.study: optuna.Study | None = None
         self.incumbent: Evaluation | None = None
         self.baseline_eval: Evaluation | None = None
@@ -60,14 +65,27 @@ class StudyRun:
     def _open_study(self, space: Space) -> optuna.Study:
         sampler = make_sampler(self.spec.sampler, self.spec.seed, self.spec.budget.trials,
                                len(self.spec.constraints) + 1)
-        study = optuna.create_study(study_name=self.spec.study, storage=self.store.storage,
-                                    direction=self.direction, sampler=sampler,
-                                    load_if_exists=True)
+        objectives = self.spec.objective.all
+        if len(objectives) > 1:
+            # A Pareto study (issue 16): Optuna's multi-objective search over every
+            # objective; the confirmation then checks the front.
+            study = optuna.create_study(
+                study_name=self.spec.study, storage=self.store.storage,
+                directions=[o.resolved_direction for o in objectives], sampler=sampler,
+                load_if_exists=True)
+            study.set_user_attr("objectives", [o.metric for o in objectives])
+        else:
+            study = optuna.create_study(study_name=self.spec.study,
+                                        storage=self.store.storage,
+                                        direction=self.direction, sampler=sampler,
+                                        load_if_exists=True)
         # The knobs as the study file declares them: the host's current values (which the
         # space's domains may hold) do not make a resumed study another study.
         signature = {"knobs": [k.name + " " + k.domain.describe() for k in self.knobs],
                      "metric": self.metric, "direction": self.direction,
                      "target": self.spec.target.kind}
+        if len(objectives) > 1:
+            signature["objectives"] = [o.metric for o in objectives]
         old = study.user_attrs.get("signature")
         if old is None:
             study.set_user_attr("signature", signature)
@@ -187,9 +205,16 @@ class StudyRun:
                                    f"{ev.confirm_rounds} interleaved rounds")
                 prog.update(task, total=ev.confirm_rounds * (n + 1))
 
-            result = confirmation.confirm(
-                study.get_trials(deepcopy=False), self.space.baseline_config(), self.metric,
-                self.direction, ev, self.spec.seed, measure, start,
-                lambda: prog.advance(task), constraints=self.spec.parsed_constraints)
+            if self.spec.objective.multi:
+                result = confirmation.confirm_front(
+                    study, self.space.baseline_config(),
+                    [(o.metric, o.resolved_direction) for o in self.spec.objective.all], ev,
+                    self.spec.seed, measure, start, lambda: prog.advance(task),
+                    constraints=self.spec.parsed_constraints)
+            else:
+                result = confirmation.confirm(
+                    study.get_trials(deepcopy=False), self.space.baseline_config(),
+                    self.metric, self.direction, ev, self.spec.seed, measure, start,
+                    lambda: prog.advance(task), constraints=self.spec.parsed_constraints)
         self.store.put_result(self.spec.study, "confirmation", result)
         return result
