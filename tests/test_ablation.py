@@ -96,35 +96,43 @@ def test_share_is_nan_safe_when_no_gain() -> None:
     assert all(isinstance(r["share"], float) or math.isnan(r["share"]) for r in res["knobs"])
 
 
-def test_after_confirmation_on_a_synthetic_study(tmp_path: Any) -> None:
-    """The hook the study calls: a real synthetic study, its confirmation, then the
-    ablation measured through the evaluator, stored under "ablation" and printed."""
+def test_the_study_runs_the_ablation_after_its_confirmation(tmp_path: Any) -> None:
+    """A real synthetic study: `StudyRun.run` confirms, then runs the ablation through the
+    evaluator (repetitions of kind "ablation"), stores it under "ablation" and prints it;
+    `ablation=False` (kvtune tune --no-ablation) skips it."""
     from rich.console import Console
 
     from kvtune.store import Store
     from kvtune.study import StudyRun
     from kvtune.study import load as load_study
-    from kvtune.study._ui import on_host
 
+    text = ("study: {name}\ntarget: {{kind: synthetic, noise_cov: 0.02}}\n"
+            "knobs: [synthetic.x, synthetic.threads, synthetic.mode]\n"
+            "objective: {{metric: ops_per_sec}}\nbudget: {{trials: 14}}\nrepetitions: 2\n"
+            "evaluation: {{noise_floor_runs: 3, confirm_top: 1, confirm_rounds: 6, "
+            "drift_every: 0}}\nsampler: random\nseed: 4\n")
     p = tmp_path / "ab.yaml"
-    p.write_text("study: ab\ntarget: {kind: synthetic, noise_cov: 0.02}\n"
-                 "knobs: [synthetic.x, synthetic.threads, synthetic.mode]\n"
-                 "objective: {metric: ops_per_sec}\nbudget: {trials: 14}\nrepetitions: 2\n"
-                 "evaluation: {noise_floor_runs: 3, confirm_top: 1, confirm_rounds: 6, "
-                 "drift_every: 0}\nsampler: random\nseed: 4\n")
+    p.write_text(text.format(name="ab"))
     console = Console(record=True, width=200)
     run = StudyRun(load_study(p), console, base_dir=tmp_path)
     conf = run.run()
     assert conf.get("recommended"), conf.get("verdict")
-    with on_host(run.session, "ab"):
-        res = ablation.after_confirmation(run, conf)
-    assert res is not None
-    stored = Store(run.store.url).last_result("ab", "ablation")
-    assert stored is not None and stored["minimal_changes"] == res["minimal_changes"]
-    changed = ablation.changed_knobs(conf["recommended"]["config"], BASELINE)
-    if len(changed) > 1:
-        assert len(Store(run.store.url).repetitions("ab", "ablation")) == res["measurements"]
-    # x 2 -> anything near 7 is most of the gain; it must be named whenever it changed
-    if "synthetic.x" in changed and abs(conf["recommended"]["config"]["synthetic.x"] - 7) < 2:
+    store = Store(run.store.url)
+    res = store.last_result("ab", "ablation")
+    assert res is not None and not res["skipped"], res
+    rec = conf["recommended"]["config"]
+    changed = ablation.changed_knobs(rec, BASELINE)
+    assert set(res["changes"]) == set(changed)
+    assert len(store.repetitions("ab", "ablation")) == res["measurements"]
+    # x 2 -> near 7 is most of the gain; it must be named whenever it changed
+    if "synthetic.x" in changed and abs(rec["synthetic.x"] - 7) < 2:
         assert "synthetic.x" in res["carries"], res["text"]
     assert "Ablation" in console.export_text()
+    assert store.last_result("ab", "host_noise")["checks"]  # beside the noise floor
+
+    q = tmp_path / "no.yaml"
+    q.write_text(text.format(name="no"))
+    run = StudyRun(load_study(q), Console(quiet=True), base_dir=tmp_path)
+    run.run(ablation=False)
+    assert Store(run.store.url).last_result("no", "ablation") is None
+    assert Store(run.store.url).repetitions("no", "ablation") == []

@@ -284,3 +284,22 @@ def test_analysis_of_a_study_whose_baseline_lies_outside_a_range(
     assert {c.knob for c in a.curves} == {"synthetic.x", "synthetic.threads", "synthetic.mode"}
     curve = next(c for c in a.curves if c.knob == "synthetic.threads")
     assert curve.baseline_value == 4 and any(p.x == 4 for p in curve.points)
+
+
+def test_one_sign_convention() -> None:
+    """The metric's own change, a real minus, the direction in words — for a latency that
+    falls, a throughput that rises, and a change within noise; no exponent notation."""
+    from kvtune.present import change_fraction, change_record, describe_change, number
+
+    assert describe_change("p99_us", change_fraction(10_000, 1_740), "minimize") == \
+        "p99_us \u221282.6%, better"
+    assert describe_change("ops_per_sec", 0.04, "maximize", ci=(-0.01, 0.09),
+                           significant=False) == \
+        "ops_per_sec +4.0% (95% CI \u22121.0% … +9.0%), within noise"
+    assert describe_change("p99_us", 0.2, "minimize").endswith("worse")
+    rec = change_record("p99_us", -0.5, "minimize", ci=(-0.6, -0.4), significant=True)
+    assert rec["change"] == -0.5 and rec["verdict"] == "better" and rec["ci"] == [-0.6, -0.4]
+    for v, text in ((0.000123, "0.000123"), (123456.0, "123,456"), (0.5, "0.5"),
+                    (3.14159, "3.142"), (42, "42")):
+        assert number(v) == text
+    assert "e" not in number(1e-7) and "e" not in number(999_999.0)

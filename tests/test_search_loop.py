@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 import optuna
+import pytest
 
 from kvtune.study import StudyRun, load
 from kvtune.targets.synthetic import true_value
@@ -175,7 +176,7 @@ def test_missing_kvload_is_a_harness_error(in_tmp: Path) -> None:
     env = dict(os.environ, KVLOAD=str(in_tmp / "no-such-kvload"))
     r = subprocess.run([sys.executable, "-m", "kvtune", "tune", str(p)], cwd=in_tmp,
                        capture_output=True, text=True, env=env)
-    assert r.returncode == 1
+    assert r.returncode == 3  # a harness fault
     assert "no-such-kvload is not an executable kvload binary" in r.stderr
 
 
@@ -236,3 +237,88 @@ def test_a_host_value_outside_the_overridden_choices_joins_them() -> None:
     study = optuna.create_study()
     study.enqueue_trial(space.fixed_params(space.baseline))
     assert space.suggest(study.ask()) == {"test.thp": "madvise"}
+
+
+# -- issue 12: every trial a real candidate; statistics that can say yes ------------------
+
+
+def test_a_rule_breaking_candidate_is_never_measured(in_tmp: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule on the synthetic surface (x above 8 with mode c is forbidden): proposals that
+    break it are told infeasible and never measured, and the budget counts only measured
+    trials."""
+    from kvtune.knobs import rules
+    from kvtune.optimizer import REJECTED
+
+    rule = rules.Rule("synthetic-x-mode", ("synthetic.x", "synthetic.mode"),
+                      lambda v: float(v.get("synthetic.x")) > 5
+                      and v.get("synthetic.mode") == "c", "x above 5 needs mode a or b")
+    monkeypatch.setattr(rules, "RULES", [*rules.RULES, rule])
+    p = write(in_tmp, name="rb", trials=15, sampler="random", seed=4)
+    run = StudyRun(load(p), base_dir=in_tmp)
+    run.run(confirm=False)
+    study = optuna.load_study(study_name="rb", storage=run.store.storage)
+    rejected = [t for t in study.trials if t.user_attrs.get("kind") == REJECTED]
+    assert rejected, "random search proposes x > 5 with mode c about one time in five"
+    assert all(t.user_attrs["rules"] == ["synthetic-x-mode"] for t in rejected)
+    measured = [r["params"] for r in run.store.repetitions("rb")]
+    assert measured and not any(c["synthetic.x"] > 5 and c["synthetic.mode"] == "c"
+                                for c in measured)
+    assert sum(1 for t in study.trials if t.user_attrs.get("kind") == "trial") == 15
+
+
+def test_a_repeated_configuration_is_not_a_new_trial(in_tmp: Path) -> None:
+    """[synthetic.flag] has two configurations; the baseline measures one. The search
+    measures the other once and reuses results after that, without spending the budget,
+    and stops when the sampler only repeats itself."""
+    p = in_tmp / "rp.yaml"
+    p.write_text(STUDY.format(name="rp", trials=6, noise=0.05, sampler="random", seed=5)
+                 .replace("[synthetic.x, synthetic.threads, synthetic.mode, synthetic.flag]",
+                          "[synthetic.flag]"))
+    run = StudyRun(load(p), base_dir=in_tmp)
+    run.run(confirm=False)
+    study = optuna.load_study(study_name="rp", storage=run.store.storage)
+    kinds = [t.user_attrs.get("kind") for t in study.trials]
+    assert kinds.count("trial") == 1 and kinds.count("repeat") >= 2
+    reps = run.store.repetitions("rp")
+    assert {r["kind"] for r in reps} == {"baseline", "trial"}
+    assert len([r for r in reps if r["kind"] == "trial"]) <= 6  # one trial's repetitions
+    for t in study.trials:
+        if t.user_attrs.get("kind") == "repeat":
+            src = study.trials[t.user_attrs["repeat_of"]]
+            assert src.user_attrs["config"] == t.user_attrs["config"] and src.value == t.value
+
+
+def test_a_confirmation_that_can_never_pass_is_refused(in_tmp: Path) -> None:
+    """4 rounds against 4 give a smallest one-sided p of 1/70; Holm over 4 candidates makes
+    it 0.057, never below 0.05: the study is refused before anything is measured."""
+    from kvtune.errors import UserError
+
+    p = in_tmp / "cp.yaml"
+    p.write_text(STUDY.format(name="cp", trials=4, noise=0.05, sampler="random", seed=1)
+                 .replace("confirm_top: 2, confirm_rounds: 5", "confirm_top: 4, confirm_rounds: 4"))
+    with pytest.raises(UserError) as err:
+        StudyRun(load(p), base_dir=in_tmp).run()
+    text = str(err.value) + " ".join(getattr(err.value, "problems", []) or [])
+    assert "0.0571" in text and "confirm_rounds >= 5" in text
+    assert not (in_tmp / "results" / "cp.db").exists() or not StudyRun(
+        load(p), base_dir=in_tmp).store.repetitions("cp")
+    r = subprocess.run([sys.executable, "-m", "kvtune", "tune", str(p)], cwd=in_tmp,
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "can never show a significant improvement" in r.stderr
+
+
+def test_a_server_that_fails_at_start_shows_its_own_message() -> None:
+    """memcached -t 12 -o hashpower=14 exits at start; the failure says why."""
+    from kvtune.errors import TrialFailed
+    from kvtune.knobs.appliers.base import Launch
+    from kvtune.spec import TargetSpec
+    from kvtune.targets import make_target
+
+    target = make_target(TargetSpec(kind="memcached"))
+    launch = Launch(flags=["-t", "12"], memcached_options={"hashpower": "14"})
+    with pytest.raises(TrialFailed) as err:
+        server = target.start(launch)  # type: ignore[attr-defined]
+        target.stop(server)  # type: ignore[attr-defined]
+    assert "exited with code 1 at start: Hash table power size (14) cannot be equal to " \
+           "or less than item lock table (14)" in err.value.reason

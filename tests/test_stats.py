@@ -80,3 +80,35 @@ def test_flagged_repetitions_stay_out_of_the_value() -> None:
     e = ev.evaluate({}, n=3)
     assert e.value == 105.0
     assert e.flags == ["steal 9%"]
+
+
+def test_an_interval_is_called_a_95_ci_only_when_it_is_one() -> None:
+    """The order-statistic interval of the median covers >= 95% from 6 values on; below
+    that kvtune shows the range and calls it "range" (n = 3: the range covers 75%)."""
+    from kvtune.evaluator import Evaluation, Policy
+    from kvtune.runner import Repetition
+    from kvtune.spec import EvaluationSpec
+    from kvtune.stats import MIN_CI_N, ci_kind, order_statistic_ci
+
+    assert MIN_CI_N == 6 and ci_kind(5) == "range" and ci_kind(6) == "95% CI"
+    assert order_statistic_ci([3.0, 1.0, 2.0]) == (1.0, 3.0, "range")
+    lo, hi, kind = order_statistic_ci([float(i) for i in range(12)])
+    assert kind == "95% CI" and (lo, hi) == (2.0, 9.0)  # k = 3 at n = 12: 96.1%
+    p = Policy(EvaluationSpec(), "ops_per_sec", "maximize", [], 3)
+    for n, want in ((3, "range"), (6, "95% CI")):
+        e = Evaluation({}, "ops_per_sec")
+        e.reps = [Repetition("ok", {"ops_per_sec": 100.0 + i}) for i in range(n)]
+        p.summarise(e)
+        assert e.ci_kind == want and e.summary()["ci_kind"] == want
+
+
+def test_the_smallest_holm_adjusted_p_decides_the_rounds() -> None:
+    from kvtune.stats import confirmation_problem, min_adjusted_p, min_p_value, min_rounds
+
+    assert abs(min_p_value(4, 4) - 1 / 70) < 1e-12
+    assert abs(min_p_value(5, 5) - 1 / 252) < 1e-12
+    assert min_adjusted_p(4, 4) > 0.05 > min_adjusted_p(4, 3)
+    assert min_rounds(4, 0.05) == 5 and min_rounds(1, 0.05) == 4
+    assert confirmation_problem(4, 3, 0.05) is None
+    assert "confirm_rounds >= 5" in (confirmation_problem(4, 4, 0.05) or "")
+    assert confirmation_problem(0, 4, 0.05) is None  # no confirmation, nothing to refuse

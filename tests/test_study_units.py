@@ -338,3 +338,42 @@ def test_a_repeated_configuration_is_reported_as_a_repeat() -> None:
         a.trial.set_user_attr("config", a.config)
         study.tell(a.trial, 1.0)
     assert repeats >= 4  # two configurations only
+
+
+def test_a_detected_drift_withdraws_the_noise_floors_promise() -> None:
+    """The baseline moved by -24% (other work on the host): the drift record says search
+    values across it are not comparable and recomputes what the confirmation can show."""
+    import io
+
+    from kvtune.study.drift import DriftCheck
+
+    spec, _ = parse_spec("study: d\ntarget: {kind: synthetic}\nbudget: {trials: 20}\n"
+                         "evaluation: {drift_every: 10, confirm_rounds: 5, confirm_top: 3}\n")
+    first = _eval([100.0, 101.0, 99.0, 100.5, 99.5])
+
+    class Ev:
+        metric, direction = "ops_per_sec", "maximize"
+
+        def evaluate(self, config: dict[str, Any], kind: str, n_: int | None,
+                     n: int = 5) -> Evaluation:
+            e = _eval([76.0, 75.0, 77.0, 76.5, 75.5])
+            Policy(EvaluationSpec(), "ops_per_sec", "maximize", [], 5).summarise(e)
+            return e
+
+    class St:
+        def __init__(self) -> None:
+            self.put: list[Any] = []
+
+        def put_result(self, study: str, key: str, data: Any) -> None:
+            self.put.append((key, data))
+
+    out = io.StringIO()
+    store = St()
+    rec = DriftCheck(spec, Ev(), store, Console(file=out, width=300)).run(  # type: ignore[arg-type]
+        {}, first, 9)
+    assert rec is not None and rec["moved"]
+    assert rec["drift_cov"] >= 0.12 and rec["detectable_improvement"] > 0.2
+    text = out.getvalue()
+    assert "not comparable" in text and "nearest" in text
+    assert "no longer holds" in text and "after trial 9" in text
+    assert store.put and store.put[0][0] == "drift"

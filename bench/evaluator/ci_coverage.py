@@ -17,7 +17,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from kvtune.stats import bootstrap_ci, order_statistic_ci  # noqa: E402
+from kvtune.stats import bootstrap_ci, order_statistic_ci
 
 DISTS = {
     # name: (sampler, true median)

@@ -69,15 +69,25 @@ def main(argv: list[str] | None = None) -> int:
         must = {k for k, t in truth.items() if t == "carries"}
         never = {k for k, t in truth.items() if t == "none"}
         right = must <= got and not (got & never)
+        top = max(must, key=lambda k: true_value(rec) / true_value({**rec, k: BASELINE[k]}),
+                  default=None)
         rows.append({"seed": s, "changed": changed, "truth": truth,
                      "carries": sorted(got), "right": right,
+                     "largest_named": top is None or top in got,
+                     "false_carrier": bool(got & never),
+                     "resolution": res.get("resolution"),
                      "measurements": res.get("measurements", 0)})
         print(json.dumps(rows[-1]))
     rate = sum(r["right"] for r in rows) / len(rows)
-    print(f"ablation right in {rate:.0%} of {len(rows)} studies "
+    largest = sum(r["largest_named"] for r in rows) / len(rows)
+    false = sum(r["false_carrier"] for r in rows)
+    print(f"ablation right in {rate:.0%} of {len(rows)} studies; the largest carrier named in "
+          f"{largest:.0%}; a no-effect change called a carrier in {false} "
           f"({args.trials} trials, {args.rounds} rounds, CoV {COV:.0%})")
     if args.json:
-        Path(args.json).write_text(json.dumps({"rate": rate, "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({"rate": rate, "largest_named": largest,
+                                               "false_carriers": false, "rounds": args.rounds,
+                                               "rows": rows}, indent=1))
     return 0
 
 

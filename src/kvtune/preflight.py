@@ -11,6 +11,7 @@ from kvtune.cpulist import parse_cpus
 from kvtune.knobs.appliers.base import HostContext
 from kvtune.knobs.knob import Knob
 from kvtune.spec import StudySpec
+from kvtune.stats import confirmation_problem
 
 
 def needs_host(knobs: Iterable[Knob]) -> list[Knob]:
@@ -24,6 +25,10 @@ def problems(spec: StudySpec, knobs: Iterable[Knob], ctx: HostContext,
     whether the target runs a process on this host (placement and root matter)."""
     knobs = list(knobs)
     out = []
+    ev = spec.evaluation
+    cannot_pass = confirmation_problem(ev.confirm_rounds, ev.confirm_top, ev.alpha)
+    if cannot_pass:
+        out.append(cannot_pass)
     for k in knobs:
         a = k.applier.check(ctx)
         if not a.ok:

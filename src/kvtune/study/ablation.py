@@ -61,6 +61,7 @@ SCHEMA = """\
      "revert": change record}],      # what reverting it does to the metric
   "carries": [knob], "hurts": [knob], "noise": [knob],
   "shares_sum": float|null,          # far from 1: the changes interact
+  "resolution": float|null,          # smallest revert effect detected with 80% power
   "minimal_changes": {knob: value},  # only the changes that carry the gain
   "minimal_config": {knob: value},   # the baseline with those changes applied
   "text": str,                       # the one-line explanation
@@ -160,8 +161,26 @@ def analyse(rec_arm: Arm, base_arm: Arm, arms: list[tuple[str, Arm]],
         "minimal_changes": minimal, "minimal_config": {**baseline, **minimal},
         "skipped": None,
     }
+    out["resolution"] = resolution([base_arm.samples, rec_arm.samples,
+                                    *(a.samples for _, a in arms)], len(arms), alpha)
     out["text"] = explain(out)
     return out
+
+
+def resolution(samples: list[list[float]], m: int, alpha: float,
+               power: float = 0.8) -> float | None:
+    """The smallest relative change from reverting one knob that the ablation detects with
+    probability `power`: a two-sided test at Holm's strictest level alpha / m, the arms'
+    pooled noise on the log scale, the rounds per arm (normal approximation)."""
+    logs = [np.log([v for v in xs if v > 0]) for xs in samples]
+    logs = [x for x in logs if len(x) >= 2]
+    if not logs:
+        return None
+    dof = sum(len(x) - 1 for x in logs)
+    sd = math.sqrt(sum(float(((x - x.mean()) ** 2).sum()) for x in logs) / dof)
+    n = min(len(x) for x in logs)
+    z = sps.norm.ppf(1 - alpha / (2 * max(m, 1))) + sps.norm.ppf(power)
+    return float(math.expm1(z * sd * math.sqrt(2 / n)))
 
 
 def _share(x: float) -> str:
@@ -204,6 +223,10 @@ def explain(res: dict[str, Any]) -> str:
         else:
             other = ", ".join(noise) + (" is" if len(noise) == 1 else " are")
         text += f"; {other} within noise"
+    r = res.get("resolution")
+    if noise and r is not None and not math.isnan(r):
+        text += (f"; at this noise and {res.get('rounds') or 'these'} rounds a change worth "
+                 f"less than about {r:.0%} of {res['metric']} cannot be told from noise")
     s = res.get("shares_sum")
     if s is not None and n > 1 and parts and not 0.5 <= s <= 1.5:
         text += (f" (the shares add up to {s:.0%}: the changes interact, so the minimal "
@@ -287,6 +310,7 @@ def ablate(confirmation: dict[str, Any], baseline: dict[str, Any], metric: str,
                   seed)
     out.update({"recommended": rec["name"], "rounds": ev.confirm_rounds,
                 "measurements": (len(changed) + 2) * ev.confirm_rounds})
+    out["text"] = explain(out)
     return out
 
 

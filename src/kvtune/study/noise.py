@@ -13,7 +13,13 @@ from rich.console import Console
 from kvtune.errors import UserError
 from kvtune.evaluator import Evaluation
 from kvtune.spec import EvaluationSpec
-from kvtune.stats import cov, detectable_improvement, robust_cov, rounds_needed
+from kvtune.stats import (
+    cov,
+    detectable_improvement,
+    min_adjusted_p,
+    robust_cov,
+    rounds_needed,
+)
 
 NOISE_METRICS = ("ops_per_sec", "p50_us", "p99_us", "p999_us")
 
@@ -64,8 +70,12 @@ class NoiseFloor:
             return
         want = ev.min_improvement or 0.05
         console.print(
-            f"  at this noise the confirmation ({ev.confirm_rounds} rounds) shows an "
-            f"improvement of about {detectable:.0%} or more (80% power)")
+            f"  at this noise the confirmation ({ev.confirm_rounds} rounds, smallest "
+            f"Holm-adjusted p {min_adjusted_p(ev.confirm_rounds, ev.confirm_top):.2g} < "
+            f"alpha {ev.alpha:g}) shows an improvement of about {detectable:.0%} or more "
+            "(80% power), as long as the host stays as quiet as during these repetitions"
+            + (" (drift checks will tell)" if ev.drift_every else
+               " (drift checks are off: evaluation.drift_every is 0)"))
         if detectable > 2 * want:
             need = rounds_needed(self.objective_cov(metric), want, ev.alpha, ev.confirm_top)
             console.print(

@@ -1,6 +1,8 @@
-"""The search: ask Optuna for a configuration, check the rules between knobs, evaluate,
-tell, keep the incumbent, and re-measure the baseline every `drift_every` trials — until
-the trial or time budget is spent."""
+"""The search: ask Optuna for a candidate (`kvtune.optimizer.ask`: rule-breaking proposals
+are repaired or resampled and told infeasible, never measured), evaluate it — or reuse the
+result of a configuration measured before — tell, keep the incumbent, and re-measure the
+baseline every `drift_every` trials, until the trial or time budget is spent. Only measured
+search trials count against the trial budget."""
 
 from __future__ import annotations
 
@@ -11,20 +13,34 @@ from collections.abc import Callable
 import optuna
 from rich.console import Console
 
+from kvtune import optimizer
 from kvtune.evaluator import Evaluation, Evaluator
+from kvtune.knobs import rules
 from kvtune.knobs.appliers.base import HostContext
-from kvtune.knobs.catalog import check_rules
-from kvtune.space import Space
+from kvtune.knobs.catalog import lookup
+from kvtune.space import Config, Space
 from kvtune.spec import StudySpec
 from kvtune.store import config_key
 from kvtune.study._ui import fmt, progress
-from kvtune.study.record import tell
+from kvtune.study.record import evaluation_of, tell
+
+MAX_REPEATS = 30  # repeated configurations in a row before the search stops (converged)
 
 
 def search_trials_done(study: optuna.Study) -> int:
-    """Finished trials of the search (the baseline not counted)."""
+    """Measured trials of the search: not the baseline, not rule-breaking proposals, not
+    repeats of a configuration measured before."""
     return sum(1 for t in study.get_trials(deepcopy=False)
-               if t.state.is_finished() and t.user_attrs.get("kind") != "baseline")
+               if t.state.is_finished() and t.user_attrs.get("kind") == "trial")
+
+
+def search_counts(study: optuna.Study) -> dict[str, int]:
+    """How many proposals the rules turned away (repaired or resampled, never measured),
+    how many of them were repaired, and how many repeats reused an earlier result."""
+    trials = study.get_trials(deepcopy=False)
+    return {"rejected": sum(1 for t in trials if t.user_attrs.get("kind") == optimizer.REJECTED),
+            "repaired": sum(1 for t in trials if "repaired_from" in t.user_attrs),
+            "repeats": sum(1 for t in trials if t.user_attrs.get("kind") == optimizer.REPEAT)}
 
 
 class Search:
@@ -54,18 +70,45 @@ class Search:
             if config_key(c) not in done:
                 study.enqueue_trial(self.space.fixed_params(c), skip_if_exists=True)
 
-    def trial(self, study: optuna.Study, incumbent: Evaluation | None) -> tuple[int, Evaluation]:
-        """Ask, evaluate and tell one trial."""
-        trial = study.ask()
-        config = self.space.suggest(trial)
+    def _values(self, config: Config) -> rules.Values:
+        return rules.Values(config, self.ctx, lookup, self.spec.target.kind)
+
+    def broken(self, config: Config) -> list[tuple[str, str]]:
+        """The rules `config` breaks (those of the study's target and host only)."""
+        return [(r.name, r.message) for r in rules.broken(self._values(config),
+                                                          self.spec.relax_rules)]
+
+    def repairs(self, config: Config) -> list[dict[str, object]]:
+        values = self._values(config)
+        return rules.repairs(values, rules.broken(values, self.spec.relax_rules))
+
+    def trial(self, study: optuna.Study, incumbent: Evaluation | None
+              ) -> tuple[int, Evaluation, int | None]:
+        """Ask, evaluate (or reuse) and tell one trial: (number, evaluation, the trial whose
+        result was reused or None)."""
         # Rules between knobs are checked before a trial runs, never discovered.
-        violation = check_rules(config, self.ctx, relax=self.spec.relax_rules)
-        if violation:
-            e = Evaluation(config, self.evaluator.metric, failed=violation)
-        else:
-            e = self.evaluator.evaluate(config, "trial", trial.number, incumbent=incumbent)
+        asked = optimizer.ask(study, self.space, self.broken, self.repairs)
+        trial, config = asked.trial, asked.config
+        for r in asked.rejected:
+            self.console.print(f"  proposal {r['trial']} breaks {', '.join(r['rules'])}: "
+                               "not measured, the sampler is told; "
+                               + ("repaired" if asked.repaired_from == r["trial"]
+                                  else "resampled"))
+        if asked.repaired_from is not None:
+            trial.set_user_attr("repaired_from", asked.repaired_from)
+        trial.set_constraint(optimizer.RULES_CONSTRAINT, 0.0)
+        if asked.repeat_of is not None:
+            src = asked.repeat_of
+            e = evaluation_of(src, self.evaluator.metric)
+            if src.state == optuna.trial.TrialState.FAIL:
+                e.failed = f"same configuration as trial {src.number}, which failed: " \
+                           f"{src.user_attrs.get('failed')}"
+            trial.set_user_attr("repeat_of", src.number)
+            tell(study, trial, e, optimizer.REPEAT, self.spec.constraints)
+            return trial.number, e, src.number
+        e = self.evaluator.evaluate(config, "trial", trial.number, incumbent=incumbent)
         tell(study, trial, e, "trial", self.spec.constraints)
-        return trial.number, e
+        return trial.number, e, None
 
     def run(self, study: optuna.Study, started: float,
             incumbent: Evaluation | None) -> Evaluation | None:
@@ -74,11 +117,25 @@ class Search:
             self.enqueue_grid(study)
         every = self.spec.evaluation.drift_every
         since_drift = 0
+        repeats = 0
         with progress(self.console) as prog:
             task = prog.add_task("trials", total=self.spec.budget.trials or None,
                                  completed=search_trials_done(study))
             while not self.budget_spent(study, started):
-                number, e = self.trial(study, incumbent)
+                number, e, reused = self.trial(study, incumbent)
+                if reused is not None:
+                    repeats += 1
+                    self.console.print(f"  trial {number}: same configuration as trial "
+                                       f"{reused}; its result is reused (not measured, "
+                                       "not counted)")
+                    if repeats >= MAX_REPEATS:
+                        self.console.print(
+                            f"  the sampler proposed {repeats} measured configurations in a "
+                            "row: the search has converged (or the space is exhausted); "
+                            "it stops here")
+                        break
+                    continue
+                repeats = 0
                 prog.advance(task)
                 self.print_trial(number, e)
                 if e.feasible and incumbent is not None and self.evaluator.better(
@@ -90,6 +147,12 @@ class Search:
                     since_drift = 0
         if every:
             self.drift(None)
+        counts = search_counts(study)
+        self.console.print(
+            f"  search: {search_trials_done(study)} measured trials; "
+            f"{counts['rejected']} rule-breaking proposals never measured "
+            f"({counts['repaired']} repaired, the rest resampled); "
+            f"{counts['repeats']} repeated configurations reused")
         return incumbent
 
     def print_trial(self, number: int, e: Evaluation) -> None:
@@ -97,7 +160,7 @@ class Search:
             self.console.print(f"  trial {number}: [red]failed[/] {e.failed}")
             return
         lo, hi = e.ci
-        ci = f" [{fmt(lo)}, {fmt(hi)}]" if not math.isnan(lo) else ""
+        ci = f" ({e.ci_kind} {fmt(lo)} … {fmt(hi)})" if not math.isnan(lo) else ""
         note = " (stopped early)" if e.stopped_early else ""
         note += "" if e.feasible else " [yellow]infeasible[/]"
         note += f" flags: {', '.join(e.flags)}" if e.flags else ""

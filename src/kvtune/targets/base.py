@@ -218,7 +218,8 @@ class ServerTarget(Target):
             if rc is not None:
                 text = server.stderr_text()
                 self.stop(server, journal)
-                raise TrialFailed(f"{self.kind} exited with code {rc} at start", text)
+                raise TrialFailed(f"{self.kind} exited with code {rc} at start"
+                                  + stderr_reason(text), text)
             if self.ping(timeout=0.5):
                 return
             time.sleep(0.02)
@@ -248,6 +249,15 @@ class ServerTarget(Target):
             time.sleep(0.05)
         server.stderr_file.close()
         return rc
+
+
+def stderr_reason(text: str, limit: int = 200) -> str:
+    """": <the server's first stderr line>" for a failure message ("" without one), so a
+    failed start says why (memcached: "Hash table power size (14) cannot be ...")."""
+    for line in text.splitlines():
+        if line.strip():
+            return ": " + line.strip()[:limit]
+    return ""
 
 
 _VERSIONS: dict[tuple[str, ...], tuple[int, ...]] = {}

@@ -1,0 +1,157 @@
+"""Samplers on the synthetic target extended with a rule and a failure region like the real
+catalog's, run through kvtune's own StudyRun (search only, no confirmation).
+
+The surface is the synthetic target's (optimum 1.55x the defaults, failure region
+threads >= 14 with mode c: the server "refuses to start", as memcached does with
+hashpower <= its lock table), plus a rule like memcached-hashpower-lock-table:
+`synthetic.threads > 2 * synthetic.x + 4` is forbidden (about a quarter of the space).
+
+Per sampler and study: wasted measured trials (rule-breaking: always 0 now; failed starts),
+rule-breaking proposals (told infeasible, never measured), the first measured trial whose
+configuration's true value is within 2% of the optimum among valid configurations, and the
+true value of the incumbent at the end. Methods:
+
+    tpe, random, cmaes, tpe-independent   kvtune's protocol (r = 3, intensification, early
+                                           stop), search only, with that sampler
+    onesample-tpe, onesample-random        one repetition per configuration (A-Tune, MLOS)
+
+    .venv/bin/python bench/evaluator/samplers.py --studies 50 --trials 30 [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+
+from rich.console import Console
+
+from kvtune.knobs import rules
+from kvtune.study import StudyRun, load
+from kvtune.targets.synthetic import true_value
+
+RULE = rules.Rule("synthetic-threads-x", ("synthetic.threads", "synthetic.x"),
+                  lambda v: int(v.get("synthetic.threads")) > 2 * float(v.get("synthetic.x")) + 4,
+                  "synthetic.threads may not exceed 2 x synthetic.x + 4")
+
+STUDY = """\
+study: {name}
+target: {{kind: synthetic, noise_cov: 0.10}}
+knobs: [synthetic.x, synthetic.threads, synthetic.mode, synthetic.flag]
+objective: {{metric: ops_per_sec}}
+budget: {{trials: {trials}}}
+repetitions: {reps}
+evaluation: {evaluation}
+seed: {seed}
+"""
+KVTUNE_EVAL = "{noise_floor_runs: 5, drift_every: 0, confirm_rounds: 0}"
+ONESAMPLE_EVAL = ("{noise_floor_runs: 1, intensify: false, early_stop: false, drift_every: 0, "
+                  "confirm_rounds: 0, max_reruns: 0}")
+METHODS = ("tpe", "random", "cmaes", "tpe-independent", "onesample-tpe", "onesample-random")
+
+
+def valid_optimum() -> float:
+    best = 0.0
+    for i in range(1001):
+        x = i / 100
+        for t in range(1, 17):
+            cfg = {"synthetic.x": x, "synthetic.threads": t, "synthetic.mode": "b",
+                   "synthetic.flag": True}
+            if t > 2 * x + 4:
+                continue
+            v = true_value(cfg)
+            if not math.isnan(v):
+                best = max(best, v)
+    return best
+
+
+OPT = valid_optimum()
+
+
+def run(method: str, seed: int, trials: int, tmp: Path) -> dict[str, Any]:
+    one = method.startswith("onesample")
+    sampler = method.split("-", 1)[1] if one else method
+    p = tmp / f"{method}-{seed}.yaml"
+    p.write_text(STUDY.format(name=f"{method}-{seed}", trials=trials, reps=1 if one else 3,
+                              evaluation=ONESAMPLE_EVAL if one else KVTUNE_EVAL, seed=seed))
+    loaded = load(p)
+    loaded.spec = loaded.spec.model_copy(update={"sampler": sampler})
+    r = StudyRun(loaded, console=Console(quiet=True), base_dir=tmp)
+    t0 = time.monotonic()
+    r.run(confirm=False)
+    wall = time.monotonic() - t0
+    study = optuna.load_study(study_name=f"{method}-{seed}", storage=r.store.storage)
+    measured = [t for t in study.trials if t.user_attrs.get("kind") == "trial"]
+    first_2pct = next((i + 1 for i, t in enumerate(measured)
+                       if t.state == optuna.trial.TrialState.COMPLETE
+                       and true_value(t.user_attrs["config"]) >= 0.98 * OPT), None)
+    broke = sum(1 for t in measured if RULE.broken(rules.Values(
+        t.user_attrs["config"], r.session.ctx, lambda n: None, "synthetic")))
+    failed = sum(1 for t in measured if t.state == optuna.trial.TrialState.FAIL)
+    done = [t for t in measured if t.state == optuna.trial.TrialState.COMPLETE]
+    best = max(done, key=lambda t: float(t.value or 0)) if done else None
+    return {"method": method, "seed": seed, "measured": len(measured),
+            "rule_measured": broke, "failed_starts": failed,
+            "rejected": sum(1 for t in study.trials if t.user_attrs.get("kind") == "rejected"),
+            "repeats": sum(1 for t in study.trials if t.user_attrs.get("kind") == "repeat"),
+            "first_within_2pct": first_2pct,
+            "incumbent_true": true_value(best.user_attrs["config"]) / OPT if best else None,
+            "measurements": len(r.store.repetitions(f"{method}-{seed}")), "wall_s": wall}
+
+
+def summary(rows: list[dict[str, Any]], trials: int) -> list[dict[str, Any]]:
+    out = []
+    for m in METHODS:
+        rs = [r for r in rows if r["method"] == m]
+        if not rs:
+            continue
+        reached = [r["first_within_2pct"] for r in rs if r["first_within_2pct"]]
+        out.append({
+            "method": m, "studies": len(rs),
+            "rule_breaking_measured": sum(r["rule_measured"] for r in rs),
+            "failed_starts_per_study": statistics.mean(r["failed_starts"] for r in rs),
+            "rejected_per_study": statistics.mean(r["rejected"] for r in rs),
+            "reached_2pct": len(reached) / len(rs),
+            # Studies that never reach count as budget + 1 (a censored median).
+            "median_trials_to_2pct": statistics.median(
+                [r["first_within_2pct"] or trials + 1 for r in rs]),
+            "incumbent_true_mean": statistics.mean(r["incumbent_true"] or 0 for r in rs),
+            "measurements_mean": statistics.mean(r["measurements"] for r in rs),
+            "wall_s_mean": statistics.mean(r["wall_s"] for r in rs)})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--studies", type=int, default=50)
+    ap.add_argument("--trials", type=int, default=30)
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--out", default=str(Path(__file__).with_name("samplers.json")))
+    a = ap.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    rules.RULES.append(RULE)
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for seed in range(a.studies):
+            for m in a.methods.split(","):
+                rows.append(run(m, seed, a.trials, Path(d)))
+                print(json.dumps(rows[-1]), flush=True)
+    summ = summary(rows, a.trials)
+    for s in summ:
+        print(json.dumps(s))
+    Path(a.out).write_text(json.dumps({"valid_optimum": OPT, "args": vars(a), "summary": summ,
+                                       "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
