@@ -3,7 +3,10 @@ a new driver is its module plus one `register` line here."""
 
 from kvtune.load.base import METRICS, VERDICTS, LoadDriver, LoadResult, driver_for, register, tools
 from kvtune.load.kvload import KvloadDriver
+from kvtune.load.memaslap import MemaslapDriver
+from kvtune.load.redis_benchmark import RedisBenchmarkDriver
 
-register(KvloadDriver)
+for _driver in (KvloadDriver, RedisBenchmarkDriver, MemaslapDriver):
+    register(_driver)
 
 __all__ = ["METRICS", "VERDICTS", "LoadDriver", "LoadResult", "driver_for", "register", "tools"]

@@ -55,6 +55,9 @@ class LoadDriver(ABC):
     """Runs one load tool against a server. Subclasses set `tool` (the `load.tool` name)."""
 
     tool: ClassVar[str]
+    # True for tools with no open-loop schedule (the peers redis-benchmark and memaslap):
+    # they refuse `load.mode: open` when constructed.
+    closed_loop: ClassVar[bool] = False
 
     def __init__(self, spec: LoadSpec) -> None:
         self.spec = spec

@@ -1,0 +1,148 @@
+"""The peer load tools behind the load-driver interface: redis-benchmark (redis-tools) and
+memaslap (libmemcached-tools' memcaslap) run against real servers on loopback, their output
+parsed into kvtune's metrics and checked against what the server itself counted; both are
+closed-loop and refuse an open-loop study; `kvtune run FILE --load-tool redis-benchmark`
+measures the study's configuration with the peer."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvtune import load
+from kvtune.errors import UserError
+from kvtune.load.redis_benchmark import parse_csv
+from kvtune.spec import LoadSpec
+from kvtune.targets.base import free_port
+
+
+def redis_info(port: int, section: str = "stats") -> dict[str, str]:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(f"*2\r\n$4\r\nINFO\r\n${len(section)}\r\n{section}\r\n".encode())
+        buf = b""
+        while True:
+            buf += s.recv(65536)
+            head, _, body = buf.partition(b"\r\n")
+            if head.startswith(b"$") and len(body) >= int(head[1:]):
+                break
+    return dict(ln.split(":", 1) for ln in body.decode().splitlines() if ":" in ln)
+
+
+def mc_stats(port: int) -> dict[str, str]:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"stats\r\n")
+        buf = b""
+        while not buf.endswith(b"END\r\n"):
+            buf += s.recv(65536)
+    return {p[1]: p[2] for ln in buf.decode().splitlines() if (p := ln.split())[0] == "STAT"}
+
+
+@pytest.fixture
+def redis_port(redis_bin: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+    port = free_port()
+    proc = subprocess.Popen([redis_bin, "--port", str(port), "--bind", "127.0.0.1", "--save",
+                             "", "--appendonly", "no", "--dir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    from test_export import wait_port
+
+    wait_port(port, proc)
+    yield port
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture
+def memcached_port(memcached_bin: str):  # type: ignore[no-untyped-def]
+    port = free_port()
+    proc = subprocess.Popen([memcached_bin, "-p", str(port), "-l", "127.0.0.1", "-U", "0",
+                             "-u", "memcache"], stderr=subprocess.PIPE)
+    from test_export import wait_port
+
+    wait_port(port, proc)
+    yield port
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.mark.parametrize("tool", ["redis-benchmark", "memaslap"])
+def test_peers_are_closed_loop_and_refuse_open_mode(tool: str) -> None:
+    assert tool in load.tools()
+    with pytest.raises(UserError, match=r"closed-loop.*load\.mode: closed"):
+        load.driver_for(LoadSpec(tool=tool, mode="open", rate=1000))
+    assert load.driver_for(LoadSpec(tool=tool, mode="closed")).closed_loop
+
+
+def test_redis_benchmark_csv_is_parsed() -> None:
+    text = ('"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms",'
+            '"p99_latency_ms","max_latency_ms"\n"GET","25000.00","0.600","0.100","0.550",'
+            '"0.900","1.200","3.100"\n')
+    assert parse_csv(text)["get"]["p99_latency_ms"] == 1.2
+
+
+def test_redis_benchmark_driver_against_redis(redis_port: int) -> None:
+    spec = LoadSpec(tool="redis-benchmark", mode="closed", connections=4, pipeline=1,
+                    duration=1, warmup=0.2,
+                    workload={"keys": 1000, "value_size": 32, "mix": "get:1"})  # type: ignore[arg-type]
+    drv = load.driver_for(spec)
+    drv.prepare()
+    before = int(redis_info(redis_port)["total_commands_processed"])
+    res = drv.run(f"127.0.0.1:{redis_port}", "resp", 1)
+    after = int(redis_info(redis_port)["total_commands_processed"])
+    m = res.metrics
+    assert m["ops_per_sec"] > 100 and 0 < m["p50_us"] <= m["p99_us"] <= m["max_us"]
+    assert m["p999_us"] is None and "p999_us" in res.raw["missing"]
+    # Every request the tool says it sent reached the server (preload, warm-up, measure).
+    sent = sum(r.get("n", 0) for r in res.raw["runs"] if r["phase"] == "measure")
+    assert after - before >= sent + 3000  # the preload's 3 × keys SETs
+    keys = int(redis_info(redis_port, "keyspace").get("db0", "keys=0").split(",")[0][5:])
+    assert 900 <= keys <= 1000
+
+
+def test_memaslap_driver_against_memcached(memcached_port: int) -> None:
+    spec = LoadSpec(tool="memaslap", mode="closed", connections=4, duration=1, warmup=0,
+                    workload={"key_size": 16, "value_size": 64, "mix": "get:9,set:1"})  # type: ignore[arg-type]
+    drv = load.driver_for(spec)
+    drv.prepare()
+    before = mc_stats(memcached_port)
+    res = drv.run(f"127.0.0.1:{memcached_port}", "memcache", 1)
+    after = mc_stats(memcached_port)
+    served = sum(int(after[k]) - int(before[k]) for k in ("cmd_get", "cmd_set"))
+    ops = res.raw["summary"]["ops"]
+    assert res.metrics["ops_per_sec"] > 100
+    assert abs(served - ops) <= 0.05 * ops + 10 * spec.connections, (served, ops)
+    assert res.metrics["p99_us"] is None and "p99_us" in res.raw["missing"]
+
+
+STUDY = """study: peer
+target: {{kind: redis, cpus: "0"}}
+load:
+  mode: {mode}
+  connections: 4
+  duration: 1s
+  warmup: 0.2s
+  cpus: "1"
+  workload: {{keys: 1000, value_size: 32, mix: "get:1"}}
+knobs: []
+repetitions: 1
+"""
+
+
+def kvtune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kvtune", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_kvtune_run_with_a_peer_load_tool(in_tmp: Path, redis_bin: str) -> None:
+    (in_tmp / "s.yaml").write_text(STUDY.format(mode="closed"))
+    r = kvtune("run", "s.yaml", "--load-tool", "redis-benchmark", "--json", cwd=in_tmp)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["metrics"]["ops_per_sec"] > 100 and res["metrics"]["p99_us"] > 0
+    (in_tmp / "o.yaml").write_text(STUDY.format(mode="open\n  rate: 1000"))
+    r = kvtune("run", "o.yaml", "--load-tool", "redis-benchmark", cwd=in_tmp)
+    assert r.returncode == 2 and "closed-loop" in r.stderr
