@@ -84,6 +84,13 @@ def collect(store: Store, name: str) -> dict[str, Any]:
     drift = store.results(name, "drift")
     _vs_nearest_baseline(trials, base, drift, direction)
     spec = study.user_attrs.get("spec", {})
+    from kvtune.present import change_fraction, change_record
+
+    for tr in trials:  # the metric's own change against its baseline, as shown (present.py)
+        if tr.get("baseline_ref") is not None:
+            tr["change"] = change_record(spec.get("objective", {}).get("metric") or "value",
+                                         change_fraction(tr["baseline_ref"], tr["value"]),
+                                         direction)
     return {
         "study": name, "storage": store.url, "direction": direction,
         "metric": spec.get("objective", {}).get("metric"), "host": study.user_attrs.get("host"),
