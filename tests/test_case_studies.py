@@ -1,0 +1,111 @@
+"""The case-study study files (examples/case-studies/): each names its case study on its
+first line and passes `kvtune check` here (or fails naming only unavailable knobs); the 004
+phases run through kvtune against a real memcached with the workload file's own keys, and
+the slab pages of each phase are stored with the repetition."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kvtune.load.kvload import build_argv
+from kvtune.store import Store
+from kvtune.study.load import load
+from kvtune.telemetry.sampler import phase_table
+
+REPO = Path(__file__).resolve().parents[1]
+CASES = sorted((REPO / "examples" / "case-studies").glob("*.yaml"))
+SHARED = REPO.parent / "shared" / "case-studies"
+
+
+def test_there_is_a_file_for_each_case_study() -> None:
+    named = {f.read_text().splitlines()[0] for f in CASES}
+    for n in ("000", "001", "002", "004"):
+        assert any(f"case-studies/{n}_" in line for line in named), n
+    for f in CASES:
+        first = f.read_text().splitlines()[0]
+        assert first.startswith("# ") and "../shared/case-studies/" in first, f.name
+        name = first.split("case-studies/", 1)[1].split()[0].rstrip(":")
+        if SHARED.exists():
+            assert (SHARED / name).exists(), f"{f.name} names {name}, which does not exist"
+
+
+@pytest.mark.parametrize("path", CASES, ids=[p.name for p in CASES])
+def test_case_study_passes_check(path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "kvtune", "check", str(path), "--json"],
+                         capture_output=True, text=True, cwd=REPO, timeout=120)
+    plan = json.loads(out.stdout)
+    assert plan["valid"], plan["problems"]
+    unavailable = [k["name"] for k in plan["knobs"] if not k["available"]]
+    if out.returncode == 0:
+        assert plan["runnable"] and not plan["problems"] and not unavailable
+        assert plan["estimate"]["low_s"] > 0
+    else:  # only the named unavailable knobs may stop it
+        assert out.returncode == 2 and unavailable, plan["problems"]
+        assert all(any(n in p for n in unavailable) for p in plan["problems"]), plan["problems"]
+
+
+def test_workload_file_keys_are_not_overridden_by_kvtune_defaults() -> None:
+    loaded = load(REPO / "examples" / "case-studies" / "004-slab-rebalancer.yaml")
+    argv = build_argv("kvload", loaded.spec.load, "127.0.0.1:1", "memcache", 1, "/tmp/x.json")
+    for flag in ("--mix", "--keys", "--value-size", "--popularity", "--rate", "--duration",
+                 "--preload", "--no-preload", "--connections"):
+        assert flag not in argv, flag
+    assert argv[argv.index("--warmup") + 1] == "0s"  # set by the study file itself
+    assert "--workload" in argv
+
+
+def _sets_gets(raw: dict[str, Any]) -> tuple[int, int]:
+    st = raw["server_stats"]["stats"]
+    return int(st["cmd_set"]), int(st["cmd_get"])
+
+
+def test_004_phases_through_kvtune_on_real_memcached(in_tmp: Path, memcached_bin: str,
+                                                     kvload_bin: str) -> None:
+    wl = in_tmp / "phases.json"
+    wl.write_text(json.dumps({
+        "keys": 400000, "mix": "set:1", "connections": 2, "warmup": "0s", "preload": False,
+        "phases": [{"duration": "2s", "value_size": 100, "rate": 20000},
+                   {"duration": "2s", "value_size": "100K", "rate": 300}]}))
+    spec = yaml.safe_load((REPO / "examples" / "case-studies" /
+                           "004-slab-rebalancer.yaml").read_text())
+    spec["load"]["workload_file"] = str(wl)
+    spec["study"] = "cs004-test"
+    (in_tmp / "s.yaml").write_text(yaml.safe_dump(spec))
+    out = subprocess.run([sys.executable, "-m", "kvtune", "run", "s.yaml", "--repetitions",
+                          "1", "--set", "memcached.slab_automove=2", "--json"],
+                         capture_output=True, text=True, cwd=in_tmp, timeout=120,
+                         env={"KVLOAD": kvload_bin, **_env()})
+    assert out.returncode == 0, out.stderr[-2000:]
+    reps = Store(f"sqlite:///{in_tmp / 'results' / 'cs004-test.db'}").repetitions(
+        "cs004-test.runs")
+    assert len(reps) == 1 and reps[0]["status"] != "failed", reps[0]["raw"].get("stderr")
+    raw = reps[0]["raw"]
+    # The file's mix (set:1), not kvtune's default get:9,set:1: memcached counted no get.
+    sets, gets = _sets_gets(raw)
+    assert gets == 0 and sets > 10000
+    assert "--mix" not in raw["load"]["argv"]
+    rec = raw["telemetry"]["samples"]
+    assert [p["start_s"] for p in rec["phases"]] == [0.0, 2.0]
+    rows = phase_table(rec, raw["load"])
+    assert len(rows) == 2 and all(r["pages"] for r in rows)  # per-phase slab pages stored
+
+    def big(s: dict[str, Any]) -> int:
+        return sum(int(v.get("total_pages", 0)) for v in s["slabs"].values()
+                   if int(v.get("chunk_size", 0)) > 40960)
+
+    # The 100 KB class appears only after its phase starts.
+    assert all(big(s) == 0 for s in rec["samples"] if s["t_s"] is not None and s["t_s"] < 2.0)
+    assert any(int(k.split(":")[1]) > 40960 for k in rows[1]["pages"])
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "KVLOAD"}
