@@ -107,12 +107,14 @@ def run(
     t = Table(title="Measured configuration")
     t.add_column("metric")
     t.add_column("median")
-    t.add_column("95% CI")
+    t.add_column("interval")  # a 95% CI from 6 repetitions on, else the range
+    kind = res.get("ci_kind", "range")
     for k, v in res["metrics"].items():
         if v is None:
             continue
         ci = res["metric_cis"].get(k, [None, None])
-        t.add_row(k, f"{v:,.4g}", f"{ci[0]:,.4g} … {ci[1]:,.4g}" if ci[0] is not None else "-")
+        t.add_row(k, f"{v:,.4g}", f"{kind} {ci[0]:,.4g} … {ci[1]:,.4g}"
+                  if ci[0] is not None else "-")
     out.print(t)
     if res.get("failed"):
         out.print(f"[red]failed:[/] {res['failed']}")
@@ -141,12 +143,15 @@ def sweep(
         print(json.dumps(res, indent=1, default=str))
         return
     t = Table(title=f"Sweep of {knob}: {res['metric']} ({res['direction']})")
-    for c in ("value", "median", "95% CI", "n", ""):
+    from kvtune.stats import ci_kind
+
+    for c in ("value", "median", "interval", "n", ""):
         t.add_column(c)
     for r in res["rows"]:
         ci = r["ci"]
         t.add_row(str(r["value"]), f"{r['median']:,.4g}" if r["median"] == r["median"] else "-",
-                  f"{ci[0]:,.4g} … {ci[1]:,.4g}" if ci[0] == ci[0] else "-", str(r["n"]),
+                  f"{ci_kind(int(r['n']))} {ci[0]:,.4g} … {ci[1]:,.4g}" if ci[0] == ci[0]
+                  else "-", str(r["n"]),
                   ("baseline" if r["value"] == res["baseline_value"] else "")
                   + (f" failed: {r['failed']}" if r["failed"] else ""))
     out.print(t)
