@@ -272,6 +272,11 @@ def knobs(
             f"{a} → {n}" for a, n in aliases.items() if a.startswith("kernel.")), highlight=False)
     for name, why in excluded.items():
         out.print(f"[dim]left out: {name}: {why}[/]", highlight=False)
+    if not target or target in ("memcached", "redis"):
+        out.print("Case-study scheduler knobs and their working equivalent here:")
+        for name in catalog.EQUIVALENTS:
+            out.print(f"  {name}: {catalog.equivalent(name, ctx)}", highlight=False)
+        out.print(f"  {catalog.sched_features_note()}", highlight=False)
 
 
 @app.command()
