@@ -342,7 +342,18 @@ def report(
     if not 0 < within < 1:
         raise UserError(f"--within: {within} is not a fraction between 0 and 1")
     name, url = _storage_for(study, storage)
-    data = load(Store(url), name)
+    try:
+        data = load(Store(url), name)
+    except UserError:  # a study that only swept: its sweeps and server stats by phase
+        from kvtune.report.sweep import sweep_only_page
+
+        page = sweep_only_page(Store(url), name)
+        if page is None:
+            raise
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(page, encoding="utf-8")
+        out.print(f"wrote {output} (sweeps only)")
+        return
     path = write(data, output, within, analyse(data, within, importance))
     size = path.stat().st_size / 1e6
     out.print(f"wrote {path} ({size:.1f} MB, self-contained; open it in any browser)")

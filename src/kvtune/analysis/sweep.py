@@ -21,6 +21,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from kvtune import stats
 
 ALPHA = 0.05
@@ -116,8 +118,9 @@ def analyse(result: dict[str, Any], alpha: float = ALPHA) -> SweepView:
         view.notes.append(f"the default ({default}) was not among the swept values: no change "
                           "from the default can be given")
     elif view.default_point is not view.best:
-        view.change = stats.compare(view.best.values, view.default_point.values,
-                                    view.direction).as_dict()
+        with np.errstate(divide="ignore", invalid="ignore"):  # all-zero medians
+            view.change = stats.compare(view.best.values, view.default_point.values,
+                                        view.direction).as_dict()
     else:
         view.notes.append("the default is the best value swept")
     view.plateau = _plateau(view, alpha)
@@ -130,7 +133,8 @@ def within_noise(a: SweepPoint, b: SweepPoint, direction: str, alpha: float = AL
         return True
     if len(a.values) < 2 or len(b.values) < 2:
         return False
-    c = stats.compare(a.values, b.values, direction, two_sided=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c = stats.compare(a.values, b.values, direction, two_sided=True)
     return c.p_value >= alpha or (c.ci_low <= 0 <= c.ci_high)
 
 

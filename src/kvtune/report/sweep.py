@@ -243,10 +243,20 @@ def html_section(data: Any) -> str:
         parts.append("<ul>" + "".join(f"<li>{_e(s)}</li>" for s in summary_lines(view))
                      + "</ul>")
         parts.append(_plot(sweep_figure(view), f"plot-sweep-{knob}"))
+    for knob, reps in (getattr(data, "sweep_reps", {}) or {}).items():
+        by_value: dict[str, list[dict[str, Any]]] = {}
+        for r in reps:
+            by_value.setdefault(str((r.get("params") or {}).get(knob)), []).append(r)
+        for value, group in by_value.items():
+            last = _last_with_samples(group)
+            if last is None:
+                continue
+            rec = last["raw"]["telemetry"]["samples"]
+            parts.append(f"<h3>Server stats by phase: {_e(knob)} = {_e(value)} (last of "
+                         f"{len(group)} repetitions)</h3>")
+            parts.append(phase_rows_html(rec, last["raw"].get("load") or {}))
+            parts.append(_plot(timeline_figure(rec), f"plot-timeline-{knob}-{value}"))
     rep = _last_with_samples(getattr(data, "reps", []) or [])
-    if rep is None:
-        for reps in (getattr(data, "sweep_reps", {}) or {}).values():
-            rep = rep or _last_with_samples(reps)
     if rep is not None:
         rec = rep["raw"]["telemetry"]["samples"]
         load_raw = (rep["raw"].get("load") or {})
@@ -266,3 +276,31 @@ def _last_with_samples(reps: list[dict[str, Any]]) -> dict[str, Any] | None:
         if s and s.get("samples"):
             return r
     return None
+
+
+def sweep_only_page(store: Any, name: str) -> str | None:
+    """A self-contained page for a study that only ran `kvtune sweep` (no search), or None
+    when it has no sweep either."""
+    import types
+
+    import plotly.offline
+    import sqlalchemy as sa
+
+    from kvtune.store import RESULTS
+
+    q = sa.select(RESULTS.c.key).where(RESULTS.c.study == name).distinct()
+    with store.engine.connect() as c:
+        keys = sorted(r[0] for r in c.execute(q) if str(r[0]).startswith("sweep:"))
+    if not keys:
+        return None
+    knobs = [k.split(":", 1)[1] for k in keys]
+    data = types.SimpleNamespace(
+        sweeps={k: store.last_result(name, f"sweep:{k}") for k in knobs}, reps=[],
+        sweep_reps={k: store.repetitions(f"{name}.sweep.{k}") for k in knobs})
+    body = html_section(data)
+    js = plotly.offline.get_plotlyjs()
+    return ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
+            f"<title>kvtune report: {_e(name)}</title><script>{js}</script>"
+            "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{"
+            "border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}</style>"
+            f"</head><body><h1>kvtune report: {_e(name)} (sweeps)</h1>{body}</body></html>")
