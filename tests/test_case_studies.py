@@ -109,3 +109,26 @@ def _env() -> dict[str, str]:
     import os
 
     return {k: v for k, v in os.environ.items() if k != "KVLOAD"}
+
+
+def test_sweep_view_names_best_change_and_plateau() -> None:
+    """The 000 chart: a sweep's best value, its change from the default with a CI, and the
+    plateau of values within noise of the best (and not beyond it)."""
+    from kvtune.analysis.sweep import analyse, summary_lines, view_from_dict
+    from kvtune.report.sweep import sweep_text
+
+    def reps(centre: float) -> list[float]:
+        return [centre * (1 + d) for d in (-0.02, -0.01, 0.0, 0.01, 0.02, 0.015)]
+
+    rows = [{"value": v, "values": reps(c)} for v, c in
+            ((0, 1000.0), (100, 900.0), (200, 780.0), (300, 775.0), (400, 772.0))]
+    view = analyse({"knob": "k", "metric": "p99_us", "direction": "minimize",
+                    "baseline_value": 0, "rows": rows})
+    assert view.best is not None and view.best.value == 400
+    assert view.change is not None and -0.25 < view.change["change"] < -0.2
+    assert view.change["change_ci_high"] < 0 and view.change["p_value"] < 0.05
+    assert view.plateau == [200, 300, 400]
+    assert all(p.ci_kind == "95% CI" for p in view.points)  # n = 6
+    text = "\n".join(summary_lines(view))
+    assert "plateau: k in 200 … 400" in text and "better" in text
+    assert "default" in sweep_text(view_from_dict(view.as_dict()))
