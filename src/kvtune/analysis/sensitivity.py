@@ -114,7 +114,7 @@ def sensitivity(data: StudyData, seed: int = 0) -> list[Curve]:
     """One curve per knob: from its sweep when there is one, else from the search."""
     out = []
     search_reps = [r for r in data.ok_reps()
-                   if r["kind"] in ("baseline", "trial", "drift", "confirm")]
+                   if r["kind"] in ("baseline", "trial", "drift", "confirm", "ablation")]
     for k in data.knobs:
         sw = data.sweep_reps.get(k.name)
         if sw:
