@@ -5,8 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_pkgs=()
+# tuned and systemd (systemd-analyze): the export tests check the TuneD profile with TuneD's
+# loader and plugins and the drop-ins with `systemd-analyze verify`; neither needs a running
+# systemd or TuneD daemon (both install without one).
 for pkg in memcached redis-server redis-tools libmemcached-tools linux-perf util-linux procps \
-           iproute2 chromium; do
+           iproute2 chromium tuned systemd; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$pkg")
 done
 # postgresql: the fleet tests start a throw-away PostgreSQL (initdb, pg_ctl) on loopback, and
@@ -52,7 +55,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing kvtune and its dependencies into .venv"
   log=$(mktemp)
   if ! { .venv/bin/pip install -q --disable-pip-version-check -U pip &&
-         .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'; } >"$log" 2>&1; then
+         .venv/bin/pip install -q --disable-pip-version-check -e '.[dev,dashboard]'; } >"$log" 2>&1; then
     cat "$log" >&2
     rm -f "$log"
     exit 1

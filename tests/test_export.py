@@ -333,7 +333,7 @@ def test_tuned_profile_loads_includes_and_verifies(mc_export: Path, tmp_path: Pa
     assert len(units) > 3 and any(u["type"] == "cpu" for u in units.values()), units
     # Verify reads the host and compares: our changed values are not what the host has...
     assert res["verify"]["sysctl"] is False
-    for k, v in want.items():
+    for k in want:
         assert any(m.startswith(f"verify: failed: '{k}' = ") for m in res["log"]), k
     # ...and after applying the sysctl.d file (the consumer's way), TuneD verifies ours.
     back = mc_export / "rollback/sysctl.d/90-kvtune-mc.conf.rollback"
@@ -341,7 +341,7 @@ def test_tuned_profile_loads_includes_and_verifies(mc_export: Path, tmp_path: Pa
         subprocess.run(["sysctl", "-q", "-p", str(mc_export / "sysctl.d/90-kvtune-mc.conf")],
                        check=True)
         res = tuned_check(mc_export / "tuned", "kvtune-mc", tmp_path)
-        for k, v in want.items():
+        for k in want:
             assert any(m.startswith(f"verify: passed: '{k}' = ") for m in res["log"]), k
     finally:
         subprocess.run(["sysctl", "-q", "-p", str(back)], check=True)

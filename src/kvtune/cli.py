@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -14,14 +14,40 @@ from rich.table import Table
 from kvtune.errors import KvtuneError, UserError
 from kvtune.safety.early import check_study_file
 
+
+def flag(*decls: str, **kw: Any) -> Any:
+    """A boolean option shown as a flag in --help (no `<bool>` type column)."""
+    return typer.Option(*decls, metavar="", **kw)
+
+
 # Inline sysctl/sysfs knobs write kernel files outside the catalog: only with this flag,
 # given by the person running kvtune, never by the study file (README, Safety).
-AllowInline = Annotated[bool, typer.Option(
+AllowInline = Annotated[bool, flag(
     "--allow-inline-host-knobs", help="allow the study's inline sysctl/sysfs knobs (kernel "
                                       "files outside the catalog) to be written")]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="Honest auto-tuning of memcached and Redis and the Linux host under them.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from kvtune import __version__
+
+        print(f"kvtune {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, flag("--version", callback=_version, is_eager=True,
+                                          help="print kvtune's version and exit")] = False,
+) -> None:
+    """Honest auto-tuning of memcached and Redis and the Linux host under them.
+
+    Exit codes: 0 success; 1 ran, but no significant recommendation (or nothing to export
+    in the formats asked); 2 bad input; 3 harness fault; 130 interrupted."""
 # Wide tables stay readable when piped to a file or a CI log.
 out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
@@ -47,9 +73,9 @@ def _storage_for(study_or_file: str, storage: str | None) -> tuple[str, str]:
 def tune(
     study_file: Annotated[Path, typer.Argument(help="the study file (YAML)")],
     trials: Annotated[int | None, typer.Option(help="override budget.trials")] = None,
-    no_confirm: Annotated[bool, typer.Option("--no-confirm", help="skip the confirmation")]
+    no_confirm: Annotated[bool, flag("--no-confirm", help="skip the confirmation")]
     = False,
-    no_ablation: Annotated[bool, typer.Option(
+    no_ablation: Annotated[bool, flag(
         "--no-ablation", help="skip the ablation of the recommendation ((changed knobs + 2) x "
         "confirm_rounds repetitions)")] = False,
     allow_inline_host_knobs: AllowInline = False,
@@ -73,7 +99,12 @@ def tune(
     else:
         run = st.StudyRun(loaded, err)
     run.run(confirm=not no_confirm, ablation=not no_ablation)
-    render(collect(run.store, loaded.spec.study), out)
+    data = collect(run.store, loaded.spec.study)
+    render(data, out)
+    conf = data.get("confirmation")
+    if not no_confirm and conf is not None and not conf.get("recommended"):
+        # The study ran; there is nothing to recommend (exit 1, not a harness fault's 3).
+        raise typer.Exit(1)
 
 
 def _parse_sets(sets: list[str]) -> dict[str, str]:
@@ -92,14 +123,27 @@ def run(
     set_: Annotated[list[str] | None, typer.Option("--set", help="knob=value (repeatable)")]
     = None,
     repetitions: Annotated[int | None, typer.Option(help="override repetitions")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    as_json: Annotated[bool, flag("--json", help="print JSON")] = False,
     allow_inline_host_knobs: AllowInline = False,
+    load_tool: Annotated[str | None, typer.Option(
+        "--load-tool", help="measure with another load driver (kvload, redis-benchmark, "
+                            "memaslap) as a cross-check; the peers are closed-loop")] = None,
 ) -> None:
     """Measure one configuration (the defaults, changed by --set) with repetitions and CIs."""
     check_study_file(study_file, allow_inline_host_knobs)  # fails fast, before the imports
+    from kvtune import load as load_drivers
     from kvtune import study as st
 
     loaded = st.load(study_file, allow_inline_host_knobs)
+    if load_tool is not None:
+        if load_tool not in load_drivers.tools():
+            raise UserError(f"--load-tool: unknown load tool {load_tool!r} (known: "
+                            f"{', '.join(load_drivers.tools())})")
+        if loaded.spec.load is None:
+            raise UserError(f"--load-tool: study {loaded.spec.study!r} runs no load (its "
+                            "target has no load section)")
+        loaded.spec.load.tool = load_tool
+        load_drivers.driver_for(loaded.spec.load)  # refuses what the tool cannot run
     res = st.run_config(loaded, _parse_sets(set_ or []), repetitions, err)
     if as_json:
         print(json.dumps(res, indent=1, default=str))
@@ -129,7 +173,7 @@ def sweep(
     knob: Annotated[str, typer.Option(help="the knob to sweep")],
     values: Annotated[str | None, typer.Option(help="comma-separated values")] = None,
     repetitions: Annotated[int | None, typer.Option(help="repetitions per value")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    as_json: Annotated[bool, flag("--json", help="print JSON")] = False,
     allow_inline_host_knobs: AllowInline = False,
 ) -> None:
     """Measure each value of one knob with N repetitions, the others at their defaults."""
@@ -161,7 +205,7 @@ def sweep(
 def show(
     study: Annotated[str, typer.Argument(help="a study file, or a study name")],
     storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the results")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+    as_json: Annotated[bool, flag("--json", help="print JSON for scripts")] = False,
 ) -> None:
     """Trials, and the best configuration beside the baseline, metric by metric."""
     from kvtune.store import Store
@@ -178,7 +222,7 @@ def show(
 @app.command()
 def check(
     study_file: Annotated[Path, typer.Argument(help="the study file (YAML)")],
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    as_json: Annotated[bool, flag("--json", help="print JSON")] = False,
     allow_inline_host_knobs: AllowInline = False,
 ) -> None:
     """Validate a study file and run preflight, applying nothing: print the plan (knobs
@@ -217,7 +261,7 @@ def knobs(
     target: Annotated[str | None, typer.Option(help="a target kind: memcached, redis, "
                                                     "synthetic")] = None,
     preset: Annotated[str | None, typer.Option(help="only the knobs of a preset")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    as_json: Annotated[bool, flag("--json", help="print JSON")] = False,
 ) -> None:
     """The knob catalog: each knob's default, current value, range and unit, and whether
     it is available on this host (and why not). Aliases used in the case studies map to
@@ -288,34 +332,52 @@ def export(
     out_dir: Annotated[Path | None, typer.Option(
         "-o", "--out", help="directory for the files (default ./export/STUDY/)")] = None,
     storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the results")] = None,
-    best_in_search: Annotated[bool, typer.Option(
+    best_in_search: Annotated[bool, flag(
         "--best-in-search", help="without a significant recommendation, export the best "
                                  "feasible trial of the search (unconfirmed)")] = False,
     trial: Annotated[int | None, typer.Option(
         "--trial", help="export this confirmed candidate (a Pareto study's pick; "
                         "`kvtune show` lists the confirmed front)")] = None,
+    minimal: Annotated[bool, flag(
+        "--minimal", help="export the ablation's minimal configuration (only the changes "
+                          "that carry the gain)")] = False,
+    from_: Annotated[Path | None, typer.Option(
+        "--from", help="the host's current server config file (/etc/memcached.conf, "
+                       "/etc/redis/redis.conf): merged into, and the rollback")] = None,
+    tuned_include: Annotated[str | None, typer.Option(
+        "--tuned-include", help="TuneD profile to include (default: `tuned-adm recommend`; "
+                                "'' for none)")] = None,
 ) -> None:
-    """Ready-to-use files for the recommended configuration, each with a rollback file:
-    sysctl.d, a TuneD profile, memcached.conf options, a redis.conf include, a systemd
-    drop-in. Files are written to a directory, never to /etc."""
+    """Ready-to-use files for the measured configuration (fixed server arguments, placement,
+    every changed knob): sysctl.d, a TuneD profile, memcached.conf, a redis.conf include, a
+    systemd drop-in. Rollbacks go under rollback/. Files are written to a directory, never
+    to /etc. Exit 1 when there is no recommendation or nothing in the formats asked."""
     from kvtune import export as ex
     from kvtune.store import Store
 
     name, url = _storage_for(study, storage)
-    rec = ex.recommendation(Store(url), name, best_in_search, trial=trial)
+    rec = ex.recommendation(Store(url), name, best_in_search, minimal=minimal,
+                            previous=from_, tuned_include=tuned_include, trial=trial)
     formats = format_ or list(ex.EXPORTERS)
     target = out_dir or Path.cwd() / "export" / name
     made = ex.write(rec, formats, target)
-    out.print(f"[bold]{name}[/]: {rec.source}")
+    out.print(f"[bold]{name}[/]: {rec.source}", highlight=False)
     if not made:
-        out.print(f"Nothing to export: the configuration has no knobs for {', '.join(formats)}.")
-        return
+        have = ex.with_content(rec)
+        err.print(f"Nothing to export for --format {', '.join(formats)}: "
+                  + (f"the configuration has content for {', '.join(have)}" if have else
+                     "the configuration changes nothing any format exports"), highlight=False)
+        raise typer.Exit(1)
     for fmt, f in made:
-        out.print(f"[green]{fmt}[/] {target / f.path}\n    rollback {target / f.rollback_path}"
-                  f"\n    {f.install}", highlight=False)
+        back = (f"rollback {target / f.rollback_path}" if f.rollback_path else
+                "no rollback file")
+        out.print(f"[green]{fmt}[/] {target / f.path}\n    {back}\n    {f.install}",
+                  highlight=False)
+    for w in ex.warnings(made):
+        err.print(f"[yellow]warning:[/] {w}", highlight=False)
     empty = [f for f in formats if f not in {m for m, _ in made}]
     if empty:
-        out.print(f"(no knobs for: {', '.join(empty)})")
+        out.print(f"(nothing for: {', '.join(empty)})")
 
 
 @app.command()
@@ -371,7 +433,7 @@ def dashboard(
     try:
         from optuna_dashboard import run_server
     except ImportError:
-        raise UserError("optuna-dashboard is not installed: pip install optuna-dashboard "
+        raise UserError("optuna-dashboard is not installed: pip install 'kvtune[dashboard]' "
                         "(`make setup` installs it)") from None
     if not 0 < port < 65536:
         raise UserError(f"--port: {port} is not a TCP port")

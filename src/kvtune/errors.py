@@ -29,9 +29,10 @@ class UserError(KvtuneError):
 
 class HarnessError(KvtuneError):
     """A fault of the measuring harness (kvload missing, port taken by another process,
-    host write refused). It stops the study rather than poisoning results. Exit code 1."""
+    host write refused). It stops the study rather than poisoning results. Exit code 3
+    (1 is "ran, no significant recommendation")."""
 
-    exit_code = 1
+    exit_code = 3
 
 
 class TrialFailed(Exception):

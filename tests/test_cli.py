@@ -1,0 +1,60 @@
+"""CLI conventions: --version, -h as --help, boolean options shown as flags (no `<bool>`),
+the exit codes (1: ran, no significant recommendation or nothing to export in the formats
+asked; 2: bad input; 3: a harness fault), and `kvtune export` naming the formats that
+have content when the ones asked have none."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from test_export import MC_BASE, make_study
+
+from kvtune import __version__
+from kvtune.errors import HarnessError, UserError
+from kvtune.export import NoRecommendation
+
+
+def kvtune(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kvtune", *args], capture_output=True,
+                          text=True, timeout=120, cwd=cwd, env={"COLUMNS": "200",
+                                                                "PATH": "/usr/bin:/bin"})
+
+
+def test_version_and_short_help() -> None:
+    r = kvtune("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"kvtune {__version__}"
+    h = kvtune("-h")
+    assert h.returncode == 0 and h.stdout == kvtune("--help").stdout and "export" in h.stdout
+    assert kvtune("export", "-h").returncode == 0
+
+
+def test_boolean_options_are_flags() -> None:
+    for cmd in ("tune", "run", "export", "show", "knobs"):
+        text = kvtune(cmd, "--help").stdout
+        assert "<bool>" not in text, cmd
+        assert not re.search(r"--no-(json|minimal|best-in-search)\b", text), cmd
+    assert "--minimal" in kvtune("export", "--help").stdout
+
+
+def test_exit_codes_are_distinct() -> None:
+    assert NoRecommendation("x").exit_code == 1
+    assert UserError("x").exit_code == 2
+    assert HarnessError("x").exit_code == 3
+    assert kvtune("run", "/nonexistent.yaml").returncode == 2
+
+
+def test_export_with_nothing_in_the_formats_asked(in_tmp: Path) -> None:
+    # Only memcached knobs change: no sysctl; the message names what has content.
+    rec = {**MC_BASE, "memcached.threads": 2}
+    url = make_study(in_tmp, "only", "memcached", MC_BASE, rec, confirmed=True)
+    r = kvtune("export", "only", "--storage", url, "--format", "sysctl", cwd=in_tmp)
+    assert r.returncode == 1
+    msg = " ".join(r.stderr.split())
+    assert "Nothing to export for --format sysctl" in msg
+    assert "content for memcached, systemd" in msg
+    r = kvtune("export", "only", "--storage", url, cwd=in_tmp)
+    assert r.returncode == 0 and "rollback/memcached/memcached.conf" in " ".join(
+        r.stdout.split())
