@@ -104,6 +104,8 @@ class MemaslapDriver(LoadDriver):
             argv = [binary, "-s", address, "-T", "1", "-c", str(s.connections),
                     "-t", f"{max(1, round(s.duration + s.warmup))}s", "-F", str(cfg),
                     *s.extra_args]
+            if s.cpus:
+                argv = ["taskset", "-c", s.cpus, *argv]
             try:
                 out = subprocess.run(argv, capture_output=True, text=True,
                                      timeout=s.duration + s.warmup + 60)

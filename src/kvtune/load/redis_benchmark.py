@@ -94,6 +94,8 @@ class RedisBenchmarkDriver(LoadDriver):
         argv = [self.binary, "-h", host, "-p", port, "-c", str(s.connections), "-P",
                 str(s.pipeline), "-n", str(max(n, 1)), "-r", str(s.workload.keys), "-d",
                 str(s.workload.value_size), "-t", test, "--csv", *s.extra_args]
+        if s.cpus:
+            argv = ["taskset", "-c", s.cpus, *argv]
         t0 = time.monotonic()
         try:
             out = subprocess.run(argv, capture_output=True, text=True,
