@@ -194,7 +194,8 @@ def test_two_workers_share_one_study(pg_url: str, tmp_path: Path) -> None:
                         for r in raws)
 
 
-def test_killed_worker_and_late_joiner(pg_url: str, tmp_path: Path) -> None:
+def test_killed_worker_and_late_joiner(pg_url: str, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Three workers: w1 and w2 start; w1 is killed with SIGKILL while it measures; w3
     joins late. The joiner fails nothing that runs (no 'already finished' crash); w1's
     trial is failed by its stale heartbeat and measured again; the budget is exactly met."""
@@ -231,6 +232,7 @@ def test_killed_worker_and_late_joiner(pg_url: str, tmp_path: Path) -> None:
     done = [t for t in trials if t.state.is_finished() and t.user_attrs.get("kind") == "trial"]
     assert len(done) == 10
     assert "w3" in {t.user_attrs["worker"] for t in done}
+    monkeypatch.setenv("KVTUNE_HEARTBEAT", "1,3")  # as the workers ran: 'lost' after 3 s
     eng = sa.create_engine(pg_url)
     states = {w["worker"]: w["state"] for w in workers_of(eng, "fleet")}
     eng.dispose()
@@ -252,3 +254,21 @@ def test_hosts_with_other_fingerprints_are_refused(pg_url: str, tmp_path: Path) 
     assert p.returncode == 2, (out, err)
     msg = json.loads(out.strip().splitlines()[-1])["error"]
     assert "elsewhere" in msg and "5.10.0-other" in msg and "never compared" in msg
+
+
+def test_cli_workers_on_sqlite(tmp_path: Path) -> None:
+    """`kvtune tune --worker NAME` twice at once on one SQLite file (workers on one machine):
+    both end, one baseline, the budget met, one confirmation."""
+    url = f"sqlite:///{tmp_path}/fleet.db"
+    study = _study_file(tmp_path, url, trials=6)
+    ps = [subprocess.Popen([sys.executable, "-m", "kvtune", "tune", str(study), "--worker", w,
+                            "--no-ablation"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=_env()) for w in ("a", "b")]
+    for p in ps:
+        _out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-3000:]
+    trials = _trials(url)
+    kinds = Counter(t.user_attrs.get("kind") for t in trials if t.state.is_finished())
+    assert kinds["baseline"] == 1 and kinds["trial"] == 6, kinds
+    assert len({c["confirmed_by"] for c in _results(url, "confirmation")
+                if "confirmed_by" in c}) == 1

@@ -204,6 +204,9 @@ class FleetRun(StudyRun):
 
         def fleet_ask(*a: Any, **kw: Any) -> optuna.Trial:
             trial = ask(*a, **kw)
+            # A first heartbeat now: a trial without one is never found stale (Optuna skips
+            # it), so a worker killed right after asking would hold it RUNNING for ever.
+            self.store.storage.record_heartbeat(trial._trial_id)
             self.live[trial.number] = trial._trial_id
             self.tag_trial(trial)
             if self.current_slot is not None:
