@@ -28,6 +28,8 @@ AllowInline = Annotated[bool, flag(
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
+                  # Plain help: typer's rich panels label every flag (even --help) `<bool>`.
+                  rich_markup_mode=None,
                   help="Honest auto-tuning of memcached and Redis and the Linux host under them.")
 
 
