@@ -222,3 +222,10 @@ def test_a_two_objective_study_confirms_and_reports_a_front(tmp_path: Path,
     assert rec.config == pick["config"] and "picked from the confirmation" in rec.source
     with pytest.raises(NoRecommendation, match="not a confirmed candidate"):
         recommendation(run.store, "p", trial=0)
+    # The report draws the front: baseline and candidates with their CIs.
+    from kvtune.analysis import load as load_data
+    from kvtune.report.html import render as render_html
+
+    page = render_html(load_data(run.store, "p"))
+    assert "The confirmed front" in page and "plot-pareto" in page
+    assert "Pareto study:" in page and f"trial {pick['trial']}" in page

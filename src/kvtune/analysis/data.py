@@ -116,6 +116,18 @@ def _result_keys(store: Store, name: str) -> list[str]:
         return [r[0] for r in c.execute(q)]
 
 
+def _first_objective(t: optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial:
+    """A trial of a multi-objective study as if its first objective were its only one."""
+    if t.values is None or len(t.values) < 2:
+        return t
+    return optuna.trial.FrozenTrial(
+        number=t.number, state=t.state, value=t.values[0], values=None,
+        datetime_start=t.datetime_start, datetime_complete=t.datetime_complete,
+        params=t.params, distributions=t.distributions, user_attrs=t.user_attrs,
+        system_attrs=t.system_attrs, intermediate_values=t.intermediate_values,
+        trial_id=t._trial_id)
+
+
 def load(store: Store, name: str) -> StudyData:
     try:
         study = optuna.load_study(study_name=name, storage=store.storage)
@@ -124,11 +136,14 @@ def load(store: Store, name: str) -> StudyData:
         raise UserError(f"no study named {name!r} in {store.url} (studies there: {known})") \
             from None
     trials = study.get_trials(deepcopy=False)
+    if len(study.directions) > 1:
+        # A Pareto study (issue 16): analysed by its first objective, the study's `metric`.
+        trials = [_first_objective(t) for t in trials]
     spec = study.user_attrs.get("spec", {}) or {}
     sig = study.user_attrs.get("signature", {}) or {}
     metric = spec.get("objective", {}).get("metric") or sig.get("metric") or "value"
     data = StudyData(
-        name=name, metric=metric, direction=study.direction.name.lower(), study=study,
+        name=name, metric=metric, direction=study.directions[0].name.lower(), study=study,
         trials=trials, reps=store.repetitions(name), knobs=_knobs(study, trials), spec=spec,
         host=study.user_attrs.get("host", {}) or {},
         baseline=study.user_attrs.get("baseline", {}) or {},

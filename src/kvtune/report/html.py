@@ -218,9 +218,59 @@ def _confirmed_changes(conf: dict[str, Any]) -> str:
     return f" {verdict}." if not rec and "violated" in verdict else ""
 
 
+def _pareto(conf: dict[str, Any]) -> str:
+    """A Pareto study's confirmed front (issue 16): the baseline at the origin and each
+    candidate at its change in the two first objectives, with the 95% CIs of the
+    interleaved rounds as error bars; the user picks one (`kvtune export --trial N`)."""
+    if not conf.get("multi") or not conf.get("candidates"):
+        return ""
+    names = [o["metric"] for o in conf.get("objectives", [])][:2]
+    if len(names) < 2:
+        return ""
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=[0], y=[0], mode="markers+text", text=["baseline"],
+                             textposition="top center", name="baseline (defaults)",
+                             marker={"size": 12, "color": "#555"}))
+    for on in (True, False):
+        rows = [c for c in conf["candidates"] if bool(c.get("significant")) == on]
+        if not rows:
+            continue
+        xs, ys, ex_lo, ex_hi, ey_lo, ey_hi, labels = [], [], [], [], [], [], []
+        for c in rows:
+            a, b = c["changes"][names[0]], c["changes"][names[1]]
+            xa, yb = a.get("change") or 0.0, b.get("change") or 0.0
+            xs.append(xa)
+            ys.append(yb)
+            ca, cb = a.get("ci") or [xa, xa], b.get("ci") or [yb, yb]
+            ex_lo.append(xa - ca[0])
+            ex_hi.append(ca[1] - xa)
+            ey_lo.append(yb - cb[0])
+            ey_hi.append(cb[1] - yb)
+            labels.append(f"trial {c['trial']}")
+        fig.add_trace(go.Scatter(
+            x=xs, y=ys, mode="markers+text", text=labels, textposition="top center",
+            name="on the confirmed front" if on else "not confirmed",
+            marker={"size": 10, "color": "#2a7" if on else "#bbb"},
+            error_x={"type": "data", "symmetric": False, "array": ex_hi, "arrayminus": ex_lo},
+            error_y={"type": "data", "symmetric": False, "array": ey_hi,
+                     "arrayminus": ey_lo}))
+    fig.update_layout(xaxis_title=f"{names[0]} change vs baseline",
+                      yaxis_title=f"{names[1]} change vs baseline", height=420,
+                      xaxis_tickformat="+.0%", yaxis_tickformat="+.0%")
+    rows_html = "".join(f"<li>{_e(c.get('text', ''))}</li>" for c in conf["candidates"])
+    return ("<h2 id=pareto>The confirmed front</h2><p class=note>"
+            f"{_e(conf.get('verdict', ''))}. Changes and 95% CIs from "
+            f"{conf.get('rounds')} interleaved rounds.</p>" + _plot(fig, "plot-pareto")
+            + f"<ul>{rows_html}</ul>")
+
+
 def _verdict(data: StudyData, cmp: dict[str, Any]) -> str:
     c = cmp.get("comparison")
     conf = data.confirmation or {}
+    if conf.get("multi"):  # a Pareto study: the user picks from the confirmed front
+        cls = "good" if conf.get("front") else "none"
+        return (f'<div class="verdict {cls}"><b>Pareto study:</b> '
+                f"{_e(conf.get('verdict', ''))}.</div>")
     if cmp["status"] == "recommended" and not c:
         return (f'<div class="verdict good"><b>Recommendation:</b> {_e(cmp["label"])}: '
                 f"{_e(conf.get('verdict', ''))}</div>")
@@ -636,7 +686,7 @@ def render(data: StudyData, a: Analysis | None = None, within: float = 0.05) -> 
         "<a href=#importance>importance</a><a href=#sensitivity>sensitivity</a>"
         "<a href=#telemetry>telemetry</a>" + ("<a href=#slabs>slabs</a>" if slabs else "")
         + "<a href=#trials>trials</a><a href=#reproduce>reproduce</a></nav>",
-        _verdict(data, cmp),
+        _verdict(data, cmp), _pareto(data.confirmation or {}),
         "<h2 id=before-after>Before and after</h2>", _before_after(data, cmp),
         _host_noise(data),
         "<h2 id=ablation>Which change made the gain</h2>", _ablation(data, a),
