@@ -130,9 +130,9 @@ def test_the_study_runs_the_ablation_after_its_confirmation(tmp_path: Any) -> No
     assert "Ablation" in console.export_text()
     assert store.last_result("ab", "host_noise")["checks"]  # beside the noise floor
 
-    q = tmp_path / "no.yaml"
-    q.write_text(text.format(name="no"))
+    q = tmp_path / "noab.yaml"
+    q.write_text(text.format(name="noab"))
     run = StudyRun(load_study(q), Console(quiet=True), base_dir=tmp_path)
     run.run(ablation=False)
-    assert Store(run.store.url).last_result("no", "ablation") is None
-    assert Store(run.store.url).repetitions("no", "ablation") == []
+    assert Store(run.store.url).last_result("noab", "ablation") is None
+    assert Store(run.store.url).repetitions("noab", "ablation") == []
