@@ -53,7 +53,7 @@ knobs:
 objective: {metric: p99_us}
 budget: {trials: 3}
 repetitions: 1
-evaluation: {noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 2, drift_every: 0}
+evaluation: {noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 4, drift_every: 0}
 sampler: random
 seed: 5
 """
