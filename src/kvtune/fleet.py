@@ -316,7 +316,7 @@ class Fleet:
     def claim_or_take_over(self, key: str, data: dict[str, Any] | None = None) -> Claim:
         """Claim `key`; when a worker that stopped beating holds it, take it over."""
         got = self.claim(key, data)
-        if not got.won and not self.alive(got.worker) and self.release(key, got.worker):
+        if not got.won and self.dead(got.worker) and self.release(key, got.worker):
             got = self.claim(key, data)
         return got
 
@@ -378,6 +378,17 @@ class Fleet:
         if row is None:
             return False
         return row[0] == "running" and time.time() - float(row[1]) <= heartbeat_settings()[1]
+
+    def dead(self, worker: str) -> bool:
+        """True when `worker` failed, or stopped beating while running (killed); a worker
+        that finished did what it claimed."""
+        q = sa.select(WORKERS.c.state, WORKERS.c.last_seen).where(
+            WORKERS.c.study == self.study).where(WORKERS.c.worker == worker)
+        with self.engine.connect() as c:
+            row = c.execute(q).first()
+        if row is None or row[0] == "failed":
+            return True
+        return row[0] == "running" and time.time() - float(row[1]) > heartbeat_settings()[1]
 
     def workers(self) -> list[dict[str, Any]]:
         return workers_of(self.engine, self.study)

@@ -333,7 +333,7 @@ class FleetRun(StudyRun):
                 if e is not None:
                     return e
                 holder = self.fleet.holder(key)
-                if holder is None or not self.fleet.alive(holder.worker):
+                if holder is None or self.fleet.dead(holder.worker):
                     break  # its worker died: claim it again
                 time.sleep(WAIT_POLL)
 
