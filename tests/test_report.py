@@ -139,7 +139,7 @@ def test_show_summarises_importance_and_telemetry(study: tuple[str, Path]) -> No
     assert an["telemetry"] and all("rho" in c for c in an["telemetry"])
     r = subprocess.run([sys.executable, "-m", "kvtune", "show", "mc-report", "--storage", url],
                        capture_output=True, text=True, cwd=d)
-    assert r.returncode == 0 and "Why: telemetry" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "Leads: telemetry" in r.stdout, r.stdout + r.stderr
 
 
 def test_report_of_the_data_loaded_in_process(study: tuple[str, Path]) -> None:
