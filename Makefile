@@ -17,7 +17,8 @@ kvload: setup
 
 demo: kvload
 	@rm -f results/memcached-demo.db
-	@$(PY) -m kvtune tune examples/memcached.yaml
+	@# exit 1 is an answer, not a failure: the study ran and found no significant improvement
+	@$(PY) -m kvtune tune examples/memcached.yaml; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 1 ]
 
 test: kvload
 	@$(MAKE) --no-print-directory lint test-rust test-python

@@ -37,7 +37,7 @@ objective: {{metric: p99_us}}
 constraints: ["hit_ratio >= 0.5"]
 budget: {{trials: {trials}}}
 repetitions: 1
-evaluation: {{noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 2, drift_every: 0,
+evaluation: {{noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 3, alpha: 0.1, drift_every: 0,
               max_reruns: 1}}
 sampler: {sampler}
 seed: 1
@@ -81,7 +81,7 @@ def test_memcached_study_end_to_end(in_tmp: Path, kvload_bin: str, memcached_bin
     spec = study_file(in_tmp, "mc", knobs="  - {name: memcached.threads, range: [1, 4]}\n"
                                           "  - memcached.reqs_per_event\n")
     r = kvtune("tune", str(spec), cwd=in_tmp)
-    assert r.returncode == 0, r.stderr + r.stdout
+    assert r.returncode in (0, 1), r.stderr + r.stdout  # 1: ran, no significant recommendation
     assert "Best configuration beside the baseline" in r.stdout
     assert "Confirmation" in r.stdout
     data = show(spec, in_tmp)
