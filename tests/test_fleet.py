@@ -228,7 +228,7 @@ def test_killed_worker_and_late_joiner(pg_url: str, tmp_path: Path,
     assert retried[0].state == TrialState.COMPLETE or \
         "refuses to start" in retried[0].user_attrs["failed"]
     # (Its parameters are not asserted: the search's ask (study/search.py, optimizer.ask)
-    # may repair or resample a queued configuration; see the W15 report.)
+    # may repair or resample a queued configuration; see "Not implemented yet" in docs/fleet.md.)
     assert retried[0].user_attrs["worker"] in ("w2", "w3")
     done = [t for t in trials if t.state.is_finished() and t.user_attrs.get("kind") == "trial"]
     assert len(done) == 10
