@@ -77,7 +77,9 @@ def collect(store: Store, name: str) -> dict[str, Any]:
     base = next((t for t in trials if t["kind"] == "baseline" and t["state"] == "COMPLETE"),
                 None)
     direction = study.directions[0].name.lower()  # the first objective's
-    done = [t for t in trials if t["state"] == "COMPLETE" and t["feasible"]]
+    # The best of the search: the baseline is what it is compared with, never its own "best".
+    done = [t for t in trials if t["state"] == "COMPLETE" and t["feasible"]
+            and t["kind"] != "baseline"]
     best = None
     if done:
         best = (max if direction == "maximize" else min)(done, key=lambda t: t["value"])
@@ -230,7 +232,8 @@ def render(data: dict[str, Any], console: Console) -> None:
         base_m = base["metrics"] if base else {}
         label = f"best in search (trial {best['number']}), NOT confirmed"
     else:
-        console.print("No feasible trial finished yet.")
+        console.print("No feasible search trial finished: nothing to set beside the baseline "
+                      "(the defaults stand).")
         return
     if base is None:
         return
