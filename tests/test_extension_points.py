@@ -78,7 +78,8 @@ def test_toy_load_driver(toy_registered: None, memcached_bin: str) -> None:
     session = Session(spec, resolve_knobs(spec, lines), None)
     session.preflight()
     rep = session.measure({**session.baseline, "memcached.threads": 2})
-    assert rep.status == "ok", rep.reason
+    # A busy hypervisor may flag the repetition for steal; any other flag is the driver's.
+    assert rep.status == "ok" or all(f.startswith("steal") for f in rep.flags), rep.flags
     assert rep.raw["load"]["tool"] == "toy"
     assert rep.metrics["verdict"] == "ok" and rep.metrics["hit_ratio"] == 1.0
     assert rep.metrics["ops_per_sec"] > 0 and rep.metrics["p99_us"] >= rep.metrics["p50_us"]
@@ -92,7 +93,7 @@ def test_toy_load_driver(toy_registered: None, memcached_bin: str) -> None:
 
 def test_unknown_load_tool_is_a_study_file_error() -> None:
     with pytest.raises(UserError, match=r"load.tool, line 3: unknown load tool 'toy' "
-                                        r"\(known: kvload\)"):
+                                        r"\(known: kvload, "):
         parse_spec(STUDY, "toy.yaml")
 
 
@@ -135,7 +136,7 @@ def test_toy_collector(toy_collector: None, toy_registered: None, memcached_bin:
     session = Session(spec, resolve_knobs(spec, lines), None)
     session.preflight()
     rep = session.measure(dict(session.baseline))
-    assert rep.status == "ok", rep.reason
+    assert rep.status == "ok" or all(f.startswith("steal") for f in rep.flags), rep.flags
     # memcached read at least every byte the toy driver sent it, during the window.
     sent = rep.raw["load"]["sent_bytes"]
     assert sent > 1000 and sent <= rep.metrics["toy_read_bytes"] < 4 * sent

@@ -289,9 +289,16 @@ class ObjectiveSpec(_Model):
         if isinstance(v, list):
             if not v:
                 raise ValueError("give at least one objective metric")
+            for i, x in enumerate(v):
+                if not isinstance(x, str | dict):
+                    raise ValueError(f"objective[{i}]: {x!r} is not a metric name or a "
+                                     "{metric, direction} mapping")
             first = {"metric": v[0]} if isinstance(v[0], str) else dict(v[0])
             rest = [{"metric": x} if isinstance(x, str) else x for x in v[1:]]
-            return {**first, "also": [*first.get("also", []), *rest]}
+            also = first.get("also", [])
+            if not isinstance(also, list):
+                raise ValueError("objective.also must be a list of metrics")
+            return {**first, "also": [*also, *rest]}
         return v
 
     @model_validator(mode="after")
