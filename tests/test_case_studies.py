@@ -85,8 +85,10 @@ def test_004_phases_through_kvtune_on_real_memcached(in_tmp: Path, memcached_bin
     assert out.returncode == 0, out.stderr[-2000:]
     reps = Store(f"sqlite:///{in_tmp / 'results' / 'cs004-test.db'}").repetitions(
         "cs004-test.runs")
-    assert len(reps) == 1 and reps[0]["status"] != "failed", reps[0]["raw"].get("stderr")
-    raw = reps[0]["raw"]
+    # A flagged attempt (saturated, steal) is re-run on a fresh server and each attempt is
+    # stored: the last one is the repetition kept.
+    assert 1 <= len(reps) <= 3 and reps[-1]["status"] != "failed", reps[-1]["raw"].get("stderr")
+    raw = reps[-1]["raw"]
     # The file's mix (set:1), not kvtune's default get:9,set:1: memcached counted no get.
     sets, gets = _sets_gets(raw)
     assert gets == 0 and sets > 10000

@@ -267,7 +267,7 @@ def test_cli_workers_on_sqlite(tmp_path: Path) -> None:
                            text=True, env=_env()) for w in ("a", "b")]
     for p in ps:
         _out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err[-3000:]
+        assert p.returncode in (0, 1), err[-3000:]  # 1: ran, nothing significant to recommend
     trials = _trials(url)
     kinds = Counter(t.user_attrs.get("kind") for t in trials if t.state.is_finished())
     assert kinds["baseline"] == 1 and kinds["trial"] == 6, kinds
