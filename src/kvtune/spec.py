@@ -7,7 +7,6 @@ Every problem is reported at once, each with its key path and line (`knobs[2].ra
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,6 +27,7 @@ from pydantic import (
 )
 
 from kvtune.cpulist import parse_cpus
+from kvtune.durations import parse_duration
 from kvtune.errors import UserError
 from kvtune.load import tools as load_tools
 from kvtune.safety import values as safe
@@ -38,7 +38,6 @@ from kvtune.safety.hostpaths import check_sysctl_name, check_sysfs_text
 __all__ = ["StudySpec", "load_spec", "parse_cpus", "parse_duration", "parse_spec",
            "where_in_file"]
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 METRICS = (
     "ops_per_sec", "p50_us", "p90_us", "p99_us", "p999_us", "p9999_us", "max_us", "mean_us",
     "service_p99_us", "hit_ratio", "errors", "server_errors",
@@ -61,25 +60,6 @@ def metric_direction(metric: str) -> Literal["maximize", "minimize"] | None:
 
     d = guess(metric)
     return "minimize" if d == "minimize" else "maximize" if d == "maximize" else None
-
-
-def parse_duration(v: Any) -> float:
-    """'3s', '500ms', '2m', '1h' or a number of seconds → seconds."""
-    if isinstance(v, int | float) and not isinstance(v, bool):
-        if not math.isfinite(v) or abs(v) > 1e12:
-            raise ValueError(f"{v} is not a finite duration")
-        if v <= 0:
-            raise ValueError("must be positive")
-        return float(v)
-    if not isinstance(v, str):
-        raise ValueError(f"{v!r} is not a duration such as 10s, 500ms or 2m")
-    m = _DURATION.match(v)
-    if not m:
-        raise ValueError(f"{v!r} is not a duration such as 10s, 500ms or 2m")
-    n = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
-    if n <= 0:
-        raise ValueError("must be positive")
-    return n
 
 
 class _Model(BaseModel):

@@ -109,7 +109,7 @@ def file_duration(load: LoadSpec) -> float:
             doc = json.loads(text)
     except (OSError, ValueError):
         return load.duration
-    from kvtune.spec import parse_duration
+    from kvtune.durations import parse_duration
 
     try:
         if doc.get("duration") is not None:
