@@ -109,23 +109,28 @@ def _memcached_args(args: list[str]) -> None:
             pattern = memcached_flag_pattern(flag)
         except ValueError as e:
             raise ValueError(f"item {i}: {e}") from None
-        if pattern is None:
-            if attached is not None:
-                raise ValueError(f"item {i}: {flag} takes no value")
-            i += 1
+        value, i = _flag_value(args, i, flag, attached, pattern)
+        if value is None or pattern is None:
             continue
-        if attached is None:
-            if i + 1 >= len(args):
-                raise ValueError(f"item {i}: {flag} needs a value")
-            value = _word(args[i + 1], i + 1)
-            i += 2
-        else:
-            value = attached
-            i += 1
         if pattern == "options":
             check_options_list(value, f"item {i - 1}: {flag}")
         else:
             check_value(value, pattern, f"item {i - 1}: {flag}")
+
+
+def _flag_value(args: list[str], i: int, flag: str, attached: str | None,
+                pattern: str | None) -> tuple[str | None, int]:
+    """The value of the flag at `args[i]` (attached as `--flag=v`, or the next item) and the
+    index after it; None for a flag that takes no value."""
+    if pattern is None:
+        if attached is not None:
+            raise ValueError(f"item {i}: {flag} takes no value")
+        return None, i + 1
+    if attached is not None:
+        return attached, i + 1
+    if i + 1 >= len(args):
+        raise ValueError(f"item {i}: {flag} needs a value")
+    return _word(args[i + 1], i + 1), i + 2
 
 
 def check_options_list(value: str, what: str) -> None:
@@ -174,17 +179,7 @@ def check_extra_args(args: list[str]) -> None:
                 f"that change the measurement ({_listing(SAFE_EXTRA_ARGS)}); the server, "
                 "the output files and the workload come from the study file's typed keys")
         pattern = SAFE_EXTRA_ARGS[flag]
-        if pattern is None:
-            if attached is not None:
-                raise ValueError(f"item {i}: {flag} takes no value")
-            i += 1
+        value, i = _flag_value(args, i, flag, attached, pattern)
+        if value is None or pattern is None:
             continue
-        if attached is None:
-            if i + 1 >= len(args):
-                raise ValueError(f"item {i}: {flag} needs a value")
-            value = _word(args[i + 1], i + 1)
-            i += 2
-        else:
-            value = attached
-            i += 1
         check_value(value, pattern, f"item {i - 1}: {flag}")
