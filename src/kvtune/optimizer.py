@@ -44,13 +44,16 @@ def make_sampler(kind: str, seed: int, budget_trials: int | None,
         if kind in ("random", "grid"):
             return optuna.samplers.RandomSampler(seed=seed)
         if kind == "tpe-independent":
-            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
+            # Explicitly: since Optuna 5 TPESampler's `multivariate` defaults to True for a
+            # single objective, so leaving it out gave the multivariate TPE.
+            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup,
+                                              multivariate=False)
         if kind == "cmaes":
             # Numeric knobs by CMA-ES (pip `cmaes`); categorical ones (and special-value
             # modes) by an independent TPE.
             return optuna.samplers.CmaEsSampler(
                 seed=seed, n_startup_trials=startup, warn_independent_sampling=False,
-                independent_sampler=optuna.samplers.TPESampler(seed=seed))
+                independent_sampler=optuna.samplers.TPESampler(seed=seed, multivariate=False))
         if kind == "nsga2":
             # For Pareto studies (several objectives); constraints reach it through
             # `Trial.set_constraint`, as TPE's do.
