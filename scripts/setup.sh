@@ -14,7 +14,9 @@ for pkg in memcached redis-server redis-tools libmemcached-tools linux-perf util
 done
 # postgresql: the fleet tests start a throw-away PostgreSQL (initdb, pg_ctl) on loopback, and
 # a fleet's shared storage (docs/fleet.md).
-for pkg in postgresql; do
+# openssh-server, openssh-client: the remote-load tests run kvload on a "load host" (a network
+# namespace with its own sshd) over ssh (docs/fleet.md); iproute2 (above) makes the namespace.
+for pkg in postgresql openssh-server openssh-client; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$pkg")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
