@@ -36,7 +36,8 @@ def problems(spec: StudySpec, knobs: Iterable[Knob], ctx: HostContext,
     if not on_host:
         return out
     ncpu = os.cpu_count() or 1
-    load_cpus = spec.load.cpus if spec.load else None
+    # With load.host the load's CPUs are the load host's (checked there, load/remote.py).
+    load_cpus = spec.load.cpus if spec.load and not spec.load.host else None
     for label, cpus in (("target.cpus", spec.target.cpus), ("load.cpus", load_cpus)):
         if cpus and max(parse_cpus(cpus)) >= ncpu:
             out.append(f"{label}: CPU list {cpus!r} names a CPU this host lacks "

@@ -29,11 +29,19 @@ from pydantic import (
 from kvtune.cpulist import parse_cpus
 from kvtune.durations import parse_duration
 from kvtune.errors import UserError
+from kvtune.load import runs_remote as load_runs_remote
 from kvtune.load import tools as load_tools
 from kvtune.safety import values as safe
 from kvtune.safety import yamlload
 from kvtune.safety.args import check_extra_args, check_target_args
 from kvtune.safety.hostpaths import check_sysctl_name, check_sysfs_text
+from kvtune.safety.remote import (
+    LoadHost,
+    check_remote_path,
+    check_server_address,
+    parse_load_host,
+    server_address_problem,
+)
 
 __all__ = ["StudySpec", "load_spec", "parse_cpus", "parse_duration", "parse_spec",
            "where_in_file"]
@@ -104,20 +112,9 @@ class TargetSpec(_Model):
 
     @field_validator("host")
     @classmethod
-    def _loopback(cls, v: str) -> str:
-        import ipaddress
-
-        if v == "localhost":
-            return v
-        try:
-            ip = ipaddress.ip_address(v)
-        except ValueError:
-            raise ValueError(f"{v!r} is not an IP address; kvtune drives servers on loopback "
-                             "(127.0.0.0/8 or ::1)") from None
-        if not ip.is_loopback:
-            raise ValueError(f"{v} is not a loopback address; kvtune only sends load to "
-                             "127.0.0.0/8 or ::1")
-        return v
+    def _address(cls, v: str) -> str:
+        # loopback, or with load.host an address the load host reaches (StudySpec checks)
+        return check_server_address(v)
 
 
 class WorkloadSpec(_Model):
@@ -147,6 +144,27 @@ class LoadSpec(_Model):
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     workload_file: str | None = None
     extra_args: list[str] = Field(default_factory=list, max_length=16)
+    # The load generator on its own host (docs/fleet.md): ssh://user@host[:port], and the
+    # tool's binary there (else found on its PATH or copied to a per-version path).
+    host: str | None = None
+    remote_binary: str | None = None
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_load_host(v)
+        return v
+
+    @field_validator("remote_binary")
+    @classmethod
+    def _remote_binary(cls, v: str | None) -> str | None:
+        return None if v is None else check_remote_path(v)
+
+    @property
+    def load_host(self) -> LoadHost | None:
+        """`host` parsed, or None when the load runs on this host."""
+        return None if self.host is None else parse_load_host(self.host)
 
     @field_validator("duration", "warmup", mode="before")
     @classmethod
@@ -190,6 +208,10 @@ class LoadSpec(_Model):
         # A workload file may give the rate (top-level or per phase); kvload says when not.
         if self.mode == "open" and self.rate is None and not self.workload_file:
             raise ValueError("open-loop load needs a rate (requests per second)")
+        if self.host is not None and not load_runs_remote(self.tool):
+            raise ValueError(f"load.host: {self.tool} cannot run on a load host (kvload can)")
+        if self.remote_binary is not None and self.host is None:
+            raise ValueError("load.remote_binary is a path on the load host: it needs load.host")
         return self
 
 
@@ -402,8 +424,13 @@ class EvaluationSpec(_Model):
     alpha: float = Field(default=0.05, gt=0, lt=1)
     min_improvement: float = Field(default=0.0, ge=0, le=100)
     # After the confirmation, measure the recommendation with each changed knob reverted
-    # ((changed knobs + 2) x confirm_rounds repetitions; kvtune.study.ablation).
+    # (kvtune.study.ablation): confirm_rounds rounds of every arm, then more rounds only for
+    # the changes still ambiguous, as many as the measured noise needs to resolve a revert
+    # effect of ablation_effect (relative), at most ablation_max_rounds rounds per arm
+    # (at most confirm_rounds: one fixed look, as before).
     ablation: bool = True
+    ablation_effect: float = Field(default=0.05, gt=0, le=10)
+    ablation_max_rounds: int = Field(default=30, ge=0, le=1000)
 
 
 class StudySpec(_Model):
@@ -424,6 +451,9 @@ class StudySpec(_Model):
     relax_rules: list[str] = Field(default_factory=list, max_length=100)
     sampler: Literal["tpe", "random", "grid", "nsga2"] = "tpe"  # nsga2: Pareto studies
     seed: int = Field(default=0, ge=0, lt=2**32)  # what numpy and Optuna's samplers take
+    # Fleet workers on hosts with other fingerprints: refused ("identical"), or each host
+    # fingerprint with its own baseline and confirmation ("heterogeneous"; docs/fleet.md).
+    hosts: Literal["identical", "heterogeneous"] = "identical"
     storage: str | None = None
 
     @field_validator("storage")
@@ -454,6 +484,19 @@ class StudySpec(_Model):
 
         if target_class(self.target.kind).runs_server and self.load is None:
             raise ValueError(f"a {self.target.kind} target needs a load section")
+        return self
+
+    @model_validator(mode="after")
+    def _network_rule(self) -> StudySpec:
+        """Traffic goes only to loopback or to the hosts the study names (safety/remote.py)."""
+        problem = server_address_problem(self.target.host,
+                                         self.load.load_host if self.load else None)
+        if problem:  # reported at target.host (a plain ValueError would be at the top level)
+            from pydantic_core import InitErrorDetails, PydanticCustomError
+
+            raise ValidationError.from_exception_data("StudySpec", [InitErrorDetails(
+                type=PydanticCustomError("value_error", "{problem}", {"problem": problem}),
+                loc=("target", "host"), input=self.target.host)])
         return self
 
     @property

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar
 
-from kvtune.errors import HarnessError, TrialFailed
+from kvtune.errors import HarnessError, TrialFailed, UserError
 from kvtune.host.versions import parse_version, run_version
 from kvtune.knobs.appliers.base import Launch
 from kvtune.knobs.appliers.sched import ServerSched, wrap_argv
@@ -75,7 +75,8 @@ def port_in_use(host: str, port: int) -> bool:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                       socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
 
@@ -129,7 +130,12 @@ class ServerTarget(Target):
     def __init__(self, spec: TargetSpec) -> None:
         super().__init__(spec)
         self.host = spec.host
-        self.port = spec.port or free_port(spec.host if spec.host != "localhost" else "127.0.0.1")
+        try:  # the server listens on target.host: it must be an address of this host
+            port = free_port(spec.host if spec.host != "localhost" else "127.0.0.1")
+        except OSError as e:
+            raise UserError(f"target.host: the server cannot listen on {spec.host}: "
+                            f"{e.strerror} (give an address of this host)") from None
+        self.port = spec.port or port
         self.binary = self._find_binary(spec.binary or self.default_binary)
 
     def _find_binary(self, name: str) -> str:
