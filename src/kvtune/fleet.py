@@ -40,6 +40,10 @@ from sqlalchemy.pool import NullPool
 
 from kvtune.errors import UserError
 
+# study.ask() outside Study.optimize warns that heartbeats are meant for optimize: kvtune
+# records them itself (Heartbeat below).
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
+
 # A constant key; PostgreSQL's advisory locks are scoped to the current database.
 _PG_LOCK_KEY = 0x6B76_7475_6E65  # "kvtune"
 
@@ -220,11 +224,42 @@ def worker_seed(seed: int, worker: str) -> int:
     return (seed + zlib.crc32(worker.encode())) % 2**32
 
 
-def fail_stale(study: optuna.Study) -> None:
-    """Fail (and retry once) the trials whose workers stopped beating; called before ask."""
+def fail_stale(study: optuna.Study, fleet: Fleet | None = None) -> None:
+    """Fail (and retry once) the trials whose workers stopped beating; called before ask.
+    With `fleet`, also the RUNNING trials of a worker of this host whose process is gone
+    (a `kill -9`, then `kvtune tune` again: no need to wait for the grace period). A trial
+    is never failed because it is RUNNING."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
+    if fleet is None:
+        return
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    gone = {w for w in {t.user_attrs.get("worker") for t in running}
+            if w and w != fleet.worker and fleet.process_gone(w)}
+    storage = study._storage
+    callback = storage.get_heartbeat_stale_trial_callback() \
+        if hasattr(storage, "get_heartbeat_stale_trial_callback") else None
+    for t in running:
+        if t.user_attrs.get("worker") not in gone:
+            continue
+        try:
+            if not storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL):
+                continue
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # another worker failed it first
+        if callback is not None:
+            callback(study, storage.get_trial(t._trial_id))
+
+
+def pid_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class Heartbeat:
@@ -358,6 +393,12 @@ class Fleet:
             if not r.rowcount:
                 c.execute(WORKERS.insert().values(study=self.study, worker=self.worker, **row))
 
+    def unregister(self) -> None:
+        """Remove this worker's row (a process refused before it measured anything)."""
+        with self.engine.begin() as c:
+            c.execute(WORKERS.delete().where(WORKERS.c.study == self.study)
+                      .where(WORKERS.c.worker == self.worker))
+
     def seen(self) -> None:
         with self.engine.begin() as c:
             c.execute(WORKERS.update().where(WORKERS.c.study == self.study)
@@ -379,16 +420,41 @@ class Fleet:
             return False
         return row[0] == "running" and time.time() - float(row[1]) <= heartbeat_settings()[1]
 
-    def dead(self, worker: str) -> bool:
-        """True when `worker` failed, or stopped beating while running (killed); a worker
-        that finished did what it claimed."""
-        q = sa.select(WORKERS.c.state, WORKERS.c.last_seen).where(
-            WORKERS.c.study == self.study).where(WORKERS.c.worker == worker)
+    def _row(self, worker: str) -> Any:
+        q = sa.select(WORKERS.c.state, WORKERS.c.last_seen, WORKERS.c.host, WORKERS.c.pid) \
+            .where(WORKERS.c.study == self.study).where(WORKERS.c.worker == worker)
         with self.engine.connect() as c:
-            row = c.execute(q).first()
+            return c.execute(q).first()
+
+    def process_gone(self, worker: str) -> bool:
+        """True when `worker` ran on this host and its process no longer exists while its
+        row still says running (killed): certain without waiting for the grace period."""
+        row = self._row(worker)
+        return row is not None and row[0] == "running" and \
+            row[2] == socket.gethostname() and int(row[3]) != os.getpid() and \
+            not pid_running(int(row[3]))
+
+    def dead(self, worker: str) -> bool:
+        """True when `worker` failed, or stopped beating while running (killed), or its
+        process on this host is gone; a worker that finished did what it claimed."""
+        row = self._row(worker)
         if row is None or row[0] == "failed":
             return True
-        return row[0] == "running" and time.time() - float(row[1]) > heartbeat_settings()[1]
+        if row[0] != "running":
+            return False
+        return time.time() - float(row[1]) > heartbeat_settings()[1] or \
+            self.process_gone(worker)
+
+    def active(self, worker: str) -> bool:
+        """True when `worker` is running, beating and (on this host) its process exists."""
+        return self.alive(worker) and not self.process_gone(worker)
+
+    def holders(self, prefix: str) -> list[str]:
+        """The workers holding a claim whose key starts with `prefix`."""
+        q = sa.select(CLAIMS.c.worker).where(CLAIMS.c.study == self.study) \
+            .where(CLAIMS.c.key.like(prefix + "%"))
+        with self.engine.connect() as c:
+            return [str(r[0]) for r in c.execute(q)]
 
     def workers(self) -> list[dict[str, Any]]:
         return workers_of(self.engine, self.study)

@@ -35,9 +35,12 @@ MAX_REJECTIONS = 200  # rule-breaking proposals in a row before the search gives
 
 
 def make_sampler(kind: str, seed: int, budget_trials: int | None,
-                 n_constraints: int) -> optuna.samplers.BaseSampler:
+                 n_constraints: int, constant_liar: bool = False) -> optuna.samplers.BaseSampler:
     """The sampler of a study. TPE (the default) is multivariate with grouped conditional
-    parameters; constraints reach it through `Trial.set_constraint`."""
+    parameters; constraints reach it through `Trial.set_constraint`. A fleet worker passes
+    its own `seed` (`kvtune.fleet.worker_seed`) and `constant_liar` (TPE counts the trials
+    other workers are measuring as bad guesses, so concurrent workers do not propose the
+    same point)."""
     startup = max(4, min(10, (budget_trials or 30) // 3))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -47,7 +50,7 @@ def make_sampler(kind: str, seed: int, budget_trials: int | None,
             # Explicitly: since Optuna 5 TPESampler's `multivariate` defaults to True for a
             # single objective, so leaving it out gave the multivariate TPE.
             return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup,
-                                              multivariate=False)
+                                              multivariate=False, constant_liar=constant_liar)
         if kind == "cmaes":
             # Numeric knobs by CMA-ES (pip `cmaes`); categorical ones (and special-value
             # modes) by an independent TPE.
@@ -62,7 +65,8 @@ def make_sampler(kind: str, seed: int, budget_trials: int | None,
         if kind == "gp":
             return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup)
         return optuna.samplers.TPESampler(
-            seed=seed, n_startup_trials=startup, multivariate=True, group=True)
+            seed=seed, n_startup_trials=startup, multivariate=True, group=True,
+            constant_liar=constant_liar)
 
 
 # -- asking for a candidate ------------------------------------------------------------------

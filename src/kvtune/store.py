@@ -58,7 +58,14 @@ def dumps(obj: Any) -> str:
 
 
 class Store:
-    def __init__(self, url: str) -> None:
+    """The study's database. `heartbeat`: Optuna's heartbeats on (every `kvtune tune`,
+    alone or as a fleet worker: a live trial is told from a dead one by its heartbeat);
+    the storage is created under a lock either way (`kvtune.fleet.open_storage`), so that
+    processes opening an empty database together never race on the schema. `tag` is added
+    to every repetition's raw record (a run's worker and host fingerprint)."""
+
+    def __init__(self, url: str, heartbeat: bool = False) -> None:
+        from kvtune.fleet import open_storage
         from kvtune.safety.storage import mask, prepare
 
         self.url = mask(url)  # for people: messages, `show`, reports (never the password)
@@ -66,13 +73,9 @@ class Store:
             prepare(url)
         except ValueError as e:
             raise UserError(f"storage {self.url!r}: {e}") from None
-        try:
-            self.storage = optuna.storages.RDBStorage(url)
-        except Exception as e:  # SQLAlchemy and driver errors vary by backend
-            detail = str(e).replace(url, self.url).splitlines()[0] if str(e) else type(e).__name__
-            raise UserError(f"storage {self.url!r} cannot be opened: {detail}") from None
-        self.engine = sa.create_engine(url)
-        _META.create_all(self.engine)
+        self.storage = open_storage(url, heartbeat=heartbeat, extra_tables=_META)
+        self.engine = self.storage.engine
+        self.tag: dict[str, Any] = {}
 
     def add_repetition(self, study: str, kind: str, trial_number: int | None,
                        config_key: str, status: str, value: float | None,
@@ -82,7 +85,8 @@ class Store:
             c.execute(REPETITIONS.insert().values(
                 study=study, kind=kind, trial_number=trial_number, config_key=config_key,
                 status=status, value=None if value is None or math.isnan(value) else value,
-                params=dumps(params), metrics=dumps(metrics), raw=dumps(raw),
+                params=dumps(params), metrics=dumps(metrics),
+                raw=dumps({**raw, "fleet": self.tag} if self.tag else raw),
                 created=time.time()))
 
     def repetitions(self, study: str, kind: str | None = None,
@@ -103,6 +107,10 @@ class Store:
         return out
 
     def put_result(self, study: str, key: str, data: Any) -> None:
+        """Store a result; a mapping gets the run's host fingerprint (`tag`) when it has
+        none, so that each fingerprint's noise floor and confirmation can be told apart."""
+        if isinstance(data, dict) and self.tag.get("fingerprint") and "fingerprint" not in data:
+            data = {**data, "fingerprint": self.tag["fingerprint"]}
         with self.engine.begin() as c:
             c.execute(RESULTS.insert().values(study=study, key=key, data=dumps(data),
                                               created=time.time()))
@@ -113,8 +121,13 @@ class Store:
         with self.engine.connect() as c:
             return [json.loads(r[0]) for r in c.execute(q)]
 
-    def last_result(self, study: str, key: str) -> Any | None:
+    def last_result(self, study: str, key: str, fingerprint: str | None = None) -> Any | None:
+        """The latest result `key`; with `fingerprint`, the latest of that host fingerprint
+        (results stored before fingerprints were recorded count for every host)."""
         rs = self.results(study, key)
+        if fingerprint is not None:
+            rs = [r for r in rs if not isinstance(r, dict)
+                  or r.get("fingerprint", fingerprint) == fingerprint]
         return rs[-1] if rs else None
 
     def study_names(self) -> list[str]:

@@ -30,7 +30,7 @@ def load(path: str | Path, allow_inline_host_knobs: bool = False) -> Loaded:
     return Loaded(spec, knobs, Path(path))
 
 
-def open_store(spec: StudySpec, base: Path | None = None) -> Store:
+def open_store(spec: StudySpec, base: Path | None = None, heartbeat: bool = False) -> Store:
     if spec.storage is None:  # kvtune's own default, BASE/results/STUDY.db
         (base or Path.cwd()).joinpath("results").mkdir(parents=True, exist_ok=True)
-    return Store(spec.storage_url(base or Path.cwd()))
+    return Store(spec.storage_url(base or Path.cwd()), heartbeat=heartbeat)

@@ -3,6 +3,7 @@ noise floor, the search with drift checks, the confirmation."""
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,8 @@ from rich.console import Console
 
 from kvtune.errors import UserError
 from kvtune.evaluator import Evaluation, Evaluator, Policy
+from kvtune.fleet import Fleet, Heartbeat, fail_stale, worker_id
+from kvtune.host import fingerprint as fpmod
 from kvtune.optimizer import make_sampler
 from kvtune.runner import Session
 from kvtune.space import Space
@@ -26,10 +29,19 @@ from kvtune.study.search import Search
 
 class StudyRun:
     """One `kvtune tune` invocation (a fresh study or a resumed one). `policy` is the
-    evaluator's policy class (its decisions; see `kvtune.evaluator.Policy`)."""
+    evaluator's policy class (its decisions; see `kvtune.evaluator.Policy`).
+
+    A plain run is a fleet of one (`kvtune.fleet`): it records a heartbeat for the trial it
+    measures, so that a resumed run fails only trials whose process is dead, and it holds
+    the study's `tune` claim, so that a second plain `kvtune tune` of the study (or a fleet
+    worker) is refused while it runs. `kvtune.fleet_run.FleetRun` is the shared version."""
+
+    #: A plain run holds the study alone; fleet workers share it.
+    exclusive = True
 
     def __init__(self, loaded: Loaded, console: Console | None = None,
-                 base_dir: Path | None = None, policy: type[Policy] = Policy) -> None:
+                 base_dir: Path | None = None, policy: type[Policy] = Policy,
+                 worker: str | None = None) -> None:
         self.spec = loaded.spec
         self.spec_path = loaded.path  # the study file as written goes into the study
         self.knobs = loaded.knobs  # as resolved; `space` holds them after preflight
@@ -37,13 +49,14 @@ class StudyRun:
         self.session = Session(self.spec, self.knobs, None)
         # Preflight before the store: a refused study leaves no file behind.
         self.space: Space | None = self.session.preflight()
-        self.store = open_store(self.spec, base_dir)
+        self.worker = worker or worker_id()
+        self.store = open_store(self.spec, base_dir, heartbeat=True)
         self.direction = self.spec.objective.resolved_direction
         self.metric = self.spec.objective.metric
         self.evaluator = Evaluator(self.session, self.store, self.spec.study, self.metric,
                                    self.direction, self.spec.parsed_constraints,
-                                   self.spec.evaluation, self.spec.repetitions, self.spec.seed,
-                                   policy)
+                                   self.spec.evaluation, self.spec.repetitions,
+                                   self.stream_seed(), policy)
         if self.spec.objective.multi:
             # Early stopping and intensification judge a trial by one objective; a Pareto
             # study measures every trial the same number of times instead.
@@ -52,6 +65,14 @@ class StudyRun:
         self.study: optuna.Study | None = None
         self.incumbent: Evaluation | None = None
         self.baseline_eval: Evaluation | None = None
+        self.fleet = Fleet(self.store.engine, self.spec.study, self.worker)
+        self.fingerprint: dict[str, Any] = {}
+        self.fp_key = ""
+        self.live: dict[int, int] = {}  # trial number -> trial id, measured by this process
+
+    def stream_seed(self) -> int:
+        """The seed of this run's random streams (a fleet worker's is its own)."""
+        return self.spec.seed
 
     def preflight(self) -> Space:
         """Check everything and build the study's space (nothing is applied): done once,
@@ -63,8 +84,9 @@ class StudyRun:
     # -- set-up ----------------------------------------------------------------------------
 
     def _open_study(self, space: Space) -> optuna.Study:
-        sampler = make_sampler(self.spec.sampler, self.spec.seed, self.spec.budget.trials,
-                               len(self.spec.constraints) + 1)
+        sampler = make_sampler(self.spec.sampler, self.stream_seed(), self.spec.budget.trials,
+                               len(self.spec.constraints) + 1,
+                               constant_liar=not self.exclusive)
         objectives = self.spec.objective.all
         if len(objectives) > 1:
             # A Pareto study (issue 16): Optuna's multi-objective search over every
@@ -100,20 +122,117 @@ class StudyRun:
                 "or another objective; give the study a new name to start afresh")
         study.set_user_attr("baseline", dict(space.baseline))
         study.set_user_attr("space", space.as_json())
+        return self.wrap(study)
+
+    def wrap(self, study: optuna.Study) -> optuna.Study:
+        """The study with this process's ask and tell: every trial asked is tagged (worker,
+        host, fingerprint) and kept alive by the heartbeat until it is told; a tell on a
+        trial failed meanwhile as stale is reported, not raised."""
+        ask, tell_ = study.ask, study.tell
+
+        def tagged_ask(*a: Any, **kw: Any) -> optuna.Trial:
+            trial = ask(*a, **kw)
+            # A first heartbeat now: a trial without one is never found stale (Optuna skips
+            # it), so a process killed right after asking would hold it RUNNING for ever.
+            self.store.storage.record_heartbeat(trial._trial_id)
+            self.live[trial.number] = trial._trial_id
+            trial.set_user_attr("worker", self.worker)
+            trial.set_user_attr("host", socket.gethostname())
+            trial.set_user_attr("fingerprint", self.fp_key)
+            self.on_ask(trial)
+            return trial
+
+        def tolerant_tell(trial: Any, *a: Any, **kw: Any) -> Any:
+            number = trial if isinstance(trial, int) else trial.number
+            try:
+                return tell_(trial, *a, **kw)
+            except (optuna.exceptions.UpdateFinishedTrialError, RuntimeError,
+                    ValueError) as err:
+                text = str(err).lower()
+                if "finished" not in text and "cannot tell" not in text:
+                    raise
+                self.console.print(f"  [yellow]trial {number} was failed meanwhile (its "
+                                   "heartbeat stalled); its retry is measured again[/]")
+                return None
+            finally:
+                self.live.pop(number, None)
+
+        study.ask = tagged_ask  # type: ignore[method-assign]
+        study.tell = tolerant_tell  # type: ignore[method-assign]
         return study
 
+    def on_ask(self, trial: optuna.Trial) -> None:
+        """Called for every trial asked (a fleet worker binds it to its budget slot)."""
+
+    def beat(self) -> None:
+        """The heartbeat: every trial this process measures, and its own last_seen."""
+        for trial_id in list(self.live.values()):
+            self.store.storage.record_heartbeat(trial_id)
+        self.fleet.seen()
+
+    def host_fingerprint(self) -> dict[str, Any]:
+        load = self.spec.load
+        version = self.session.target.version()
+        return fpmod.fingerprint(self.session.facts, self.spec.target.kind, version,
+                                 self.spec.target.cpus, load.cpus if load else None,
+                                 getattr(load, "host", None) if load else None)
+
+    def check_hosts(self) -> None:
+        """Refuse a process whose host fingerprint differs from those of the study's other
+        processes, unless the study says `hosts: heterogeneous`."""
+        if self.spec.hosts == "heterogeneous":
+            return
+        others = [w for w in self.fleet.workers()
+                  if w["worker"] != self.worker and w["fingerprint_key"] != self.fp_key]
+        if others:
+            w = others[0]
+            raise UserError(
+                f"worker {self.worker} runs on a host unlike worker {w['worker']} (host "
+                f"{w['host']}) of study {self.spec.study!r}: "
+                + "; ".join(fpmod.differences(self.fingerprint, w["fingerprint"]))
+                + ". Trials from different hosts are never compared: run these hosts in "
+                "separate studies, or say `hosts: heterogeneous` in the study file (each host "
+                "fingerprint then gets its own baseline and confirmation)")
+
+    def admit(self) -> None:
+        """Refuse a second plain `kvtune tune` of this study while one runs, or while fleet
+        workers share it: take the study's `tune` claim (a dead holder's is taken over),
+        then look for active workers (each holds a `fleet:NAME` claim)."""
+        got = self.fleet.claim_or_take_over("tune")
+        busy = [got.worker] if not got.won else [
+            w for w in self.fleet.holders("fleet:") if self.fleet.active(w)]
+        if not busy:
+            return
+        if got.won:
+            self.fleet.release("tune")
+        raise UserError(
+            f"study {self.spec.study!r} in {self.store.url} is being tuned right now by "
+            f"{self.describe(busy)}. Two `kvtune tune` runs of one study at once are refused "
+            "(they would measure two baselines and overrun the budget): wait for it to end, "
+            "or run every process as a fleet worker, `kvtune tune FILE --worker NAME` "
+            "(docs/fleet.md)")
+
+    def describe(self, names: list[str]) -> str:
+        """Workers for people: 'NAME (host H, pid P)'."""
+        rows = {w["worker"]: w for w in self.fleet.workers()}
+        return ", ".join(f"{n} (host {rows[n]['host']}, pid {rows[n]['pid']})" if n in rows
+                         else n for n in names)
+
+    def leave(self) -> None:
+        """Give back what `admit` took."""
+        self.fleet.release("tune")
+
     def _resume(self, study: optuna.Study) -> None:
-        """Trials left RUNNING by an interrupted run are failed and queued again; the
-        baseline, the incumbent and the noise floor are read back."""
-        for t in study.get_trials(deepcopy=False):
-            if t.state == optuna.trial.TrialState.RUNNING:
-                study.tell(t.number, state=optuna.trial.TrialState.FAIL)
-                self.store.put_result(self.spec.study, "requeued",
-                                      {"trial": t.number, "params": t.params})
-                study.enqueue_trial(t.params, skip_if_exists=False)
+        """A trial left RUNNING is failed only when its process is dead (its heartbeat
+        stopped for the grace period, or its process on this host is gone), then queued
+        again once with its parameters; a live one is left alone. The baseline, the
+        incumbent and the noise floor of this host fingerprint are read back."""
+        fail_stale(study, self.fleet)
         best: Evaluation | None = None
         for t in study.get_trials(deepcopy=False,
                                   states=(optuna.trial.TrialState.COMPLETE,)):
+            if t.user_attrs.get("fingerprint", self.fp_key) != self.fp_key:
+                continue  # another host's: never compared with this host's
             e = evaluation_of(t, self.metric)
             if t.user_attrs.get("kind") == "baseline":
                 self.baseline_eval = e
@@ -122,7 +241,7 @@ class StudyRun:
         self.incumbent = best
         if self.baseline_eval is not None:
             self.resolve_constraints(self.baseline_eval)
-            nf = self.store.last_result(self.spec.study, "noise_floor")
+            nf = self.store.last_result(self.spec.study, "noise_floor", self.fp_key)
             if nf:
                 self.evaluator.noise_cov = nf.get("cov", {}).get(self.metric)
 
@@ -130,6 +249,28 @@ class StudyRun:
 
     def run(self, confirm: bool = True, ablation: bool = True) -> dict[str, Any]:
         space = self.preflight()
+        self.fingerprint = self.host_fingerprint()
+        self.fp_key = fpmod.key(self.fingerprint)
+        self.store.tag = {"worker": self.worker, "fingerprint": self.fp_key}
+        self.fleet.register(self.fingerprint, self.fp_key)
+        try:
+            self.check_hosts()
+            self.admit()
+        except BaseException:
+            self.fleet.unregister()
+            raise
+        try:
+            with Heartbeat(self.store.storage, None, self.beat):
+                result = self._run(space, confirm, ablation)
+        except BaseException as e:
+            self.fleet.finish("failed", f"{type(e).__name__}: {e}")
+            raise
+        finally:
+            self.leave()
+        self.fleet.finish("finished")
+        return result
+
+    def _run(self, space: Space, confirm: bool, ablation: bool) -> dict[str, Any]:
         self.study = study = self._open_study(space)
         self._resume(study)
         started = time.monotonic()
@@ -212,8 +353,12 @@ class StudyRun:
                     self.spec.seed, measure, start, lambda: prog.advance(task),
                     constraints=self.spec.parsed_constraints)
             else:
+                # This host fingerprint's trials only (a heterogeneous study's other hosts
+                # have their own baseline and confirmation).
+                own = [t for t in study.get_trials(deepcopy=False)
+                       if t.user_attrs.get("fingerprint", self.fp_key) == self.fp_key]
                 result = confirmation.confirm(
-                    study.get_trials(deepcopy=False), self.space.baseline_config(),
+                    own, self.space.baseline_config(),
                     self.metric, self.direction, ev, self.spec.seed, measure, start,
                     lambda: prog.advance(task), constraints=self.spec.parsed_constraints)
         self.store.put_result(self.spec.study, "confirmation", result)
