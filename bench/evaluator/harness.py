@@ -34,6 +34,12 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     # Only synthetic.flag, with x fixed at its default 2: flag helps only when x > 5, so no
     # configuration differs from the baseline. Any claimed improvement is false.
     "null": {"knobs": "[synthetic.flag]"},
+    # A null with 30 distinct configurations (the one above has two, and a repeated
+    # configuration is now reused, not measured again): x in [0, 2] with the flag. The
+    # baseline's x = 2 is the best of that range (the others are at most 0.06% below it) and
+    # the flag helps only when x > 5, so every claimed improvement is false; the search and
+    # the confirmation's three candidates face the multiple comparisons the old null had.
+    "null-wide": {"knobs": "[{name: synthetic.x, range: [0, 2]}, synthetic.flag]"},
 }
 
 METHODS = ("kvtune", "onesample-tpe", "onesample-random")
@@ -80,9 +86,8 @@ def run_study(method: str, scenario: str, seed: int, trials: int, noise: float =
     """
     kv = method == "kvtune"
     budget = trials if kv else trials * equal_factor
-    shm = Path("/dev/shm")
-    with tempfile.TemporaryDirectory(prefix="kvtune-bench-",
-                                     dir=shm if shm.is_dir() else None) as tmp:
+    # Not /dev/shm: kvtune refuses a database under /dev (kvtune.safety).
+    with tempfile.TemporaryDirectory(prefix="kvtune-bench-") as tmp:
         base = Path(tmp)
         path = base / "study.yaml"
         path.write_text(study_yaml(method, scenario, seed, budget, noise))

@@ -3,6 +3,9 @@ StudyRun / Evaluator / confirmation code.
 
     .venv/bin/python bench/evaluator/run.py                      # 50 studies x 30 trials
     .venv/bin/python bench/evaluator/run.py --studies 10 --trials 20 --jobs 1
+    # in chunks of seeds (same --commit for all), then merged into one summary:
+    .venv/bin/python bench/evaluator/run.py --seeds 0:25 --methods kvtune --out A.json
+    .venv/bin/python bench/evaluator/run.py --merge A.json B.json --out results.json
 
 (a) false improvements: how often the recommendation is claimed better than the baseline
     but is not (truly worse, or no better at all in the null scenario), how often the claim
@@ -188,19 +191,34 @@ def main() -> int:
     ap.add_argument("--variant-studies", type=int, default=None,
                     help="studies for each proposed evaluator change (default: --studies; "
                          "0 skips them)")
+    ap.add_argument("--seeds", default=None,
+                    help="A:B runs seeds A..B-1 only (a chunk; default 0:--studies)")
+    ap.add_argument("--methods", default=",".join(METHODS),
+                    help=f"comma-separated subset of {','.join(METHODS)}")
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS),
+                    help=f"comma-separated subset of {','.join(SCENARIOS)}")
+    ap.add_argument("--merge", type=Path, nargs="+", default=None,
+                    help="summarise the records of these result files (chunks) instead of "
+                         "running studies")
     ap.add_argument("--out", type=Path, default=HERE / "results.json")
     ap.add_argument("--worktree", action="store_true",
                     help="measure src/ as it is on disk instead of the last commit")
     ap.add_argument("--commit", default="HEAD", help="measure src/kvtune of this commit")
     a = ap.parse_args()
+    if a.merge:
+        return merge(a.merge, a.out)
     jobs = max(1, min(2, a.jobs))
-    vstudies = a.studies if a.variant_studies is None else a.variant_studies
+    lo, hi = (int(x) for x in a.seeds.split(":")) if a.seeds else (0, a.studies)
+    vstudies = (hi - lo) if a.variant_studies is None else a.variant_studies
+    methods = [m for m in a.methods.split(",") if m]
+    if unknown := set(methods) - set(METHODS):
+        ap.error(f"unknown methods {sorted(unknown)}")
     tasks: list[tuple[str, str, int, int, float, str | None]] = []
-    for seed in range(a.studies):
-        for scenario in SCENARIOS:
-            for method in METHODS:
+    for seed in range(lo, hi):
+        for scenario in a.scenarios.split(","):
+            for method in methods:
                 tasks.append((method, scenario, seed, a.trials, a.noise, None))
-    for seed in range(vstudies):
+    for seed in range(lo, lo + vstudies):
         for var in VARIANTS:
             tasks.append(("kvtune", "surface", seed, a.trials, a.noise, var))
     t0 = time.monotonic()
@@ -229,16 +247,42 @@ def main() -> int:
     print(f"kvtune measured: {SOURCE} ({Path(kvtune.__file__).parent})")
     doc = {"source": SOURCE,
            "command": " ".join([".venv/bin/python", "bench/evaluator/run.py", *sys.argv[1:]]),
-           "studies": a.studies, "trials": a.trials, "noise_cov": a.noise,
+           "studies": hi - lo, "seeds": [lo, hi], "trials": a.trials, "noise_cov": a.noise,
            "variant_studies": vstudies, "elapsed_s": elapsed, "summary": rows,
            "records": records}
+    write(doc, a.out)
+    return 0
+
+
+def write(doc: dict[str, Any], out: Path) -> None:
     doc["note"] = ("the synthetic target's values do not depend on timing: other work on the "
                    "host changes only elapsed_s")
     # The summary readable, the records one a line (the file stays diffable and small).
+    records = doc["records"]
     head = json.dumps({k: v for k, v in doc.items() if k != "records"}, indent=1, default=str)
     lines = ",\n".join(json.dumps(r, separators=(",", ":"), default=str) for r in records)
-    a.out.write_text(head[:-2] + ',\n "records": [\n' + lines + "\n ]\n}\n")
-    print(f"wrote {a.out}")
+    out.write_text(head[:-2] + ',\n "records": [\n' + lines + "\n ]\n}\n")
+    print(f"wrote {out}")
+
+
+def merge(paths: list[Path], out: Path) -> int:
+    """One summary over the records of several chunks (they must measure the same source)."""
+    docs = [json.loads(p.read_text()) for p in paths]
+    sources = {d["source"] for d in docs}
+    if len(sources) != 1:
+        raise SystemExit(f"chunks measured different sources: {sorted(sources)}")
+    records = [r for d in docs for r in d["records"]]
+    rows = summarise(records)
+    print_tables(rows)
+    seeds = sorted({r["seed"] for r in records})
+    doc = {"source": docs[0]["source"],
+           "command": " ".join([".venv/bin/python", "bench/evaluator/run.py", *sys.argv[1:]]),
+           "chunks": [{"file": p.name, "command": d["command"], "elapsed_s": d["elapsed_s"]}
+                      for p, d in zip(paths, docs, strict=True)],
+           "studies": len(seeds), "trials": docs[0]["trials"], "noise_cov": docs[0]["noise_cov"],
+           "elapsed_s": sum(d["elapsed_s"] for d in docs), "summary": rows,
+           "records": records}
+    write(doc, out)
     return 0
 
 
