@@ -14,6 +14,7 @@ from fleet_fixtures import pg_url, postgres_server  # noqa: F401 (fixtures for t
 from kvtune.host.facts import collect
 from kvtune.knobs import catalog
 from kvtune.knobs.appliers.base import HostContext
+from kvtune.knobs.appliers.sched import debugfs_mounted
 
 REPO = Path(__file__).resolve().parents[1]
 KVLOAD = REPO / "kvload" / "target" / "release" / "kvload"
@@ -25,6 +26,8 @@ def _host_snapshot() -> dict[str, Any]:
     for k in catalog.CATALOG.values():
         if k.scope == "host":
             snap[k.name] = k.applier.current(ctx)
+    # A study mounts debugfs for a knob that lives there; nothing may leave it mounted.
+    snap["debugfs_mounted"] = debugfs_mounted()
     cg = Path("/sys/fs/cgroup")
     snap["cgroups"] = sorted(str(p) for p in cg.glob("*/kvtune-*")) + sorted(
         str(p) for p in cg.glob("kvtune-*"))

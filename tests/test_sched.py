@@ -4,12 +4,17 @@ changing the host's mounts, mounted through the journal and unmounted on restore
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import signal
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -17,7 +22,14 @@ from kvtune.host.facts import collect, parse_kernel_version
 from kvtune.host.journal import Journal
 from kvtune.knobs import catalog
 from kvtune.knobs.appliers import sched
-from kvtune.knobs.appliers.base import ApplyEnv, HostContext, Launch
+from kvtune.knobs.appliers.base import ApplyEnv, Availability, HostContext, Launch
+from kvtune.knobs.appliers.hostfile import HostFile, Location
+from kvtune.knobs.domain import Domain, Value
+from kvtune.knobs.knob import Knob
+from kvtune.knobs.resolve import resolve_knobs
+from kvtune.runner import Session
+from kvtune.spec import parse_spec
+from kvtune.study._ui import on_host
 from kvtune.targets.base import free_port
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="nice < 0 and mounts need root")
@@ -134,14 +146,25 @@ def test_case_study_knobs_name_a_working_equivalent() -> None:
 
 
 def _mounted() -> bool:
-    return sched._mounted()
+    return sched.debugfs_mounted()
 
 
-def test_debugfs_probe_leaves_mounts_as_found_and_features_follow_it() -> None:
+@pytest.fixture
+def debugfs_as_found() -> Iterator[bool]:
+    """The test's debugfs state before it ran; a test that leaves debugfs mounted when it
+    was not fails, after unmounting it."""
     before = _mounted()
-    sched.debugfs_status.cache_clear()
+    yield before
+    if _mounted() and not before:
+        subprocess.run(["umount", sched.DEBUGFS], check=False)
+        pytest.fail("the test left debugfs mounted")
+
+
+def test_debugfs_probe_leaves_mounts_as_found_and_features_follow_it(
+        debugfs_as_found: bool) -> None:
+    sched._forget()
     st = sched.debugfs_status()
-    assert _mounted() == before
+    assert _mounted() == debugfs_as_found
     ok, reason = sched.features_status()
     feature_knobs = [n for n in catalog.CATALOG if n.startswith("sched.feature.")]
     if ok:
@@ -151,8 +174,46 @@ def test_debugfs_probe_leaves_mounts_as_found_and_features_follow_it() -> None:
         assert "sched/features" in reason or "debugfs" in reason
 
 
-def test_debugfs_mount_is_journaled_and_undone_on_restore(tmp_path: Path) -> None:
-    if _mounted():
+def test_unmounted_debugfs_knob_is_judged_by_the_probe(debugfs_as_found: bool) -> None:
+    """On a host where debugfs is not mounted, a catalog knob in it is available or not as a
+    private mount namespace sees its file (here: EPERM under lockdown), not 'not mounted'."""
+    if debugfs_as_found:
+        pytest.skip("debugfs is mounted here")
+    ctx = HostContext(collect())
+    knob = catalog.CATALOG["sched.migration_cost_ns"]
+    path = knob.applier.resolve(ctx)  # type: ignore[attr-defined]
+    if path is None or not path.startswith(sched.DEBUGFS):
+        pytest.skip("sched_migration_cost_ns is not in debugfs on this kernel")
+    sched._forget()
+    probed = sched.debugfs_file(path)
+    a = knob.applier.check(ctx)
+    assert a.ok == probed.writable
+    if not a.ok:
+        assert a.reason == probed.reason and "not mounted" not in a.reason
+        if sched.debugfs_status().mountable:
+            assert "private mount namespace" in a.reason
+    assert not _mounted()
+
+
+def test_hostfile_under_unmounted_debugfs_takes_the_probed_value(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    path = f"{sched.DEBUGFS}/sched/migration_cost_ns"
+    monkeypatch.setattr(sched, "debugfs_mounted", lambda: False)
+    monkeypatch.setattr(sched, "debugfs_file",
+                        lambda p: sched.DebugfsFile(p, True, True, "500000\n", ""))
+    f = HostFile([Location(path)])
+    ctx = HostContext(collect())
+    a = f.check(ctx)
+    assert a.ok and a.current == 500000 and f.current(ctx) == 500000
+    monkeypatch.setattr(sched, "debugfs_file",
+                        lambda p: sched.DebugfsFile(p, False, False, "", f"{p}: EPERM on read"))
+    a = f.check(ctx)
+    assert not a.ok and a.reason == f"{path}: EPERM on read" and f.current(ctx) is None
+
+
+def test_debugfs_mount_is_journaled_and_undone_on_restore(tmp_path: Path,
+                                                          debugfs_as_found: bool) -> None:
+    if debugfs_as_found:
         pytest.skip("debugfs is already mounted here")
     if not sched.debugfs_status().mountable:
         pytest.skip("debugfs cannot be mounted here")
@@ -163,3 +224,124 @@ def test_debugfs_mount_is_journaled_and_undone_on_restore(tmp_path: Path) -> Non
         results = j.restore()
     assert not _mounted()
     assert any(r.ok and "unmounted" in r.detail for r in results)
+
+
+# -- a study whose knob lives in debugfs -------------------------------------------------
+# This VM's sched files answer EPERM, so no real debugfs knob is available: the knob below
+# says it is (its availability is faked) and writes nothing; what is tested is the study's
+# mount around it, through the real Session / journal / CLI.
+
+FAKE = "test.debugfs_fake"
+
+
+class FakeDebugfsKnob(HostFile):
+    """A host file under /sys/kernel/debug/sched that says it is available and records
+    the values it is given instead of writing them."""
+
+    applied: ClassVar[list[Value]] = []
+
+    def check(self, ctx: HostContext) -> Availability:
+        return Availability(True, current=1)
+
+    def current(self, ctx: HostContext) -> Value | None:
+        return 1
+
+    def apply(self, value: Value, env: ApplyEnv) -> None:
+        assert env.journal is not None and sched.debugfs_mounted(), \
+            "a debugfs knob was applied before debugfs was mounted"
+        FakeDebugfsKnob.applied.append(value)
+
+
+FAKE_KNOB = Knob(FAKE, Domain("int", 0, 1),
+                 FakeDebugfsKnob([Location(f"{sched.DEBUGFS}/sched/kvtune_fake")]),
+                 None, "a fake debugfs knob (tests)")
+
+STUDY = """\
+study: {name}
+target: {{kind: memcached, cpus: "0", args: ["-t", "1"]}}
+load: {{mode: closed, connections: 2, duration: {duration}, warmup: 0s, cpus: "1",
+        workload: {{keys: 1000, preload: false}}}}
+knobs: [{knobs}]
+objective: {{metric: ops_per_sec}}
+"""
+
+# Run by test_kvtune_restore_after_sigkill_unmounts_debugfs: a `kvtune sweep` of the fake
+# knob, in its own process (the knob registered in that process's catalog).
+SWEEP_SCRIPT = """\
+import sys
+sys.path.insert(0, {tests!r})
+from test_sched import FAKE_KNOB
+from kvtune.knobs import catalog
+from kvtune.cli import main
+catalog.register(FAKE_KNOB)
+sys.argv = ["kvtune", "sweep", {study!r}, "--knob", FAKE_KNOB.name, "--values", "0,1",
+            "--repetitions", "1"]
+main()
+"""
+
+
+def _mountable(mounted_before: bool) -> None:
+    if mounted_before:
+        pytest.skip("debugfs is already mounted here: nothing for a study to mount")
+    if not sched.debugfs_status().mountable:
+        pytest.skip("debugfs cannot be mounted here")
+
+
+def _session(text: str) -> Session:
+    spec, lines = parse_spec(text, "fake.yaml")
+    session = Session(spec, resolve_knobs(spec, lines, extra_knobs={FAKE: FAKE_KNOB}), None)
+    session.preflight()
+    return session
+
+
+def test_study_mounts_debugfs_through_the_journal_and_unmounts_at_its_end(
+        debugfs_as_found: bool, memcached_bin: str, kvload_bin: str) -> None:
+    _mountable(debugfs_as_found)
+    journal = Path(os.environ["KVTUNE_JOURNAL"])
+    FakeDebugfsKnob.applied.clear()
+    session = _session(STUDY.format(name="fake-debugfs", duration="1s", knobs=FAKE))
+    assert sched.knob_needs_debugfs(FAKE_KNOB, session.ctx)
+    with on_host(session, "fake-debugfs"):
+        assert _mounted()
+        entries = json.loads(journal.read_text())["entries"]
+        assert entries[0]["undo"] == "debugfs-mount"  # recorded before anything applied
+        assert FakeDebugfsKnob.applied == [1]  # setup's write-back of the baseline
+    assert not _mounted() and not journal.exists()
+
+
+def test_study_without_debugfs_knobs_does_not_mount_it(debugfs_as_found: bool) -> None:
+    _mountable(debugfs_as_found)
+    session = _session(STUDY.format(name="no-debugfs", duration="1s",
+                                    knobs="memcached.threads"))
+    with on_host(session, "no-debugfs"):
+        assert not _mounted()
+
+
+def test_kvtune_restore_after_sigkill_unmounts_debugfs(
+        debugfs_as_found: bool, tmp_path: Path, memcached_bin: str, kvload_bin: str) -> None:
+    _mountable(debugfs_as_found)
+    study = tmp_path / "fake.yaml"
+    study.write_text(STUDY.format(name="fake-kill", duration="20s", knobs=FAKE))
+    script = SWEEP_SCRIPT.format(tests=str(Path(__file__).parent), study=str(study))
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path,
+                            start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    journal = Path(os.environ["KVTUNE_JOURNAL"])
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            if _mounted() and journal.exists() and \
+                    json.loads(journal.read_text()).get("processes"):
+                break  # debugfs mounted and the first server running
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+        assert _mounted(), "the sweep did not mount debugfs within 30 s"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert _mounted() and journal.exists()  # left behind by the kill
+    out = subprocess.run([sys.executable, "-c", "from kvtune.cli import main; main()",
+                          "restore"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "debugfs unmounted" in out.stdout
+    assert not _mounted() and not journal.exists()

@@ -108,7 +108,7 @@ def make_plan(path: str | Path, allow_inline_host_knobs: bool = False) -> Plan:
     """The plan of the study in `path`; nothing is applied and no server is started."""
     from kvtune import preflight
     from kvtune.knobs import catalog
-    from kvtune.knobs.appliers.sched import needs_debugfs
+    from kvtune.knobs.appliers.sched import debugfs_mounted, knob_needs_debugfs
     from kvtune.knobs.baseline import baseline_value
     from kvtune.knobs.rules import RULES
     from kvtune.study.load import load
@@ -142,7 +142,7 @@ def make_plan(path: str | Path, allow_inline_host_knobs: bool = False) -> Plan:
             plan.problems.append(f"load.workload_file: {spec.load.workload_file} does not "
                                  "exist")
     names = {k.name for k in loaded.knobs}
-    cgroup = False
+    cgroup = debugfs = False
     for k in loaded.knobs:
         a = k.applier.check(ctx)
         try:
@@ -155,13 +155,15 @@ def make_plan(path: str | Path, allow_inline_host_knobs: bool = False) -> Plan:
             resolve = getattr(k.applier, "resolve", None)
             path_ = resolve(ctx) if callable(resolve) else None
             plan.host_writes.append(f"{path_ or k.applier.where()} ({k.name})")
-            if needs_debugfs(str(path_ or k.applier.where())):
-                plan.notes.append("debugfs is mounted for the study when it is not, and "
-                                  "unmounted on restore")
+            if a.ok and knob_needs_debugfs(k, ctx) and not debugfs_mounted():
+                debugfs = True
         cgroup |= k.scope == "cgroup"
         eq = catalog.equivalent(k.name, ctx)
         if eq and not a.ok:
             plan.notes.append(f"{k.name}: {eq}")
+    if debugfs:  # availability above was probed in a private mount namespace
+        plan.host_writes.insert(0, "mount debugfs at /sys/kernel/debug, not mounted now "
+                                   "(before anything is applied; unmounted on restore)")
     if cgroup:
         plan.host_writes.append("a cgroup for the server under /sys/fs/cgroup (created for the "
                                 "study, removed on restore)")

@@ -21,6 +21,7 @@ from kvtune.host.cgroup import ServerCgroup
 from kvtune.host.journal import Journal
 from kvtune.knobs.appliers.base import ApplyEnv, Launch
 from kvtune.knobs.appliers.sched import describe as sched_describe
+from kvtune.knobs.appliers.sched import mount_debugfs_for
 from kvtune.knobs.knob import Knob
 from kvtune.space import Config, Space, build_space
 from kvtune.spec import StudySpec
@@ -90,8 +91,9 @@ class Session:
         return self.space
 
     def setup_host(self) -> None:
-        """Create the server cgroup when cgroup knobs are in the study, and probe that every
-        host knob is writable by writing back its current value (through the journal)."""
+        """Create the server cgroup when cgroup knobs are in the study, mount debugfs when a
+        knob lives there and it is not mounted, and probe that every host knob is writable
+        by writing back its current value (all through the journal)."""
         assert self.journal is not None
         space = self._space()
         controllers = {c for k in space.knobs if k.scope == "cgroup"
@@ -99,6 +101,10 @@ class Session:
         if controllers:
             self.cgroup = ServerCgroup(self.journal, controllers, mode=self.facts.cgroup)
             self.cgroup.create()
+        try:  # knobs under /sys/kernel/debug: mount it (journaled, unmounted on restore)
+            mount_debugfs_for(space.knobs, self.ctx, self.journal)
+        except OSError as e:
+            raise UserError(f"debugfs: {e.strerror or e}") from None
         for k in space.knobs:
             if k.scope == "host":
                 try:

@@ -366,7 +366,8 @@ def _placement() -> list[Knob]:
 
 def _server_sched() -> list[Knob]:
     """Per-process scheduler settings of the server, applied at exec (appliers/sched.py);
-    plus the scheduler's features where debugfs is mounted and they can be written."""
+    plus the scheduler's features where they can be written (debugfs mounted, or mountable
+    for the study)."""
     knobs = [
         Knob("sched.server_policy", Domain(C, choices=("other", "batch")), SchedPolicy(),
              "other", "the server's policy: batch (SCHED_BATCH) never preempts on wake-up, "
@@ -379,19 +380,13 @@ def _server_sched() -> list[Knob]:
              "Linux >= 6.12; 0 = the kernel's default, base_slice_ns scaled by CPU count); "
              "the per-task form of base_slice_ns / sched_min_granularity_ns", "ns"),
     ]
-    st = debugfs_status() if _debugfs_mounted() else None
-    if st is not None and st.features_writable:
+    st = debugfs_status()  # mounted now, or probed in a private mount namespace
+    if st.features_writable:  # a study with one of them mounts debugfs (Session.setup_host)
         for f in st.features:
             name = f.removeprefix("NO_")
             knobs.append(Knob(f"sched.feature.{name}", Domain(B), SchedFeature(name), None,
                               f"scheduler feature {name} (debugfs sched/features)"))
     return knobs
-
-
-def _debugfs_mounted() -> bool:
-    from kvtune.knobs.appliers.sched import _mounted
-
-    return _mounted()
 
 
 def all_knobs() -> list[Knob]:

@@ -11,6 +11,7 @@ import errno
 import os
 import stat
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kvtune.knobs.appliers.base import (
     Applier,
@@ -20,6 +21,9 @@ from kvtune.knobs.appliers.base import (
     HostContext,
 )
 from kvtune.knobs.domain import Value
+
+if TYPE_CHECKING:
+    from kvtune.knobs.appliers.sched import DebugfsFile
 
 DEBUGFS = "/sys/kernel/debug"
 
@@ -75,13 +79,18 @@ class HostFile(Applier):
             spans = ", ".join(f"{loc.path} {_span(loc)}" for loc in self.locations)
             return Availability(False, f"absent on kernel {_vs(kv)} (exists as {spans})"
                                 + (f"; {self.note}" if self.note else ""))
+        why = _refused(ctx, path)
+        if why:
+            return Availability(False, why)
+        unmounted = self._unmounted_debugfs(ctx, path)
+        if unmounted is not None:  # probed in a private mount namespace (appliers/sched.py)
+            if not unmounted.writable:
+                return Availability(False, unmounted.reason)
+            return Availability(True, current=self._parse(unmounted.text))
         if path.startswith(DEBUGFS) and not ctx.fs.exists(DEBUGFS + "/sched"):
             return Availability(False, f"{path}: debugfs is not mounted at {DEBUGFS} "
                                        "(or the kernel hides it)")
         p = ctx.fs.path(path)
-        why = _refused(ctx, path)
-        if why:
-            return Availability(False, why)
         if not p.exists():
             return Availability(False, f"{path} does not exist on kernel {ctx.facts.kernel}"
                                 + (f"; {self.note}" if self.note else ""))
@@ -99,21 +108,38 @@ class HostFile(Applier):
         return Availability(True, current=value)
 
     def _read(self, ctx: HostContext, path: str) -> Value:
-        from kvtune.host.journal import READERS
-
         why = _refused(ctx, path)
         if why:
             raise PermissionError(why)
-        text = READERS[self.reader](ctx.fs.read_text(path))
+        return self._parse(ctx.fs.read_text(path))
+
+    def _parse(self, raw: str) -> Value:
+        from kvtune.host.journal import READERS
+
+        text = READERS[self.reader](raw)
         try:
             return int(text)
         except ValueError:
             return text
 
+    @staticmethod
+    def _unmounted_debugfs(ctx: HostContext, path: str) -> DebugfsFile | None:
+        """For a debugfs file on this (real) host while debugfs is not mounted: the file as
+        a private mount namespace sees it; the study mounts debugfs before applying."""
+        from kvtune.knobs.appliers.sched import debugfs_file, debugfs_mounted
+
+        if not path.startswith(DEBUGFS + "/") or str(ctx.fs.path(DEBUGFS)) != DEBUGFS \
+                or debugfs_mounted():
+            return None
+        return debugfs_file(path)
+
     def current(self, ctx: HostContext) -> Value | None:
         path = self.resolve(ctx)
         if path is None:
             return None
+        unmounted = self._unmounted_debugfs(ctx, path)
+        if unmounted is not None:
+            return self._parse(unmounted.text) if unmounted.readable else None
         try:
             return self._read(ctx, path)
         except OSError:

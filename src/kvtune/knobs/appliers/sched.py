@@ -20,12 +20,15 @@ and children inherit the settings). After start, `verify` reads every thread bac
 tasks and die with it; kvtune starts a fresh server per repetition, so nothing host-wide
 changes and the journal needs no entry for them.
 
-debugfs: when it is not mounted, `debugfs_status` probes it in a private mount namespace
-(`unshare --mount`, nothing changes on the host) to learn whether the scheduler's files could
-be read and written; `mount_debugfs` mounts it for a study through the journal (unmounted on
-restore). Scheduler features (`sched.feature.<NAME>`) are offered as knobs only where
-/sys/kernel/debug/sched/features can be written; under kernel lockdown it answers EPERM and
-`features_status` says so.
+debugfs: when it is not mounted, `debugfs_file` and `debugfs_status` probe it in a private
+mount namespace (`unshare --mount`, nothing changes on the host) to learn whether the
+scheduler's files could be read and written, so `kvtune check` and preflight say the truth
+on an unmounted host. A study whose knobs live there (`knob_needs_debugfs`) mounts it
+through the journal before anything is applied (`mount_debugfs_for`, called by
+`Session.setup_host`; undo kind `debugfs-mount`): the end of the study unmounts it, and so
+does `kvtune restore` after a crash. Scheduler features (`sched.feature.<NAME>`) are
+offered as knobs only where /sys/kernel/debug/sched/features can be written; under kernel
+lockdown it answers EPERM and `features_status` says so.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import argparse
 import ctypes
 import errno
 import functools
+import json
 import os
 import platform
 import shutil
@@ -49,6 +53,7 @@ from kvtune.knobs.domain import Value
 
 if TYPE_CHECKING:
     from kvtune.host.journal import Journal
+    from kvtune.knobs.knob import Knob
 
 SCHED_OTHER, SCHED_BATCH = 0, 3
 POLICIES = {"other": SCHED_OTHER, "batch": SCHED_BATCH}
@@ -324,6 +329,17 @@ class DebugfsStatus:
     reason: str  # why features cannot be tuned, for people ("" when they can)
 
 
+@dataclass(frozen=True)
+class DebugfsFile:
+    """One file under debugfs as kvtune could open it (mounted now, or in a probe)."""
+
+    path: str
+    readable: bool
+    writable: bool
+    text: str  # what it read ("" when not readable)
+    reason: str  # why it cannot be written, for people ("" when it can)
+
+
 def _mounted(mounts: str = "/proc/self/mounts") -> bool:
     try:
         return any(line.split()[1:3] == [DEBUGFS, "debugfs"]
@@ -332,74 +348,116 @@ def _mounted(mounts: str = "/proc/self/mounts") -> bool:
         return False
 
 
-def _probe_features() -> tuple[bool, bool, str, str]:
-    """(readable, writable, text, reason) for the features file as mounted now."""
-    try:
-        with open(FEATURES) as f:
-            text = f.read()
-    except OSError as e:
-        why = "EPERM (kernel lockdown restricts debugfs)" if e.errno == errno.EPERM \
-            else (e.strerror or str(e))
-        return False, False, "", f"{FEATURES}: {why} on read"
-    try:
-        fd = os.open(FEATURES, os.O_WRONLY)
-        os.close(fd)
-    except OSError as e:
-        why = "EPERM (kernel lockdown)" if e.errno == errno.EPERM else (e.strerror or str(e))
-        return True, False, text, f"{FEATURES}: {why} on write"
-    return True, True, text, ""
+def debugfs_mounted() -> bool:
+    """Whether debugfs is mounted at /sys/kernel/debug now."""
+    return _mounted()
 
 
+def _why(err: str, op: str, probed: bool) -> str:
+    if err == "EPERM":
+        err = "EPERM (kernel lockdown restricts debugfs)"
+    return f"{err} on {op}" + (" (probed with debugfs mounted in a private mount namespace)"
+                               if probed else "")
+
+
+# Opens each file under a directory as kvtune would (read, then O_WRONLY without writing),
+# in whichever mount namespace it runs; prints {path: [readable, writable, text, error]}.
 _PROBE = r"""
-import os, errno, sys
-r = w = 0; text = ""; why = ""
-try:
-    text = open(sys.argv[1]).read(); r = 1
-    os.close(os.open(sys.argv[1], os.O_WRONLY)); w = 1
-except OSError as e:
-    why = "EPERM" if e.errno == errno.EPERM else (e.strerror or str(e))
-print(r, w, why); print(text.strip())
+import errno, json, os, stat, sys
+out = {}
+for d, _, names in os.walk(sys.argv[1]):
+    for n in names:
+        p = os.path.join(d, n); r = w = False; text = ""; why = ""
+        try:
+            with open(p) as f:
+                text = f.read(65536)
+            r = True
+            if not os.stat(p).st_mode & 0o222:
+                why = "read-only"
+            else:
+                os.close(os.open(p, os.O_WRONLY)); w = True
+        except OSError as e:
+            why = "EPERM" if e.errno == errno.EPERM else (e.strerror or str(e))
+        out[p] = [r, w, text, why]
+print(json.dumps(out))
 """
+
+
+def _probe_here(root: str) -> dict[str, list[Any]]:
+    out = subprocess.run([sys.executable, "-c", _PROBE, root], capture_output=True,
+                         text=True, timeout=10, check=True)
+    data: dict[str, list[Any]] = json.loads(out.stdout)
+    return data
+
+
+@functools.cache
+def _namespace_probe() -> tuple[bool, dict[str, list[Any]], str]:
+    """(mountable, files under sched/ as opened with debugfs mounted in a private mount
+    namespace, why not mountable). The host's mounts do not change."""
+    try:
+        known = "debugfs" in Path("/proc/filesystems").read_text()
+    except OSError:
+        known = False
+    if not known:
+        return False, {}, "this kernel has no debugfs (not in /proc/filesystems)"
+    unshare, mount = shutil.which("unshare"), shutil.which("mount")
+    if os.geteuid() != 0 or not unshare or not mount:
+        return False, {}, (f"debugfs is not mounted at {DEBUGFS}, and probing it needs root "
+                           "and unshare/mount (util-linux)")
+    cmd = [unshare, "--mount", "--propagation", "private", "sh", "-c",
+           f'{mount} -t debugfs none {DEBUGFS} && exec "$0" -c "$1" {DEBUGFS}/sched',
+           sys.executable, _PROBE]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, {}, f"debugfs probe failed: {e}"
+    if out.returncode != 0:
+        return False, {}, f"mounting debugfs failed: {out.stderr.strip()[-200:]}"
+    try:
+        return True, json.loads(out.stdout), ""
+    except ValueError:
+        return True, {}, f"debugfs probe: unreadable answer {out.stdout[:80]!r}"
+
+
+def debugfs_file(path: str) -> DebugfsFile:
+    """`path` (under /sys/kernel/debug) as kvtune can open it: directly when debugfs is
+    mounted, else as probed in a private mount namespace (cached until kvtune mounts or
+    unmounts debugfs)."""
+    if _mounted():
+        try:
+            files = _probe_here(str(Path(path).parent))
+        except (OSError, ValueError, subprocess.SubprocessError) as e:
+            return DebugfsFile(path, False, False, "", f"{path}: probe failed: {e}")
+        probed = False
+    else:
+        mountable, files, why = _namespace_probe()
+        if not mountable:
+            return DebugfsFile(path, False, False, "", why)
+        probed = True
+    if path not in files:
+        return DebugfsFile(path, False, False, "", f"{path} does not exist"
+                           + (" (probed with debugfs mounted in a private mount namespace)"
+                              if probed else ""))
+    r, w, text, err = files[path]
+    reason = "" if w else f"{path}: {_why(err, 'write' if r else 'read', probed)}"
+    return DebugfsFile(path, bool(r), bool(w), str(text), reason)
 
 
 @functools.cache
 def debugfs_status() -> DebugfsStatus:
     """Whether the scheduler's features can be tuned here. When debugfs is not mounted,
     the probe runs in a private mount namespace, so the host's mounts do not change."""
-    if _mounted():
-        r, w, text, reason = _probe_features()
-        return DebugfsStatus(True, True, r, w, tuple(text.split()), reason)
-    try:
-        known = "debugfs" in Path("/proc/filesystems").read_text()
-    except OSError:
-        known = False
-    if not known:
-        return DebugfsStatus(False, False, False, False, (),
-                             "this kernel has no debugfs (not in /proc/filesystems)")
-    unshare, mount = shutil.which("unshare"), shutil.which("mount")
-    if os.geteuid() != 0 or not unshare or not mount:
-        return DebugfsStatus(False, False, False, False, (),
-                             f"debugfs is not mounted at {DEBUGFS}, and probing it needs root "
-                             "and unshare/mount (util-linux)")
-    cmd = [unshare, "--mount", "--propagation", "private", "sh", "-c",
-           f'{mount} -t debugfs none {DEBUGFS} && exec "$0" -c "$1" {FEATURES}',
-           sys.executable, _PROBE]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return DebugfsStatus(False, False, False, False, (), f"debugfs probe failed: {e}")
-    if out.returncode != 0:
-        return DebugfsStatus(False, False, False, False, (),
-                             f"mounting debugfs failed: {out.stderr.strip()[-200:]}")
-    head, _, text = out.stdout.partition("\n")
-    parts = head.split(" ", 2)
-    r, w = parts[0] == "1", parts[1] == "1"
-    why = parts[2] if len(parts) > 2 else ""
-    if why == "EPERM":
-        why = "EPERM (kernel lockdown restricts debugfs)"
-    reason = "" if w else f"{FEATURES}: {why} on {'write' if r else 'read'} " \
-                          "(probed with debugfs mounted in a private mount namespace)"
-    return DebugfsStatus(False, True, r, w, tuple(text.split()), reason)
+    mounted = _mounted()
+    mountable = mounted or _namespace_probe()[0]
+    f = debugfs_file(FEATURES)
+    return DebugfsStatus(mounted, mountable, f.readable, f.writable, tuple(f.text.split()),
+                         f.reason)
+
+
+def _forget() -> None:
+    """Forget what was probed (debugfs was mounted or unmounted)."""
+    debugfs_status.cache_clear()
+    _namespace_probe.cache_clear()
 
 
 def features_status() -> tuple[bool, str]:
@@ -415,6 +473,7 @@ def _umount(args: dict[str, Any]) -> str:
     out = subprocess.run(["umount", path], capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise OSError(errno.EBUSY, f"umount {path}: {out.stderr.strip()}")
+    _forget()
     return f"debugfs unmounted from {path}"
 
 
@@ -428,12 +487,31 @@ def mount_debugfs(journal: Journal) -> bool:
                          text=True, check=False)
     if out.returncode != 0:
         raise OSError(errno.EPERM, f"mount debugfs: {out.stderr.strip()}")
-    debugfs_status.cache_clear()
+    _forget()
     return True
 
 
 def needs_debugfs(where: str) -> bool:
     return DEBUGFS in where
+
+
+def knob_needs_debugfs(knob: Knob, ctx: HostContext) -> bool:
+    """Whether `knob` writes a file under debugfs on this host (its resolved path, when its
+    applier resolves one per kernel, else its `where`)."""
+    if knob.scope != "host":
+        return False
+    resolve = getattr(knob.applier, "resolve", None)
+    where = resolve(ctx) if callable(resolve) else None
+    return needs_debugfs(str(where or knob.applier.where()))
+
+
+def mount_debugfs_for(knobs: Sequence[Knob], ctx: HostContext, journal: Journal) -> bool:
+    """The study's part in debugfs: mount it through the journal before anything is applied
+    when one of `knobs` lives there and it is not mounted (unmounted on restore, also by
+    `kvtune restore` after a crash). Returns True when it mounted it."""
+    if any(knob_needs_debugfs(k, ctx) for k in knobs):
+        return mount_debugfs(journal)
+    return False
 
 
 class SchedFeature(Applier):
@@ -469,7 +547,7 @@ class SchedFeature(Applier):
         env.journal.record_undo("sched-feature", {"name": self.name, "on": bool(old)},
                                 key=f"sched-feature:{self.name}")
         _write_feature(self.name, bool(value))
-        debugfs_status.cache_clear()
+        _forget()
         if self.current(env.ctx) != bool(value):
             raise ValueError(f"sched feature {self.name} did not take {bool(value)}")
 
@@ -481,6 +559,7 @@ def _write_feature(name: str, on: bool) -> None:
 
 def _undo_feature(args: dict[str, Any]) -> str:
     _write_feature(str(args["name"]), bool(args["on"]))
+    _forget()
     return f"sched feature {args['name']} {'on' if args['on'] else 'off'}"
 
 
