@@ -345,3 +345,29 @@ def test_the_independent_tpe_variant_samples_each_knob_on_its_own() -> None:
     assert set(joint) == {"x", "t"}  # both knobs sampled from one joint model
     assert alone == {}  # each knob by its own model (sample_independent)
     assert joint_x != alone_x  # after the start-up trials the proposals differ
+
+
+def test_every_measured_trial_carries_the_same_constraints(in_tmp: Path,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """The baseline, search trials and repeats are told with the same constraint names
+    (GPSampler refuses a study whose trials have different numbers of constraints: the
+    baseline used to lack `rules`); a rule-breaking proposal is infeasible by `rules`."""
+    from kvtune.knobs import rules
+    from kvtune.optimizer import REJECTED, RULES_CONSTRAINT
+
+    rule = rules.Rule("synthetic-x-mode", ("synthetic.x", "synthetic.mode"),
+                      lambda v: float(v.get("synthetic.x")) > 5
+                      and v.get("synthetic.mode") == "c", "x above 5 needs mode a or b")
+    monkeypatch.setattr(rules, "RULES", [*rules.RULES, rule])
+    p = write(in_tmp, name="cs", trials=8, sampler="random", seed=4)
+    run = StudyRun(load(p), base_dir=in_tmp)
+    run.run(confirm=False)
+    study = optuna.load_study(study_name="cs", storage=run.store.storage)
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert {t.user_attrs.get("kind") for t in complete} >= {"baseline", "trial"}
+    keys = {tuple(sorted(t.constraints)) for t in complete}
+    assert len(keys) == 1 and RULES_CONSTRAINT in keys.pop()
+    assert all(t.constraints[RULES_CONSTRAINT] == 0 for t in complete)
+    assert all(t.constraints[RULES_CONSTRAINT] > 0 for t in study.trials
+               if t.user_attrs.get("kind") == REJECTED)

@@ -7,6 +7,7 @@ import math
 import optuna
 
 from kvtune.evaluator import Evaluation
+from kvtune.optimizer import RULES_CONSTRAINT
 from kvtune.study._ui import jsonable
 
 
@@ -19,6 +20,10 @@ def tell(study: optuna.Study, trial: optuna.Trial, e: Evaluation, kind: str,
     trial.set_user_attr("eval", jsonable(e.summary()))
     violations = e.violations or [0.0] * (len(constraints) + 1)
     trial.set_user_attr("violations", violations)
+    # Every measured trial (the baseline too) carries the same constraints: GPSampler
+    # refuses trials whose numbers of constraints differ. Rules are checked before a
+    # measurement (kvtune.optimizer.ask), so a measured trial broke none.
+    trial.set_constraint(RULES_CONSTRAINT, 0.0)
     for name, v in zip([*constraints, "not saturated"], violations, strict=False):
         trial.set_constraint(name, v)
     if e.failed:

@@ -96,7 +96,6 @@ class Search:
                                   else "resampled"))
         if asked.repaired_from is not None:
             trial.set_user_attr("repaired_from", asked.repaired_from)
-        trial.set_constraint(optimizer.RULES_CONSTRAINT, 0.0)
         if asked.repeat_of is not None:
             src = asked.repeat_of
             e = evaluation_of(src, self.evaluator.metric)
