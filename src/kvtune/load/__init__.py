@@ -1,7 +1,18 @@
 """Load drivers, one module per load tool (see base.py). The registry of built-in drivers:
 a new driver is its module plus one `register` line here."""
 
-from kvtune.load.base import METRICS, VERDICTS, LoadDriver, LoadResult, driver_for, register, tools
+from kvtune.load.base import (
+    METRICS,
+    VERDICTS,
+    LoadDriver,
+    LoadResult,
+    Transport,
+    driver_for,
+    register,
+    runs_remote,
+    tools,
+    transport_for,
+)
 from kvtune.load.kvload import KvloadDriver
 from kvtune.load.memaslap import MemaslapDriver
 from kvtune.load.redis_benchmark import RedisBenchmarkDriver
@@ -9,4 +20,5 @@ from kvtune.load.redis_benchmark import RedisBenchmarkDriver
 for _driver in (KvloadDriver, RedisBenchmarkDriver, MemaslapDriver):
     register(_driver)
 
-__all__ = ["METRICS", "VERDICTS", "LoadDriver", "LoadResult", "driver_for", "register", "tools"]
+__all__ = ["METRICS", "VERDICTS", "LoadDriver", "LoadResult", "Transport", "driver_for",
+           "register", "runs_remote", "tools", "transport_for"]

@@ -11,13 +11,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvtune.errors import HarnessError, TrialFailed
-from kvtune.load.base import VERDICTS, LoadDriver, LoadResult
+from kvtune.load.base import (
+    VERDICTS,
+    LoadDriver,
+    LoadResult,
+    LocalTransport,
+    Transport,
+    transport_for,
+)
 
 if TYPE_CHECKING:
     from kvtune.spec import LoadSpec
@@ -51,8 +56,9 @@ def find_kvload() -> str:
 
 
 def build_argv(binary: str, load: LoadSpec, server: str, protocol: str, seed: int,
-               json_path: str) -> list[str]:
-    """kvload's command line. Without a workload file every setting is passed (kvtune's
+               json_path: str, workload_path: str | None = None) -> list[str]:
+    """kvload's command line (`workload_path`: the workload file where kvload runs, when
+    that is not this host). Without a workload file every setting is passed (kvtune's
     defaults are the study's). With one, the file's own keys win over kvtune's defaults:
     only what the study file sets explicitly is passed (pydantic's `model_fields_set`),
     since kvload's command line overrides the file."""
@@ -89,7 +95,7 @@ def build_argv(binary: str, load: LoadSpec, server: str, protocol: str, seed: in
     if load.cpus:
         argv += ["--cpus", load.cpus]
     if load.workload_file:
-        argv += ["--workload", load.workload_file]
+        argv += ["--workload", workload_path or load.workload_file]
     argv += list(load.extra_args)
     return argv
 
@@ -123,34 +129,31 @@ def file_duration(load: LoadSpec) -> float:
 
 
 def run(load: LoadSpec, server: str, protocol: str, seed: int,
-        binary: str | None = None) -> dict[str, Any]:
-    """Run kvload once and return its JSON document.
+        binary: str | None = None, transport: Transport | None = None,
+        workload_path: str | None = None) -> dict[str, Any]:
+    """Run kvload once (on this host, or through `transport` where it runs) and return its
+    JSON document, which kvload writes to stdout.
     Raises TrialFailed when the server failed under load (refused, reset, malformed
-    answers), HarnessError when kvload itself was misused or is missing."""
+    answers) or the load host was lost, HarnessError when kvload itself was misused or is
+    missing."""
+    transport = transport or LocalTransport()
     binary = binary or find_kvload()
-    with tempfile.TemporaryDirectory(prefix="kvtune-") as tmp:
-        json_path = str(Path(tmp) / "kvload.json")
-        argv = build_argv(binary, load, server, protocol, seed, json_path)
-        budget = file_duration(load) + load.warmup + 120
-        try:
-            out = subprocess.run(argv, capture_output=True, text=True, timeout=budget)
-        except subprocess.TimeoutExpired:
-            raise TrialFailed(f"kvload did not finish within {budget:g}s (server hung?)") \
-                from None
-        except OSError as e:
-            raise HarnessError(f"cannot run kvload ({binary}): {e.strerror}") from None
-        err = out.stderr.strip().splitlines()
-        last = err[-1] if err else f"exit code {out.returncode}"
-        if out.returncode == 2:
-            raise HarnessError(f"kvload rejected its arguments: {last}")
-        if out.returncode != 0:
-            raise TrialFailed(f"load failed: {last}", out.stderr[-4000:])
-        try:
-            doc: dict[str, Any] = json.loads(Path(json_path).read_text())
-        except (OSError, ValueError) as e:
-            raise HarnessError(f"kvload wrote no readable JSON: {e}") from None
-        doc["argv"] = argv
-        return doc
+    argv = build_argv(binary, load, server, protocol, seed, "-", workload_path)
+    budget = file_duration(load) + load.warmup + 120
+    ran = transport.run(argv, budget, load.cpus)
+    err = ran.stderr.strip().splitlines()
+    last = err[-1] if err else f"exit code {ran.returncode}"
+    if ran.returncode == 2:
+        raise HarnessError(f"kvload rejected its arguments: {last}")
+    if ran.returncode != 0:
+        raise TrialFailed(f"load failed: {last}", ran.stderr[-4000:])
+    try:
+        doc: dict[str, Any] = json.loads(ran.stdout)
+    except ValueError as e:
+        raise HarnessError(f"kvload wrote no readable JSON: {e}") from None
+    doc["argv"] = argv
+    transport.finish(doc, ran)
+    return doc
 
 
 def metrics_from(doc: dict[str, Any]) -> dict[str, Any]:
@@ -182,18 +185,24 @@ class KvloadDriver(LoadDriver):
     """`load.tool: kvload` (the default)."""
 
     tool = "kvload"
+    remote = True  # load.host: kvload runs on the load host (load/remote.py)
 
     def __init__(self, spec: LoadSpec) -> None:
         super().__init__(spec)
+        self.transport = transport_for(spec)
         self.binary: str | None = None
+        self.workload_path: str | None = None
 
     def prepare(self) -> None:
-        self.binary = find_kvload()
+        self.binary = self.transport.prepare(self.tool, find_kvload(), self.spec.cpus)
+        if self.spec.workload_file:
+            self.workload_path = self.transport.stage(self.spec.workload_file)
 
     def run(self, address: str, protocol: str, seed: int) -> LoadResult:
         if self.binary is None:
             self.prepare()
-        doc = run(self.spec, address, protocol, seed, self.binary)
+        doc = run(self.spec, address, protocol, seed, self.binary, self.transport,
+                  self.workload_path)
         verdict = str(doc.get("verdict") or "ok")
         if verdict not in VERDICTS:
             raise HarnessError(f"kvload reported an unknown verdict {verdict!r}")
