@@ -23,6 +23,34 @@ from pathlib import Path
 import pytest
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def study_file(tmp: Path, url: str, name: str = "fleet", trials: int = 8, seed: int = 3,
+               hosts: str | None = None, **evaluation: object) -> Path:
+    """The synthetic fleet study of the tests and of bench/fleet: 4 knobs, one repetition
+    per trial, a 2-repetition noise floor, no intensification or drift checks;
+    `evaluation` adds or overrides evaluation keys (e.g. confirm_rounds=5)."""
+    ev = {"noise_floor_runs": 2, "intensify": False, "drift_every": 0, **evaluation}
+    lines = "".join(f"  {k}: {str(v).lower() if isinstance(v, bool) else v}\n"
+                    for k, v in ev.items())
+    p = tmp / f"{name}.yaml"
+    p.write_text(f"""study: {name}
+target:
+  kind: synthetic
+  noise_cov: 0.05
+knobs: [synthetic.x, synthetic.threads, synthetic.mode, synthetic.flag]
+objective:
+  metric: ops_per_sec
+budget:
+  trials: {trials}
+repetitions: 1
+evaluation:
+{lines}seed: {seed}
+storage: {url}
+""" + (f"hosts: {hosts}\n" if hosts else ""))
+    return p
+
+
 def free_loopback_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

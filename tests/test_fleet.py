@@ -18,9 +18,17 @@ from typing import Any
 import optuna
 import pytest
 import sqlalchemy as sa
+from fleet_fixtures import study_file
 
 from kvtune.errors import UserError
-from kvtune.fleet import Fleet, driver_problem, open_storage, worker_seed, workers_of
+from kvtune.fleet import (
+    Fleet,
+    driver_problem,
+    fail_stale,
+    open_storage,
+    worker_seed,
+    workers_of,
+)
 from kvtune.host.facts import collect
 from kvtune.host.fingerprint import differences, fingerprint, key
 
@@ -29,28 +37,9 @@ WORKER = REPO / "bench" / "fleet" / "worker.py"
 TrialState = optuna.trial.TrialState
 
 
-def _study_file(tmp: Path, url: str, trials: int = 8, name: str = "fleet") -> Path:
-    p = tmp / f"{name}.yaml"
-    p.write_text(f"""study: {name}
-target:
-  kind: synthetic
-  noise_cov: 0.05
-knobs: [synthetic.x, synthetic.threads, synthetic.mode, synthetic.flag]
-objective:
-  metric: ops_per_sec
-budget:
-  trials: {trials}
-repetitions: 1
-evaluation:
-  noise_floor_runs: 2
-  intensify: false
-  drift_every: 0
-  confirm_top: 1
-  confirm_rounds: 5
-seed: 3
-storage: {url}
-""")
-    return p
+def _study_file(tmp: Path, url: str, trials: int = 8, name: str = "fleet",
+                hosts: str | None = None) -> Path:
+    return study_file(tmp, url, name, trials, 3, hosts, confirm_top=1, confirm_rounds=5)
 
 
 def _env() -> dict[str, str]:
@@ -208,8 +197,12 @@ def test_killed_worker_and_late_joiner(pg_url: str, tmp_path: Path,
             ts = _trials(pg_url)
         except KeyError:  # the study does not exist yet
             ts = []
-        if any(t.state == TrialState.RUNNING and t.user_attrs.get("worker") == "w1"
-               and t.user_attrs.get("kind") is None and t.number > 0 for t in ts):
+        names = set(ts[0].params) if ts and ts[0].state.is_finished() else None
+        # ... with every parameter suggested (a worker killed between ask and suggest
+        # leaves a partial trial, whose retry cannot know the rest).
+        if names and any(t.state == TrialState.RUNNING and t.user_attrs.get("worker") == "w1"
+                         and t.user_attrs.get("kind") is None and t.number > 0
+                         and set(t.params) == names for t in ts):
             break
         time.sleep(0.1)
     else:
@@ -227,8 +220,8 @@ def test_killed_worker_and_late_joiner(pg_url: str, tmp_path: Path,
     # Measured again (it may lie in the surface's failure region: a real failure then).
     assert retried[0].state == TrialState.COMPLETE or \
         "refuses to start" in retried[0].user_attrs["failed"]
-    # (Its parameters are not asserted: the search's ask (study/search.py, optimizer.ask)
-    # may repair or resample a queued configuration; see "Not implemented yet" in docs/fleet.md.)
+    # ... with its original parameters (the retry is a WAITING trial carrying them).
+    assert retried[0].params == failed[0].params
     assert retried[0].user_attrs["worker"] in ("w2", "w3")
     done = [t for t in trials if t.state.is_finished() and t.user_attrs.get("kind") == "trial"]
     assert len(done) == 10
@@ -273,3 +266,129 @@ def test_cli_workers_on_sqlite(tmp_path: Path) -> None:
     assert kinds["baseline"] == 1 and kinds["trial"] == 6, kinds
     assert len({c["confirmed_by"] for c in _results(url, "confirmation")
                 if "confirmed_by" in c}) == 1
+
+
+def test_heartbeat_tells_a_live_trial_from_a_dead_one(pg_url: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A RUNNING trial of a worker on another host is left alone while its heartbeat is
+    fresh, however long it runs; once the heartbeat is older than the grace period it is
+    failed and queued again once with the same parameters."""
+    monkeypatch.setenv("KVTUNE_HEARTBEAT", "1,2")
+    storage = open_storage(pg_url)
+    study = optuna.create_study(study_name="hb", storage=storage)
+    Fleet(storage.engine, "hb", "remote").register({"kernel": "k"}, "fp")
+    with storage.engine.begin() as c:  # the worker runs on another host: no pid to look at
+        c.execute(sa.text("UPDATE kvtune_workers SET host='elsewhere' WHERE worker='remote'"))
+    trial = study.ask()
+    trial.suggest_float("x", 0, 1)
+    trial.set_user_attr("worker", "remote")
+    me = Fleet(storage.engine, "hb", "here")
+    for _ in range(3):  # 3 s of heartbeats: the trial lives, RUNNING all along
+        storage.record_heartbeat(trial._trial_id)
+        fail_stale(study, me)
+        assert study.trials[trial.number].state == TrialState.RUNNING
+        time.sleep(1)
+    time.sleep(2.5)  # no heartbeat for longer than the grace period: dead
+    fail_stale(study, me)
+    ts = study.get_trials(deepcopy=False)
+    assert ts[trial.number].state == TrialState.FAIL
+    retry = [t for t in ts if t.system_attrs.get("failed_trial") == trial.number]
+    assert len(retry) == 1 and retry[0].state == TrialState.WAITING
+    assert retry[0].params == ts[trial.number].params
+
+
+def _wait_running(url: str, worker: str, name: str = "fleet") -> optuna.trial.FrozenTrial:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            ts = _trials(url, name)
+        except KeyError:
+            ts = []
+        names = set(ts[0].params) if ts and ts[0].state.is_finished() else None
+        for t in ts:
+            if names and t.state == TrialState.RUNNING and t.number > 0 and \
+                    t.user_attrs.get("worker") == worker and set(t.params) == names:
+                return t
+        time.sleep(0.05)
+    pytest.fail(f"{worker} never measured a search trial")
+
+
+def test_plain_tune_twice_at_once_is_refused_and_resume_retries_the_dead(
+        pg_url: str, tmp_path: Path) -> None:
+    """Plain `kvtune tune` (no --worker): a second one of the same study while the first
+    measures is refused naming it, and fails none of its trials; a fleet worker is refused
+    likewise. After the first is killed (SIGKILL), a plain resume fails only that trial and
+    measures it again with its original parameters."""
+    study = _study_file(tmp_path, pg_url, trials=6)
+    a = _start(study, "plain-a", 1.0, "--plain", "--no-confirm")
+    _wait_running(pg_url, "plain-a")
+    for extra in (("--plain",), ()):
+        b = _start(study, "plain-b", 0.0, "--no-confirm", *extra)
+        out, err = b.communicate(timeout=60)
+        assert b.returncode == 2, (out, err[-2000:])
+        msg = json.loads(out.strip().splitlines()[-1])["error"]
+        assert "plain-a" in msg and f"pid {a.pid}" in msg and "refused" in msg.lower()
+        assert "--worker" in msg
+    running = _wait_running(pg_url, "plain-a")
+    os.kill(a.pid, signal.SIGKILL)
+    a.communicate()
+    _finish(_start(study, "plain-c", 0.0, "--plain", "--no-confirm"))
+    trials = _trials(pg_url)
+    failed = [t for t in trials if t.state == TrialState.FAIL and "failed" not in t.user_attrs]
+    assert [t.number for t in failed] == [running.number], failed
+    retried = [t for t in trials if t.system_attrs.get("failed_trial") == running.number]
+    assert len(retried) == 1 and retried[0].user_attrs["worker"] == "plain-c"
+    assert retried[0].params == running.params and retried[0].state.is_finished()
+    assert sum(1 for t in trials if t.user_attrs.get("kind") == "trial"
+               and t.state.is_finished()) == 6
+    assert sum(1 for t in trials if t.user_attrs.get("kind") == "baseline") == 1
+
+
+def test_heterogeneous_hosts_get_their_own_baseline_and_confirmation(
+        pg_url: str, tmp_path: Path) -> None:
+    """`hosts: heterogeneous`: two workers with different host fingerprints (one reports
+    another kernel) share the search; each fingerprint has one baseline, one noise floor
+    and one confirmation, run by its own worker on its own trials; show lists both hosts.
+    Without the key the second worker is refused naming the difference."""
+    study = _study_file(tmp_path, pg_url, trials=10, hosts="heterogeneous")
+    ps = [_start(study, "w1", 0.1), _start(study, "w2", 0.1, "--fingerprint",
+                                            "kernel=5.10.0-other")]
+    outs = {o["worker"]: o for o in (_finish(p) for p in ps)}
+    trials = _trials(pg_url)
+    fps = {t.user_attrs["worker"]: t.user_attrs["fingerprint"] for t in trials
+           if t.user_attrs.get("kind") == "baseline"}
+    assert set(fps) == {"w1", "w2"} and fps["w1"] != fps["w2"], fps
+    assert sum(1 for t in trials if t.user_attrs.get("kind") == "trial"
+               and t.state.is_finished()) == 10
+    floors = _results(pg_url, "noise_floor")
+    assert sorted(f["fingerprint"] for f in floors) == sorted(fps.values())
+    confs = [c for c in _results(pg_url, "confirmation") if "confirmed_by" in c]
+    assert {c["confirmed_by"]: c["fingerprint"] for c in confs} == fps
+    by_number = {t.number: t for t in trials}
+    for c in confs:  # each confirmation's candidates are its own host's trials
+        assert c["candidates"], c
+        for cand in c["candidates"]:
+            assert by_number[cand["trial"]].user_attrs["fingerprint"] == c["fingerprint"]
+    for w, o in outs.items():
+        assert o["result"]["confirmed_by"] == w
+    shown = subprocess.run([sys.executable, "-m", "kvtune", "show", "fleet", "--storage",
+                            pg_url, "--json"], capture_output=True, text=True, env=_env(),
+                           timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    hosts = {h["fingerprint"]: h for h in json.loads(shown.stdout)["hosts"]}
+    assert set(hosts) == set(fps.values())
+    for w, fp in fps.items():
+        assert hosts[fp]["workers"] == [w]
+        assert hosts[fp]["confirmation"]["confirmed_by"] == w
+        assert hosts[fp]["baseline"]["value"] is not None
+    text = subprocess.run([sys.executable, "-m", "kvtune", "show", "fleet", "--storage",
+                           pg_url], capture_output=True, text=True, env=_env(), timeout=120)
+    assert "Hosts" in text.stdout and "5.10.0-other" in text.stdout
+    # The same two hosts without `hosts: heterogeneous`: refused, naming the difference.
+    plain = _study_file(tmp_path, pg_url, trials=2, name="same")
+    _finish(_start(plain, "w1", 0.0, "--no-confirm"))
+    p = _start(plain, "w2", 0.0, "--fingerprint", "kernel=5.10.0-other")
+    out, _err = p.communicate(timeout=60)
+    assert p.returncode == 2
+    msg = json.loads(out.strip().splitlines()[-1])["error"]
+    assert "5.10.0-other" in msg and "hosts: heterogeneous" in msg

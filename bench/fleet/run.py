@@ -27,41 +27,18 @@ import optuna
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
-from fleet_fixtures import start_postgres  # noqa: E402
+from fleet_fixtures import start_postgres, study_file  # noqa: E402
 
 from kvtune.targets.synthetic import optimum, true_value  # noqa: E402
 
 WORKER = REPO / "bench" / "fleet" / "worker.py"
 
 
-def study_file(tmp: Path, url: str, name: str, trials: int, seed: int) -> Path:
-    p = tmp / f"{name}.yaml"
-    p.write_text(f"""study: {name}
-target:
-  kind: synthetic
-  noise_cov: 0.05
-knobs: [synthetic.x, synthetic.threads, synthetic.mode, synthetic.flag]
-objective:
-  metric: ops_per_sec
-budget:
-  trials: {trials}
-repetitions: 1
-evaluation:
-  noise_floor_runs: 2
-  intensify: false
-  early_stop: false
-  drift_every: 0
-seed: {seed}
-storage: {url}
-""")
-    return p
-
-
 def one(pg: Any, tmp: Path, workers: int, trials: int, sleep: float, seed: int,
         best: float) -> dict[str, Any]:
     name = f"b{workers}s{seed}"
     url = pg.createdb(f"{name}_{os.getpid()}")
-    study = study_file(tmp, url, name, trials, seed)
+    study = study_file(tmp, url, name, trials, seed, early_stop=False)
     t0 = time.monotonic()
     ps = [subprocess.Popen([sys.executable, str(WORKER), str(study), f"w{i}", "--sleep",
                             str(sleep), "--no-confirm"], stdout=subprocess.PIPE,

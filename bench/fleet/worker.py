@@ -2,10 +2,14 @@
 bench/fleet/run.py):
 
     python bench/fleet/worker.py STUDY.yaml WORKER-NAME [--sleep SECONDS] [--no-confirm]
+        [--plain] [--fingerprint FIELD=VALUE ...]
 
 The synthetic target is registered here with a fixed sleep per repetition (a bench-only
 target: the sleep stands for a real measurement, and sleeping workers do not compete for
-the CPUs). Prints one JSON line: the worker, its result, and its wall time.
+the CPUs). `--plain` runs a plain `kvtune tune` (StudyRun) instead of a fleet worker;
+`--fingerprint kernel=X` makes the worker report another host fingerprint (the tests of
+heterogeneous fleets run their "hosts" on one machine). Prints one JSON line: the worker,
+its result, and its wall time.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from kvtune.errors import KvtuneError
 from kvtune.fleet_run import FleetRun
 from kvtune.study._ui import jsonable
 from kvtune.study.load import load
+from kvtune.study.run import StudyRun
 from kvtune.targets.synthetic import SyntheticTarget
 
 SLEEP = 0.0
@@ -37,6 +42,16 @@ class SleepySynthetic(SyntheticTarget):
         return super().measure(params, rng)
 
 
+def faked(cls: type[StudyRun], fields: dict[str, str]) -> type[StudyRun]:
+    """`cls` reporting a host fingerprint with `fields` replaced."""
+
+    class Faked(cls):  # type: ignore[valid-type,misc]
+        def host_fingerprint(self) -> dict[str, Any]:
+            return {**super().host_fingerprint(), **fields}
+
+    return Faked
+
+
 def main() -> int:
     global SLEEP
     ap = argparse.ArgumentParser()
@@ -44,13 +59,17 @@ def main() -> int:
     ap.add_argument("worker")
     ap.add_argument("--sleep", type=float, default=0.0)
     ap.add_argument("--no-confirm", action="store_true")
+    ap.add_argument("--plain", action="store_true")
+    ap.add_argument("--fingerprint", action="append", default=[])
     a = ap.parse_args()
     SLEEP = a.sleep
     targets.register("synthetic", SleepySynthetic)
     t0 = time.monotonic()
     try:
-        result = FleetRun(load(a.study), Console(stderr=True, quiet=True),
-                          worker=a.worker).run(confirm=not a.no_confirm)
+        cls = faked(StudyRun if a.plain else FleetRun,
+                    dict(f.split("=", 1) for f in a.fingerprint))
+        result = cls(load(a.study), Console(stderr=True, quiet=True),
+                     worker=a.worker).run(confirm=not a.no_confirm)
     except KvtuneError as e:
         print(json.dumps({"worker": a.worker, "error": str(e)}), flush=True)
         return e.exit_code

@@ -105,9 +105,9 @@ class FleetRun(StudyRun):
             self.fleet.release(key)
             raise UserError(
                 f"study {self.spec.study!r} in {self.store.url} is being tuned right now by a "
-                f"plain `kvtune tune` ({self.describe([got.worker])}): a fleet worker joins "
-                "only a study whose every process is a worker (--worker NAME); wait for it "
-                "to end")
+                f"plain `kvtune tune` ({self.describe([got.worker])}), so this worker is "
+                "refused: a fleet worker joins only a study whose every process is a worker "
+                "(--worker NAME); wait for the plain run to end")
 
     def leave(self) -> None:
         self.fleet.release(f"fleet:{self.worker}")

@@ -73,6 +73,8 @@ def collect(store: Store, name: str) -> dict[str, Any]:
             "config": t.user_attrs.get("config", {}), "metrics": ev.get("metrics", {}),
             "feasible": all(v <= 0 for v in t.user_attrs.get("violations", [0.0])),
             "flags": ev.get("flags", []), "failed": t.user_attrs.get("failed"),
+            "worker": t.user_attrs.get("worker"),
+            "fingerprint": t.user_attrs.get("fingerprint"),
         })
     base = next((t for t in trials if t["kind"] == "baseline" and t["state"] == "COMPLETE"),
                 None)
@@ -84,7 +86,17 @@ def collect(store: Store, name: str) -> dict[str, Any]:
     if done:
         best = (max if direction == "maximize" else min)(done, key=lambda t: t["value"])
     drift = store.results(name, "drift")
-    _vs_nearest_baseline(trials, base, drift, direction)
+    bases: dict[Any, dict[str, Any]] = {}
+    for tr in trials:
+        if tr["kind"] == "baseline" and tr["state"] == "COMPLETE":
+            bases.setdefault(tr["fingerprint"], tr)
+    if len(bases) <= 1:
+        _vs_nearest_baseline(trials, base, drift, direction)
+    else:  # a heterogeneous fleet: each trial against its own host fingerprint's baseline
+        for fp, b in bases.items():
+            _vs_nearest_baseline([tr for tr in trials if tr["fingerprint"] == fp], b,
+                                 [d for d in drift if d.get("fingerprint", fp) == fp],
+                                 direction)
     spec = study.user_attrs.get("spec", {})
     from kvtune.present import change_fraction, change_record
 
@@ -101,7 +113,8 @@ def collect(store: Store, name: str) -> dict[str, Any]:
         "noise_floor": store.last_result(name, "noise_floor"),
         "drift": drift,
         "confirmation": store.last_result(name, "confirmation"),
-        "workers": _workers(store, name, study),
+        "workers": (workers := _workers(store, name, study)),
+        "hosts": _hosts(store, name, trials, workers, direction),
         "analysis": _analysis(store, name),
         "sweeps": sweeps,
     }
@@ -116,6 +129,62 @@ def _workers(store: Store, name: str, study: optuna.Study) -> list[dict[str, Any
         w["trials"] = [t.number for t in study.get_trials(deepcopy=False)
                        if t.user_attrs.get("worker") == w["worker"]]
     return ws
+
+
+def _hosts(store: Store, name: str, trials: list[dict[str, Any]],
+           workers: list[dict[str, Any]], direction: str) -> list[dict[str, Any]]:
+    """Per host fingerprint of the study's workers: the fingerprint, its workers, its own
+    baseline, best search trial, noise floor and confirmation (a heterogeneous fleet has
+    several; trials are only compared with their own fingerprint's baseline)."""
+    out = []
+    for fp in dict.fromkeys(w["fingerprint_key"] for w in workers):
+        own = [t for t in trials if t["fingerprint"] == fp]
+        base = next((t for t in own if t["kind"] == "baseline" and t["state"] == "COMPLETE"),
+                    None)
+        done = [t for t in own if t["state"] == "COMPLETE" and t["feasible"]
+                and t["kind"] == "trial"]
+        best = (max if direction == "maximize" else min)(
+            done, key=lambda t: t["value"]) if done else None
+        out.append({
+            "fingerprint": fp,
+            "host": next(w["fingerprint"] for w in workers if w["fingerprint_key"] == fp),
+            "workers": [w["worker"] for w in workers if w["fingerprint_key"] == fp],
+            "trials": len([t for t in own if t["kind"] == "trial"]),
+            "baseline": base, "best": best,
+            "noise_floor": store.last_result(name, "noise_floor", fp),
+            "confirmation": store.last_result(name, "confirmation", fp),
+        })
+    return out
+
+
+def _render_hosts(data: dict[str, Any], console: Console) -> None:
+    """The per-host table of a study whose workers have several host fingerprints."""
+    hosts = data.get("hosts") or []
+    if len(hosts) < 2:
+        return
+    from kvtune.host.fingerprint import FIELDS
+
+    varying = [f for f in FIELDS if len({str(h["host"].get(f)) for h in hosts}) > 1]
+    t = Table(title="Hosts (each with its own baseline and confirmation)")
+    for col in ("fingerprint", *varying, "workers", "trials", "baseline", "best",
+                "best vs baseline", "confirmation"):
+        t.add_column(col)
+    for h in hosts:
+        base, best, conf = h["baseline"], h["best"], h["confirmation"] or {}
+        vs = "-"
+        if best is not None and best.get("change"):
+            vs = best["change"].get("text") or "-"
+        rec = conf.get("recommended")
+        verdict = conf.get("verdict") or ("-" if not conf else "")
+        if rec is not None:
+            verdict = f"trial {rec.get('trial')}: {verdict}" if isinstance(rec, dict) \
+                else str(verdict)
+        t.add_row(h["fingerprint"], *(str(h["host"].get(f)) for f in varying),
+                  ", ".join(h["workers"]), str(h["trials"]),
+                  _f(base["value"]) if base else "-",
+                  f"#{best['number']} {_f(best['value'])}" if best else "-", vs,
+                  str(verdict))
+    console.print(t)
 
 
 def _render_workers(data: dict[str, Any], console: Console) -> None:
@@ -202,6 +271,7 @@ def render(data: dict[str, Any], console: Console) -> None:
                   cfg)
     console.print(t)
     _render_workers(data, console)
+    _render_hosts(data, console)
     base, best = data["baseline"], data["best"]
     conf = data.get("confirmation")
     if conf and conf.get("multi"):
