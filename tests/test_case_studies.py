@@ -51,6 +51,30 @@ def test_case_study_passes_check(path: Path) -> None:
         assert all(any(n in p for n in unavailable) for p in plan["problems"]), plan["problems"]
 
 
+def _stored(path: Path) -> Path | None:
+    study = yaml.safe_load(path.read_text())["study"]
+    db = REPO / "results" / f"{study}.db"
+    return db if db.exists() else None
+
+
+STORED = [p for p in CASES if _stored(p)]
+
+
+@pytest.mark.parametrize("path", STORED, ids=[p.name for p in STORED])
+def test_stored_case_study_result_opens_on_current_code(path: Path, tmp_path: Path) -> None:
+    """docs/case-studies.md cites results/<study>.db: `kvtune show` and `kvtune report` must
+    still read each one (a schema change that breaks them fails here)."""
+    show = subprocess.run([sys.executable, "-m", "kvtune", "show", str(path)],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert show.returncode == 0, show.stdout[-2000:] + show.stderr[-2000:]
+    assert "Traceback" not in show.stderr
+    html = tmp_path / "r.html"
+    rep = subprocess.run([sys.executable, "-m", "kvtune", "report", str(path), "-o",
+                          str(html)], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert rep.returncode == 0, rep.stdout[-2000:] + rep.stderr[-2000:]
+    assert html.stat().st_size > 10_000
+
+
 def test_workload_file_keys_are_not_overridden_by_kvtune_defaults() -> None:
     loaded = load(REPO / "examples" / "case-studies" / "004-slab-rebalancer.yaml")
     argv = build_argv("kvload", loaded.spec.load, "127.0.0.1:1", "memcache", 1, "/tmp/x.json")
@@ -134,3 +158,24 @@ def test_sweep_view_names_best_change_and_plateau() -> None:
     text = "\n".join(summary_lines(view))
     assert "plateau: k in 200 … 400" in text and "better" in text
     assert "default" in sweep_text(view_from_dict(view.as_dict()))
+
+
+def test_sweep_view_of_ties_and_single_repetitions() -> None:
+    """Stored 004 sweeps: every value 0 server errors (a tie with the default is no change,
+    not '+inf %'), and one repetition per value (no 'nan' interval, no plateau claimed)."""
+    from kvtune.analysis.sweep import analyse, summary_lines
+
+    zeros = analyse({"knob": "a", "metric": "server_errors", "direction": "minimize",
+                     "baseline_value": 1,
+                     "rows": [{"value": v, "values": [0.0, 0.0]} for v in (0, 1, 2)]})
+    assert zeros.best is not None and zeros.best.value == 1 and zeros.change is None
+    text = "\n".join(summary_lines(zeros))
+    assert "the default is the best value swept" in text and "inf" not in text
+    assert "∞" not in text and zeros.plateau == [0, 1, 2]
+    single = analyse({"knob": "a", "metric": "hit_ratio", "direction": "maximize",
+                      "baseline_value": 1,
+                      "rows": [{"value": v, "values": [h]} for v, h in
+                               ((0, 0.174), (1, 0.175), (2, 0.140))]})
+    text = "\n".join(summary_lines(single))
+    assert "nan" not in text and "n=1" in text
+    assert "no plateau can be judged" in text and "differs from the best" not in text

@@ -111,8 +111,11 @@ def analyse(result: dict[str, Any], alpha: float = ALPHA) -> SweepView:
     if not measured:
         view.notes.append("no value measured anything (every repetition failed)")
         return view
-    pick = max if view.direction == "maximize" else min
-    view.best = pick(measured, key=lambda p: p.median)
+    # A tie with the default goes to the default (all-zero medians pick no "best" change).
+    if view.direction == "maximize":
+        view.best = max(measured, key=lambda p: (p.median, p.is_default))
+    else:
+        view.best = min(measured, key=lambda p: (p.median, not p.is_default))
     view.default_point = next((p for p in points if p.is_default and p.values), None)
     if view.default_point is None:
         view.notes.append(f"the default ({default}) was not among the swept values: no change "
@@ -163,8 +166,9 @@ def summary_lines(view: SweepView) -> list[str]:
     if view.best is None:
         return out + view.notes
     b = view.best
+    spread = f"{b.ci_kind} {b.ci[0]:.4g} … {b.ci[1]:.4g}, " if b.n >= 2 else ""
     out.append(f"best {view.knob} = {b.value}: {view.metric} median {b.median:.4g} "
-               f"({b.ci_kind} {b.ci[0]:.4g} … {b.ci[1]:.4g}, n={b.n})")
+               f"({spread}n={b.n})")
     if view.change is not None and view.default_point is not None:
         ch = view.change
         d = view.default_point
@@ -176,6 +180,9 @@ def summary_lines(view: SweepView) -> list[str]:
     if len(view.plateau) > 1:
         out.append(f"plateau: {view.knob} in {view.plateau[0]} … {view.plateau[-1]} "
                    f"({len(view.plateau)} values) stay within noise of the best")
+    elif view.plateau and any(0 < p.n < 2 for p in view.points):
+        out.append("no plateau can be judged: a value with one repetition cannot be told "
+                   "from noise (sweep with --repetitions 2 or more)")
     elif view.plateau:
         out.append("no plateau: every other value differs from the best beyond noise")
     return out + view.notes

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 from kvtune.knobs.appliers.base import Launch
 from kvtune.knobs.appliers.memcached import memcached_argv_options
 from kvtune.targets.base import ServerTarget
+from kvtune.telemetry.sampler import parse_number
 
 _INT = r"\d{1,12}"
 _FLOAT = r"\d{1,12}(\.\d{1,12})?"
@@ -119,14 +120,5 @@ class MemcachedTarget(ServerTarget):
         for group, key in (("", "stats"), ("settings", "settings"), ("slabs", "slabs"),
                            ("items", "items")):
             with contextlib.suppress(OSError):
-                out[key] = {k: _num(v) for k, v in self.raw_stats(group).items()}
+                out[key] = {k: parse_number(v) for k, v in self.raw_stats(group).items()}
         return out
-
-
-def _num(v: str) -> Any:
-    for t in (int, float):
-        try:
-            return t(v)
-        except ValueError:
-            pass
-    return v

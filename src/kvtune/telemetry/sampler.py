@@ -45,7 +45,8 @@ MC_SLAB = ("chunk_size", "total_pages", "used_chunks", "total_chunks", "free_chu
 MC_ITEMS = ("number", "evicted", "outofmemory", "evicted_nonzero", "expired_unfetched")
 
 
-def _num(v: str) -> int | float | str:
+def parse_number(v: str) -> int | float | str:
+    """A stats value as a number when it is one (int, else float), else the text."""
     for t in (int, float):
         try:
             return t(v)
@@ -54,8 +55,9 @@ def _num(v: str) -> int | float | str:
     return v
 
 
-class _Conn:
-    """One persistent TCP connection with a read buffer."""
+class StatsConn:
+    """One persistent TCP connection with a read buffer (the sampler's own; benchmarks
+    use it to time single stats requests)."""
 
     def __init__(self, host: str, port: int, timeout: float = 2.0) -> None:
         self.s = socket.create_connection((host, port), timeout=timeout)
@@ -96,25 +98,25 @@ def _mc_lines(raw: bytes) -> dict[str, str]:
     return out
 
 
-def memcached_sample(conn: _Conn) -> dict[str, Any]:
+def memcached_sample(conn: StatsConn) -> dict[str, Any]:
     """`stats`, `stats slabs`, `stats items`, reduced to the kept figures: {"stats": {...},
     "slabs": {class: {...}}} (a class's item figures merged into its slab figures)."""
     conn.s.sendall(b"stats\r\nstats slabs\r\nstats items\r\n")
     general, slabs, items = (_mc_lines(conn.until(b"END\r\n")) for _ in range(3))
-    stats = {k: _num(general[k]) for k in MC_STATS if k in general}
+    stats = {k: parse_number(general[k]) for k in MC_STATS if k in general}
     classes: dict[str, dict[str, Any]] = {}
     for key, v in slabs.items():
         cls, _, name = key.partition(":")
         if name in MC_SLAB and cls.isdigit():
-            classes.setdefault(cls, {})[name] = _num(v)
+            classes.setdefault(cls, {})[name] = parse_number(v)
     for key, v in items.items():  # items:<class>:<name>
         _, cls, name = ([*key.split(":", 2), "", ""])[:3]
         if name in MC_ITEMS and cls.isdigit():
-            classes.setdefault(cls, {})[f"items_{name}"] = _num(v)
+            classes.setdefault(cls, {})[f"items_{name}"] = parse_number(v)
     return {"stats": stats, "slabs": classes}
 
 
-def redis_sample(conn: _Conn) -> dict[str, Any]:
+def redis_sample(conn: StatsConn) -> dict[str, Any]:
     """`INFO` (default sections): every numeric field."""
     conn.s.sendall(b"*1\r\n$4\r\nINFO\r\n")
     header = conn.until(b"\r\n")
@@ -125,7 +127,7 @@ def redis_sample(conn: _Conn) -> dict[str, Any]:
     for line in body.splitlines():
         if ":" in line and not line.startswith("#"):
             k, v = line.split(":", 1)
-            n = _num(v.strip())
+            n = parse_number(v.strip())
             if not isinstance(n, str):
                 stats[k] = n
     return {"stats": stats}
@@ -150,11 +152,11 @@ class ServerSampler:
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._conn: _Conn | None = None
+        self._conn: StatsConn | None = None
 
     def start(self) -> None:
         try:
-            self._conn = _Conn(self.host, self.port)
+            self._conn = StatsConn(self.host, self.port)
         except OSError as e:
             self.errors.append(f"connect: {e}")
             return
