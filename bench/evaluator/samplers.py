@@ -49,6 +49,7 @@ SOURCE = pin_source(sys.argv)
 from rich.console import Console  # noqa: E402
 
 from kvtune import optimizer  # noqa: E402
+from kvtune.errors import UserError  # noqa: E402
 from kvtune.knobs import rules  # noqa: E402
 from kvtune.study import StudyRun, load  # noqa: E402
 from kvtune.targets.synthetic import true_value  # noqa: E402
@@ -142,12 +143,16 @@ def run(method: str, seed: int, trials: int, tmp: Path) -> dict[str, Any]:
 def summary(rows: list[dict[str, Any]], trials: int) -> list[dict[str, Any]]:
     out = []
     for m in METHODS:
-        rs = [r for r in rows if r["method"] == m]
+        every = [r for r in rows if r["method"] == m]
+        rs = [r for r in every if "error" not in r]
+        if not every:
+            continue
         if not rs:
+            out.append({"method": m, "studies": len(every), "errors": len(every)})
             continue
         reached = [r["first_within_2pct"] for r in rs if r["first_within_2pct"]]
         out.append({
-            "method": m, "studies": len(rs),
+            "method": m, "studies": len(rs), "errors": len(every) - len(rs),
             "rule_breaking_measured": sum(r["rule_measured"] for r in rs),
             "failed_starts_per_study": statistics.mean(r["failed_starts"] for r in rs),
             "rejected_per_study": statistics.mean(r["rejected"] for r in rs),
@@ -163,13 +168,18 @@ def summary(rows: list[dict[str, Any]], trials: int) -> list[dict[str, Any]]:
     return out
 
 
-def _task(args: tuple[str, int, int]) -> dict[str, Any]:
-    method, seed, trials = args
+def _task(args: tuple[str, int, int, bool]) -> dict[str, Any]:
+    method, seed, trials, rule = args
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    if RULE not in rules.RULES:
+    if rule and RULE not in rules.RULES:
         rules.RULES.append(RULE)
     with tempfile.TemporaryDirectory(prefix="kvtune-samplers-") as d:
-        return run(method, seed, trials, Path(d))
+        try:
+            row = run(method, seed, trials, Path(d))
+        except UserError as e:  # e.g. a sampler that keeps proposing rule-breaking points
+            row = {"method": method, "seed": seed, "error": str(e)}
+    row["rule"] = rule
+    return row
 
 
 def main() -> None:
@@ -182,6 +192,9 @@ def main() -> None:
     ap.add_argument("--merge", nargs="+", default=None,
                     help="summarise the rows of these result files (chunks)")
     ap.add_argument("--out", default=str(Path(__file__).with_name("samplers.json")))
+    ap.add_argument("--no-rule", action="store_true",
+                    help="without the rule (the failure region stays): for samplers that "
+                         "cannot learn from rejected proposals")
     ap.add_argument("--commit", default="HEAD", help="measure src/kvtune of this commit")
     ap.add_argument("--worktree", action="store_true", help="measure src/ as it is on disk")
     a = ap.parse_args()
@@ -202,7 +215,7 @@ def main() -> None:
             indent=1))
         return
     lo, hi = (int(x) for x in a.seeds.split(":")) if a.seeds else (0, a.studies)
-    tasks = [(m, seed, a.trials) for seed in range(lo, hi) for m in a.methods.split(",")]
+    tasks = [(m, seed, a.trials, not a.no_rule) for seed in range(lo, hi) for m in a.methods.split(",")]
     jobs = max(1, min(2, a.jobs))
     rows = []
     results = map(_task, tasks) if jobs == 1 else ProcessPoolExecutor(jobs).map(_task, tasks)

@@ -4,7 +4,9 @@ CoV 11% as on the synthetic target's defaults):
 - coverage of the per-trial "95%" bootstrap CI of the median at n = 3, 5, 6 (and of a log-t CI);
 - the confirmation's false-positive rate and CI coverage (5 vs 5), the smallest p-values of
   Mann-Whitney (5 vs 5) and of a paired Wilcoxon (5 pairs);
-- the drift check (3 vs 5, two-sided): false alarms without drift, power against -15%;
+- the drift check as kvtune.study.drift runs it (5 vs 5, two-sided, both the CI and the
+  Mann-Whitney test at alpha / planned checks = 0.05 / 4 for 30 trials): false alarms
+  without drift, per check and over a study's 4 checks, and power against -15% and -25%;
 - the confirmation's power for true gains of 5/10/20% with 5/10/20 rounds (Holm, 3 candidates).
 
     .venv/bin/python bench/evaluator/stats_checks.py
@@ -27,6 +29,7 @@ print("kvtune measured:", pin_source(sys.argv))
 from variants import logt_ci  # noqa: E402
 
 from kvtune.stats import bootstrap_ci, compare  # noqa: E402
+from kvtune.study.drift import DRIFT_REPETITIONS, is_moved  # noqa: E402
 
 rng = np.random.default_rng(1)
 SIGMA = math.sqrt(math.log(1 + 0.11**2))
@@ -63,12 +66,20 @@ print("smallest one-sided p: Mann-Whitney 5 vs 5 =",
       round(sps.mannwhitneyu([6, 7, 8, 9, 10], [1, 2, 3, 4, 5], alternative="greater").pvalue,
             4), "; Wilcoxon signed-rank, 5 pairs =",
       round(sps.wilcoxon([1, 2, 3, 4, 5], alternative="greater").pvalue, 4))
-for shift, label in ((1.0, "no drift: false alarms"), (0.85, "a -15% drift: detected")):
+CHECKS = 4  # planned drift checks of a 30-trial study with drift_every 10 (planned_checks)
+for shift, label in ((1.0, "no drift: false alarms"), (0.85, "a -15% drift: detected"),
+                     (0.75, "a -25% drift: detected")):
     k = 0
-    for _ in range(N):
-        c = compare(draw(3, shift), draw(5), "maximize", two_sided=True)
-        k += (not (c.ci_low <= 0 <= c.ci_high)) and c.p_value < 0.05
-    print(f"drift check (3 vs 5), {label} in {k / N:.1%}")
+    for i in range(N):
+        k += is_moved(draw(DRIFT_REPETITIONS, shift), draw(5), "maximize", 0.05 / CHECKS, i)[0]
+    print(f"drift check ({DRIFT_REPETITIONS} vs 5, alpha 0.05/{CHECKS}), {label} in "
+          f"{k / N:.1%} of checks")
+studies = 0
+for i in range(N):  # every check against the same first baseline measurement, as in a study
+    first = draw(5)
+    studies += any(is_moved(draw(DRIFT_REPETITIONS), first, "maximize", 0.05 / CHECKS, i)[0]
+                   for _ in range(CHECKS))
+print(f"drift checks, no drift: a false alarm in {studies / N:.1%} of studies ({CHECKS} checks)")
 M = 300
 for gain in (0.05, 0.10, 0.20):
     row = []
