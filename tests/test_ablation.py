@@ -136,3 +136,41 @@ def test_the_study_runs_the_ablation_after_its_confirmation(tmp_path: Any) -> No
     run.run(ablation=False)
     assert Store(run.store.url).last_result("noab", "ablation") is None
     assert Store(run.store.url).repetitions("noab", "ablation") == []
+
+
+def test_rounds_grow_with_noise_and_the_gain_stays_with_its_carriers() -> None:
+    """The ablation chooses its rounds from the measured noise: at CoV 1% the
+    confirmation's 5 rounds resolve everything; at CoV 5% the 8% carrier (flag, with
+    x > 5) needs more rounds, which only the ambiguous changes get. Both name x and flag
+    and never threads (worth 0.2%); with a cap below what the noise asks for it says what
+    it could not resolve."""
+    rec = {**BASELINE, "synthetic.x": 7.0, "synthetic.flag": True, "synthetic.threads": 5}
+    conf = _confirmation(rec)
+    ev = EvaluationSpec(confirm_rounds=5)
+    quiet, noisy = _measure(cov=0.01, seed=0), _measure(cov=0.05, seed=0)
+    lo = ablation.ablate(conf, BASELINE, "ops_per_sec", "maximize", ev, 0, quiet)
+    hi = ablation.ablate(conf, BASELINE, "ops_per_sec", "maximize", ev, 0, noisy)
+    for res in (lo, hi):
+        assert set(res["carries"]) == {"synthetic.x", "synthetic.flag"}, res["text"]
+        assert "synthetic.threads" in res["noise"]
+    assert lo["planned_rounds"] == lo["rounds"] == 5
+    assert lo["measurements"] == quiet.count["n"] == (3 + 2) * 5
+    assert hi["planned_rounds"] > 10 and hi["rounds"] > 5
+    assert hi["measurements"] == noisy.count["n"] > lo["measurements"]
+    rows = {r["knob"]: r for r in hi["knobs"]}
+    assert rows["synthetic.x"]["rounds"] == 5  # a 30% effect is clear at the first look
+    assert rows["synthetic.flag"]["rounds"] > 5
+    # only the ambiguous arms and the recommendation ran the extra rounds
+    assert hi["measurements"] < (3 + 2) * hi["rounds"]
+    assert len(hi["baseline_samples"]) == 5
+    assert sum(hi["levels"]) <= ev.alpha + 1e-12
+    # capped below what the noise asks for: the ablation says what it could not resolve
+    capped = ablation.ablate(conf, BASELINE, "ops_per_sec", "maximize",
+                             EvaluationSpec(confirm_rounds=5, ablation_max_rounds=6), 0,
+                             _measure(cov=0.08, seed=5))
+    assert capped["rounds"] <= 6
+    assert "synthetic.threads" not in capped["carries"]
+    assert capped["unresolved"], capped["text"]  # CoV 8%: threads' 0.2% needs far more
+    assert "still ambiguous after 6 rounds" in capped["text"]
+    assert "evaluation.ablation_max_rounds = 6" in capped["text"]
+    assert ablation.max_cost(conf, BASELINE, EvaluationSpec()) == 5 * 5 + 4 * 25

@@ -165,25 +165,34 @@ def robust_cov(values: Sequence[float]) -> float:
 _MWU_ARE = 3 / math.pi
 
 
+def _z(alpha: float, candidates: int, power: float, two_sided: bool) -> float:
+    level = alpha / max(candidates, 1) / (2 if two_sided else 1)
+    return float(sps.norm.ppf(1 - level) + sps.norm.ppf(power))
+
+
 def detectable_improvement(cov_: float, rounds: int, alpha: float, candidates: int,
-                           power: float = 0.8) -> float:
+                           power: float = 0.8, *, two_sided: bool = False,
+                           rank: bool = True) -> float:
     """The smallest relative improvement the confirmation detects with probability `power`
     (normal approximation for a one-sided Mann–Whitney test at Holm's strictest level
-    alpha / candidates, `rounds` samples per arm, noise `cov_`)."""
+    alpha / candidates, `rounds` samples per arm, noise `cov_`). The ablation's test is
+    two-sided (`two_sided`) and a t test on the logarithms (`rank=False`: no Mann–Whitney
+    efficiency factor; `cov_` is then the logarithms' SD)."""
     if rounds < 2 or math.isnan(cov_):
         return math.nan
-    z = sps.norm.ppf(1 - alpha / max(candidates, 1)) + sps.norm.ppf(power)
-    return float(z * math.sqrt(2 / (rounds * _MWU_ARE)) * cov_)
+    z = _z(alpha, candidates, power, two_sided)
+    return float(z * math.sqrt(2 / (rounds * (_MWU_ARE if rank else 1.0))) * cov_)
 
 
 def rounds_needed(cov_: float, improvement: float, alpha: float, candidates: int,
-                  power: float = 0.8) -> int:
+                  power: float = 0.8, *, two_sided: bool = False, rank: bool = True) -> int:
     """Confirmation rounds per arm needed to detect `improvement` (see
-    detectable_improvement)."""
+    detectable_improvement; the same `two_sided` and `rank`)."""
     if improvement <= 0 or math.isnan(cov_):
         return 0
-    z = sps.norm.ppf(1 - alpha / max(candidates, 1)) + sps.norm.ppf(power)
-    return max(2, math.ceil(2 * (z * cov_ / improvement) ** 2 / _MWU_ARE))
+    z = _z(alpha, candidates, power, two_sided)
+    return max(2, math.ceil(2 * (z * cov_ / improvement) ** 2
+                            / (_MWU_ARE if rank else 1.0)))
 
 
 # -- what the confirmation can show at all -----------------------------------------------------

@@ -2,24 +2,42 @@
 
 After the confirmation recommends a configuration, kvtune measures it again beside the
 baseline and beside one variant per changed knob — the recommendation with that one knob
-put back to its baseline value — in the confirmation's interleaved rounds (the same
-`interleave`, the same number of rounds). For each changed knob:
+put back to its baseline value — in interleaved rounds (the confirmation's `interleave`).
+For each changed knob:
 
 - its share of the gain: (recommended − without it) / (recommended − baseline), in the
   objective's good direction, with a bootstrap 95% CI (every arm resampled on its own);
 - whether it matters: reverting it moves the objective (two-sided Welch t test on the
-  logarithms against the recommendation, Holm-adjusted over the knobs) and the share's CI
-  excludes 0.
+  logarithms against the recommendation's samples of the same rounds, Holm-adjusted over
+  the knobs) and the share's CI excludes 0.
   A change "carries" the gain when reverting it loses some, "hurts" when reverting it
   gains, and is "noise" otherwise.
+
+How many rounds (a sequential design, so clear effects stay cheap):
+
+1. every arm runs `confirm_rounds` rounds (the first look);
+2. the noise of those samples (the logarithms' pooled SD) says how many rounds a revert
+   effect of `evaluation.ablation_effect` (5%) needs for 80% power at the final level
+   (`kvtune.stats.rounds_needed`, the confirmation's power formula, two-sided t),
+   capped at `evaluation.ablation_max_rounds` (30);
+3. more rounds, in looks spaced ×1.5 up to that number, measure only the recommendation
+   and the changes still ambiguous. A change stops when its test is significant, or when
+   its effect's 90% CI lies within ±ablation_effect (it is smaller than what the ablation
+   must resolve). The type-I error over all looks stays below alpha: each interim look
+   tests at alpha × 0.2 / (looks − 1), the final one at alpha × 0.8 (a union bound, as
+   Haybittle–Peto's boundary); stopping for "smaller than the effect" never adds
+   false carriers.
+
+What is still ambiguous at the cap is said ("unresolved": its revert effect's CI).
 
 The minimal configuration keeps only the changes that carry the gain (the others go back
 to the baseline). It is derived, not measured: when the shares add up to far from 100%
 the changes interact and the summary says so.
 
-Cost: (changed knobs + 2) × confirm_rounds repetitions; none with a single change (the
-confirmation already measured it against the baseline). Skipped with
-`evaluation.ablation: false` or `kvtune tune --no-ablation`.
+Cost: at least (changed knobs + 2) × confirm_rounds repetitions (`cost`), at most that
+plus (changed knobs + 1) × (ablation_max_rounds − confirm_rounds) (`max_cost`); none with
+a single change (the confirmation already measured it against the baseline). Skipped
+with `evaluation.ablation: false` or `kvtune tune --no-ablation`.
 
 Stored as `store.put_result(study, "ablation", result)`; the schema is `SCHEMA` below
 (docs/report.md repeats it; `kvtune export --minimal` reads `minimal_changes`).
@@ -29,6 +47,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,30 +55,51 @@ from scipy import stats as sps
 
 from kvtune.present import MINUS, change_fraction, change_record, number
 from kvtune.spec import EvaluationSpec
-from kvtune.stats import holm
+from kvtune.stats import detectable_improvement, holm, rounds_needed
 from kvtune.study.confirm import Arm, Measure, interleave
 
 if TYPE_CHECKING:
     from kvtune.study.run import StudyRun
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+# The share of alpha spent on all interim looks together (the rest on the final look).
+INTERIM_SHARE = 0.2
+# Looks after the first are spaced by this factor (at least 2 rounds apart).
+LOOK_GROWTH = 1.5
+# An arm whose revert effect's (1 - 2 * EQUIVALENCE_ALPHA) CI lies within ±effect stops.
+EQUIVALENCE_ALPHA = 0.05
 
 SCHEMA = """\
 {
-  "schema": 1,
-  "metric": str, "direction": "maximize"|"minimize", "rounds": int, "alpha": float,
+  "schema": 2,
+  "metric": str, "direction": "maximize"|"minimize", "alpha": float,
+  "rounds": int,                     # the most rounds any arm ran
+  "first_rounds": int,               # every arm's rounds (confirm_rounds)
+  "planned_rounds": int,             # what the first look's noise asked for (capped)
+  "max_rounds": int,                 # evaluation.ablation_max_rounds
+  "effect": float,                   # evaluation.ablation_effect: the effect to resolve
+  "noise_sd": float|null,            # the first look's pooled SD of the logarithms
+  "looks": [int],                    # rounds at each look
+  "levels": [float],                 # the Holm level of each look (they add up to alpha)
   "recommended": str,                # the confirmation's recommended arm ("trial 7")
   "measurements": int,               # repetitions the ablation ran (its cost)
   "changes": {knob: {"baseline": value, "recommended": value}},
-  "gain": change record,             # recommended vs baseline in the ablation's rounds
+  "gain": change record,             # recommended vs baseline in the first look's rounds
+  "baseline_samples": [float], "recommended_samples": [float],
   "knobs": [{                        # one per changed knob, largest share first
      "knob": str, "baseline": value, "recommended": value,
      "samples": [float], "median": float,   # the recommendation with this knob reverted
+     "rounds": int,                  # rounds this arm ran
      "share": float, "share_ci": [float, float],  # of the gain (1.0 = all of it)
-     "p_value": float, "p_adjusted": float,       # reverted vs recommended, Holm
+     "p_value": float, "p_adjusted": float,       # reverted vs recommended, Holm, at
+     "level": float,                 # ... the look that decided, tested at this level
+     "stopped": "significant"|"within effect"|"last look"|"failed",
+     "revert_ci": [float, float],    # 95% CI of what reverting it does (relative)
      "effect": "carries"|"hurts"|"noise",
      "revert": change record}],      # what reverting it does to the metric
   "carries": [knob], "hurts": [knob], "noise": [knob],
+  "unresolved": [knob],              # noise at the last look, but not shown < effect
   "shares_sum": float|null,          # far from 1: the changes interact
   "resolution": float|null,          # smallest revert effect detected with 80% power
   "minimal_changes": {knob: value},  # only the changes that carry the gain
@@ -79,12 +119,15 @@ def _med(xs: list[float]) -> float:
     return float(np.median(xs)) if xs else math.nan
 
 
+def _logs(xs: list[float]) -> np.ndarray:
+    return np.log(np.asarray([v for v in xs if v > 0], dtype=float))
+
+
 def _p_value(a: list[float], b: list[float]) -> float:
     """Two-sided Welch t test on the logarithms (relative changes; the metric's noise is
     multiplicative). A rank test cannot reach Holm's level with the confirmation's few
     rounds: 4 against 4 gives at best p = 0.029 before adjustment."""
-    xa = np.log([v for v in a if v > 0])
-    xb = np.log([v for v in b if v > 0])
+    xa, xb = _logs(a), _logs(b)
     if len(xa) < 2 or len(xb) < 2:
         return 1.0
     if np.ptp(xa) == 0 and np.ptp(xb) == 0:
@@ -93,94 +136,200 @@ def _p_value(a: list[float], b: list[float]) -> float:
     return 1.0 if math.isnan(p) else p
 
 
-def _shares(rec: list[float], base: list[float], ablated: list[float], sign: float,
+def _log_ci(a: list[float], b: list[float], level: float) -> tuple[float, float]:
+    """Welch CI of mean(log a) − mean(log b) at confidence `level` (NaN when it cannot)."""
+    xa, xb = _logs(a), _logs(b)
+    if len(xa) < 2 or len(xb) < 2:
+        return math.nan, math.nan
+    va, vb = xa.var(ddof=1) / len(xa), xb.var(ddof=1) / len(xb)
+    d = float(xa.mean() - xb.mean())
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return d, d
+    dof = (va + vb) ** 2 / (va ** 2 / (len(xa) - 1) + vb ** 2 / (len(xb) - 1))
+    h = float(sps.t.ppf(0.5 + level / 2, dof)) * se
+    return d - h, d + h
+
+
+def pooled_sd(samples: list[list[float]]) -> float:
+    """The pooled SD of the logarithms of several arms' samples (NaN without two)."""
+    logs = [x for x in (_logs(xs) for xs in samples) if len(x) >= 2]
+    dof = sum(len(x) - 1 for x in logs)
+    if not dof:
+        return math.nan
+    return math.sqrt(sum(float(((x - x.mean()) ** 2).sum()) for x in logs) / dof)
+
+
+def looks(first: int, planned: int) -> list[int]:
+    """The rounds at each look: `first`, then ×LOOK_GROWTH (at least 2 more) up to
+    `planned`."""
+    out = [first]
+    while out[-1] < planned:
+        out.append(min(planned, max(out[-1] + 2, math.ceil(out[-1] * LOOK_GROWTH))))
+    return out
+
+
+def levels(alpha: float, n_looks: int) -> list[float]:
+    """Each look's Holm level; they add up to alpha (a union bound over the looks)."""
+    if n_looks <= 1:
+        return [alpha]
+    interim = alpha * INTERIM_SHARE / (n_looks - 1)
+    return [interim] * (n_looks - 1) + [alpha * (1 - INTERIM_SHARE)]
+
+
+def plan(sd: float, effect: float, alpha: float, m: int, first: int, cap: int) -> int:
+    """Rounds per arm for 80% power against a revert effect of `effect` at this noise (the
+    final look's level, two-sided t on the logarithms, Holm over `m`), between `first`
+    and `cap`. Without a cap above `first`, `first`: one fixed look."""
+    if cap <= first or math.isnan(sd):
+        return first
+    final = levels(alpha, 2)[-1]
+    need = rounds_needed(sd, math.log1p(effect), final, m, two_sided=True, rank=False)
+    return max(first, min(cap, need))
+
+
+@dataclass
+class Decision:
+    """How one changed knob's test ended: its p-value and Holm-adjusted p at the look
+    that decided, that look's level and why it stopped."""
+
+    p: float
+    p_adj: float
+    level: float
+    stopped: str
+    rounds: int
+
+
+def _shares(rec: list[float], base: list[float], ablated: list[float],
             rng: np.random.Generator, resamples: int) -> tuple[float, float, float]:
-    """The share of the gain with a percentile bootstrap CI."""
-    r, b, a = (np.asarray(x, dtype=float) for x in (rec, base, ablated))
-    gain = sign * (np.median(r) - np.median(b))
-    share = float(sign * (np.median(r) - np.median(a)) / gain) if gain else math.nan
-    rs = np.median(r[rng.integers(0, len(r), (resamples, len(r)))], axis=1)
-    bs = np.median(b[rng.integers(0, len(b), (resamples, len(b)))], axis=1)
-    as_ = np.median(a[rng.integers(0, len(a), (resamples, len(a)))], axis=1)
-    g = sign * (rs - bs)
+    """The share of the gain on the log scale, (log rec − log without) / (log rec − log
+    baseline) over the arms' mean logarithms (the scale of the test; independent
+    multiplicative effects add up to 100%), with a percentile bootstrap CI (every arm
+    resampled on its own)."""
+    r, b, a = _logs(rec), _logs(base), _logs(ablated)
+    if not (len(r) and len(b) and len(a)):
+        return math.nan, math.nan, math.nan
+    gain = r.mean() - b.mean()
+    share = float((r.mean() - a.mean()) / gain) if gain else math.nan
+    rs = r[rng.integers(0, len(r), (resamples, len(r)))].mean(axis=1)
+    bs = b[rng.integers(0, len(b), (resamples, len(b)))].mean(axis=1)
+    as_ = a[rng.integers(0, len(a), (resamples, len(a)))].mean(axis=1)
+    g = rs - bs
     ok = g != 0
     if not ok.any():
         return share, math.nan, math.nan
-    boot = sign * (rs[ok] - as_[ok]) / g[ok]
+    boot = (rs[ok] - as_[ok]) / g[ok]
     lo, hi = np.percentile(boot, [2.5, 97.5])
     return share, float(lo), float(hi)
+
+
+def _paired(rec: Arm, arm: Arm) -> list[float]:
+    """The recommendation's samples of the rounds `arm` ran (drift hits both alike)."""
+    return rec.samples[:len(arm.samples)] if arm.samples else rec.samples
+
+
+def look_at(rec: Arm, arms: list[tuple[str, Arm]], level: float, effect: float,
+              last: bool) -> dict[str, Decision]:
+    """One look over the arms still open: Holm over them at `level`; an arm stops when
+    significant, when its effect's CI lies within ±effect, or at the last look."""
+    pvals = [_p_value(a.samples, _paired(rec, a)) for _, a in arms]
+    out: dict[str, Decision] = {}
+    bound = math.log1p(effect)
+    for (knob, arm), p, p_adj in zip(arms, pvals, holm(pvals), strict=True):
+        n = len(arm.samples)
+        if arm.failed is not None:
+            out[knob] = Decision(p, p_adj, level, "failed", n)
+        elif p_adj < level:
+            out[knob] = Decision(p, p_adj, level, "significant", n)
+        else:
+            lo, hi = _log_ci(arm.samples, _paired(rec, arm), 1 - 2 * EQUIVALENCE_ALPHA)
+            if -bound < lo and hi < bound:
+                out[knob] = Decision(p, p_adj, level, "within effect", n)
+            elif last:
+                out[knob] = Decision(p, p_adj, level, "last look", n)
+    return out
 
 
 def analyse(rec_arm: Arm, base_arm: Arm, arms: list[tuple[str, Arm]],
             recommended: dict[str, Any], baseline: dict[str, Any], metric: str,
             direction: str, alpha: float, seed: int = 0,
-            resamples: int = 4000) -> dict[str, Any]:
-    """Shares, CIs and effects from measured arms (`arms`: (knob, reverted arm))."""
+            resamples: int = 4000, decisions: dict[str, Decision] | None = None,
+            effect: float = 0.05, first_rounds: int | None = None,
+            final_level: float | None = None) -> dict[str, Any]:
+    """Shares, CIs and effects from measured arms (`arms`: (knob, reverted arm)).
+    `decisions`: how each knob's sequential test ended (`ablate`, whose last look tests at
+    `final_level`); without them, one look at `alpha` over every arm as measured."""
     sign = 1.0 if direction == "maximize" else -1.0
     rng = np.random.default_rng(seed)
+    if decisions is None:
+        decisions = look_at(rec_arm, arms, alpha, effect, last=True)
+    n0 = first_rounds or len(base_arm.samples)
+    base = base_arm.samples
     rows: list[dict[str, Any]] = []
-    pvals: list[float] = []
     for knob, arm in arms:
-        p = _p_value(arm.samples, rec_arm.samples)
-        pvals.append(p)
-        if arm.samples and rec_arm.samples and base_arm.samples:
-            share, lo, hi = _shares(rec_arm.samples, base_arm.samples, arm.samples, sign, rng,
-                                    resamples)
-        else:
-            share, lo, hi = math.nan, math.nan, math.nan
-        rev = change_fraction(_med(rec_arm.samples), _med(arm.samples))
+        d = decisions[knob]
+        rec = _paired(rec_arm, arm)
+        share, lo, hi = _shares(rec, base, arm.samples, rng, resamples)
+        # what reverting it does: the ratio of geometric means (the test's scale)
+        la, lr = _logs(arm.samples), _logs(rec)
+        rev = float(math.expm1(la.mean() - lr.mean())) if len(la) and len(lr) else None
+        rlo, rhi = _log_ci(arm.samples, rec, 0.95)
+        effect_ = "noise"
+        if d.stopped == "significant" and rev is not None and rev != 0:
+            # the test decided that it matters; the direction says which way
+            effect_ = "carries" if sign * rev < 0 else "hurts"
         rows.append({"knob": knob, "baseline": baseline[knob],
                      "recommended": recommended[knob], "samples": arm.samples,
-                     "median": _med(arm.samples), "share": share, "share_ci": [lo, hi],
-                     "p_value": p, "failed": arm.failed,
-                     "revert": change_record(metric, rev, direction)})
-    for row, p_adj in zip(rows, holm(pvals), strict=True):
-        row["p_adjusted"] = p_adj
-        lo, hi = row["share_ci"]
-        effect = "noise"
-        if p_adj < alpha and not math.isnan(lo):
-            effect = "carries" if lo > 0 else "hurts" if hi < 0 else "noise"
-        row["effect"] = effect
-        row["revert"] = change_record(metric, row["revert"]["change"], direction,
-                                      significant=effect != "noise")
+                     "median": _med(arm.samples), "rounds": d.rounds, "share": share,
+                     "share_ci": [lo, hi], "p_value": d.p, "p_adjusted": d.p_adj,
+                     "level": d.level, "stopped": d.stopped,
+                     "revert_ci": [math.expm1(rlo), math.expm1(rhi)], "effect": effect_,
+                     "failed": arm.failed,
+                     "revert": change_record(metric, rev, direction,
+                                             significant=effect_ != "noise")})
     rows.sort(key=lambda r: -(r["share"] if not math.isnan(r["share"]) else -math.inf))
-    gain = change_fraction(_med(base_arm.samples), _med(rec_arm.samples))
+    gain = change_fraction(_med(base), _med(rec_arm.samples[:n0]))
     carries = [r["knob"] for r in rows if r["effect"] == "carries"]
     minimal = {k: recommended[k] for k in carries}
     shares = [r["share"] for r in rows if not math.isnan(r["share"])]
+    noise = [r["knob"] for r in rows if r["effect"] == "noise"]
     out = {
         "schema": SCHEMA_VERSION, "metric": metric, "direction": direction, "alpha": alpha,
+        "effect": effect,
         "changes": {r["knob"]: {"baseline": r["baseline"], "recommended": r["recommended"]}
                     for r in rows},
         "gain": change_record(metric, gain, direction),
-        "baseline_samples": base_arm.samples, "recommended_samples": rec_arm.samples,
+        "baseline_samples": base, "recommended_samples": rec_arm.samples,
         "knobs": rows, "carries": carries,
         "hurts": [r["knob"] for r in rows if r["effect"] == "hurts"],
-        "noise": [r["knob"] for r in rows if r["effect"] == "noise"],
+        "noise": noise,
+        "unresolved": [r["knob"] for r in rows if r["effect"] == "noise"
+                       and r["stopped"] == "last look"],
         "shares_sum": float(sum(shares)) if shares else None,
         "minimal_changes": minimal, "minimal_config": {**baseline, **minimal},
         "skipped": None,
     }
-    out["resolution"] = resolution([base_arm.samples, rec_arm.samples,
-                                    *(a.samples for _, a in arms)], len(arms), alpha)
+    final = alpha if final_level is None else final_level
+    reached = max((r["rounds"] for r in rows if r["effect"] == "noise"),
+                  default=max((r["rounds"] for r in rows), default=n0))
+    out["resolution"] = resolution([base, rec_arm.samples, *(a.samples for _, a in arms)],
+                                   len(arms), final, rounds=reached)
     out["text"] = explain(out)
     return out
 
 
-def resolution(samples: list[list[float]], m: int, alpha: float,
-               power: float = 0.8) -> float | None:
+def resolution(samples: list[list[float]], m: int, alpha: float, power: float = 0.8,
+               rounds: int | None = None) -> float | None:
     """The smallest relative change from reverting one knob that the ablation detects with
-    probability `power`: a two-sided test at Holm's strictest level alpha / m, the arms'
-    pooled noise on the log scale, the rounds per arm (normal approximation)."""
-    logs = [np.log([v for v in xs if v > 0]) for xs in samples]
-    logs = [x for x in logs if len(x) >= 2]
-    if not logs:
+    probability `power` (kvtune.stats.detectable_improvement: two-sided t on the
+    logarithms at Holm's strictest level alpha / m, the arms' pooled noise), at `rounds`
+    rounds per arm (default: the fewest any arm ran)."""
+    sd = pooled_sd(samples)
+    if math.isnan(sd):
         return None
-    dof = sum(len(x) - 1 for x in logs)
-    sd = math.sqrt(sum(float(((x - x.mean()) ** 2).sum()) for x in logs) / dof)
-    n = min(len(x) for x in logs)
-    z = sps.norm.ppf(1 - alpha / (2 * max(m, 1))) + sps.norm.ppf(power)
-    return float(math.expm1(z * sd * math.sqrt(2 / n)))
+    n = rounds or min(len(_logs(xs)) for xs in samples if len(_logs(xs)) >= 2)
+    d = detectable_improvement(sd, n, alpha, m, power, two_sided=True, rank=False)
+    return None if math.isnan(d) else float(math.expm1(d))
 
 
 def _share(x: float) -> str:
@@ -223,15 +372,36 @@ def explain(res: dict[str, Any]) -> str:
         else:
             other = ", ".join(noise) + (" is" if len(noise) == 1 else " are")
         text += f"; {other} within noise"
+        eff = res.get("effect")
+        small = [k for k in noise if rows[k].get("stopped") == "within effect"]
+        if eff and small and len(small) == len(noise):
+            text += f" (each worth less than {eff:.0%} of {res['metric']}, 90% CI)"
+    unresolved = res.get("unresolved") or []
     r = res.get("resolution")
-    if noise and r is not None and not math.isnan(r):
-        text += (f"; at this noise and {res.get('rounds') or 'these'} rounds a change worth "
-                 f"less than about {r:.0%} of {res['metric']} cannot be told from noise")
+    if unresolved:
+        cis = []
+        for k in unresolved:
+            lo, hi = rows[k].get("revert_ci", [math.nan, math.nan])
+            ci = "" if math.isnan(lo) else \
+                f" (reverting it: {_pct(lo)} … {_pct(hi)})"
+            cis.append(f"{k}{ci}")
+        at = res.get("rounds") or "these"
+        text += (f"; still ambiguous after {at} rounds: {', '.join(cis)}"
+                 + (f" — at this noise a change worth less than about {r:.0%} of "
+                    f"{res['metric']} cannot be told from noise" if r is not None
+                    and not math.isnan(r) else ""))
+        cap = res.get("max_rounds")
+        if cap and res.get("rounds") == cap:
+            text += f" (the cap, evaluation.ablation_max_rounds = {cap})"
     s = res.get("shares_sum")
     if s is not None and n > 1 and parts and not 0.5 <= s <= 1.5:
         text += (f" (the shares add up to {s:.0%}: the changes interact, so the minimal "
                  "configuration is a lead to confirm)")
     return text
+
+
+def _pct(x: float) -> str:
+    return f"{x:+.1%}".replace("-", MINUS)
 
 
 def single(confirmation: dict[str, Any], recommended: dict[str, Any],
@@ -240,13 +410,14 @@ def single(confirmation: dict[str, Any], recommended: dict[str, Any],
     """One changed knob: the confirmation already compared it with the baseline."""
     rec = confirmation["recommended"]
     comp = rec["comparison"]
+    base = confirmation["baseline"]["samples"]
     row = {"knob": knob, "baseline": baseline[knob], "recommended": recommended[knob],
-           "samples": confirmation["baseline"]["samples"],
-           "median": _med(confirmation["baseline"]["samples"]), "share": 1.0,
+           "samples": base, "median": _med(base), "rounds": len(base), "share": 1.0,
            "share_ci": [1.0, 1.0], "p_value": comp["p_value"],
-           "p_adjusted": rec.get("p_adjusted", comp["p_value"]), "effect": "carries",
+           "p_adjusted": rec.get("p_adjusted", comp["p_value"]), "level": alpha,
+           "stopped": "significant", "revert_ci": [math.nan, math.nan], "effect": "carries",
            "revert": change_record(metric, change_fraction(_med(rec["samples"]), _med(
-               confirmation["baseline"]["samples"])), direction, significant=True),
+               base)), direction, significant=True),
            "failed": None}
     out = {"schema": SCHEMA_VERSION, "metric": metric, "direction": direction,
            "alpha": alpha, "measurements": 0, "rounds": 0,
@@ -255,9 +426,9 @@ def single(confirmation: dict[str, Any], recommended: dict[str, Any],
            "gain": change_record(metric, comp.get("change"), direction,
                                  ci=(comp.get("change_ci_low"), comp.get("change_ci_high")),
                                  significant=True),
-           "baseline_samples": confirmation["baseline"]["samples"],
+           "baseline_samples": base,
            "recommended_samples": rec["samples"], "knobs": [row], "carries": [knob],
-           "hurts": [], "noise": [], "shares_sum": 1.0,
+           "hurts": [], "noise": [], "unresolved": [], "shares_sum": 1.0,
            "minimal_changes": {knob: recommended[knob]},
            "minimal_config": {**baseline, knob: recommended[knob]}, "skipped": None,
            "note": "one change: the confirmation measured it against the baseline"}
@@ -268,24 +439,43 @@ def single(confirmation: dict[str, Any], recommended: dict[str, Any],
 def skipped(reason: str, metric: str, direction: str) -> dict[str, Any]:
     return {"schema": SCHEMA_VERSION, "metric": metric, "direction": direction,
             "measurements": 0, "knobs": [], "carries": [], "hurts": [], "noise": [],
-            "changes": {}, "minimal_changes": {}, "minimal_config": {}, "shares_sum": None,
-            "skipped": reason, "text": f"ablation skipped: {reason}"}
+            "unresolved": [], "changes": {}, "minimal_changes": {}, "minimal_config": {},
+            "shares_sum": None, "skipped": reason, "text": f"ablation skipped: {reason}"}
+
+
+def first_rounds(ev: EvaluationSpec) -> int:
+    """Every arm's rounds at the first look: the confirmation's (at least 2)."""
+    return max(ev.confirm_rounds, 2)
+
+
+def _n_changed(confirmation: dict[str, Any], baseline: dict[str, Any]) -> int:
+    rec = confirmation.get("recommended")
+    return len(changed_knobs(rec["config"], baseline)) if rec else 0
 
 
 def cost(confirmation: dict[str, Any], baseline: dict[str, Any], rounds: int) -> int:
-    """Repetitions the ablation of this confirmation will run."""
-    rec = confirmation.get("recommended")
-    if not rec:
-        return 0
-    n = len(changed_knobs(rec["config"], baseline))
+    """Repetitions of the ablation's first look (all of it when no arm stays ambiguous)."""
+    n = _n_changed(confirmation, baseline)
     return 0 if n <= 1 else (n + 2) * rounds
+
+
+def max_cost(confirmation: dict[str, Any], baseline: dict[str, Any],
+             ev: EvaluationSpec) -> int:
+    """Repetitions of the ablation when every change stays ambiguous up to the cap."""
+    n = _n_changed(confirmation, baseline)
+    first = first_rounds(ev)
+    extra = max(0, ev.ablation_max_rounds - first)
+    return 0 if n <= 1 else (n + 2) * first + (n + 1) * extra
 
 
 def ablate(confirmation: dict[str, Any], baseline: dict[str, Any], metric: str,
            direction: str, ev: EvaluationSpec, seed: int, measure: Measure,
            on_start: Callable[[int], None] | None = None,
-           on_rep: Callable[[], None] | None = None) -> dict[str, Any]:
-    """The whole ablation of a confirmation's recommendation; the result as stored."""
+           on_rep: Callable[[], None] | None = None,
+           on_look: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """The whole ablation of a confirmation's recommendation; the result as stored.
+    `on_look(rounds, arms)` is called before each look after the first that measures more
+    (the rounds it adds, the arms still ambiguous)."""
     rec = confirmation.get("recommended")
     if not rec:
         return skipped("the confirmation recommended nothing", metric, direction)
@@ -301,37 +491,80 @@ def ablate(confirmation: dict[str, Any], baseline: dict[str, Any], metric: str,
     arms = [(k, Arm(f"without {k}", {**recommended, k: baseline[k]})) for k in changed]
     if on_start:
         on_start(len(changed))
-    interleave([base_arm, rec_arm, *(a for _, a in arms)], ev.confirm_rounds, metric,
-               measure, seed + 1, on_rep)
+    first = first_rounds(ev)
+    count = {"n": 0}
+
+    def counted(cfg: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+        count["n"] += 1
+        return measure(cfg)
+
+    interleave([base_arm, rec_arm, *(a for _, a in arms)], first, metric, counted,
+               seed + 1, on_rep)
     if rec_arm.failed or base_arm.failed:
         return skipped(f"the {'recommendation' if rec_arm.failed else 'baseline'} failed: "
                        f"{rec_arm.failed or base_arm.failed}", metric, direction)
-    out = analyse(rec_arm, base_arm, arms, recommended, baseline, metric, direction, ev.alpha,
-                  seed)
-    out.update({"recommended": rec["name"], "rounds": ev.confirm_rounds,
-                "measurements": (len(changed) + 2) * ev.confirm_rounds})
+    sd = pooled_sd([base_arm.samples, rec_arm.samples, *(a.samples for _, a in arms)])
+    planned = plan(sd, ev.ablation_effect, ev.alpha, len(arms), first,
+                   ev.ablation_max_rounds)
+    schedule = looks(first, planned)
+    lv = levels(ev.alpha, len(schedule))
+    decisions: dict[str, Decision] = {}
+    for i, n in enumerate(schedule):
+        open_ = [(k, a) for k, a in arms if k not in decisions]
+        if i:
+            if on_look:
+                on_look(n - schedule[i - 1], len(open_))
+            interleave([rec_arm, *(a for _, a in open_)], n - schedule[i - 1], metric,
+                       counted, seed + 1 + i, on_rep)
+            if rec_arm.failed:
+                return skipped(f"the recommendation failed: {rec_arm.failed}", metric,
+                               direction)
+        decisions.update(look_at(rec_arm, open_, lv[i], ev.ablation_effect,
+                                   last=i == len(schedule) - 1))
+        if len(decisions) == len(arms):
+            break
+    out = analyse(rec_arm, base_arm, arms, recommended, baseline, metric, direction,
+                  ev.alpha, seed, decisions=decisions, effect=ev.ablation_effect,
+                  first_rounds=first, final_level=lv[-1])
+    out.update({"recommended": rec["name"], "rounds": len(rec_arm.samples),
+                "first_rounds": first, "planned_rounds": planned,
+                "max_rounds": ev.ablation_max_rounds,
+                "noise_sd": None if math.isnan(sd) else sd,
+                "looks": [n for n in schedule if n <= len(rec_arm.samples)],
+                "levels": lv, "measurements": count["n"]})
     out["text"] = explain(out)
     return out
+
+
+def _rounds_text(res: dict[str, Any]) -> str:
+    first, most = res.get("first_rounds"), res.get("rounds", 0)
+    if first and most > first:
+        return f"{first}–{most} interleaved rounds, more only for changes still ambiguous;"
+    return f"{most} interleaved rounds"
 
 
 def lines(res: dict[str, Any] | None) -> list[str]:
     """The ablation for the terminal: its verdict, then one line per changed knob."""
     if not res:
         return []
-    out = [f"Ablation ({res.get('rounds', 0)} interleaved rounds, "
+    rounds = _rounds_text(res)
+    sep = " " if rounds.endswith(";") else ", "
+    out = [f"Ablation ({rounds}{sep}"
            f"{res.get('measurements', 0)} extra repetitions): {res['text']}"]
     for r in res["knobs"]:
         lo, hi = r["share_ci"]
         ci = "" if math.isnan(lo) else f" (95% CI {_share(lo)} … {_share(hi)})"
+        rounds = f" [{r['rounds']} rounds]" if res.get("first_rounds") and r.get(
+            "rounds", 0) > res["first_rounds"] else ""
         out.append(f"  {_change(r)}: share of the gain {_share(r['share'])}{ci}; reverting it: "
-                   f"{r['revert']['text']}; {r['effect']}")
+                   f"{r['revert']['text']}; {r['effect']}{rounds}")
     return out
 
 
 def after_confirmation(run: StudyRun, confirmation: dict[str, Any]) -> dict[str, Any] | None:
     """The hook `StudyRun.run` calls after the confirmation, inside the host context: the
-    ablation measured with the confirmation's repetitions, stored as "ablation", printed.
-    None when the study asks for no ablation."""
+    ablation measured through the evaluator, stored as "ablation", printed. None when the
+    study asks for no ablation."""
     from kvtune.study._ui import progress
 
     ev = run.spec.evaluation
@@ -344,18 +577,30 @@ def after_confirmation(run: StudyRun, confirmation: dict[str, Any]) -> dict[str,
         rep = run.evaluator.run_one(config, "ablation", None)
         return rep.status, rep.reason, rep.metrics
 
+    first = first_rounds(ev)
     with progress(run.console) as prog:
         task = prog.add_task("ablation", total=None)
+        total = {"n": 0}
 
         def start(n: int) -> None:
-            extra = (n + 2) * ev.confirm_rounds
+            total["n"] = least = (n + 2) * first
+            most = max_cost(confirmation, baseline, ev)
+            more = (f"; then up to {most - least} more, only for changes still ambiguous, "
+                    f"until each is resolved at {ev.ablation_effect:.0%} or "
+                    f"{ev.ablation_max_rounds} rounds") if most > least else ""
             run.console.print(f"[bold]Ablation[/]: the recommendation with each of its {n} "
-                              f"changes reverted, {ev.confirm_rounds} interleaved rounds "
-                              f"({extra} more repetitions)")
-            prog.update(task, total=extra)
+                              f"changes reverted, {first} interleaved rounds "
+                              f"({least} more repetitions{more})")
+            prog.update(task, total=least)
+
+        def look(rounds: int, arms: int) -> None:
+            total["n"] += rounds * (arms + 1)
+            run.console.print(f"  ablation: {arms} change(s) still ambiguous, {rounds} more "
+                              "rounds of them and the recommendation")
+            prog.update(task, total=total["n"])
 
         result = ablate(confirmation, baseline, run.metric, run.direction, ev, run.spec.seed,
-                        measure, start, lambda: prog.advance(task))
+                        measure, start, lambda: prog.advance(task), look)
     run.store.put_result(run.spec.study, "ablation", result)
     for line in lines(result):
         run.console.print(line, markup=False, highlight=False)
