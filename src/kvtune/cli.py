@@ -78,8 +78,9 @@ def tune(
     no_confirm: Annotated[bool, flag("--no-confirm", help="skip the confirmation")]
     = False,
     no_ablation: Annotated[bool, flag(
-        "--no-ablation", help="skip the ablation of the recommendation ((changed knobs + 2) x "
-        "confirm_rounds repetitions)")] = False,
+        "--no-ablation", help="skip the ablation of the recommendation (at least (changed "
+        "knobs + 2) x confirm_rounds repetitions, more for changes still ambiguous, up to "
+        "evaluation.ablation_max_rounds)")] = False,
     allow_inline_host_knobs: AllowInline = False,
     worker: Annotated[str | None, typer.Option(
         help="run as one worker of a fleet sharing the study's storage (docs/fleet.md); "
