@@ -384,6 +384,19 @@ def test_heterogeneous_hosts_get_their_own_baseline_and_confirmation(
     text = subprocess.run([sys.executable, "-m", "kvtune", "show", "fleet", "--storage",
                            pg_url], capture_output=True, text=True, env=_env(), timeout=120)
     assert "Hosts" in text.stdout and "5.10.0-other" in text.stdout
+    # `kvtune report`: every worker, its host and its trials, and the hosts' table.
+    page = tmp_path / "fleet.html"
+    rep = subprocess.run([sys.executable, "-m", "kvtune", "report", "fleet", "--storage",
+                          pg_url, "-o", str(page)], capture_output=True, text=True,
+                         env=_env(), timeout=300)
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    body = page.read_text()
+    section = body[body.index("<h2 id=workers>"):]
+    assert "<td>w1</td>" in section and "<td>w2</td>" in section
+    assert "<h3>Hosts</h3>" in section and "5.10.0-other" in section
+    for w in ("w1", "w2"):
+        numbers = sorted(t.number for t in trials if t.user_attrs.get("worker") == w)
+        assert f"{len(numbers)}: {', '.join(map(str, numbers))}" in section
     # The same two hosts without `hosts: heterogeneous`: refused, naming the difference.
     plain = _study_file(tmp_path, pg_url, trials=2, name="same")
     _finish(_start(plain, "w1", 0.0, "--no-confirm"))

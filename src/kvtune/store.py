@@ -116,22 +116,30 @@ class Store:
                                               created=time.time()))
 
     def results(self, study: str, key: str) -> list[Any]:
-        q = (sa.select(RESULTS.c.data).where(RESULTS.c.study == study)
-             .where(RESULTS.c.key == key).order_by(RESULTS.c.id))
-        with self.engine.connect() as c:
-            return [json.loads(r[0]) for r in c.execute(q)]
+        return results_in(self.engine, study, key)
 
     def last_result(self, study: str, key: str, fingerprint: str | None = None) -> Any | None:
-        """The latest result `key`; with `fingerprint`, the latest of that host fingerprint
-        (results stored before fingerprints were recorded count for every host)."""
-        rs = self.results(study, key)
-        if fingerprint is not None:
-            rs = [r for r in rs if not isinstance(r, dict)
-                  or r.get("fingerprint", fingerprint) == fingerprint]
-        return rs[-1] if rs else None
+        return latest(self.results(study, key), fingerprint)
 
     def study_names(self) -> list[str]:
         return [s.study_name for s in optuna.get_all_study_summaries(self.storage)]
+
+
+def results_in(engine: sa.Engine, study: str, key: str) -> list[Any]:
+    """Every result `key` of `study` in the database of `engine`, oldest first."""
+    q = (sa.select(RESULTS.c.data).where(RESULTS.c.study == study)
+         .where(RESULTS.c.key == key).order_by(RESULTS.c.id))
+    with engine.connect() as c:
+        return [json.loads(r[0]) for r in c.execute(q)]
+
+
+def latest(results: list[Any], fingerprint: str | None = None) -> Any | None:
+    """The latest of `results`; with `fingerprint`, the latest of that host fingerprint
+    (results stored before fingerprints were recorded count for every host)."""
+    if fingerprint is not None:
+        results = [r for r in results if not isinstance(r, dict)
+                   or r.get("fingerprint", fingerprint) == fingerprint]
+    return results[-1] if results else None
 
 
 def config_key(params: dict[str, Any]) -> str:

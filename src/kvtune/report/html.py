@@ -33,6 +33,7 @@ from kvtune.present import (
 )
 from kvtune.report import figures
 from kvtune.report import sweep as sweep_view
+from kvtune.report.workers import html_section as workers_section
 from kvtune.spec import _LOWER_IS_BETTER, METRICS
 from kvtune.store import config_key
 
@@ -685,7 +686,8 @@ def render(data: StudyData, a: Analysis | None = None, within: float = 0.05) -> 
         "<a href=#latency>latency</a><a href=#convergence>convergence</a>"
         "<a href=#importance>importance</a><a href=#sensitivity>sensitivity</a>"
         "<a href=#telemetry>telemetry</a>" + ("<a href=#slabs>slabs</a>" if slabs else "")
-        + "<a href=#trials>trials</a><a href=#reproduce>reproduce</a></nav>",
+        + "<a href=#trials>trials</a><a href=#workers>workers</a>"
+        "<a href=#reproduce>reproduce</a></nav>",
         _verdict(data, cmp), _pareto(data.confirmation or {}),
         "<h2 id=before-after>Before and after</h2>", _before_after(data, cmp),
         _host_noise(data),
@@ -707,6 +709,7 @@ def render(data: StudyData, a: Analysis | None = None, within: float = 0.05) -> 
         _slabs(data, slabs, cmp), _plot(figs.get("slab-pages"), "plot-slab-pages"),
         sweep_view.html_section(data),  # sweeps; server stats by phase and over time
         "<h2 id=trials>Trials</h2>", _trials(data),
+        workers_section(data),  # fleet workers and hosts (report/workers.py)
         _reproduce(data, cmp),
     ]
     js = plotly.offline.get_plotlyjs()
