@@ -5,13 +5,14 @@ baseline and beside one variant per changed knob — the recommendation with tha
 put back to its baseline value — in interleaved rounds (the confirmation's `interleave`).
 For each changed knob:
 
-- its share of the gain: (recommended − without it) / (recommended − baseline), in the
-  objective's good direction, with a bootstrap 95% CI (every arm resampled on its own);
+- its share of the gain: (log recommended − log without it) / (log recommended − log
+  baseline) over the arms' mean logarithms, with a bootstrap 95% CI (every arm resampled
+  on its own); independent multiplicative effects add up to 100%;
 - whether it matters: reverting it moves the objective (two-sided Welch t test on the
   logarithms against the recommendation's samples of the same rounds, Holm-adjusted over
-  the knobs) and the share's CI excludes 0.
-  A change "carries" the gain when reverting it loses some, "hurts" when reverting it
-  gains, and is "noise" otherwise.
+  the knobs still open at a look).
+  A change "carries" the gain when the test is significant and reverting it loses,
+  "hurts" when significant and reverting it gains, and is "noise" otherwise.
 
 How many rounds (a sequential design, so clear effects stay cheap):
 
