@@ -232,3 +232,20 @@ def test_load_cpus_are_checked_on_the_load_host(env: LoadHost) -> None:
     n = len(Path("/sys/devices/system/cpu/online").read_text())  # > any CPU index here
     with pytest.raises(UserError, match=r"load.cpus: CPU list '.*' names CPUs the load host"):
         session(study(env).replace('cpus: "1"', f'cpus: "{n + 64}"')).preflight()
+
+
+def test_redis_listens_on_the_named_address_for_the_load_host(env: LoadHost) -> None:
+    import shutil
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (scripts/setup.sh installs it)")
+    text = study(env).replace("kind: memcached", "kind: redis").replace(
+        "knobs: [memcached.threads]", "knobs: []")
+    s = session(text)
+    s.preflight()
+    rep, _ = measured(s)
+    assert rep.status in ("ok", "flagged"), rep.reason
+    argv = rep.raw["argv"]
+    assert argv[argv.index("--bind") + 1] == env.server_ip
+    assert rep.metrics["ops_per_sec"] > 100 and rep.metrics["errors"] == 0
+    assert rep.raw["placement"]["load_host"] == env.url

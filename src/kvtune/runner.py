@@ -170,6 +170,8 @@ class Session:
                                "placement": {"server_cpus": launch.server_cpus
                                              or self.spec.target.cpus,
                                              "client_cpus": self.spec.load.cpus}}
+        if self.spec.load.host:  # client_cpus are the load host's (raw["load"]["remote"])
+            raw["placement"]["load_host"] = self.spec.load.host
         if launch.sched:  # each thread's policy, nice and slice as read back at start
             raw["sched"] = sched_describe(server.pid)
         probe = telemetry.Probe(server.pid, self.cgroup)
