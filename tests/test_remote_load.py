@@ -249,3 +249,16 @@ def test_redis_listens_on_the_named_address_for_the_load_host(env: LoadHost) -> 
     assert argv[argv.index("--bind") + 1] == env.server_ip
     assert rep.metrics["ops_per_sec"] > 100 and rep.metrics["errors"] == 0
     assert rep.raw["placement"]["load_host"] == env.url
+
+
+def test_a_peer_load_tool_is_refused_with_a_load_host(tmp_path: Path) -> None:
+    """`kvtune run --load-tool redis-benchmark` would run the peer here, not on the load host:
+    refused before anything starts (the addresses are never contacted)."""
+    f = tmp_path / "s.yaml"
+    f.write_text("study: peer\ntarget: {kind: memcached, cpus: \"0\", host: 10.200.255.1}\n"
+                 "load: {host: \"ssh://root@10.200.255.2\", mode: closed, cpus: \"1\"}\n")
+    out = subprocess.run([sys.executable, "-m", "kvtune", "run", str(f), "--load-tool",
+                          "redis-benchmark"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "--load-tool: redis-benchmark cannot run on the study's load host" in out.stderr

@@ -145,6 +145,9 @@ def run(
         if loaded.spec.load is None:
             raise UserError(f"--load-tool: study {loaded.spec.study!r} runs no load (its "
                             "target has no load section)")
+        if loaded.spec.load.host and not load_drivers.runs_remote(load_tool):
+            raise UserError(f"--load-tool: {load_tool} cannot run on the study's load host "
+                            f"(load.host {loaded.spec.load.host}); kvload can")
         loaded.spec.load.tool = load_tool
         load_drivers.driver_for(loaded.spec.load)  # refuses what the tool cannot run
     res = st.run_config(loaded, _parse_sets(set_ or []), repetitions, err)
