@@ -71,6 +71,23 @@ def test_second_study_with_another_journal_is_refused_naming_the_pid(
     assert (tree / "a").read_text().strip() == "100"
 
 
+def test_the_same_study_twice_on_one_host_is_named_as_such(tmp_path: Path, tree: Path) -> None:
+    """Two processes of one study on one host (two fleet workers, say): the refusal says it
+    is this study, not "another study", and names the holder's PID."""
+    first = _holder_process(tmp_path / "one.json", tree, "fleet-study")
+    try:
+        with pytest.raises(UserError) as err:
+            Journal(tmp_path / "two.json", allowed_roots=(tree,), study="fleet-study").open()
+        msg = str(err.value)
+        assert msg.startswith("this study already manages this host")
+        assert f"pid {first.pid}" in msg and "one worker per server host" in msg, msg
+    finally:
+        assert first.stdin is not None
+        first.stdin.write("\n")
+        first.stdin.flush()
+        first.wait(10)
+
+
 def test_two_journals_never_stack_originals(tmp_path: Path, tree: Path) -> None:
     """The issue's bug: original 100, A writes 200 and is killed, B would record 200 as its
     original and write 300; restoring both left 200. Now B is refused until A's journal is

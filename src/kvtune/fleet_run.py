@@ -27,6 +27,7 @@ from rich.console import Console
 from kvtune.errors import UserError
 from kvtune.evaluator import Evaluation, Policy
 from kvtune.fleet import fail_stale, masked, worker_seed
+from kvtune.optimizer import startup_trials
 from kvtune.space import Space
 from kvtune.study._ui import on_host
 from kvtune.study.load import Loaded
@@ -58,10 +59,13 @@ class FleetSearch(Search):
 
     def trial(self, study: optuna.Study, incumbent: Evaluation | None) -> Any:
         """Search.trial in a budget slot: the slot is bound to the trial asked (the study's
-        ask and tell are the worker's, see FleetRun.wrap), freed when the result of an
+        ask and tell are the worker's, see StudyRun.wrap), freed when the result of an
         earlier trial is reused (a repeat is not counted)."""
         r = self.run_ref
         fail_stale(study, r.fleet)
+        r.await_baseline(study, self.space)
+        # The worker's incumbent (the baseline may have arrived after the search began).
+        incumbent = r.incumbent
         if self.spec.budget.trials is not None:
             r.current_slot = r.fleet.take_slot(self.spec.budget.trials)
             if r.current_slot is None:
@@ -77,6 +81,10 @@ class FleetSearch(Search):
             r.current_slot = None
         if slot is not None and isinstance(out, tuple) and len(out) > 2 and out[2] is not None:
             r.fleet.free_slot(slot)
+        e = out[1]
+        if out[2] is None and e.feasible and r.incumbent is not None and \
+                self.evaluator.better(e.value, r.incumbent.value):
+            r.incumbent = e
         return out
 
 
@@ -130,7 +138,7 @@ class FleetRun(StudyRun):
                            f"{masked(self.store.url)}")
         with on_host(self.session, self.spec.study):
             if self.baseline_eval is None:
-                self.baseline_eval = self.obtain_baseline(study, space)
+                self.baseline_eval = self.obtain_baseline(study, space, early=True)
                 if self.incumbent is None:
                     self.incumbent = self.baseline_eval
             search = FleetSearch(self.spec, space, self.evaluator, self.session.ctx,
@@ -147,6 +155,7 @@ class FleetRun(StudyRun):
                 if not search.budget_spent(study, started):
                     continue
                 break
+            self.await_baseline(study, space, now=True)
             if not confirm or self.spec.evaluation.confirm_rounds <= 0:
                 return {}
             result = self.confirm_once(study)
@@ -157,14 +166,49 @@ class FleetRun(StudyRun):
                 after_confirmation(self, result)
             return result
 
-    def obtain_baseline(self, study: optuna.Study, space: Space) -> Evaluation:
+    def may_search_without_baseline(self, study: optuna.Study) -> bool:
+        """While another worker measures the baseline, this one measures search trials
+        that need none: the sampler's random start-up trials, in a study whose constraints
+        are not relative to the baseline (its trials are then measured without early
+        stopping or intensification, which compare with the incumbent)."""
+        if any(c.relative for c in self.spec.parsed_constraints) or self.spec.sampler == "grid":
+            return False
+        asked = sum(1 for t in study.get_trials(deepcopy=False)
+                    if t.user_attrs.get("kind") != "baseline" and t.number != 0
+                    and (t.state.is_finished() or t.state == optuna.trial.TrialState.RUNNING))
+        return asked < startup_trials(self.spec.budget.trials)
+
+    def await_baseline(self, study: optuna.Study, space: Space, now: bool = False) -> None:
+        """Before a search trial (and, with `now`, before the confirmation): when the
+        baseline is not known yet, take it if it is done, else wait for it (or measure it,
+        when its worker died) unless this trial may be measured without it."""
+        if self.baseline_eval is not None:
+            return
+        e = self._finished_baseline(study)
+        if e is None and (now or not self.may_search_without_baseline(study)):
+            e = self.obtain_baseline(study, space)
+        if e is not None:
+            self.baseline_eval = e
+            self.resolve_constraints(e)
+            if self.incumbent is None or not self.evaluator.better(self.incumbent.value,
+                                                                   e.value):
+                self.incumbent = e
+
+    def obtain_baseline(self, study: optuna.Study, space: Space,
+                        early: bool = False) -> Evaluation | None:
         """This fingerprint's baseline: measured by the worker that claims it, waited for by
-        the others (taken over when its worker dies)."""
+        the others (taken over when its worker dies). With `early`, a worker that did not
+        claim it returns None at once when it may search meanwhile
+        (`may_search_without_baseline`)."""
         key = f"baseline:{self.fp_key}"
         while True:
             got = self.fleet.claim_or_take_over(key)
             if got.won:
                 return self.measure_baseline(study, space)
+            if early and self.may_search_without_baseline(study):
+                self.console.print(f"  the baseline is measured by worker {got.worker}; "
+                                   "start-up trials meanwhile")
+                return None
             self.console.print(f"  the baseline is measured by worker {got.worker}; waiting")
             while True:
                 e = self._finished_baseline(study)

@@ -34,6 +34,11 @@ RULES_CONSTRAINT = "rules"  # the constraint name that marks rule-breaking propo
 MAX_REJECTIONS = 200  # rule-breaking proposals in a row before the search gives up
 
 
+def startup_trials(budget_trials: int | None) -> int:
+    """How many trials the samplers draw at random before they model the results."""
+    return max(4, min(10, (budget_trials or 30) // 3))
+
+
 def make_sampler(kind: str, seed: int, budget_trials: int | None,
                  n_constraints: int, constant_liar: bool = False) -> optuna.samplers.BaseSampler:
     """The sampler of a study. TPE (the default) is multivariate with grouped conditional
@@ -41,7 +46,7 @@ def make_sampler(kind: str, seed: int, budget_trials: int | None,
     its own `seed` (`kvtune.fleet.worker_seed`) and `constant_liar` (TPE counts the trials
     other workers are measuring as bad guesses, so concurrent workers do not propose the
     same point)."""
-    startup = max(4, min(10, (budget_trials or 30) // 3))
+    startup = startup_trials(budget_trials)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         if kind in ("random", "grid"):

@@ -83,8 +83,16 @@ class HostLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
+            owner = holder(self.dir)
+            if owner and self.study and owner.get("study") == self.study:
+                # The same study twice on one host (two fleet workers, say): not "another".
+                raise UserError(
+                    f"this study already manages this host: {describe_owner(owner)}. One "
+                    f"process at a time manages a host's knobs, cgroups and servers "
+                    f"({self.path}): a fleet runs one worker per server host; wait for it "
+                    "to end, or stop it (kill -TERM its PID: it restores the host)") from None
             raise UserError(
-                f"another study manages this host: {describe_owner(holder(self.dir))}. One "
+                f"another study manages this host: {describe_owner(owner)}. One "
                 f"study at a time manages a host's knobs, cgroups and servers ({self.path}); "
                 "wait for it to end, or stop it (kill -TERM its PID: it restores the host)"
             ) from None
