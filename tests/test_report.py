@@ -54,8 +54,10 @@ objective: {metric: p99_us}
 budget: {trials: 3}
 repetitions: 1
 # These tests are about the report, not host noise: a busy hypervisor's steal must not stop them.
+# ablation_max_rounds: the test's wall time stays bounded (the sequential ablation would
+# otherwise add rounds up to 30 for changes still ambiguous at 1 s repetitions).
 evaluation: {noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 4, drift_every: 0,
-             steal_threshold: 0.5}
+             steal_threshold: 0.5, ablation_max_rounds: 8}
 sampler: random
 seed: 5
 """
