@@ -38,9 +38,10 @@ constraints: ["hit_ratio >= 0.5"]
 budget: {{trials: {trials}}}
 repetitions: 1
 # steal_threshold: these tests are about the harness, not host noise; a busy hypervisor's
-# steal must not stop them.
+# steal must not stop them. ablation_max_rounds = confirm_rounds: the ablation's fixed design
+# (its sequential rounds are tested in test_ablation.py), so the test's time stays bounded.
 evaluation: {{noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 3, alpha: 0.1, drift_every: 0,
-              max_reruns: 1, steal_threshold: 0.5}}
+              max_reruns: 1, steal_threshold: 0.5, ablation_max_rounds: 3}}
 sampler: {sampler}
 seed: 1
 """
