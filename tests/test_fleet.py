@@ -103,6 +103,8 @@ def test_storage_creation_is_idempotent_under_concurrency(backend: str, tmp_path
         assert c.execute(sa.text("SELECT count(*) FROM studies")).scalar() == 1
         assert c.execute(sa.text("SELECT count(*) FROM version_info")).scalar() == 1
     eng.dispose()
+    if backend == "sqlite":  # the creation lock leaves nothing beside the database
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["race.db"]
 
 
 def test_missing_driver_is_named_and_password_masked(pg_url: str) -> None:

@@ -137,8 +137,11 @@ def _pg_lock(url: str, timeout_s: float) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _file_lock(db_path: str, timeout_s: float) -> Iterator[None]:
-    os.makedirs(os.path.dirname(db_path) or ".", exist_ok=True)
-    fd = os.open(db_path + ".init-lock", os.O_RDWR | os.O_CREAT, 0o600)
+    """flock on the database's directory: creation of the SQLite schema is serialized
+    between processes and nothing is left beside the database (a lock file would be)."""
+    directory = os.path.dirname(db_path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -147,7 +150,8 @@ def _file_lock(db_path: str, timeout_s: float) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{db_path}.init-lock held for {timeout_s:.0f}s") from None
+                    raise TimeoutError(f"the creation lock on {directory} held for "
+                                       f"{timeout_s:.0f}s") from None
                 time.sleep(0.02)
         yield
     finally:
