@@ -183,7 +183,9 @@ def open_storage(url: str, heartbeat: bool = True,
         kw = {"heartbeat_interval": interval, "grace_period": grace,
               "heartbeat_stale_trial_callback": _StaleCallback()}
     try:
-        with creation_lock(url):
+        with creation_lock(url), warnings.catch_warnings():
+            # heartbeat_interval is "experimental" in Optuna: kvtune depends on it knowingly.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             storage = optuna.storages.RDBStorage(url, **kw)
             eng = storage.engine
             _META.create_all(eng)
