@@ -6,6 +6,7 @@ the slab pages of each phase are stored with the repetition."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -63,14 +64,23 @@ STORED = [p for p in CASES if _stored(p)]
 @pytest.mark.parametrize("path", STORED, ids=[p.name for p in STORED])
 def test_stored_case_study_result_opens_on_current_code(path: Path, tmp_path: Path) -> None:
     """docs/case-studies.md cites results/<study>.db: `kvtune show` and `kvtune report` must
-    still read each one (a schema change that breaks them fails here)."""
+    still read each one (a schema change that breaks them fails here). They run on copies:
+    the shipped databases stay as they were measured."""
+    cases = tmp_path / "case-studies"
+    shutil.copytree(path.parent, cases)
+    (tmp_path / "results").mkdir()
+    db = _stored(path)
+    assert db is not None
+    shutil.copy2(db, tmp_path / "results" / db.name)
+    path = cases / path.name
     show = subprocess.run([sys.executable, "-m", "kvtune", "show", str(path)],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert show.returncode == 0, show.stdout[-2000:] + show.stderr[-2000:]
     assert "Traceback" not in show.stderr
     html = tmp_path / "r.html"
     rep = subprocess.run([sys.executable, "-m", "kvtune", "report", str(path), "-o",
-                          str(html)], capture_output=True, text=True, cwd=REPO, timeout=300)
+                          str(html)], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=300)
     assert rep.returncode == 0, rep.stdout[-2000:] + rep.stderr[-2000:]
     assert html.stat().st_size > 10_000
 

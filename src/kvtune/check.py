@@ -71,14 +71,16 @@ OVERHEAD_S = 0.6
 PRELOAD_KEYS_PER_S = 150_000  # kvload preload, pipelined sets on loopback
 
 
-def estimate(spec: Any) -> Estimate | None:
+def estimate(spec: Any, n_knobs: int | None = None) -> Estimate | None:
     """Wall time of the study, from its load section, budget, repetitions and evaluation:
     the least (every trial measured `repetitions` times) and the most (intensification up
-    to max_repetitions, every rerun), plus the noise floor and confirmation rounds."""
+    to max_repetitions, every rerun), plus the noise floor and confirmation rounds, and the
+    ablation's most (`n_knobs` changed, the study's searched knobs by default)."""
     load = spec.load
     if load is None:
         return None
     from kvtune.load.kvload import file_duration
+    from kvtune.study.ablation import max_cost_of
 
     preload = load.workload.keys / PRELOAD_KEYS_PER_S if load.workload.preload else 0.0
     if load.workload_file and "workload" not in load.model_fields_set:
@@ -92,12 +94,16 @@ def estimate(spec: Any) -> Estimate | None:
     drift = (trials // ev.drift_every + 1) * spec.repetitions if ev.drift_every else 0
     lo = fixed + trials * spec.repetitions + drift
     per_trial_max = max(spec.repetitions, ev.max_repetitions if ev.intensify else 0)
-    hi = fixed + trials * (per_trial_max + ev.max_reruns) + drift
+    # The ablation runs only after a recommendation: none at the least, at the most every
+    # knob changed and still ambiguous at its cap.
+    n = len(spec.knobs) if n_knobs is None else n_knobs
+    ablation = max_cost_of(n, ev) if ev.ablation and ev.confirm_top else 0
+    hi = fixed + trials * (per_trial_max + ev.max_reruns) + drift + ablation
     how = (f"{rep:.1f} s per repetition ({OVERHEAD_S:g} s start/stop, {preload:.1f} s "
            f"preload, {load.warmup:g} s warm-up, {window:g} s window) × {lo}–{hi} "
            f"repetitions (noise floor {ev.noise_floor_runs}, {trials} trials × "
            f"{spec.repetitions}–{per_trial_max + ev.max_reruns}, confirmation "
-           f"{fixed - ev.noise_floor_runs}, drift {drift})")
+           f"{fixed - ev.noise_floor_runs}, drift {drift}, ablation 0–{ablation})")
     limit = spec.budget.time
     if limit:
         how += f"; the study stops at its time budget, {limit:g} s"
@@ -173,7 +179,7 @@ def make_plan(path: str | Path, allow_inline_host_knobs: bool = False) -> Plan:
             continue  # a rule of another server kind
         if set(r.subject or r.knobs) & names:
             plan.rules.append(f"{r.name}: {r.message}")
-    plan.estimate = estimate(spec)
+    plan.estimate = estimate(spec, n_knobs=sum(1 for k in plan.knobs if k.available))
     return plan
 
 

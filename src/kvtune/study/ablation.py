@@ -463,7 +463,11 @@ def cost(confirmation: dict[str, Any], baseline: dict[str, Any], rounds: int) ->
 def max_cost(confirmation: dict[str, Any], baseline: dict[str, Any],
              ev: EvaluationSpec) -> int:
     """Repetitions of the ablation when every change stays ambiguous up to the cap."""
-    n = _n_changed(confirmation, baseline)
+    return max_cost_of(_n_changed(confirmation, baseline), ev)
+
+
+def max_cost_of(n: int, ev: EvaluationSpec) -> int:
+    """The ablation's most repetitions for a recommendation that changes `n` knobs."""
     first = first_rounds(ev)
     extra = max(0, ev.ablation_max_rounds - first)
     return 0 if n <= 1 else (n + 2) * first + (n + 1) * extra
