@@ -51,7 +51,9 @@ class Curve:
 
 
 def _fmt(v: float) -> str:
-    return f"{v:.4g}"
+    from kvtune.present import number
+
+    return number(v)
 
 
 def _bins(values: list[float], log: bool) -> list[tuple[float, float]]:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from kvtune import stats
+from kvtune.present import number
 
 ALPHA = 0.05
 
@@ -166,8 +167,8 @@ def summary_lines(view: SweepView) -> list[str]:
     if view.best is None:
         return out + view.notes
     b = view.best
-    spread = f"{b.ci_kind} {b.ci[0]:.4g} … {b.ci[1]:.4g}, " if b.n >= 2 else ""
-    out.append(f"best {view.knob} = {b.value}: {view.metric} median {b.median:.4g} "
+    spread = f"{b.ci_kind} {number(b.ci[0])} … {number(b.ci[1])}, " if b.n >= 2 else ""
+    out.append(f"best {view.knob} = {b.value}: {view.metric} median {number(b.median)} "
                f"({spread}n={b.n})")
     if view.change is not None and view.default_point is not None:
         ch = view.change
@@ -175,7 +176,7 @@ def summary_lines(view: SweepView) -> list[str]:
         sig = bool(ch["p_value"] < ALPHA and ch["ci_low"] > 0)
         txt = describe_change(view.metric, ch["change"], view.direction,
                               (ch["change_ci_low"], ch["change_ci_high"]), sig)
-        out.append(f"vs the default {view.knob} = {d.value} (median {d.median:.4g}, n={d.n}): "
+        out.append(f"vs the default {view.knob} = {d.value} (median {number(d.median)}, n={d.n}): "
                    f"{txt} (p={ch['p_value']:.3g})")
     if len(view.plateau) > 1:
         out.append(f"plateau: {view.knob} in {view.plateau[0]} … {view.plateau[-1]} "

@@ -39,7 +39,9 @@ class Zone:
 
     def describe(self) -> str:
         if self.numeric:
-            parts = [f"{lo:.4g}" if lo == hi else f"{lo:.4g}…{hi:.4g}"
+            from kvtune.present import number
+
+            parts = [number(lo) if lo == hi else f"{number(lo)}…{number(hi)}"
                      for lo, hi in self.intervals]
         else:
             parts = list(self.categories)

@@ -60,7 +60,7 @@ def convergence(data: StudyData) -> go.Figure | None:
                 x=[r[0] for r in pts], y=[r[1] for r in pts], mode="markers", name=name,
                 marker={"color": color, "symbol": symbol, "size": 8},
                 text=[hover(r[4]) for r in pts],
-                hovertemplate="trial %{x}: %{y:.4g}<br>%{text}<extra></extra>"))
+                hovertemplate="trial %{x}: %{y:,.4r}<br>%{text}<extra></extra>"))
     best_x, best_y = [], []
     best = math.nan
     for n, v, feasible, _, _ in sorted(done):
@@ -119,7 +119,7 @@ def sensitivity(curve: Curve, metric: str) -> go.Figure | None:
         error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo},
         text=[f"{p.label}: n={p.n_reps} repetitions of {p.n_configs} configuration(s)"
               for p in pts], name=metric,
-        hovertemplate="%{text}<br>median %{y:.4g}<extra></extra>"))
+        hovertemplate="%{text}<br>median %{y:,.4r}<extra></extra>"))
     if curve.numeric and _finite(base) and not (curve.log and float(base) <= 0):
         # A shape's x is in data coordinates, also on a log axis (plotly.js converts it);
         # an annotation's x on a log axis is the exponent.
@@ -183,7 +183,7 @@ def telemetry_scatter(data: StudyData, corrs: list[Correlation], top: int = 3
                 x=[r["metrics"][c.metric] for r in pts], y=[r["value"] for r in pts],
                 mode="markers", name=kind, legendgroup=kind, showlegend=i == 1,
                 marker={"color": palette[j % len(palette)], "size": 7, "opacity": 0.75},
-                hovertemplate=f"{c.metric}=%{{x:.4g}}<br>{data.metric}=%{{y:.4g}}"
+                hovertemplate=f"{c.metric}=%{{x:,.4r}}<br>{data.metric}=%{{y:,.4r}}"
                               "<extra>" + kind + "</extra>"), row=1, col=i)
     fig.update_layout(**_LAYOUT, title=f"{data.metric} against its strongest telemetry "
                                        "correlates (one dot per repetition)")

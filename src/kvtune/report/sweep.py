@@ -43,7 +43,9 @@ def sweep_views(store: Any, name: str) -> list[SweepView]:
 
 
 def _g(v: float) -> str:
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}"
+    from kvtune.present import number
+
+    return number(v)
 
 
 def sweep_text(view: SweepView, width: int = 40) -> str:
