@@ -66,7 +66,7 @@ def test_stored_case_study_result_opens_on_current_code(path: Path, tmp_path: Pa
     """docs/case-studies.md cites results/<study>.db: `kvtune show` and `kvtune report` must
     still read each one (a schema change that breaks them fails here). They run on copies:
     the shipped databases stay as they were measured."""
-    cases = tmp_path / "case-studies"
+    cases = tmp_path / "examples" / "case-studies"  # workload files are relative to the cwd
     shutil.copytree(path.parent, cases)
     (tmp_path / "results").mkdir()
     db = _stored(path)
