@@ -36,7 +36,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from pin import REPO, pin_source  # noqa: E402
+from pin import REPO, pin_source, portable  # noqa: E402
 
 SOURCE = pin_source(sys.argv)
 
@@ -228,7 +228,7 @@ def main() -> int:
               f"{len(r['other_busy_processes'])}")
     import kvtune
 
-    doc = {"source": SOURCE, "kvtune": str(Path(kvtune.__file__).parent),
+    doc = {"source": SOURCE, "kvtune": portable(Path(kvtune.__file__).parent),
            "kvload_sha256_16": digest, "kvload_built_from": str(built),
            "command": " ".join([".venv/bin/python", "bench/evaluator/memcached_cov.py",
                                 *sys.argv[1:]]),

@@ -7,6 +7,32 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+SNAPSHOT_PREFIX = "kvtune-bench-src-"
+
+
+def portable(path: str | Path) -> str:
+    """A path as the results record it, naming no machine: relative to the repository when
+    inside it, `snapshot <tree>/src/kvtune` for pin_source's snapshot, else the file name."""
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(REPO))
+    except ValueError:
+        pass
+    for part in p.parts:
+        if part.startswith(SNAPSHOT_PREFIX):
+            rest = Path(*p.parts[p.parts.index(part) + 1:])
+            return f"snapshot {part[len(SNAPSHOT_PREFIX):]}/{rest}"
+    return p.name
+
+
+def interpreter() -> str:
+    """The Python that ran a benchmark, naming no machine: its version and whether it is
+    the repository's .venv or another environment."""
+    import platform
+
+    where = "the repository's .venv" if portable(sys.prefix) == ".venv" else \
+        "an environment outside the repository"
+    return f"Python {platform.python_version()} ({where})"
 
 
 def pin_source(argv: list[str]) -> str:
@@ -17,13 +43,15 @@ def pin_source(argv: list[str]) -> str:
     import subprocess
 
     if "--worktree" in argv:
-        return "working tree " + str(REPO / "src")
+        return "working tree src/"
     rev = argv[argv.index("--commit") + 1] if "--commit" in argv else "HEAD"
     sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", rev], check=True,
                          capture_output=True, text=True).stdout.strip()
     tree = subprocess.run(["git", "-C", str(REPO), "rev-parse", f"{sha}:src/kvtune"],
                           check=True, capture_output=True, text=True).stdout.strip()
-    dest = Path(f"/tmp/kvtune-bench-src-{tree[:12]}")
+    import tempfile
+
+    dest = Path(tempfile.gettempdir()) / f"{SNAPSHOT_PREFIX}{tree[:12]}"
     if not (dest / "src" / "kvtune").is_dir():
         dest.mkdir(parents=True, exist_ok=True)
         tar = subprocess.run(["git", "-C", str(REPO), "archive", sha, "src/kvtune"],

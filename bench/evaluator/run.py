@@ -181,6 +181,14 @@ def print_tables(rows: list[dict[str, Any]]) -> None:
                   f"studies with a (false) drift alarm {_pct(r['studies_with_drift_alarm'])}")
 
 
+def _command() -> str:
+    """This run's command line as recorded: paths made portable (no machine's path)."""
+    from pin import portable
+
+    args = [portable(x) if x.startswith("/") else x for x in sys.argv[1:]]
+    return " ".join([".venv/bin/python", "bench/evaluator/run.py", *args])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--studies", type=int, default=50, help="seeded studies per cell")
@@ -246,7 +254,7 @@ def main() -> int:
 
     print(f"kvtune measured: {SOURCE} ({Path(kvtune.__file__).parent})")
     doc = {"source": SOURCE,
-           "command": " ".join([".venv/bin/python", "bench/evaluator/run.py", *sys.argv[1:]]),
+           "command": _command(),
            "studies": hi - lo, "seeds": [lo, hi], "trials": a.trials, "noise_cov": a.noise,
            "variant_studies": vstudies, "elapsed_s": elapsed, "summary": rows,
            "records": records}
@@ -276,7 +284,7 @@ def merge(paths: list[Path], out: Path) -> int:
     print_tables(rows)
     seeds = sorted({r["seed"] for r in records})
     doc = {"source": docs[0]["source"],
-           "command": " ".join([".venv/bin/python", "bench/evaluator/run.py", *sys.argv[1:]]),
+           "command": _command(),
            "chunks": [{"file": p.name, "command": d["command"], "elapsed_s": d["elapsed_s"]}
                       for p, d in zip(paths, docs, strict=True)],
            "studies": len(seeds), "trials": docs[0]["trials"], "noise_cov": docs[0]["noise_cov"],

@@ -42,7 +42,7 @@ import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pin import pin_source
+from pin import interpreter, pin_source, portable
 
 SOURCE = pin_source(sys.argv)
 
@@ -209,7 +209,7 @@ def main() -> None:
             print(json.dumps(s))
         Path(a.out).write_text(json.dumps(
             {"valid_optimum": OPT, "source": docs[0]["source"], "args": vars(a),
-             "chunks": [{"file": p, "args": d["args"], "python": d.get("python")}
+             "chunks": [{"file": portable(p), "args": d["args"], "python": d.get("python")}
                         for p, d in zip(a.merge, docs, strict=True)],
              "studies": len({r["seed"] for r in rows}), "summary": summ, "rows": rows},
             indent=1))
@@ -226,7 +226,7 @@ def main() -> None:
     for s in summ:
         print(json.dumps(s))
     Path(a.out).write_text(json.dumps({"valid_optimum": OPT, "source": SOURCE,
-                                       "python": sys.executable, "args": vars(a),
+                                       "python": interpreter(), "args": vars(a),
                                        "summary": summ, "rows": rows}, indent=1))
 
 

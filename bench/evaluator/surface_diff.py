@@ -7,11 +7,12 @@ rule-breaking proposals, failed trials, measurements by kind; then where the qua
 
     .venv/bin/python bench/evaluator/surface_diff.py --commit 13152e5 --seeds 0:10 --out new.json
     .venv/bin/python bench/evaluator/surface_diff.py --commit 17a6391 \
-        --harness /tmp/wt-old/bench/evaluator --seeds 0:10 --out old.json
+        --harness "$OLD"/bench/evaluator --seeds 0:10 --out old.json
     .venv/bin/python bench/evaluator/surface_diff.py --compare old.json new.json
 
 (--harness: the bench/evaluator directory whose harness.py scores the studies; run.py's
-results.json of 17a6391 was made with the harness of commit cad494c, so a worktree of it.)
+results.json of 17a6391 was made with the harness of commit cad494c, so a worktree of it:
+`git worktree add "$OLD" cad494c`, OLD any directory outside this checkout.)
 See docs/evaluation.md, "Why the surface search came out worse".
 """
 
@@ -150,6 +151,18 @@ def compare(paths: list[Path]) -> None:
               f"{len(set(a) & set(b))}")
 
 
+def _harness_name(harness_dir: str) -> str:
+    """The harness as recorded: this checkout's bench/evaluator, or the commit of the
+    worktree it came from (never a machine's path)."""
+    import subprocess
+
+    if Path(harness_dir).resolve() == HERE:
+        return "bench/evaluator"
+    sha = subprocess.run(["git", "-C", harness_dir, "rev-parse", "HEAD"], capture_output=True,
+                         text=True, check=False).stdout.strip()
+    return f"bench/evaluator of commit {sha}" if sha else "bench/evaluator of another checkout"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--commit", default="HEAD")
@@ -173,7 +186,7 @@ def main() -> int:
 
     sha = subprocess.run(["git", "-C", str(HERE), "rev-parse", a.commit], check=True,
                          capture_output=True, text=True).stdout.strip()
-    doc = {"commit": sha, "harness": a.harness, "seeds": [lo, hi], "trials": a.trials,
+    doc = {"commit": sha, "harness": _harness_name(a.harness), "seeds": [lo, hi], "trials": a.trials,
            "drift_reps": a.drift_reps,
            "summary": summary(records), "records": records}
     if a.out:
