@@ -103,8 +103,8 @@ def test_the_study_runs_the_ablation_after_its_confirmation(tmp_path: Any) -> No
     from rich.console import Console
 
     from kvtune.store import Store
-    from kvtune.study import StudyRun
-    from kvtune.study import load as load_study
+    from kvtune.study.loader import load_study
+    from kvtune.study.run import StudyRun
 
     text = ("study: {name}\ntarget: {{kind: synthetic, noise_cov: 0.02}}\n"
             "knobs: [synthetic.x, synthetic.threads, synthetic.mode]\n"

@@ -15,9 +15,10 @@ from rich.console import Console
 from kvtune.analysis import analyse, correlations, importance, load, sensitivity, zones
 from kvtune.analysis.data import KnobInfo, StudyData
 from kvtune.analysis.sensitivity import curve_from_reps
-from kvtune.study import StudyRun, sweep
-from kvtune.study import load as load_study
-from kvtune.summary import collect, render
+from kvtune.report.summary import collect, render
+from kvtune.study.commands import sweep
+from kvtune.study.loader import load_study
+from kvtune.study.run import StudyRun
 
 STUDY = """\
 study: {name}

@@ -17,7 +17,7 @@ import yaml
 
 from kvtune.load.kvload import build_argv
 from kvtune.store import Store
-from kvtune.study.load import load
+from kvtune.study.loader import load_study as load
 from kvtune.telemetry.sampler import phase_table
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from kvtune.spec import EvaluationSpec, parse_constraint, parse_spec
-from kvtune.study import StudyRun
+from kvtune.report.summary import change_cell, collect, render
+from kvtune.spec import EvaluationSpec, parse_constraint
 from kvtune.study import confirm as cf
-from kvtune.study import load as load_study
-from kvtune.summary import change_cell, collect, render
+from kvtune.study.loader import load_study, parse_study
+from kvtune.study.run import StudyRun
 
 EV = EvaluationSpec(confirm_rounds=8, confirm_top=1)
 
@@ -165,7 +165,7 @@ def test_unknown_surface_is_refused() -> None:
     from kvtune.errors import UserError
     from kvtune.targets.synthetic import SyntheticTarget
 
-    spec, _ = parse_spec(STUDY.format(name="u").replace("surface: tradeoff", "surface: nope"))
+    spec, _ = parse_study(STUDY.format(name="u").replace("surface: tradeoff", "surface: nope"))
     with pytest.raises(UserError, match="unknown synthetic surface"):
         SyntheticTarget(spec.target)
 

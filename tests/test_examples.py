@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from kvtune.knobs.appliers.base import Launch
-from kvtune.runner import Session
-from kvtune.study import load
+from kvtune.measure.session import Session
+from kvtune.study.loader import load_study as load
 from kvtune.targets.base import ServerTarget
 from kvtune.targets.memcached import MemcachedTarget
 from kvtune.targets.redis import RedisTarget, resp_command

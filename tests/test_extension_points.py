@@ -15,8 +15,8 @@ from kvtune import load, telemetry
 from kvtune.errors import UserError
 from kvtune.knobs.resolve import resolve_knobs
 from kvtune.load import base as load_base
-from kvtune.runner import Session
-from kvtune.spec import parse_spec
+from kvtune.measure.session import Session
+from kvtune.study.loader import parse_study
 from kvtune.telemetry import Collector
 from kvtune.telemetry import base as telemetry_base
 
@@ -73,7 +73,7 @@ def toy_registered(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_toy_load_driver(toy_registered: None, memcached_bin: str) -> None:
-    spec, lines = parse_spec(STUDY, "toy.yaml")  # load.tool: toy validates once registered
+    spec, lines = parse_study(STUDY, "toy.yaml")  # load.tool: toy validates once registered
     assert spec.load is not None and spec.load.tool == "toy"
     session = Session(spec, resolve_knobs(spec, lines), None)
     session.preflight()
@@ -94,7 +94,7 @@ def test_toy_load_driver(toy_registered: None, memcached_bin: str) -> None:
 def test_unknown_load_tool_is_a_study_file_error() -> None:
     with pytest.raises(UserError, match=r"load.tool, line 3: unknown load tool 'toy' "
                                         r"\(known: kvload, "):
-        parse_spec(STUDY, "toy.yaml")
+        parse_study(STUDY, "toy.yaml")
 
 
 class ToyCollector(Collector):
@@ -132,7 +132,7 @@ def toy_collector(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_toy_collector(toy_collector: None, toy_registered: None, memcached_bin: str) -> None:
     """A registered collector runs around every repetition's load, beside the built-in
     ones; its figures are stored with the repetition and count as telemetry."""
-    spec, lines = parse_spec(STUDY, "toy.yaml")
+    spec, lines = parse_study(STUDY, "toy.yaml")
     session = Session(spec, resolve_knobs(spec, lines), None)
     session.preflight()
     rep = session.measure(dict(session.baseline))
@@ -211,7 +211,7 @@ def test_toy_knob_family(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     with pytest.raises(ValueError, match="already"):
         catalog.register(Knob("toy.level", Domain("int", 1, 9), ToyLevel("/x")))
 
-    spec, lines = parse_spec("study: toy\ntarget: {kind: memcached}\nload: {rate: 10}\n"
+    spec, lines = parse_study("study: toy\ntarget: {kind: memcached}\nload: {rate: 10}\n"
                              "knobs:\n  - name: toy.level\n    range: [2, 8]\n")
     (knob,) = resolve_knobs(spec, lines, ctx=ctx)
     assert knob.domain.low == 2 and knob.domain.high == 8 and knob.scope == "host"
@@ -325,8 +325,8 @@ def test_toy_simulated_target_runs_a_whole_study(toy_targets: tuple[type, type],
                                                  tmp_path: Path) -> None:
     from rich.console import Console
 
-    from kvtune.study import StudyRun
-    from kvtune.study import load as load_study
+    from kvtune.study.loader import load_study
+    from kvtune.study.run import StudyRun
 
     p = tmp_path / "toy.yaml"
     p.write_text("study: toy\ntarget: {kind: toysurface}\nknobs: [toy.depth]\n"
@@ -347,7 +347,7 @@ def test_toy_server_target_is_started_loaded_and_stopped(
 
     monkeypatch.setenv("KVLOAD", kvload_bin)
     assert targets.host_context().versions["toymc"] >= (1, 4, 0)  # found on PATH, once
-    spec, lines = parse_spec(
+    spec, lines = parse_study(
         "study: toymc\ntarget: {kind: toymc, cpus: '0'}\n"
         "load: {mode: closed, connections: 2, duration: 300ms, warmup: 100ms, cpus: '1', "
         "workload: {keys: 1000}}\nknobs: [toymc.threads]\n", "toymc.yaml")
@@ -361,4 +361,4 @@ def test_toy_server_target_is_started_loaded_and_stopped(
     assert rep.raw["argv"][-2:] == ["-t", "2"] and "memcached" in rep.raw["argv"][3]
     assert rep.metrics["proc_voluntary_switches"] > 0  # telemetry ran around the toy server
     with pytest.raises(UserError, match="unknown target kind 'nosuch'"):
-        parse_spec("study: x\ntarget: {kind: nosuch}\n", "x.yaml")
+        parse_study("study: x\ntarget: {kind: nosuch}\n", "x.yaml")

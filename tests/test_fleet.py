@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from fleet_fixtures import study_file
 
 from kvtune.errors import UserError
-from kvtune.fleet import (
+from kvtune.fleet.claims import (
     Fleet,
     driver_problem,
     fail_stale,

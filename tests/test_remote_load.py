@@ -23,8 +23,8 @@ from netns_fixtures import LoadHost, load_host, missing
 from kvtune.errors import HarnessError, UserError
 from kvtune.knobs.resolve import resolve_knobs
 from kvtune.load.remote import ALIVE_COUNT, ALIVE_INTERVAL
-from kvtune.runner import Repetition, Session
-from kvtune.spec import parse_spec
+from kvtune.measure.session import Repetition, Session
+from kvtune.study.loader import parse_study
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=str(missing()))
 
@@ -66,7 +66,7 @@ repetitions: 1
 
 
 def session(text: str) -> Session:
-    spec, lines = parse_spec(text, "remote.yaml")
+    spec, lines = parse_study(text, "remote.yaml")
     return Session(spec, resolve_knobs(spec, lines), None)
 
 

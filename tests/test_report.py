@@ -24,8 +24,8 @@ from rich.console import Console
 
 from kvtune.analysis import analyse, load
 from kvtune.store import Store
-from kvtune.study import StudyRun
-from kvtune.study import load as load_study
+from kvtune.study.loader import load_study
+from kvtune.study.run import StudyRun
 from kvtune.targets.base import free_port
 from kvtune.telemetry.perf import find_perf
 

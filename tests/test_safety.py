@@ -16,12 +16,11 @@ from kvtune.knobs.appliers.base import HostContext
 from kvtune.knobs.appliers.hostfile import HostFile, Location
 from kvtune.knobs.appliers.memcached import MemcachedFlag, MemcachedOption
 from kvtune.knobs.resolve import resolve_knobs
-from kvtune.safety import args as safe_args
 from kvtune.safety.binary import find_server_binary
 from kvtune.safety.hostpaths import refusal, resolve
 from kvtune.safety.inline import check_inline_host_knobs
 from kvtune.safety.storage import check_url, mask
-from kvtune.spec import parse_spec
+from kvtune.study.loader import parse_study
 from kvtune.targets.memcached import MemcachedTarget
 from kvtune.targets.redis import RedisTarget
 
@@ -83,7 +82,7 @@ def test_deny_list(path: str) -> None:
 def test_inline_host_knobs_need_the_command_line_flag() -> None:
     text = HEAD + ("  - name: my.fin\n    domain: {type: int, low: 10, high: 60}\n"
                    "    applier: {sysctl: net.ipv4.tcp_fin_timeout}\n")
-    spec, lines = parse_spec(text)
+    spec, lines = parse_study(text)
     with pytest.raises(UserError, match=r"knobs\[0\].applier, line 7: .*--allow-inline"):
         check_inline_host_knobs(spec, lines, False, "s.yaml")
     check_inline_host_knobs(spec, lines, True, "s.yaml")
@@ -94,7 +93,7 @@ def test_inline_host_knobs_need_the_command_line_flag() -> None:
     ["-I", "2m", "-f", "1.25", "-B", "ascii"],
 ])
 def test_safe_memcached_args_are_accepted(args: list[str]) -> None:
-    safe_args.check_target_args("memcached", args)
+    MemcachedTarget.check_args(args)
 
 
 @pytest.mark.parametrize("args", [
@@ -102,7 +101,7 @@ def test_safe_memcached_args_are_accepted(args: list[str]) -> None:
     ["--list-max-listpack-size", "-2"],
 ])
 def test_safe_redis_args_are_accepted(args: list[str]) -> None:
-    safe_args.check_target_args("redis", args)
+    RedisTarget.check_args(args)
 
 
 def test_catalog_memcached_knobs_are_on_the_allow_lists() -> None:
@@ -127,7 +126,7 @@ def test_allow_and_deny_lists_do_not_overlap() -> None:
     ("range: [2, 64]", False), ("range: [8, 2048]", False), ("range: [8, 1024]", True),
 ])
 def test_overrides_may_narrow_never_widen(override: str, ok: bool) -> None:
-    spec, lines = parse_spec(HEAD + f"  - name: memcached.min_item_bytes\n    {override}\n")
+    spec, lines = parse_study(HEAD + f"  - name: memcached.min_item_bytes\n    {override}\n")
     if ok:
         (k,) = resolve_knobs(spec, lines)
         base = catalog.CATALOG["memcached.min_item_bytes"].domain
@@ -177,7 +176,7 @@ def test_storage_rules(tmp_path: Path) -> None:
 
 def test_spurious_union_message_is_gone() -> None:
     with pytest.raises(UserError) as ei:
-        parse_spec(HEAD + "  - name: my.x\n    colour: red\n")
+        parse_study(HEAD + "  - name: my.x\n    colour: red\n")
     assert "valid string" not in str(ei.value)
     assert len(ei.value.problems) == 1
 
@@ -185,5 +184,5 @@ def test_spurious_union_message_is_gone() -> None:
 def test_storage_directory_is_not_created_by_parsing(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    parse_spec("study: x\ntarget: {kind: synthetic}\nstorage: sqlite:///results/deep/x.db\n")
+    parse_study("study: x\ntarget: {kind: synthetic}\nstorage: sqlite:///results/deep/x.db\n")
     assert not os.listdir(tmp_path)

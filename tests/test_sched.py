@@ -18,6 +18,7 @@ from typing import ClassVar
 
 import pytest
 
+from kvtune.host.context import on_host
 from kvtune.host.facts import collect, parse_kernel_version
 from kvtune.host.journal import Journal
 from kvtune.knobs import catalog
@@ -27,9 +28,8 @@ from kvtune.knobs.appliers.hostfile import HostFile, Location
 from kvtune.knobs.domain import Domain, Value
 from kvtune.knobs.knob import Knob
 from kvtune.knobs.resolve import resolve_knobs
-from kvtune.runner import Session
-from kvtune.spec import parse_spec
-from kvtune.study._ui import on_host
+from kvtune.measure.session import Session
+from kvtune.study.loader import parse_study
 from kvtune.targets.base import free_port
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="nice < 0 and mounts need root")
@@ -273,6 +273,7 @@ sys.path.insert(0, {tests!r})
 from test_sched import FAKE_KNOB
 from kvtune.knobs import catalog
 from kvtune.cli import main
+from kvtune.study.loader import parse_study
 catalog.register(FAKE_KNOB)
 sys.argv = ["kvtune", "sweep", {study!r}, "--knob", FAKE_KNOB.name, "--values", "0,1",
             "--repetitions", "1"]
@@ -288,7 +289,7 @@ def _mountable(mounted_before: bool) -> None:
 
 
 def _session(text: str) -> Session:
-    spec, lines = parse_spec(text, "fake.yaml")
+    spec, lines = parse_study(text, "fake.yaml")
     session = Session(spec, resolve_knobs(spec, lines, extra_knobs={FAKE: FAKE_KNOB}), None)
     session.preflight()
     return session

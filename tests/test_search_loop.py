@@ -13,7 +13,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from kvtune.study import StudyRun, load
+from kvtune.study.loader import load_study as load
+from kvtune.study.run import StudyRun
 from kvtune.targets.synthetic import true_value
 
 STUDY = """\
@@ -89,8 +90,9 @@ def test_resume_after_sigkill_keeps_finished_trials(in_tmp: Path) -> None:
     code = f"""
 import os, signal
 from pathlib import Path
-from kvtune.study import StudyRun, load
-import kvtune.evaluator as ev
+from kvtune.study.loader import load_study as load
+from kvtune.study.run import StudyRun
+import kvtune.measure.evaluator as ev
 count = 0
 orig = ev.Evaluator.run_one
 def run_one(self, *a, **k):
@@ -146,7 +148,7 @@ def test_cli_show_json(in_tmp: Path) -> None:
 def test_sweep_measures_each_value_with_repetitions(in_tmp: Path) -> None:
     from rich.console import Console
 
-    from kvtune.study import sweep
+    from kvtune.study.commands import sweep
 
     spec = write(in_tmp, name="sw", trials=1, noise=0.02)
     res = sweep(load(spec), "synthetic.x", ["2", "5", "7"], 4, Console(stderr=True),

@@ -8,7 +8,8 @@ import pytest
 
 from kvtune.errors import UserError
 from kvtune.knobs.resolve import resolve_knobs
-from kvtune.spec import parse_duration, parse_spec
+from kvtune.spec import parse_duration
+from kvtune.study.loader import parse_study
 
 GOOD = """\
 study: mc
@@ -37,14 +38,14 @@ budget:
 
 def _err(text: str) -> UserError:
     with pytest.raises(UserError) as ei:
-        spec, lines = parse_spec(textwrap.dedent(text), "s.yaml")
+        spec, lines = parse_study(textwrap.dedent(text), "s.yaml")
         resolve_knobs(spec, lines, "s.yaml")
     assert ei.value.exit_code == 2
     return ei.value
 
 
 def test_good_file_parses_with_defaults() -> None:
-    spec, lines = parse_spec(GOOD)
+    spec, lines = parse_study(GOOD)
     knobs = resolve_knobs(spec, lines)
     assert [k.name for k in knobs] == ["memcached.threads", "memcached.reqs_per_event"]
     assert knobs[1].domain.low == 1 and knobs[1].domain.high == 50
@@ -106,7 +107,7 @@ def test_every_problem_is_reported_at_once() -> None:
         ("  - name: memcached.threads\n    choices: [1, 2]\n", "choices apply to categorical"),
         ("  - memcached.threads\n  - memcached.threads\n", "listed twice"),
         ("  - name: memcached.threads\n    default: 99\n", "outside [1, 16]"),
-        ("  - name: my.knob\n    applier: {sysctl: net.core.somaxconn}\n", "needs a domain"),
+        ("  - name: my.knob\n    applier: {sysctl: net.core.somaxconn}\n", "needs a type"),
         ("  - name: my.knob\n    domain: {type: int, low: 1, high: 2}\n"
          "    applier: {sysfs: /etc/passwd}\n", "must be under /sys/"),
         ("  - name: my.knob\n    domain: {type: int, low: 1, high: 2}\n"
@@ -122,14 +123,14 @@ def test_inline_knob() -> None:
     text = ("study: x\ntarget: {kind: memcached}\nload: {rate: 10}\nknobs:\n"
             "  - name: my.fin\n    domain: {type: int, low: 10, high: 60}\n"
             "    applier: {sysctl: net.ipv4.tcp_fin_timeout}\n")
-    spec, lines = parse_spec(text)
+    spec, lines = parse_study(text)
     (k,) = resolve_knobs(spec, lines)
     assert k.scope == "host" and k.applier.where() == "/proc/sys/net/ipv4/tcp_fin_timeout"
 
 
 def test_preset_expands_and_filters_by_target() -> None:
     text = "study: x\ntarget: {kind: redis}\nload: {rate: 10}\npreset: redis-throughput\n"
-    spec, lines = parse_spec(text)
+    spec, lines = parse_study(text)
     names = [k.name for k in resolve_knobs(spec, lines)]
     assert "redis.io_threads" in names and "thp.enabled" in names
     assert not any(n.startswith("memcached.") for n in names)

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from kvtune.evaluator import Evaluator
-from kvtune.runner import Repetition
+from kvtune.measure.evaluator import Evaluator
+from kvtune.measure.session import Repetition
 from kvtune.spec import EvaluationSpec
 from kvtune.stats import (
     bootstrap_ci,
@@ -85,8 +85,8 @@ def test_flagged_repetitions_stay_out_of_the_value() -> None:
 def test_an_interval_is_called_a_95_ci_only_when_it_is_one() -> None:
     """The order-statistic interval of the median covers >= 95% from 6 values on; below
     that kvtune shows the range and calls it "range" (n = 3: the range covers 75%)."""
-    from kvtune.evaluator import Evaluation, Policy
-    from kvtune.runner import Repetition
+    from kvtune.measure.evaluator import Evaluation, Policy
+    from kvtune.measure.session import Repetition
     from kvtune.spec import EvaluationSpec
     from kvtune.stats import MIN_CI_N, ci_kind, order_statistic_ci
 

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from kvtune.errors import UserError
 from kvtune.knobs.resolve import resolve_knobs
-from kvtune.runner import Session
+from kvtune.measure.session import Session
 from kvtune.safety.inline import check_inline_host_knobs
-from kvtune.spec import parse_spec
+from kvtune.study.loader import parse_study
 from kvtune.targets import target_knobs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,7 +76,7 @@ def mutated(draw: st.DrawFn) -> str:
 
 def _parse_and_preflight(text: str) -> str:
     try:
-        spec, lines = parse_spec(text, "fuzz.yaml")
+        spec, lines = parse_study(text, "fuzz.yaml")
         knobs = resolve_knobs(spec, lines, "fuzz.yaml", target_knobs(spec.target.kind))
         check_inline_host_knobs(spec, lines, False, "fuzz.yaml")
         Session(spec, knobs, None).preflight()

@@ -11,12 +11,13 @@ import pytest
 from rich.console import Console
 
 from kvtune.errors import UserError
-from kvtune.evaluator import Evaluation, Evaluator, Policy
-from kvtune.runner import Repetition
+from kvtune.measure.evaluator import Evaluation, Evaluator, Policy
+from kvtune.measure.session import Repetition
 from kvtune.space import Space
-from kvtune.spec import EvaluationSpec, parse_spec
+from kvtune.spec import EvaluationSpec
 from kvtune.study import confirm as cf
 from kvtune.study.drift import is_moved, planned_checks
+from kvtune.study.loader import parse_study
 from kvtune.study.noise import NoiseFloor, check_not_client_bound
 from kvtune.study.search import Search
 from kvtune.targets.synthetic import SYNTHETIC_KNOBS
@@ -71,7 +72,7 @@ def test_drift_needs_both_the_ci_and_the_rank_test() -> None:
 
 
 def test_planned_checks_follow_the_budget() -> None:
-    spec, _ = parse_spec("study: d\ntarget: {kind: synthetic}\nbudget: {trials: 30}\n"
+    spec, _ = parse_study("study: d\ntarget: {kind: synthetic}\nbudget: {trials: 30}\n"
                          "evaluation: {drift_every: 10}\n")
     assert planned_checks(spec) == 4
 
@@ -151,7 +152,7 @@ class _Evaluator:
 
 
 def test_search_spends_the_budget_checks_drift_and_keeps_the_incumbent() -> None:
-    spec, _ = parse_spec("study: s\ntarget: {kind: synthetic}\nbudget: {trials: 5}\n"
+    spec, _ = parse_study("study: s\ntarget: {kind: synthetic}\nbudget: {trials: 5}\n"
                          "evaluation: {drift_every: 2}\nsampler: random\n")
     x = SYNTHETIC_KNOBS["synthetic.x"]
     space = Space((x,), {"synthetic.x": 2.0})
@@ -347,7 +348,7 @@ def test_a_detected_drift_withdraws_the_noise_floors_promise() -> None:
 
     from kvtune.study.drift import DriftCheck
 
-    spec, _ = parse_spec("study: d\ntarget: {kind: synthetic}\nbudget: {trials: 20}\n"
+    spec, _ = parse_study("study: d\ntarget: {kind: synthetic}\nbudget: {trials: 20}\n"
                          "evaluation: {drift_every: 10, confirm_rounds: 5, confirm_top: 3}\n")
     first = _eval([100.0, 101.0, 99.0, 100.5, 99.5])
 

@@ -24,8 +24,9 @@ from typing import Any
 import optuna
 from rich.console import Console
 
-from kvtune.evaluator import Policy
-from kvtune.study import StudyRun, load
+from kvtune.measure.evaluator import Policy
+from kvtune.study.loader import load_study as load
+from kvtune.study.run import StudyRun
 from kvtune.targets.synthetic import optimum, true_value
 
 SCENARIOS: dict[str, dict[str, Any]] = {

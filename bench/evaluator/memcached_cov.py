@@ -110,7 +110,8 @@ def _others_busy() -> list[str]:
 def run_load(name: str, groups: int, duration: str, kvload_bin: str) -> dict[str, Any]:
     from rich.console import Console
 
-    from kvtune.study import StudyRun, load
+    from kvtune.study.loader import load_study as load
+    from kvtune.study.run import StudyRun
 
     cfg = LOADS[name]
     with tempfile.TemporaryDirectory(prefix="kvtune-cov-") as tmp:

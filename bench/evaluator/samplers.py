@@ -51,7 +51,8 @@ from rich.console import Console  # noqa: E402
 from kvtune import optimizer  # noqa: E402
 from kvtune.errors import UserError  # noqa: E402
 from kvtune.knobs import rules  # noqa: E402
-from kvtune.study import StudyRun, load  # noqa: E402
+from kvtune.study.loader import load_study as load  # noqa: E402
+from kvtune.study.run import StudyRun  # noqa: E402
 from kvtune.targets.synthetic import true_value  # noqa: E402
 
 RULE = rules.Rule("synthetic-threads-x", ("synthetic.threads", "synthetic.x"),

@@ -1,5 +1,5 @@
 """Proposed changes to the evaluator, each an `Evaluator` policy (a subclass of
-`kvtune.evaluator.Policy` overriding one decision), so the benchmark can measure them
+`kvtune.measure.evaluator.Policy` overriding one decision), so the benchmark can measure them
 against the code as it is without editing src/.
 
     race-incumbent  intensification re-measures the incumbent too (SMAC's racing): while a
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats as sps
 
-from kvtune.evaluator import Evaluation, Evaluator, Policy
+from kvtune.measure.evaluator import Evaluation, Evaluator, Policy
 
 
 def logt_ci(values: Sequence[float], statistic: str = "median", level: float = 0.95,

@@ -25,9 +25,9 @@ from rich.console import Console
 
 from kvtune import targets
 from kvtune.errors import KvtuneError
-from kvtune.fleet_run import FleetRun
-from kvtune.study._ui import jsonable
-from kvtune.study.load import load
+from kvtune.fleet.worker import FleetRun
+from kvtune.study.loader import load_study as load
+from kvtune.study.progress import jsonable
 from kvtune.study.run import StudyRun
 from kvtune.targets.synthetic import SyntheticTarget
 

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvtune.errors import KvtuneError, UserError
-from kvtune.safety.early import check_study_file
+from kvtune.study.loader import Loaded, load_study, parse_study, read_study
 
 
 def flag(*decls: str, **kw: Any) -> Any:
@@ -60,15 +60,22 @@ def _storage_for(study_or_file: str, storage: str | None) -> tuple[str, str]:
     results/NAME.db)."""
     p = Path(study_or_file)
     if p.suffix in (".yaml", ".yml") and p.exists():
-        from kvtune.spec import load_spec
-
-        spec, _ = load_spec(p)
+        spec = parse_study(read_study(p), str(p), base_dir=p.resolve().parent).spec
         return spec.study, storage or spec.storage_url(Path.cwd())
     url = storage or f"sqlite:///{(Path.cwd() / 'results' / f'{study_or_file}.db').as_posix()}"
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         raise UserError(f"no results for study {study_or_file!r}: {url} does not exist (give "
                         "the study file, or --storage URL)")
     return study_or_file, url
+
+
+def _load(study_file: Path, allow_inline_host_knobs: bool) -> Loaded:
+    """The study file, read once and checked before Optuna and SciPy are imported (a
+    refused file fails in well under a second); its deprecation notes on stderr."""
+    loaded = load_study(study_file, allow_inline_host_knobs)
+    for note in loaded.notes:
+        err.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+    return loaded
 
 
 @app.command()
@@ -88,19 +95,18 @@ def tune(
 ) -> None:
     """Tune: baseline and noise floor, Bayesian search, confirmation against the defaults.
     Running it again resumes the same study."""
-    check_study_file(study_file, allow_inline_host_knobs)  # fails fast, before the imports
-    from kvtune import study as st
-    from kvtune.summary import collect, render
+    loaded = _load(study_file, allow_inline_host_knobs)  # before the heavy imports
+    from kvtune.report.summary import collect, render
+    from kvtune.study.run import StudyRun
 
-    loaded = st.load(study_file, allow_inline_host_knobs)
     if trials is not None:
         loaded.spec.budget.trials = trials
     if worker:
-        from kvtune.fleet_run import FleetRun
+        from kvtune.fleet.worker import FleetRun
 
-        run: st.StudyRun = FleetRun(loaded, err, worker=worker)
+        run: StudyRun = FleetRun(loaded, err, worker=worker)
     else:
-        run = st.StudyRun(loaded, err)
+        run = StudyRun(loaded, err)
     run.run(confirm=not no_confirm, ablation=not no_ablation)
     data = collect(run.store, loaded.spec.study)
     render(data, out)
@@ -133,11 +139,10 @@ def run(
                             "memaslap) as a cross-check; the peers are closed-loop")] = None,
 ) -> None:
     """Measure one configuration (the defaults, changed by --set) with repetitions and CIs."""
-    check_study_file(study_file, allow_inline_host_knobs)  # fails fast, before the imports
+    loaded = _load(study_file, allow_inline_host_knobs)  # before the heavy imports
     from kvtune import load as load_drivers
-    from kvtune import study as st
+    from kvtune.study.commands import run_config
 
-    loaded = st.load(study_file, allow_inline_host_knobs)
     if load_tool is not None:
         if load_tool not in load_drivers.tools():
             raise UserError(f"--load-tool: unknown load tool {load_tool!r} (known: "
@@ -150,7 +155,7 @@ def run(
                             f"(load.host {loaded.spec.load.host}); kvload can")
         loaded.spec.load.tool = load_tool
         load_drivers.driver_for(loaded.spec.load)  # refuses what the tool cannot run
-    res = st.run_config(loaded, _parse_sets(set_ or []), repetitions, err)
+    res = run_config(loaded, _parse_sets(set_ or []), repetitions, err)
     if as_json:
         print(json.dumps(res, indent=1, default=str))
         return
@@ -183,12 +188,11 @@ def sweep(
     allow_inline_host_knobs: AllowInline = False,
 ) -> None:
     """Measure each value of one knob with N repetitions, the others at their defaults."""
-    check_study_file(study_file, allow_inline_host_knobs)  # fails fast, before the imports
-    from kvtune import study as st
+    loaded = _load(study_file, allow_inline_host_knobs)  # before the heavy imports
+    from kvtune.study.commands import sweep as run_sweep
 
-    loaded = st.load(study_file, allow_inline_host_knobs)
     vals = [v.strip() for v in values.split(",")] if values else None
-    res = st.sweep(loaded, knob, vals, repetitions, err)
+    res = run_sweep(loaded, knob, vals, repetitions, err)
     if as_json:
         print(json.dumps(res, indent=1, default=str))
         return
@@ -214,8 +218,8 @@ def show(
     as_json: Annotated[bool, flag("--json", help="print JSON for scripts")] = False,
 ) -> None:
     """Trials, and the best configuration beside the baseline, metric by metric."""
+    from kvtune.report.summary import collect, render
     from kvtune.store import Store
-    from kvtune.summary import collect, render
 
     name, url = _storage_for(study, storage)
     data = collect(Store(url), name)
@@ -234,7 +238,7 @@ def check(
     """Validate a study file and run preflight, applying nothing: print the plan (knobs
     with domains and availability, host files it would write, rules, estimated wall time).
     Exit 0 when the study can run here, 2 otherwise."""
-    from kvtune.check import main as check_main
+    from kvtune.study.check import main as check_main
 
     code = check_main(str(study_file), as_json, out, allow_inline_host_knobs)
     if code:

@@ -21,21 +21,14 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from kvtune.metrics import guess_direction
+from kvtune.metrics import unit as metric_unit
+
 MINUS = "\u2212"  # −, not the hyphen
 
-_LOWER = ("_us", "_ms", "_ns", "_s", "latency", "error", "errors", "evictions", "misses",
-          "timeouts", "throttled", "steal", "outofmemory", "switches", "faults", "migrations")
-_HIGHER = ("ops_per_sec", "ops", "throughput", "hit_ratio", "hits", "ipc", "qps", "rps")
-
-
 def metric_direction(metric: str) -> str | None:
-    """The good direction of a figure kvtune knows by name, or None."""
-    m = metric.lower()
-    if m.endswith(_HIGHER) or "hit_ratio" in m or "ops_per_sec" in m:
-        return "maximize"
-    if m.endswith(_LOWER) or m.startswith(("p50", "p9", "mean_us", "max_us")):
-        return "minimize"
-    return None
+    """The good direction of a figure kvtune knows by name, or None (`kvtune.metrics`)."""
+    return guess_direction(metric)
 
 
 def pct(x: float | None, digits: int = 1) -> str:
@@ -142,18 +135,6 @@ def number(v: Any) -> str:
     return str(v)
 
 
-_UNITS = (("_per_sec", "/s"), ("_us", "µs"), ("_ms", "ms"), ("_ns", "ns"), ("_kb", "KiB"),
-          ("_bytes", "B"), ("_pct", "%"), ("_frac", "share of CPU time"), ("_ratio", "ratio"),
-          ("_util", "CPUs"), ("_utilized", "CPUs"), ("_s", "s"), ("steal", "share of CPU time"),
-          ("ipc", "instructions/cycle"))
-
-
 def unit(metric: str) -> str:
-    """The unit of a figure kvtune records, from its name ("" for counts)."""
-    m = metric.lower()
-    for suffix, u in _UNITS:
-        if m.endswith(suffix):
-            return u
-    if m.startswith("redis_used_memory"):
-        return "B"
-    return "count"
+    """The unit of a figure kvtune records ("count" for counts; `kvtune.metrics`)."""
+    return metric_unit(metric)

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 Config = dict[str, Value]
 
 
+GRID_POINTS = 4  # values per numeric knob in the grid sampler's grid
+
+
 @dataclass(frozen=True)
 class Space:
     """The study's knobs with their final domains, and the baseline configuration (every
@@ -67,7 +70,7 @@ class Space:
             params.update(k.domain.fixed_params(k.name, config[k.name]))
         return params
 
-    def grid(self, points: int = 4) -> list[Config]:
+    def grid(self, points: int = GRID_POINTS) -> list[Config]:
         """Every combination of each knob's grid values (the grid sampler's configs)."""
         import itertools
 

@@ -1,5 +1,8 @@
-"""The study file: one YAML document, validated with pydantic. The schema only: turning
-`knobs:` and `preset:` into knobs is `kvtune.knobs.resolve`'s.
+"""The study file: one YAML document, validated with pydantic. The schema only: it checks
+shapes, bounds and the text of every value, and imports no plugin. What the registries
+decide (a target kind, a load tool, their arguments) and turning `knobs:` and `preset:`
+into knobs are the loader's (`kvtune.study.loader`), the only way a study file becomes a
+study.
 
 Every problem is reported at once, each with its key path and line (`knobs[2].range, line
 14: ...`), as a `UserError` (exit code 2) before anything touches the host.
@@ -29,11 +32,11 @@ from pydantic import (
 from kvtune.cpulist import parse_cpus
 from kvtune.durations import parse_duration
 from kvtune.errors import UserError
-from kvtune.load import runs_remote as load_runs_remote
-from kvtune.load import tools as load_tools
+from kvtune.metrics import OBJECTIVES, guess_direction, unknown_objective
+from kvtune.metrics import direction as objective_direction
+from kvtune.safety import args as scan
 from kvtune.safety import values as safe
 from kvtune.safety import yamlload
-from kvtune.safety.args import check_extra_args, check_target_args
 from kvtune.safety.hostpaths import check_sysctl_name, check_sysfs_text
 from kvtune.safety.remote import (
     LoadHost,
@@ -43,31 +46,19 @@ from kvtune.safety.remote import (
     server_address_problem,
 )
 
-__all__ = ["StudySpec", "load_spec", "parse_cpus", "parse_duration", "parse_spec",
-           "where_in_file"]
+__all__ = ["StudySpec", "line_map", "parse_cpus", "parse_data", "parse_duration",
+           "where_in_file", "yaml_data"]
 
-METRICS = (
-    "ops_per_sec", "p50_us", "p90_us", "p99_us", "p999_us", "p9999_us", "max_us", "mean_us",
-    "service_p99_us", "hit_ratio", "errors", "server_errors",
-)
-_LOWER_IS_BETTER = {"p50_us", "p90_us", "p99_us", "p999_us", "p9999_us", "max_us", "mean_us",
-                    "service_p99_us", "errors", "server_errors"}
+METRICS = OBJECTIVES  # the metrics an objective or a constraint may name (kvtune.metrics)
+_NAME = r"^[a-z][a-z0-9_\-]{0,31}$"  # a registered name: target kind, load tool
 # "p99_us <= 500", or relative to the baseline: "ops_per_sec >= 0.98 * baseline".
 _CONSTRAINT = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=|<|>)\s*(?:(-?[0-9.eE+]+)|(-?[0-9.eE+]+)"
                          r"\s*\*\s*baseline|(baseline))\s*$")
 
 
 def metric_direction(metric: str) -> Literal["maximize", "minimize"] | None:
-    """A metric's good direction: latencies and errors lower, throughput and hit ratio
-    higher; None for a figure kvtune does not judge."""
-    if metric in _LOWER_IS_BETTER:
-        return "minimize"
-    if metric in METRICS:
-        return "maximize"
-    from kvtune.present import metric_direction as guess
-
-    d = guess(metric)
-    return "minimize" if d == "minimize" else "maximize" if d == "maximize" else None
+    """A metric's good direction (kvtune.metrics): None for a figure kvtune does not judge."""
+    return guess_direction(metric)
 
 
 class _Model(BaseModel):
@@ -76,25 +67,16 @@ class _Model(BaseModel):
 
 
 class TargetSpec(_Model):
-    kind: str  # a registered target kind (kvtune.targets.kinds())
+    kind: str = Field(pattern=_NAME)  # a registered target kind (checked by the loader)
     binary: str | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=0, ge=0, le=65535)
     args: list[str] = Field(default_factory=list, max_length=64)
     cpus: str | None = None
     start_timeout: float = Field(default=10.0, gt=0, le=600)
-    # synthetic target only
+    # the synthetic target's own keys (Target.spec_keys): other kinds refuse them
     noise_cov: float = Field(default=0.1, ge=0, le=10)
     surface: str = Field(default="default", max_length=64)
-
-    @field_validator("kind")
-    @classmethod
-    def _kind(cls, v: str) -> str:
-        from kvtune.targets import kinds
-
-        if v not in kinds():
-            raise ValueError(f"unknown target kind {v!r} (known: {', '.join(kinds())})")
-        return v
 
     @field_validator("cpus")
     @classmethod
@@ -106,8 +88,10 @@ class TargetSpec(_Model):
 
     @field_validator("args")
     @classmethod
-    def _args(cls, v: list[str], info: ValidationInfo) -> list[str]:
-        check_target_args(str(info.data.get("kind", "")), v)
+    def _args(cls, v: list[str]) -> list[str]:
+        # The words only; the target kind's allow-list is checked by the loader.
+        for i, w in enumerate(v):
+            scan.word(w, i)
         return v
 
     @field_validator("host")
@@ -132,7 +116,7 @@ class WorkloadSpec(_Model):
 
 
 class LoadSpec(_Model):
-    tool: str = "kvload"  # a registered load driver (kvtune.load.tools())
+    tool: str = Field(default="kvload", pattern=_NAME)  # a registered load driver (loader)
     protocol: Literal["memcache", "meta", "resp"] | None = None
     mode: Literal["open", "closed"] = "open"
     rate: float | None = Field(default=None, gt=0, le=1e9)
@@ -173,13 +157,6 @@ class LoadSpec(_Model):
             return 0.0  # no warm-up: the window starts with the first request (case 004)
         return safe.check_duration(parse_duration(v), safe.MAX_DURATION)
 
-    @field_validator("tool")
-    @classmethod
-    def _tool(cls, v: str) -> str:
-        if v not in load_tools():
-            raise ValueError(f"unknown load tool {v!r} (known: {', '.join(load_tools())})")
-        return v
-
     @field_validator("cpus")
     @classmethod
     def _cpus(cls, v: str | None) -> str | None:
@@ -191,16 +168,17 @@ class LoadSpec(_Model):
     @field_validator("extra_args")
     @classmethod
     def _extra(cls, v: list[str]) -> list[str]:
-        check_extra_args(v)
+        # The words only; the load tool's allow-list is checked by the loader.
+        for i, w in enumerate(v):
+            scan.word(w, i)
         return v
 
     @field_validator("workload_file")
     @classmethod
     def _workload_file(cls, v: str | None) -> str | None:
-        if v is not None:
-            from kvtune.safety.workload import check_workload_file
-
-            check_workload_file(v)
+        # A path relative to the study file; the loader resolves and reads it.
+        if v is not None and (not v or any(c in v for c in "\x00\n\r") or len(v) > 4096):
+            raise ValueError("not a file name")
         return v
 
     @model_validator(mode="after")
@@ -208,8 +186,6 @@ class LoadSpec(_Model):
         # A workload file may give the rate (top-level or per phase); kvload says when not.
         if self.mode == "open" and self.rate is None and not self.workload_file:
             raise ValueError("open-loop load needs a rate (requests per second)")
-        if self.host is not None and not load_runs_remote(self.tool):
-            raise ValueError(f"load.host: {self.tool} cannot run on a load host (kvload can)")
         if self.remote_binary is not None and self.host is None:
             raise ValueError("load.remote_binary is a path on the load host: it needs load.host")
         return self
@@ -219,16 +195,6 @@ def _is_zero_duration(v: Any) -> bool:
     if isinstance(v, int | float) and not isinstance(v, bool):
         return v == 0
     return isinstance(v, str) and re.fullmatch(r"\s*0+(\.0*)?\s*(ms|s|m|h)?\s*", v) is not None
-
-
-class DomainSpec(_Model):
-    type: Literal["int", "float", "categorical", "bool"]
-    low: float | None = None
-    high: float | None = None
-    step: float | None = None
-    log: bool = False
-    choices: list[int | float | str | bool] | None = Field(default=None, max_length=1000)
-    special: list[int | float | str] | None = Field(default=None, max_length=100)
 
 
 class ApplierSpec(_Model):
@@ -259,25 +225,43 @@ class ApplierSpec(_Model):
 
 
 class KnobSpec(_Model):
+    """A `knobs:` entry. One vocabulary for catalog knobs and inline ones: `range`, `step`,
+    `log`, `choices` narrow a catalog knob or define an inline knob's domain (with its
+    `type` and `applier`), `default` sets the baseline, `fixed` pins the knob to one value
+    (the baseline and every trial)."""
+
     name: str = Field(max_length=128)
+    type: Literal["int", "float", "categorical", "bool"] | None = None  # inline knobs
     range: tuple[float, float] | None = None
     step: float | None = None
     log: bool | None = None
     choices: list[int | float | str | bool] | None = Field(default=None, max_length=1000)
+    special: list[int | float | str] | None = Field(default=None, max_length=100)
     default: int | float | str | bool | None = None
-    domain: DomainSpec | None = None
+    fixed: int | float | str | bool | None = None
     applier: ApplierSpec | None = None
 
     @model_validator(mode="after")
     def _safe_values(self) -> KnobSpec:
-        safe.check_knob_spec(self)
+        if self.fixed is not None and (self.range is not None or self.choices is not None
+                                       or self.default is not None):
+            raise ValueError(f"{self.name}: fixed pins the knob; give no range, choices or "
+                             "default with it")
+        if self.applier is None and (self.type is not None or self.special is not None):
+            raise ValueError(f"{self.name}: type and special define an inline knob (with an "
+                             "applier); a catalog knob has its own")
+        if self.applier is not None and self.type is None:
+            raise ValueError(f"inline knob {self.name!r} needs a type (int, float, "
+                             "categorical or bool)")
+        safe.check_knob_numbers(self)
         return self
 
 
 class ObjectiveSpec(_Model):
     """The objective: one metric (`objective: p99_us` or `{metric: p99_us}`), or several
     (`objective: [p99_us, ops_per_sec]`: a Pareto study; `metric` is then the first and
-    `also` the others)."""
+    `also` the others, as the loader builds it). A metric's direction is its own
+    (kvtune.metrics); a `direction` that contradicts it is an error."""
 
     metric: str = "ops_per_sec"
     direction: Literal["maximize", "minimize"] | None = None
@@ -325,14 +309,21 @@ class ObjectiveSpec(_Model):
     @classmethod
     def _metric(cls, v: str) -> str:
         if v not in METRICS:
-            raise ValueError(f"unknown metric {v!r}; known: {', '.join(METRICS)}")
+            raise ValueError(unknown_objective(v))
+        return v
+
+    @field_validator("direction")
+    @classmethod
+    def _direction(cls, v: str | None, info: ValidationInfo) -> str | None:
+        metric = info.data.get("metric")
+        if v is not None and metric in METRICS and v != objective_direction(metric):
+            raise ValueError(f"direction {v} contradicts {metric}, which kvtune "
+                             f"{objective_direction(metric)}s: leave direction out")
         return v
 
     @property
     def resolved_direction(self) -> Literal["maximize", "minimize"]:
-        if self.direction:
-            return self.direction
-        return "minimize" if self.metric in _LOWER_IS_BETTER else "maximize"
+        return objective_direction(self.metric)
 
 
 class Constraint(BaseModel):
@@ -381,7 +372,7 @@ def parse_constraint(text: str) -> Constraint:
                          "'ops_per_sec >= 0.98 * baseline'")
     metric, op, bound, factor, alone = m.groups()
     if metric not in METRICS:
-        raise ValueError(f"unknown metric {metric!r} in {text!r}; known: {', '.join(METRICS)}")
+        raise ValueError(f"{unknown_objective(metric)} (in {text!r})")
     try:
         if bound is not None:
             return Constraint(metric=metric, op=op, bound=float(bound))
@@ -419,8 +410,10 @@ class EvaluationSpec(_Model):
     max_repetitions: int = Field(default=6, ge=1, le=1000)
     early_stop: bool = True
     drift_every: int = Field(default=10, ge=0, le=1_000_000)
-    confirm_top: int = Field(default=3, ge=0, le=100)
-    confirm_rounds: int = Field(default=5, ge=0, le=1000)
+    # At least 1 each: a study that never confirms could never recommend (skip the
+    # confirmation with `kvtune tune --no-confirm` instead).
+    confirm_top: int = Field(default=3, ge=1, le=100)
+    confirm_rounds: int = Field(default=5, ge=1, le=1000)
     alpha: float = Field(default=0.05, gt=0, lt=1)
     min_improvement: float = Field(default=0.0, ge=0, le=100)
     # After the confirmation, measure the recommendation with each changed knob reverted
@@ -477,14 +470,6 @@ class StudySpec(_Model):
         for c in v:
             parse_constraint(c)
         return v
-
-    @model_validator(mode="after")
-    def _load_needed(self) -> StudySpec:
-        from kvtune.targets import target_class
-
-        if target_class(self.target.kind).runs_server and self.load is None:
-            raise ValueError(f"a {self.target.kind} target needs a load section")
-        return self
 
     @model_validator(mode="after")
     def _network_rule(self) -> StudySpec:
@@ -557,27 +542,36 @@ def _keys_of(lines: dict[tuple[Any, ...], int]) -> set[Any]:
     return {p for path in lines for p in path if not isinstance(p, int)}
 
 
-def load_spec(path: str | Path) -> tuple[StudySpec, dict[tuple[Any, ...], int]]:
-    p = Path(path)
-    text = yamlload.read_study_file(p)
-    return parse_spec(text, str(p))
-
-
-def parse_spec(text: str, name: str = "<study>") -> tuple[StudySpec, dict[tuple[Any, ...], int]]:
+def yaml_data(text: str, name: str = "<study>") -> dict[str, Any]:
+    """The study file's YAML document (a mapping), within the limits of safety/yamlload."""
     try:
         data = yamlload.load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f", line {mark.line + 1}" if mark else ""
-        raise UserError(f"{name}{where}: not valid YAML: {getattr(e, 'problem', e)}") from None
+        problem = str(getattr(e, "problem", e))
+        if "nesting depth" in problem:  # PyYAML >= 6.0.3's scanner stops before kvtune's
+            problem = f"nested more than {yamlload.MAX_DEPTH} levels deep"
+        raise UserError(f"{name}{where}: not valid YAML: {problem}") from None
     if not isinstance(data, dict):
         raise UserError(f"{name}: a study file is a YAML mapping with study, target, load, "
                         "knobs, objective ... (see examples/)")
-    lines = _line_map(text)
+    return data
+
+
+def line_map(text: str) -> dict[tuple[Any, ...], int]:
+    """Key path → 1-based line of each node in a YAML document."""
+    return _line_map(text)
+
+
+def parse_data(data: dict[str, Any], name: str, lines: dict[tuple[Any, ...], int],
+               problems: list[str] | None = None) -> StudySpec:
+    """Validate a study file's document; every problem (with `problems` found before)
+    raised at once as a UserError naming its key and line."""
+    problems = list(problems or [])
     try:
         spec = StudySpec.model_validate(data)
     except ValidationError as e:
-        problems = []
         for err in e.errors():
             loc = tuple(err["loc"])
             msg = err["msg"].removeprefix("Value error, ")
@@ -589,8 +583,9 @@ def parse_spec(text: str, name: str = "<study>") -> tuple[StudySpec, dict[tuple[
             elif err["type"] == "missing":
                 msg = "required key is missing"
             problems.append(f"{where_in_file(loc, lines)}: {msg}")
+    if problems:
         # A knob entry fails both union members; keep one message per location.
         problems = list(dict.fromkeys(problems))
         raise UserError(f"{name}: {len(problems)} problem(s) in the study file",
                         problems) from None
-    return spec, lines
+    return spec

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 # scipy.stats is imported inside the functions that need it: importing it costs about
-# 0.7 s, paid by every process that imports kvtune.preflight (each fleet worker at
+# 0.7 s, paid by every process that imports kvtune.measure.preflight (each fleet worker at
 # start-up) even when no test is run.
 
 

@@ -10,12 +10,16 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import optuna
 import sqlalchemy as sa
 
 from kvtune.errors import UserError
+
+if TYPE_CHECKING:
+    from kvtune.spec import StudySpec
 
 _META = sa.MetaData()
 REPETITIONS = sa.Table(
@@ -65,7 +69,7 @@ class Store:
     to every repetition's raw record (a run's worker and host fingerprint)."""
 
     def __init__(self, url: str, heartbeat: bool = False) -> None:
-        from kvtune.fleet import open_storage
+        from kvtune.fleet.claims import open_storage
         from kvtune.safety.storage import mask, prepare
 
         self.url = mask(url)  # for people: messages, `show`, reports (never the password)
@@ -148,3 +152,11 @@ def config_key(params: dict[str, Any]) -> str:
 
     text = json.dumps(_clean(params), sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def open_store(spec: StudySpec, base: Path | None = None, heartbeat: bool = False) -> Store:
+    """The study's store: its `storage` URL, else kvtune's default BASE/results/STUDY.db
+    (BASE: the working directory unless given)."""
+    if spec.storage is None:
+        (base or Path.cwd()).joinpath("results").mkdir(parents=True, exist_ok=True)
+    return Store(spec.storage_url(base or Path.cwd()), heartbeat=heartbeat)

@@ -51,7 +51,7 @@ class StudyData:
     storage: str = ""
     ablation: dict[str, Any] | None = None
     spec_text: str | None = None  # the study file as written (studies since issue 13)
-    host_noise: dict[str, Any] | None = None  # kvtune.report.noise facts at the noise floor
+    host_noise: dict[str, Any] | None = None  # kvtune.measure.host_noise facts at the noise floor
 
     @property
     def maximize(self) -> bool:

@@ -61,7 +61,7 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
     (only the changes that carry the gain). Raises NoRecommendation when there is none."""
     import optuna
 
-    from kvtune.summary import collect
+    from kvtune.report.summary import collect
 
     data = collect(store, name)
     study = optuna.load_study(study_name=name, storage=store.storage)

@@ -1,6 +1,7 @@
 """From the study file's `knobs:` and `preset:` to the study's `Knob`s: catalog names with
-their overrides, inline knobs (`domain` + `applier`), a preset's knobs with the preset's
-ranges, and the knobs a target contributes itself (`extra_knobs`, the synthetic target's).
+their overrides (or `fixed`), inline knobs (`type`, its domain keys and `applier`), a
+preset's knobs with the preset's ranges, and the knobs a target contributes itself
+(`extra_knobs`, the synthetic target's).
 
 Every problem is reported at once, each with its key path and line, as a `UserError`."""
 
@@ -99,23 +100,32 @@ def build_knob(ks: KnobSpec, target_kind: str,
             known = [*catalog.CATALOG, *(extra_knobs or {})]
             close = difflib.get_close_matches(ks.name, known, n=3, cutoff=0.6)
             hint = f"; did you mean {', '.join(close)}?" if close else (
-                "; `kvtune knobs` lists the catalog, or define it inline with domain and applier")
+                "; `kvtune knobs` lists the catalog, or define it inline with type and applier")
             raise ValueError(f"unknown knob {ks.name!r}{hint}")
     if base is None:
-        assert ks.applier is not None
-        if ks.domain is None:
-            raise ValueError(f"inline knob {ks.name!r} needs a domain")
-        d = ks.domain
-        domain = Domain(d.type, d.low, d.high, d.step, d.log, tuple(d.choices or ()),
-                        tuple(d.special or ()))
+        assert ks.applier is not None and ks.type is not None  # spec.KnobSpec checks
+        low, high = ks.range if ks.range is not None else (None, None)
+        if ks.fixed is not None and ks.type in ("int", "float"):
+            low = high = float(ks.fixed)
+        try:
+            domain = Domain(ks.type, low, high, ks.step, bool(ks.log),
+                            tuple(ks.choices or ([ks.fixed] if ks.fixed is not None
+                                                 and ks.type == "categorical" else ())),
+                            tuple(ks.special or ()))
+        except ValueError as e:
+            raise ValueError(f"inline knob {ks.name!r}: {e}") from None
         # spec.ApplierSpec guarantees exactly one key is set.
         key, arg = next((k, v) for k, v in ks.applier.model_dump().items() if v is not None)
-        base = Knob(ks.name, domain, INLINE_APPLIERS[key](str(arg)), ks.default, "inline knob")
-    elif ks.domain is not None or ks.applier is not None:
-        raise ValueError(f"{ks.name!r} is in the catalog; override it with range, step, log or "
-                         "choices instead of domain/applier")
+        default = ks.fixed if ks.fixed is not None else ks.default
+        return Knob(ks.name, domain, INLINE_APPLIERS[key](str(arg)),
+                    None if default is None else domain.coerce(default), "inline knob")
+    if ks.applier is not None:
+        raise ValueError(f"{ks.name!r} is in the catalog; override it with range, step, log, "
+                         "choices or fixed instead of an applier")
     domain = base.domain
     try:
+        if ks.fixed is not None:
+            domain = _pinned(domain, domain.coerce(ks.fixed))
         if ks.range is not None:
             if domain.type not in ("int", "float"):
                 raise ValueError(f"{ks.name!r} is {domain.type}; range applies to numbers")
@@ -132,6 +142,17 @@ def build_knob(ks: KnobSpec, target_kind: str,
     except ValueError as e:
         raise ValueError(f"{ks.name}: {e}") from None
     default = base.default
-    if ks.default is not None:
-        default = domain.coerce(ks.default)
+    if ks.fixed is not None or ks.default is not None:
+        default = domain.coerce(ks.fixed if ks.fixed is not None else ks.default)
     return dataclasses.replace(base, domain=domain, default=default)
+
+
+def _pinned(domain: Domain, v: Any) -> Domain:
+    """`domain` narrowed to the one value `v` (`fixed:`); ValueError when it lies outside."""
+    if not domain.contains(v):
+        raise ValueError(f"fixed value {v!r} is outside the catalog's {domain.describe()}")
+    if domain.type in ("int", "float"):
+        if v in domain.special:
+            return Domain("categorical", choices=(v,))
+        return Domain(domain.type, float(v), float(v), None, False)
+    return Domain("categorical", choices=(v,))

@@ -7,6 +7,7 @@ from kvtune.load.base import (
     LoadDriver,
     LoadResult,
     Transport,
+    driver_class,
     driver_for,
     register,
     runs_remote,
@@ -20,5 +21,5 @@ from kvtune.load.redis_benchmark import RedisBenchmarkDriver
 for _driver in (KvloadDriver, RedisBenchmarkDriver, MemaslapDriver):
     register(_driver)
 
-__all__ = ["METRICS", "VERDICTS", "LoadDriver", "LoadResult", "Transport", "driver_for",
-           "register", "runs_remote", "tools", "transport_for"]
+__all__ = ["METRICS", "VERDICTS", "LoadDriver", "LoadResult", "Transport", "driver_class",
+           "driver_for", "register", "runs_remote", "tools", "transport_for"]

@@ -29,19 +29,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kvtune.errors import HarnessError, TrialFailed, UserError
+from kvtune.metrics import NAMES
 
 if TYPE_CHECKING:
     from kvtune.spec import LoadSpec
 
 VERDICTS = ("ok", "saturated", "client_bound")
 
-# The metric names a driver reports (those it cannot measure it leaves out or sets to None).
-# `ops_per_sec` and the latency percentiles (µs, from the intended send time where the tool
-# corrects coordinated omission) are what studies optimize; `errors` counts every failed
-# request, `server_errors` those the server refused (SERVER_ERROR, out of memory).
-METRICS = ("ops_per_sec", "p50_us", "p90_us", "p99_us", "p999_us", "p9999_us", "max_us",
-           "mean_us", "service_p99_us", "hit_ratio", "errors", "server_errors",
-           "client_utilization", "offered_rate")
+# The metric names a driver reports (those it cannot measure it leaves out or sets to None):
+# kvtune.metrics owns them, their units and directions.
+METRICS = NAMES
 
 
 @dataclass
@@ -71,6 +68,13 @@ class LoadDriver(ABC):
 
     def __init__(self, spec: LoadSpec) -> None:
         self.spec = spec
+
+    @classmethod
+    def check_extra_args(cls, args: list[str]) -> None:
+        """Check `load.extra_args` against this tool's allow-list (kvtune.safety.args has
+        the scanners). Raises ValueError naming the first refused item."""
+        if args:
+            raise ValueError(f"load.extra_args: {cls.tool} takes none")
 
     def prepare(self) -> None:  # noqa: B027 (optional hook; most tools need nothing)
         """Find what the driver runs, once, before anything is applied to the host.
@@ -162,6 +166,15 @@ def runs_remote(tool: str) -> bool:
     """Whether `load.host` may name a load host for `tool`."""
     cls = _DRIVERS.get(tool)
     return cls is not None and cls.remote
+
+
+def driver_class(tool: str) -> type[LoadDriver]:
+    """The driver class registered for `tool` (ValueError for an unknown one)."""
+    try:
+        return _DRIVERS[tool]
+    except KeyError:
+        raise ValueError(f"unknown load tool {tool!r} (known: {', '.join(tools())})") \
+            from None
 
 
 def tools() -> list[str]:

@@ -23,6 +23,7 @@ from kvtune.load.base import (
     Transport,
     transport_for,
 )
+from kvtune.safety import args as scan
 
 if TYPE_CHECKING:
     from kvtune.spec import LoadSpec
@@ -186,6 +187,19 @@ class KvloadDriver(LoadDriver):
 
     tool = "kvload"
     remote = True  # load.host: kvload runs on the load host (load/remote.py)
+
+
+    @classmethod
+    def check_extra_args(cls, args: list[str]) -> None:
+        def refuse(flag: str) -> str | None:
+            if flag not in SAFE_EXTRA_ARGS:
+                raise ValueError(
+                    f"{flag!r} is refused: load.extra_args takes only the kvload flags that "
+                    f"change the measurement ({scan.listing(SAFE_EXTRA_ARGS)}); the server, "
+                    "the output files and the workload come from the study file's typed keys")
+            return SAFE_EXTRA_ARGS[flag]
+
+        scan.check_flag_list(args, refuse)
 
     def __init__(self, spec: LoadSpec) -> None:
         super().__init__(spec)

@@ -21,6 +21,7 @@ import plotly.offline
 import yaml
 
 from kvtune.analysis import Analysis, StudyData, analyse
+from kvtune.metrics import NAMES as METRICS
 from kvtune.present import (
     change_fraction,
     change_text,
@@ -34,7 +35,6 @@ from kvtune.present import (
 from kvtune.report import figures
 from kvtune.report import sweep as sweep_view
 from kvtune.report.workers import html_section as workers_section
-from kvtune.spec import _LOWER_IS_BETTER, METRICS
 from kvtune.store import config_key
 
 _CSS = """
@@ -102,14 +102,6 @@ def _pct(v: Any) -> str:
 def _dir(data: StudyData, metric: str) -> str | None:
     """The good direction of a figure: the objective's, else known by its name."""
     return data.direction if metric == data.metric else metric_direction(metric)
-
-
-def _lower_is_better(metric: str) -> bool | None:
-    if metric in _LOWER_IS_BETTER:
-        return True
-    if metric in ("ops_per_sec", "hit_ratio", "mc_hit_ratio", "redis_hit_ratio", "perf_ipc"):
-        return False
-    return None
 
 
 # -- what is compared ----------------------------------------------------------------------
@@ -640,7 +632,7 @@ def _without_defaults(spec: dict[str, Any]) -> dict[str, Any]:
 def _host_noise(data: StudyData) -> str:
     """Host facts that make measurements noisy, beside the noise floor (as `pyperf system
     show`): stored by the study since issue 13 under the noise floor's "host"."""
-    from kvtune.report.noise import render_html
+    from kvtune.measure.host_noise import render_html
 
     return render_html(data.noise_floor, data.host, data.host_noise)
 

@@ -19,7 +19,7 @@ def render_analysis(an: dict[str, Any] | None, console: Console) -> None:
     if an.get("error"):
         console.print(f"[yellow]analysis unavailable: {an['error']}[/]")
         return
-    from kvtune.report.noise import lines as noise_lines
+    from kvtune.measure.host_noise import lines as noise_lines
     from kvtune.study.ablation import lines as ablation_lines
 
     for line in noise_lines(an.get("host_noise")):

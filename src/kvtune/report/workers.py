@@ -20,7 +20,7 @@ def _engine(study: optuna.Study) -> Any:
 
 def workers(data: StudyData) -> list[dict[str, Any]]:
     """The study's workers (kvtune.fleet.workers_of), each with its trials' numbers."""
-    from kvtune.fleet import workers_of
+    from kvtune.fleet.claims import workers_of
 
     engine = _engine(data.study)
     if engine is None:

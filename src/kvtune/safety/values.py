@@ -1,9 +1,10 @@
 """Values for the structure they land in, and numbers a study file may hold.
 
 - Inline knobs: the memcached flag, `-o` option or Redis directive must be on the target's
-  allow-list, and every value the knob can take (choices, specials, default, range ends)
-  must match that flag's value pattern, so no value can add an argv word, a `-o` option
-  or a Redis config line. Inline sysctl/sysfs values are short printable text.
+  allow-list (the target's `*_pattern`, passed in by the loader), and every value the knob
+  can take (choices, specials, default, fixed value, range ends) must match that flag's
+  value pattern, so no value can add an argv word, a `-o` option or a Redis config line.
+  Inline sysctl/sysfs values are short printable text.
 - Catalog knobs: an override may narrow the catalog's range or choices, never widen them.
 - CPU lists and numbers are bounded: no list of 4 billion CPUs, no infinite durations.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kvtune.safety import args as safe_args
@@ -67,12 +69,10 @@ def check_duration(seconds: float, limit: float) -> float:
 
 
 def _candidates(ks: KnobSpec) -> list[Any]:
-    out: list[Any] = [*(ks.choices or []), ks.default]
+    out: list[Any] = [*(ks.choices or []), *(ks.special or []), ks.default, ks.fixed,
+                      ks.step]
     if ks.range is not None:
         out += list(ks.range)
-    d = ks.domain
-    if d is not None:
-        out += [*(d.choices or []), *(d.special or []), d.low, d.high, d.step]
     return [v for v in out if v is not None]
 
 
@@ -84,33 +84,50 @@ def _fmt(v: Any, redis: bool = False) -> str:
     return str(v)
 
 
-def check_knob_spec(ks: KnobSpec) -> None:
-    """Every number finite and bounded; an inline knob's applier on its target's allow-list
-    and every value it can take safe for where it lands. Raises ValueError."""
+def check_knob_numbers(ks: KnobSpec) -> None:
+    """Every number of a knob entry finite and bounded. Raises ValueError."""
     for v in _candidates(ks):
         check_number(v, ks.name)
+
+
+Pattern = Callable[[str], "str | None"]
+
+
+def check_inline_values(ks: KnobSpec, flag_pattern: Pattern | None = None,
+                        option_pattern: Pattern | None = None,
+                        directive_pattern: Pattern | None = None) -> None:
+    """An inline knob's applier on its target's allow-list (the patterns the target
+    declares; None where the study's target has none of that kind) and every value it can
+    take safe for where it lands. Raises ValueError."""
     a = ks.applier
     if a is None:
         return
-    is_bool = ks.domain is not None and ks.domain.type == "bool"
+    is_bool = ks.type == "bool"
     values = [v for v in _candidates(ks) if not (is_bool and isinstance(v, bool))]
-    if ks.domain is not None and ks.domain.step is not None:
-        values = [v for v in values if v is not ks.domain.step]
+    if ks.step is not None:
+        values = [v for v in values if v is not ks.step]
     if a.memcached_flag is not None:
-        pattern = safe_args.memcached_flag_pattern(a.memcached_flag)
+        if flag_pattern is None:
+            raise ValueError(f"memcached_flag {a.memcached_flag}: the target is not memcached")
+        pattern = flag_pattern(a.memcached_flag)
         _check_bare(pattern, is_bool, f"memcached {a.memcached_flag}")
         if pattern == "options":
             raise ValueError("memcached -o: define an inline knob with memcached_option")
         for v in values:
             safe_args.check_value(_fmt(v), pattern or "", f"{ks.name} ({a.memcached_flag})")
     elif a.memcached_option is not None:
-        pattern = safe_args.memcached_option_pattern(a.memcached_option)
+        if option_pattern is None:
+            raise ValueError(f"memcached_option {a.memcached_option}: the target is not "
+                             "memcached")
+        pattern = option_pattern(a.memcached_option)
         _check_bare(pattern, is_bool, f"memcached -o {a.memcached_option}")
         for v in values:
             safe_args.check_value(_fmt(v), pattern or "", f"{ks.name} (-o "
                                   f"{a.memcached_option})")
     elif a.redis_directive is not None:
-        pattern = safe_args.redis_directive_pattern(a.redis_directive)
+        if directive_pattern is None:
+            raise ValueError(f"redis_directive {a.redis_directive}: the target is not redis")
+        pattern = directive_pattern(a.redis_directive) or ""
         for v in [*values, *([True, False] if is_bool else [])]:
             safe_args.check_value(_fmt(v, redis=True), pattern,
                                   f"{ks.name} ({a.redis_directive})")
@@ -134,7 +151,7 @@ def _check_bare(pattern: str | None, is_bool: bool, what: str) -> None:
 def check_override(ks: KnobSpec, base: Domain, new: Domain) -> None:
     """A catalog knob's override may narrow its domain, never widen it (inline knobs,
     which have an applier, define their own). Raises ValueError."""
-    if ks.applier is not None:
+    if ks.applier is not None or ks.fixed is not None:  # a fixed value is checked in range
         return
     if new.type in ("int", "float") and base.low is not None and base.high is not None:
         assert new.low is not None and new.high is not None

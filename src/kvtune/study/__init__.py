@@ -1,21 +1,12 @@
-"""The study: preflight, baseline and noise floor, search, drift checks, confirmation.
+"""The study: from the study file (`loader`) to a recommendation.
 
-    kvtune tune FILE     -> StudyRun(load(FILE)).run()     (run.py)
-    kvtune sweep FILE    -> sweep()                         (commands.py)
-    kvtune run FILE      -> run_config()                    (commands.py)
+    kvtune tune FILE     -> run.StudyRun(loader.load_study(FILE)).run()
+    kvtune sweep FILE    -> commands.sweep()
+    kvtune run FILE      -> commands.run_config()
 
-One unit per part: `search` (the loop), `noise` (the baseline's noise floor), `drift`,
-`confirm` (the interleaved confirmation), `record` (trials told to and read from Optuna).
+One unit per part: `loader` (the study file, the one way it becomes a study), `search`
+(the loop), `noise` (the baseline's noise floor), `drift`, `confirm` (the interleaved
+confirmation), `ablation`, `record` (trials told to and read from Optuna). Importing the
+package imports none of them: the command line checks a study file before it loads the
+search and statistics stack.
 """
-
-from __future__ import annotations
-
-import optuna
-
-from kvtune.study.commands import run_config, sweep
-from kvtune.study.load import Loaded, load, open_store
-from kvtune.study.run import StudyRun
-
-optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-__all__ = ["Loaded", "StudyRun", "load", "open_store", "run_config", "sweep"]

@@ -570,7 +570,7 @@ def after_confirmation(run: StudyRun, confirmation: dict[str, Any]) -> dict[str,
     """The hook `StudyRun.run` calls after the confirmation, inside the host context: the
     ablation measured through the evaluator, stored as "ablation", printed. None when the
     study asks for no ablation."""
-    from kvtune.study._ui import progress
+    from kvtune.study.progress import progress
 
     ev = run.spec.evaluation
     if not getattr(ev, "ablation", True) or not getattr(run, "ablation", True):

@@ -10,11 +10,12 @@ import optuna
 from rich.console import Console
 
 from kvtune.errors import UserError
+from kvtune.host.context import on_host
 from kvtune.knobs.knob import Knob
 from kvtune.knobs.resolve import build_knob
 from kvtune.spec import KnobSpec
-from kvtune.study._ui import jsonable, on_host, progress
-from kvtune.study.load import Loaded
+from kvtune.study.loader import Loaded
+from kvtune.study.progress import jsonable, progress
 from kvtune.study.record import tell
 from kvtune.study.run import StudyRun
 from kvtune.targets import target_knobs

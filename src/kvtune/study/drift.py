@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-from kvtune.evaluator import Evaluation, Evaluator
+from kvtune.measure.evaluator import Evaluation, Evaluator
 from kvtune.spec import StudySpec
 from kvtune.stats import compare, detectable_improvement, robust_cov
 from kvtune.store import Store

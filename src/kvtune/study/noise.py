@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 
 from kvtune.errors import UserError
-from kvtune.evaluator import Evaluation
+from kvtune.measure.evaluator import Evaluation
 from kvtune.spec import EvaluationSpec
 from kvtune.stats import (
     cov,

@@ -6,9 +6,9 @@ import math
 
 import optuna
 
-from kvtune.evaluator import Evaluation
+from kvtune.measure.evaluator import Evaluation
 from kvtune.optimizer import RULES_CONSTRAINT
-from kvtune.study._ui import jsonable
+from kvtune.study.progress import jsonable
 
 
 def tell(study: optuna.Study, trial: optuna.Trial, e: Evaluation, kind: str,

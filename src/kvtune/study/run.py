@@ -12,29 +12,32 @@ import optuna
 from rich.console import Console
 
 from kvtune.errors import UserError
-from kvtune.evaluator import Evaluation, Evaluator, Policy
-from kvtune.fleet import Fleet, Heartbeat, fail_stale, worker_id
+from kvtune.fleet.claims import Fleet, Heartbeat, fail_stale, worker_id
 from kvtune.host import fingerprint as fpmod
+from kvtune.host.context import on_host
+from kvtune.measure.evaluator import Evaluation, Evaluator, Policy
+from kvtune.measure.session import Session
 from kvtune.optimizer import make_sampler
-from kvtune.runner import Session
 from kvtune.space import Space
+from kvtune.store import open_store
 from kvtune.study import confirm as confirmation
-from kvtune.study._ui import on_host, progress
 from kvtune.study.drift import DriftCheck
-from kvtune.study.load import Loaded, open_store
+from kvtune.study.loader import Loaded
 from kvtune.study.noise import NoiseFloor, check_not_client_bound
+from kvtune.study.progress import progress
 from kvtune.study.record import evaluation_of, tell
 from kvtune.study.search import Search
 
+optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 class StudyRun:
     """One `kvtune tune` invocation (a fresh study or a resumed one). `policy` is the
-    evaluator's policy class (its decisions; see `kvtune.evaluator.Policy`).
+    evaluator's policy class (its decisions; see `kvtune.measure.evaluator.Policy`).
 
     A plain run is a fleet of one (`kvtune.fleet`): it records a heartbeat for the trial it
     measures, so that a resumed run fails only trials whose process is dead, and it holds
     the study's `tune` claim, so that a second plain `kvtune tune` of the study (or a fleet
-    worker) is refused while it runs. `kvtune.fleet_run.FleetRun` is the shared version."""
+    worker) is refused while it runs. `kvtune.fleet.worker.FleetRun` is the shared version."""
 
     #: A plain run holds the study alone; fleet workers share it.
     exclusive = True
@@ -43,7 +46,8 @@ class StudyRun:
                  base_dir: Path | None = None, policy: type[Policy] = Policy,
                  worker: str | None = None) -> None:
         self.spec = loaded.spec
-        self.spec_path = loaded.path  # the study file as written goes into the study
+        self.spec_path = loaded.path
+        self.spec_text = loaded.text  # the study file as written goes into the study
         self.knobs = loaded.knobs  # as resolved; `space` holds them after preflight
         self.console = console or Console(stderr=True)
         self.session = Session(self.spec, self.knobs, None)
@@ -112,9 +116,8 @@ class StudyRun:
         if old is None:
             study.set_user_attr("signature", signature)
             study.set_user_attr("spec", self.spec.model_dump(mode="json"))
-            if self.spec_path.is_file():  # the file as written, for the report (issue 13)
-                study.set_user_attr("spec_text",
-                                    self.spec_path.read_text(errors="replace")[:200_000])
+            if self.spec_text:  # the file as written, for the report (issue 13)
+                study.set_user_attr("spec_text", self.spec_text[:200_000])
             study.set_user_attr("host", self.session.facts.as_dict())
         elif old != signature:
             raise UserError(
@@ -310,7 +313,7 @@ class StudyRun:
         self.evaluator.noise_cov = noise.cov.get(self.metric)
         self.store.put_result(self.spec.study, "noise_floor", noise.as_dict())
         noise.report(self.console, self.metric, ev)
-        from kvtune.report.noise import record as record_host_noise
+        from kvtune.measure.host_noise import record as record_host_noise
 
         record_host_noise(self.store, self.spec.study, self.console, ev.steal_threshold)
         check_not_client_bound(e)

@@ -89,8 +89,31 @@ class Target(ABC):
     runs_server: ClassVar[bool] = False  # a process on this host, measured under load
     binary: str | None = None
 
+    # `target:` keys only this kind takes (the synthetic target's noise_cov, surface):
+    # another kind refuses them.
+    spec_keys: ClassVar[frozenset[str]] = frozenset()
+
     def __init__(self, spec: TargetSpec) -> None:
         self.spec = spec
+
+    @classmethod
+    def check_args(cls, args: list[str]) -> None:
+        """Check `target.args` against this kind's allow-list (kvtune.safety.args has the
+        scanners). Raises ValueError naming the first refused item."""
+        if args:
+            raise ValueError(f"the {cls.kind} target takes no args")
+
+    @classmethod
+    def setting_name(cls, name: str) -> str:
+        """One name per setting (a long flag's short form): how `arg_names` and an
+        applier's `sets()` are compared."""
+        return name
+
+    @classmethod
+    def arg_names(cls, args: list[str]) -> dict[str, str]:
+        """The server settings checked `args` set (in the vocabulary of the applier's
+        `sets()`), each mapped to the words that set it: a knob may not set one too."""
+        return {}
 
     @classmethod
     def knobs(cls) -> Mapping[str, Knob]:

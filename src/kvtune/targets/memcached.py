@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from kvtune.knobs.appliers.base import Launch
 from kvtune.knobs.appliers.memcached import memcached_argv_options
+from kvtune.safety import args as scan
 from kvtune.targets.base import ServerTarget
 from kvtune.telemetry.sampler import parse_number
 
@@ -36,6 +37,14 @@ class MemcachedTarget(ServerTarget):
         "-C": None, "--disable-cas": None, "-M": None, "--disable-evictions": None,
         "-L": None, "--enable-largepages": None, "-X": None, "--disable-dumping": None,
         "-W": None, "--disable-watch": None, "-o": "options", "--extended": "options",
+    }
+    # A long flag's short form: one name per setting (how the catalog's knobs name them).
+    FLAG_ALIASES: ClassVar[dict[str, str]] = {
+        "--memory-limit": "-m", "--conn-limit": "-c", "--threads": "-t",
+        "--max-reqs-per-event": "-R", "--max-item-size": "-I", "--slab-min-size": "-n",
+        "--slab-growth-factor": "-f", "--listen-backlog": "-b", "--protocol": "-B",
+        "--disable-cas": "-C", "--disable-evictions": "-M", "--enable-largepages": "-L",
+        "--disable-dumping": "-X", "--disable-watch": "-W", "--extended": "-o",
     }
     UNSAFE_FLAGS: ClassVar[dict[str, str]] = {
         **dict.fromkeys(("-l", "--listen", "-p", "--port", "-U", "--udp-port", "-s",
@@ -86,6 +95,83 @@ class MemcachedTarget(ServerTarget):
         argv += launch.flags
         argv += memcached_argv_options(launch.memcached_options)
         return argv
+
+    # -- what a study file may pass (target.args, inline knobs) ------------------------------
+
+    @classmethod
+    def flag_pattern(cls, flag: str) -> str | None:
+        """The value pattern of a safe memcached flag (None: takes no value); raises
+        ValueError naming the reason for any other flag."""
+        if flag in cls.SAFE_FLAGS:
+            return cls.SAFE_FLAGS[flag]
+        if flag in cls.UNSAFE_FLAGS:
+            raise ValueError(f"memcached {flag} is refused: it {cls.UNSAFE_FLAGS[flag]}")
+        raise ValueError(
+            f"memcached flag {flag!r} is not on kvtune's list of safe flags "
+            f"({scan.listing(f for f in cls.SAFE_FLAGS if f.startswith('--'))} and their "
+            "short forms)")
+
+    @classmethod
+    def option_pattern(cls, key: str) -> str | None:
+        """The value pattern of a safe `-o` option (None: a bare option); ValueError else."""
+        if key in cls.SAFE_OPTIONS:
+            return cls.SAFE_OPTIONS[key]
+        for prefix, why in cls.UNSAFE_OPTIONS.items():
+            if key.startswith(prefix):
+                raise ValueError(f"memcached -o {key} is refused: {why}")
+        raise ValueError(f"memcached -o option {key!r} is not on kvtune's list of safe "
+                         f"options ({scan.listing(cls.SAFE_OPTIONS)})")
+
+    @classmethod
+    def check_options_list(cls, value: str, what: str) -> None:
+        """A `-o a=b,c` value: every option safe, every value its pattern."""
+        for part in value.split(","):
+            key, sep, v = part.partition("=")
+            try:
+                pattern = cls.option_pattern(key)
+            except ValueError as e:
+                raise ValueError(f"{what}: {e}") from None
+            if pattern is None:
+                if sep:
+                    raise ValueError(f"{what}: -o {key} takes no value")
+            else:
+                scan.check_value(v, pattern, f"{what}: -o {key}")
+
+    @classmethod
+    def check_args(cls, args: list[str]) -> None:
+        def options(value: str, pattern: str, what: str) -> bool:
+            if pattern != "options":
+                return False
+            cls.check_options_list(value, what)
+            return True
+
+        scan.check_flag_list(args, cls.flag_pattern, options,
+                             positional="memcached takes no positional arguments")
+
+    @classmethod
+    def setting_name(cls, flag: str) -> str:
+        return cls.FLAG_ALIASES.get(flag, flag)
+
+    @classmethod
+    def arg_names(cls, args: list[str]) -> dict[str, str]:
+        """The settings `args` (already checked) set: a flag's canonical long name, and
+        `-o name` for each option, mapped to the item that sets it."""
+        out: dict[str, str] = {}
+        i = 0
+        while i < len(args):
+            flag, attached = scan.split_long(args[i])
+            name = cls.setting_name(flag)
+            pattern = cls.SAFE_FLAGS.get(flag)
+            takes = pattern is not None and attached is None
+            value = attached if attached is not None else (
+                args[i + 1] if takes and i + 1 < len(args) else None)
+            if pattern == "options" and value is not None:
+                for part in value.split(","):
+                    out[f"-o {part.partition('=')[0]}"] = f"{flag} {value}"
+            else:
+                out[name] = args[i] + (f" {value}" if takes and value is not None else "")
+            i += 2 if takes else 1
+        return out
 
     def _request(self, cmd: bytes, end: tuple[bytes, ...] = (b"END\r\n",),
                  timeout: float = 2.0) -> bytes:

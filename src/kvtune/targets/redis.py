@@ -6,6 +6,7 @@ import socket
 from typing import Any, ClassVar
 
 from kvtune.knobs.appliers.base import Launch
+from kvtune.safety import args as scan
 from kvtune.targets.base import ServerTarget
 
 _INT = r"\d{1,12}"
@@ -81,6 +82,38 @@ class RedisTarget(ServerTarget):
         **dict.fromkeys(("oom-score-adj", "oom-score-adj-values"),
                         "makes the server write /proc files"),
     }
+
+    @classmethod
+    def directive_pattern(cls, name: str) -> str:
+        if name in cls.SAFE_DIRECTIVES:
+            return cls.SAFE_DIRECTIVES[name]
+        if name in cls.UNSAFE_DIRECTIVES:
+            raise ValueError(f"Redis directive {name!r} is refused: it "
+                             f"{cls.UNSAFE_DIRECTIVES[name]}")
+        raise ValueError(f"Redis directive {name!r} is not on kvtune's list of safe "
+                         f"directives ({scan.listing(cls.SAFE_DIRECTIVES)})")
+
+    @classmethod
+    def check_args(cls, args: list[str]) -> None:
+        i = 0
+        while i < len(args):
+            w = scan.word(args[i], i)
+            if not w.startswith("--"):
+                raise ValueError(f"item {i}: {w!r} is not a --directive (a configuration "
+                                 "file or positional argument is refused)")
+            try:
+                pattern = cls.directive_pattern(w[2:])
+            except ValueError as e:
+                raise ValueError(f"item {i}: {e}") from None
+            if i + 1 >= len(args):
+                raise ValueError(f"item {i}: {w} needs a value")
+            scan.check_value(scan.word(args[i + 1], i + 1), pattern, f"item {i + 1}: {w}")
+            i += 2
+
+    @classmethod
+    def arg_names(cls, args: list[str]) -> dict[str, str]:
+        """The directives `args` (already checked) set, mapped to the items that set them."""
+        return {args[i][2:]: f"{args[i]} {args[i + 1]}" for i in range(0, len(args) - 1, 2)}
 
     def argv(self, launch: Launch) -> list[str]:
         argv = [self.binary, "--port", str(self.port), "--bind", self.host,

@@ -145,6 +145,7 @@ class SyntheticTarget(SimulatedTarget):
     """Measured, not started: `measure` returns the metrics of one repetition."""
 
     kind = "synthetic"
+    spec_keys = frozenset({"noise_cov", "surface"})
 
     def __init__(self, spec: TargetSpec) -> None:
         super().__init__(spec)

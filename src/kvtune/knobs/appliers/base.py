@@ -97,6 +97,11 @@ class Applier(ABC):
     def apply(self, value: Value, env: ApplyEnv) -> None:
         """Apply a value. Host writes go through env.journal."""
 
+    def sets(self) -> tuple[str, ...]:
+        """The server settings an application knob sets, as its target names them in
+        `Target.arg_names` (a flag, `-o name`, a directive); () for host knobs."""
+        return ()
+
     def format(self, value: Value) -> str:
         """`value` as the text this applier writes (to a file, an argv, a config line)."""
         return format_value(value)

@@ -65,6 +65,9 @@ class MemcachedFlag(Applier):
     def where(self) -> str:
         return self.flag
 
+    def sets(self) -> tuple[str, ...]:
+        return (self.flag,)
+
     def check(self, ctx: HostContext) -> Availability:
         return _version_ok(ctx, self.min_version, self.max_version)
 
@@ -105,6 +108,9 @@ class MemcachedOption(Applier):
 
     def where(self) -> str:
         return f"-o {self.key}"
+
+    def sets(self) -> tuple[str, ...]:
+        return (f"-o {self.key}",) + ((f"-o {self.negate}",) if self.negate else ())
 
     def check(self, ctx: HostContext) -> Availability:
         return _version_ok(ctx, self.min_version, self.max_version)

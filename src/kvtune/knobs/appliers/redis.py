@@ -66,6 +66,9 @@ class RedisDirective(Applier):
     def restart(self) -> bool:  # type: ignore[override]
         return not self.live
 
+    def sets(self) -> tuple[str, ...]:
+        return (self.directive,)
+
     def where(self) -> str:
         return f"redis.conf {self.directive}" + (" (live)" if self.live else "")
 

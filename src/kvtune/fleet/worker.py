@@ -25,12 +25,12 @@ import optuna
 from rich.console import Console
 
 from kvtune.errors import UserError
-from kvtune.evaluator import Evaluation, Policy
-from kvtune.fleet import fail_stale, masked, worker_seed
+from kvtune.fleet.claims import fail_stale, masked, worker_seed
+from kvtune.host.context import on_host
+from kvtune.measure.evaluator import Evaluation, Policy
 from kvtune.optimizer import startup_trials
 from kvtune.space import Space
-from kvtune.study._ui import on_host
-from kvtune.study.load import Loaded
+from kvtune.study.loader import Loaded
 from kvtune.study.record import evaluation_of
 from kvtune.study.run import StudyRun
 from kvtune.study.search import Search

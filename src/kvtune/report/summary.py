@@ -122,7 +122,7 @@ def collect(store: Store, name: str) -> dict[str, Any]:
 
 def _workers(store: Store, name: str, study: optuna.Study) -> list[dict[str, Any]]:
     """The fleet's workers (kvtune.fleet), each with its host and its trials' numbers."""
-    from kvtune.fleet import workers_of
+    from kvtune.fleet.claims import workers_of
 
     ws = workers_of(store.engine, name)
     for w in ws:

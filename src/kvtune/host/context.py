@@ -1,23 +1,19 @@
-"""What the study's parts share: the terminal progress bar, number formatting, and the
-context that opens the journal and restores the host whatever happens."""
+"""The context a study runs the host in: it opens the journal, lets the session set the host
+up, and restores everything on the way out, whatever happens (an error, Ctrl-C, SIGTERM)."""
 
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 import signal
 from collections.abc import Iterator
 from types import FrameType
-from typing import Any
-
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from typing import TYPE_CHECKING
 
 from kvtune.errors import StudyInterrupted
 from kvtune.host.journal import Journal
-from kvtune.runner import Session
-from kvtune.store import dumps
+
+if TYPE_CHECKING:
+    from kvtune.measure.session import Session
 
 
 @contextlib.contextmanager
@@ -46,21 +42,3 @@ def on_host(session: Session, study: str) -> Iterator[None]:
         session.journal = journal
         session.setup_host()
         yield
-
-
-def progress(console: Console) -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                    TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
-                    TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=True)
-
-
-def fmt(v: Any) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    if isinstance(v, float):
-        return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
-    return str(v)
-
-
-def jsonable(obj: Any) -> Any:
-    return json.loads(dumps(obj))

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from kvtune import load, telemetry
-from kvtune import preflight as checks
 from kvtune.errors import TrialFailed, UserError
 from kvtune.host.cgroup import ServerCgroup
 from kvtune.host.journal import Journal
@@ -23,6 +22,7 @@ from kvtune.knobs.appliers.base import ApplyEnv, Launch
 from kvtune.knobs.appliers.sched import describe as sched_describe
 from kvtune.knobs.appliers.sched import mount_debugfs_for
 from kvtune.knobs.knob import Knob
+from kvtune.measure import preflight as checks
 from kvtune.space import Config, Space, build_space
 from kvtune.spec import StudySpec
 from kvtune.targets import context_for, make_target

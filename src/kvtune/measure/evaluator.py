@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvtune.runner import Config, Repetition, Session
+from kvtune.measure.session import Config, Repetition, Session
 from kvtune.spec import METRICS, Constraint, EvaluationSpec
 from kvtune.stats import CI_95, RANGE, bootstrap_ci, centre, ci_kind, order_statistic_ci
 from kvtune.store import Store, config_key

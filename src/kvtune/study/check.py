@@ -112,12 +112,12 @@ def estimate(spec: Any, n_knobs: int | None = None) -> Estimate | None:
 
 def make_plan(path: str | Path, allow_inline_host_knobs: bool = False) -> Plan:
     """The plan of the study in `path`; nothing is applied and no server is started."""
-    from kvtune import preflight
     from kvtune.knobs import catalog
     from kvtune.knobs.appliers.sched import debugfs_mounted, knob_needs_debugfs
     from kvtune.knobs.baseline import baseline_value
     from kvtune.knobs.rules import RULES
-    from kvtune.study.load import load
+    from kvtune.measure import preflight
+    from kvtune.study.loader import load_study as load
     from kvtune.targets import context_for, make_target
 
     plan = Plan(str(path))
@@ -127,6 +127,7 @@ def make_plan(path: str | Path, allow_inline_host_knobs: bool = False) -> Plan:
         plan.problems = [str(e).splitlines()[0], *e.problems]
         return plan
     spec = loaded.spec
+    plan.notes += loaded.notes
     plan.valid = True
     plan.study, plan.target = spec.study, spec.target.kind
     try:
