@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from fleet_fixtures import pg_url, postgres_server  # noqa: F401 (fixtures for the fleet tests)
 
+from kvtune.host.debugfs import debugfs_mounted
 from kvtune.host.facts import collect
 from kvtune.knobs import catalog
 from kvtune.knobs.appliers.base import HostContext
-from kvtune.knobs.appliers.sched import debugfs_mounted
 
 REPO = Path(__file__).resolve().parents[1]
 KVLOAD = REPO / "kvload" / "target" / "release" / "kvload"

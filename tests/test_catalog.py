@@ -89,7 +89,7 @@ def test_scheduler_knobs_on_this_kernel_say_why() -> None:
     base = catalog.CATALOG["sched.base_slice_ns"].applier.check(c)
     if kv >= (6, 6) and not Path("/sys/kernel/debug/sched").exists():
         # Not mounted: judged as a private mount namespace sees the file (EPERM here).
-        from kvtune.knobs.appliers.sched import debugfs_file
+        from kvtune.host.debugfs import debugfs_file
 
         probed = debugfs_file("/sys/kernel/debug/sched/base_slice_ns")
         assert base.ok == probed.writable

@@ -3,6 +3,7 @@ the toy runs through kvtune's real machinery (the runner, a real server on loopb
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from pathlib import Path
@@ -362,3 +363,101 @@ def test_toy_server_target_is_started_loaded_and_stopped(
     assert rep.metrics["proc_voluntary_switches"] > 0  # telemetry ran around the toy server
     with pytest.raises(UserError, match="unknown target kind 'nosuch'"):
         parse_study("study: x\ntarget: {kind: nosuch}\n", "x.yaml")
+
+
+# -- a new target kind and a new load driver: one module each, plus one registration line --
+
+TOY_TARGET_MODULE = '''\
+"""A memcached look-alike target kind: its module is the whole of it."""
+from kvtune.targets.memcached import MemcachedTarget
+
+
+class Mc2Target(MemcachedTarget):
+    kind = "mc2"
+
+    @classmethod
+    def check_args(cls, args):
+        if any(a.startswith("--") for a in args):
+            raise ValueError("mc2 takes short flags only")
+        super().check_args(args)
+'''
+
+TOY_DRIVER_MODULE = '''\
+"""A load driver in Python: one connection, sets and gets, for load.duration."""
+import json
+import socket
+import time
+
+from kvtune.load import LoadDriver, LoadResult
+
+
+class PingLoad(LoadDriver):
+    tool = "pingload"
+
+    @classmethod
+    def check_extra_args(cls, args):
+        if args not in ([], ["--quick"]):
+            raise ValueError("pingload takes only --quick")
+
+    def run(self, address, protocol, seed):
+        host, _, port = address.rpartition(":")
+        n = 0
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            f = s.makefile("rb")
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < self.spec.duration:
+                s.sendall(b"set k 0 0 1\\r\\nx\\r\\nget k\\r\\n")
+                assert f.readline() == b"STORED\\r\\n"
+                while f.readline() not in (b"END\\r\\n", b""):
+                    pass
+                n += 2
+            elapsed = time.monotonic() - t0
+        return LoadResult({"ops_per_sec": n / elapsed, "errors": 0, "server_errors": 0})
+'''
+
+# The one line each that a new kind or driver adds to its registry (targets/__init__.py's
+# _REGISTRY, load/__init__.py's register list), made here from outside the package.
+REGISTRATION = ("from kvtune import load, targets; import pingload; "
+                "targets.register('mc2', 'mc2target:Mc2Target'); load.register(pingload.PingLoad)")
+
+
+def test_new_target_kind_and_load_driver_touch_two_files_each(
+        memcached_bin: str, tmp_path: Path) -> None:
+    """The architecture's promise: a target kind is its module plus one registry line, a
+    load driver likewise; the schema, the loader, the session and the command line need no
+    change. Both run a real memcached through `kvtune run`, and each validates its own
+    arguments (the loader asks the registered class, with the key and line)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "mc2target.py").write_text(TOY_TARGET_MODULE)
+    (tmp_path / "pingload.py").write_text(TOY_DRIVER_MODULE)
+    study = tmp_path / "mc2.yaml"
+    study.write_text("study: mc2\ntarget: {kind: mc2, cpus: '0', args: ['-m', '32']}\n"
+                     "load: {tool: pingload, mode: closed, duration: 300ms, warmup: 0}\n"
+                     )
+    src = Path(__file__).resolve().parents[1] / "src"
+
+    def kvtune(*args: str) -> subprocess.CompletedProcess[str]:
+        code = (f"{REGISTRATION}; from kvtune.cli import main; import sys; "
+                f"main({list(args)!r})")
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path,
+                              env={"PYTHONPATH": f"{tmp_path}:{src}", "PATH": "/usr/bin:/bin"})
+
+    out = kvtune("run", str(study), "--repetitions", "1", "--json")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    doc = json.loads(out.stdout)
+    assert doc["metrics"]["ops_per_sec"] > 0, doc
+    # Each validates its own part of the study file, reported at the key and its line.
+    study.write_text(study.read_text().replace("['-m', '32']", "['--memory-limit', '32']"))
+    bad = kvtune("run", str(study))
+    assert bad.returncode == 2 and "target.args, line 2: mc2 takes short flags only" in \
+        bad.stderr, bad.stderr
+    study.write_text(study.read_text().replace("['--memory-limit', '32']", "[]")
+                     .replace("warmup: 0}", "warmup: 0, extra_args: ['--slow']}"))
+    bad = kvtune("run", str(study))
+    assert bad.returncode == 2 and "load.extra_args, line 3: pingload takes only --quick" in \
+        bad.stderr, bad.stderr
+    # Two files each: the module and the registry line; nothing else of kvtune was touched.
+    assert sorted(p.name for p in tmp_path.glob("*.py")) == ["mc2target.py", "pingload.py"]

@@ -18,6 +18,9 @@ from typing import ClassVar
 
 import pytest
 
+from kvtune.host import debugfs
+from kvtune.host import plan as hostplan
+from kvtune.host import sched as hsched
 from kvtune.host.context import on_host
 from kvtune.host.facts import collect, parse_kernel_version
 from kvtune.host.journal import Journal
@@ -35,11 +38,11 @@ from kvtune.targets.base import free_port
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="nice < 0 and mounts need root")
 
 
-def _start(memcached_bin: str, s: sched.ServerSched) -> subprocess.Popen[bytes]:
+def _start(memcached_bin: str, s: hsched.ServerSched) -> subprocess.Popen[bytes]:
     port = free_port()
     argv = [memcached_bin, "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-t", "4",
             "-u", "root"]
-    proc = subprocess.Popen(sched.wrap_argv(s, argv), stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(hsched.wrap_argv(s, argv), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -72,19 +75,19 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=5)
 
 
-SLICE_OK = parse_kernel_version(os.uname().release) >= sched.SLICE_KERNEL
+SLICE_OK = parse_kernel_version(os.uname().release) >= hsched.SLICE_KERNEL
 
 
 def test_shim_applies_policy_nice_slice_to_every_thread(memcached_bin: str) -> None:
-    want = sched.ServerSched("batch", 5, 3_000_000 if SLICE_OK else None)
+    want = hsched.ServerSched("batch", 5, 3_000_000 if SLICE_OK else None)
     proc = _start(memcached_bin, want)
     try:
         # The shim execs: the PID is memcached's own, and it runs its threads.
         assert Path(f"/proc/{proc.pid}/comm").read_text().strip() == "memcached"
-        threads = sched.read_back(proc.pid)
+        threads = hsched.read_back(proc.pid)
         assert len(threads) >= 6  # main, 4 workers, maintenance threads
-        assert sched.verify(proc.pid, want) == []
-        assert {t.policy for t in threads.values()} == {sched.SCHED_BATCH}
+        assert hsched.verify(proc.pid, want) == []
+        assert {t.policy for t in threads.values()} == {hsched.SCHED_BATCH}
         assert {t.nice for t in threads.values()} == {5}
         rows = _proc_sched(proc.pid)
         assert {r["policy"] for r in rows} == {3}
@@ -97,10 +100,10 @@ def test_shim_applies_policy_nice_slice_to_every_thread(memcached_bin: str) -> N
 
 
 def test_verify_names_each_mismatch(memcached_bin: str) -> None:
-    proc = _start(memcached_bin, sched.ServerSched("batch", 3, None))
+    proc = _start(memcached_bin, hsched.ServerSched("batch", 3, None))
     try:
-        problems = sched.verify(proc.pid, sched.ServerSched("other", 0, None))
-        n = len(sched.read_back(proc.pid))
+        problems = hsched.verify(proc.pid, hsched.ServerSched("other", 0, None))
+        n = len(hsched.read_back(proc.pid))
         assert len(problems) == 2 * n
         assert any("policy batch, not other" in p for p in problems)
         assert any("nice 3, not 0" in p for p in problems)
@@ -110,12 +113,12 @@ def test_verify_names_each_mismatch(memcached_bin: str) -> None:
 
 @pytest.mark.skipif(not SLICE_OK, reason="per-task slice needs Linux >= 6.12")
 def test_slice_is_clamped_and_verified_against_the_clamp(memcached_bin: str) -> None:
-    want = sched.ServerSched(None, None, 50_000)  # below the kernel's 0.1 ms floor
+    want = hsched.ServerSched(None, None, 50_000)  # below the kernel's 0.1 ms floor
     proc = _start(memcached_bin, want)
     try:
-        assert {t.runtime_ns for t in sched.read_back(proc.pid).values()} == {100_000}
-        assert sched.verify(proc.pid, want) == []
-        assert sched.verify(proc.pid, sched.ServerSched(None, None, 200_000)) != []
+        assert {t.runtime_ns for t in hsched.read_back(proc.pid).values()} == {100_000}
+        assert hsched.verify(proc.pid, want) == []
+        assert hsched.verify(proc.pid, hsched.ServerSched(None, None, 200_000)) != []
     finally:
         _stop(proc)
 
@@ -131,7 +134,7 @@ def test_appliers_fill_the_launch_and_catalog_has_the_knobs() -> None:
             name != "sched.server_slice_ns" or SLICE_OK)
         k.applier.apply(value, env)
     assert launch.sched == {"policy": "batch", "nice": 4, "slice_ns": 2_000_000}
-    s = sched.ServerSched.from_launch(launch.sched)
+    s = hsched.ServerSched.from_launch(launch.sched)
     assert s is not None and s.shim_args() == ["--policy", "batch", "--nice", "4",
                                                "--slice-ns", "2000000"]
 
@@ -146,7 +149,7 @@ def test_case_study_knobs_name_a_working_equivalent() -> None:
 
 
 def _mounted() -> bool:
-    return sched.debugfs_mounted()
+    return debugfs.debugfs_mounted()
 
 
 @pytest.fixture
@@ -156,16 +159,16 @@ def debugfs_as_found() -> Iterator[bool]:
     before = _mounted()
     yield before
     if _mounted() and not before:
-        subprocess.run(["umount", sched.DEBUGFS], check=False)
+        subprocess.run(["umount", debugfs.DEBUGFS], check=False)
         pytest.fail("the test left debugfs mounted")
 
 
 def test_debugfs_probe_leaves_mounts_as_found_and_features_follow_it(
         debugfs_as_found: bool) -> None:
-    sched._forget()
-    st = sched.debugfs_status()
+    debugfs._forget()
+    st = debugfs.debugfs_status()
     assert _mounted() == debugfs_as_found
-    ok, reason = sched.features_status()
+    ok, reason = debugfs.features_status()
     feature_knobs = [n for n in catalog.CATALOG if n.startswith("sched.feature.")]
     if ok:
         assert st.features and feature_knobs
@@ -182,31 +185,31 @@ def test_unmounted_debugfs_knob_is_judged_by_the_probe(debugfs_as_found: bool) -
     ctx = HostContext(collect())
     knob = catalog.CATALOG["sched.migration_cost_ns"]
     path = knob.applier.resolve(ctx)  # type: ignore[attr-defined]
-    if path is None or not path.startswith(sched.DEBUGFS):
+    if path is None or not path.startswith(debugfs.DEBUGFS):
         pytest.skip("sched_migration_cost_ns is not in debugfs on this kernel")
-    sched._forget()
-    probed = sched.debugfs_file(path)
+    debugfs._forget()
+    probed = debugfs.debugfs_file(path)
     a = knob.applier.check(ctx)
     assert a.ok == probed.writable
     if not a.ok:
         assert a.reason == probed.reason and "not mounted" not in a.reason
-        if sched.debugfs_status().mountable:
+        if debugfs.debugfs_status().mountable:
             assert "private mount namespace" in a.reason
     assert not _mounted()
 
 
 def test_hostfile_under_unmounted_debugfs_takes_the_probed_value(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    path = f"{sched.DEBUGFS}/sched/migration_cost_ns"
-    monkeypatch.setattr(sched, "debugfs_mounted", lambda: False)
-    monkeypatch.setattr(sched, "debugfs_file",
-                        lambda p: sched.DebugfsFile(p, True, True, "500000\n", ""))
+    path = f"{debugfs.DEBUGFS}/sched/migration_cost_ns"
+    monkeypatch.setattr(debugfs, "debugfs_mounted", lambda: False)
+    monkeypatch.setattr(debugfs, "debugfs_file",
+                        lambda p: debugfs.DebugfsFile(p, True, True, "500000\n", ""))
     f = HostFile([Location(path)])
     ctx = HostContext(collect())
     a = f.check(ctx)
     assert a.ok and a.current == 500000 and f.current(ctx) == 500000
-    monkeypatch.setattr(sched, "debugfs_file",
-                        lambda p: sched.DebugfsFile(p, False, False, "", f"{p}: EPERM on read"))
+    monkeypatch.setattr(debugfs, "debugfs_file",
+                        lambda p: debugfs.DebugfsFile(p, False, False, "", f"{p}: EPERM on read"))
     a = f.check(ctx)
     assert not a.ok and a.reason == f"{path}: EPERM on read" and f.current(ctx) is None
 
@@ -215,12 +218,12 @@ def test_debugfs_mount_is_journaled_and_undone_on_restore(tmp_path: Path,
                                                           debugfs_as_found: bool) -> None:
     if debugfs_as_found:
         pytest.skip("debugfs is already mounted here")
-    if not sched.debugfs_status().mountable:
+    if not debugfs.debugfs_status().mountable:
         pytest.skip("debugfs cannot be mounted here")
     with Journal(tmp_path / "j.json") as j:
-        assert sched.mount_debugfs(j) is True
+        assert debugfs.mount_debugfs(j) is True
         assert _mounted()
-        assert sched.mount_debugfs(j) is False  # already mounted: nothing more recorded
+        assert debugfs.mount_debugfs(j) is False  # already mounted: nothing more recorded
         results = j.restore()
     assert not _mounted()
     assert any(r.ok and "unmounted" in r.detail for r in results)
@@ -247,13 +250,13 @@ class FakeDebugfsKnob(HostFile):
         return 1
 
     def apply(self, value: Value, env: ApplyEnv) -> None:
-        assert env.journal is not None and sched.debugfs_mounted(), \
+        assert env.journal is not None and debugfs.debugfs_mounted(), \
             "a debugfs knob was applied before debugfs was mounted"
         FakeDebugfsKnob.applied.append(value)
 
 
 FAKE_KNOB = Knob(FAKE, Domain("int", 0, 1),
-                 FakeDebugfsKnob([Location(f"{sched.DEBUGFS}/sched/kvtune_fake")]),
+                 FakeDebugfsKnob([Location(f"{debugfs.DEBUGFS}/sched/kvtune_fake")]),
                  None, "a fake debugfs knob (tests)")
 
 STUDY = """\
@@ -284,7 +287,7 @@ main()
 def _mountable(mounted_before: bool) -> None:
     if mounted_before:
         pytest.skip("debugfs is already mounted here: nothing for a study to mount")
-    if not sched.debugfs_status().mountable:
+    if not debugfs.debugfs_status().mountable:
         pytest.skip("debugfs cannot be mounted here")
 
 
@@ -301,7 +304,7 @@ def test_study_mounts_debugfs_through_the_journal_and_unmounts_at_its_end(
     journal = Path(os.environ["KVTUNE_JOURNAL"])
     FakeDebugfsKnob.applied.clear()
     session = _session(STUDY.format(name="fake-debugfs", duration="1s", knobs=FAKE))
-    assert sched.knob_needs_debugfs(FAKE_KNOB, session.ctx)
+    assert hostplan.knob_needs_debugfs(FAKE_KNOB, session.ctx)
     with on_host(session, "fake-debugfs"):
         assert _mounted()
         entries = json.loads(journal.read_text())["entries"]

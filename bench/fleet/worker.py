@@ -25,7 +25,7 @@ from rich.console import Console
 
 from kvtune import targets
 from kvtune.errors import KvtuneError
-from kvtune.fleet.worker import FleetRun
+from kvtune.fleet.worker import FleetWorker
 from kvtune.study.loader import load_study as load
 from kvtune.study.progress import jsonable
 from kvtune.study.run import StudyRun
@@ -66,10 +66,9 @@ def main() -> int:
     targets.register("synthetic", SleepySynthetic)
     t0 = time.monotonic()
     try:
-        cls = faked(StudyRun if a.plain else FleetRun,
-                    dict(f.split("=", 1) for f in a.fingerprint))
-        result = cls(load(a.study), Console(stderr=True, quiet=True),
-                     worker=a.worker).run(confirm=not a.no_confirm)
+        cls = faked(StudyRun, dict(f.split("=", 1) for f in a.fingerprint))
+        result = cls(load(a.study), Console(stderr=True, quiet=True), worker=a.worker,
+                     strategy=None if a.plain else FleetWorker).run(confirm=not a.no_confirm)
     except KvtuneError as e:
         print(json.dumps({"worker": a.worker, "error": str(e)}), flush=True)
         return e.exit_code

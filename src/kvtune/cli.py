@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from kvtune.errors import KvtuneError, UserError
-from kvtune.study.loader import Loaded, load_study, parse_study, read_study
+
+if TYPE_CHECKING:
+    from kvtune.study.loader import Loaded
 
 
 def flag(*decls: str, **kw: Any) -> Any:
@@ -60,6 +62,8 @@ def _storage_for(study_or_file: str, storage: str | None) -> tuple[str, str]:
     results/NAME.db)."""
     p = Path(study_or_file)
     if p.suffix in (".yaml", ".yml") and p.exists():
+        from kvtune.study.loader import parse_study, read_study
+
         spec = parse_study(read_study(p), str(p), base_dir=p.resolve().parent).spec
         return spec.study, storage or spec.storage_url(Path.cwd())
     url = storage or f"sqlite:///{(Path.cwd() / 'results' / f'{study_or_file}.db').as_posix()}"
@@ -72,6 +76,8 @@ def _storage_for(study_or_file: str, storage: str | None) -> tuple[str, str]:
 def _load(study_file: Path, allow_inline_host_knobs: bool) -> Loaded:
     """The study file, read once and checked before Optuna and SciPy are imported (a
     refused file fails in well under a second); its deprecation notes on stderr."""
+    from kvtune.study.loader import load_study
+
     loaded = load_study(study_file, allow_inline_host_knobs)
     for note in loaded.notes:
         err.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
@@ -102,9 +108,9 @@ def tune(
     if trials is not None:
         loaded.spec.budget.trials = trials
     if worker:
-        from kvtune.fleet.worker import FleetRun
+        from kvtune.fleet.worker import FleetWorker
 
-        run: StudyRun = FleetRun(loaded, err, worker=worker)
+        run = StudyRun(loaded, err, worker=worker, strategy=FleetWorker)
     else:
         run = StudyRun(loaded, err)
     run.run(confirm=not no_confirm, ablation=not no_ablation)

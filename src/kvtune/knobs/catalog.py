@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any, Final
 
+from kvtune.host.debugfs import debugfs_status, features_status
+from kvtune.host.sched import SLICE_MAX_NS, SLICE_MIN_NS
 from kvtune.knobs.appliers.base import HostContext
 from kvtune.knobs.appliers.cgroup import (
     CpuPeriod,
@@ -35,16 +37,7 @@ from kvtune.knobs.appliers.memcached import (
     SlabChunkMax,
 )
 from kvtune.knobs.appliers.redis import RedisDirective
-from kvtune.knobs.appliers.sched import (
-    SLICE_MAX_NS,
-    SLICE_MIN_NS,
-    SchedFeature,
-    SchedNice,
-    SchedPolicy,
-    SchedSlice,
-    debugfs_status,
-    features_status,
-)
+from kvtune.knobs.appliers.sched import SchedFeature, SchedNice, SchedPolicy, SchedSlice
 from kvtune.knobs.domain import Domain
 from kvtune.knobs.knob import Knob
 from kvtune.knobs.rules import Values, broken
@@ -365,7 +358,7 @@ def _placement() -> list[Knob]:
 
 
 def _server_sched() -> list[Knob]:
-    """Per-process scheduler settings of the server, applied at exec (appliers/sched.py);
+    """Per-process scheduler settings of the server, applied at exec (host/sched.py);
     plus the scheduler's features where they can be written (debugfs mounted, or mountable
     for the study)."""
     knobs = [

@@ -6,7 +6,6 @@ from kvtune.load.base import (
     VERDICTS,
     LoadDriver,
     LoadResult,
-    Transport,
     driver_class,
     driver_for,
     register,
@@ -17,6 +16,7 @@ from kvtune.load.base import (
 from kvtune.load.kvload import KvloadDriver
 from kvtune.load.memaslap import MemaslapDriver
 from kvtune.load.redis_benchmark import RedisBenchmarkDriver
+from kvtune.load.transport import Transport
 
 for _driver in (KvloadDriver, RedisBenchmarkDriver, MemaslapDriver):
     register(_driver)

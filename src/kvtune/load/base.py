@@ -14,7 +14,8 @@ with the repetition under `raw["load"]` (with `raw["load"]["tool"]`).
 A new driver is one module with a `LoadDriver` subclass, registered by `register` (the
 built-in ones in `kvtune/load/__init__.py`).
 
-Where the tool runs is a `Transport`, chosen once from the study file by `transport_for`:
+Where the tool runs is a `Transport` (`load/transport.py`), chosen once from the study file
+by `transport_for`:
 `LocalTransport` (this host) or, with `load.host`, `load.remote.SshTransport` (kvload on a
 load host over ssh). A driver that sets `remote = True` runs its argv through its transport
 and never asks where it is.
@@ -22,13 +23,12 @@ and never asks where it is.
 
 from __future__ import annotations
 
-import subprocess
-import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from kvtune.errors import HarnessError, TrialFailed, UserError
+from kvtune.errors import UserError
+from kvtune.load.transport import LocalTransport, Transport
 from kvtune.metrics import NAMES
 
 if TYPE_CHECKING:
@@ -88,64 +88,12 @@ class LoadDriver(ABC):
         malformed answers), HarnessError when the tool itself is missing or misused."""
 
 
-@dataclass
-class Ran:
-    """One finished run of a tool through a transport."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-    end_ns: int  # this host's time.monotonic_ns() when the run ended
-
-
-class Transport(ABC):
-    """Where a load tool runs. `prepare` once at preflight (nothing applied yet), then `run`
-    once per repetition."""
-
-    where: str = "local"
-
-    def prepare(self, tool: str, binary: str, cpus: str | None) -> str:
-        """Make `binary` (this host's copy of `tool`) runnable where the tool runs, check the
-        CPU list there, and return the path to put in argv[0]. UserError or HarnessError
-        when it cannot be (nothing has been applied yet)."""
-        return binary
-
-    def stage(self, path: str) -> str:
-        """A local input file (a workload file) as a path where the tool runs."""
-        return path
-
-    @abstractmethod
-    def run(self, argv: list[str], timeout: float, cpus: str | None) -> Ran:
-        """Run argv (no shell) within `timeout` seconds. TrialFailed when it could not run to
-        its end (timed out, the load host unreachable or lost, the tool missing there);
-        HarnessError when it cannot be started at all here."""
-
-    def finish(self, doc: dict[str, Any], ran: Ran) -> None:  # noqa: B027 (optional)
-        """Add what the transport knows to the tool's raw document (the load host's facts
-        and placement; its clock translated to this host's)."""
-
-
-class LocalTransport(Transport):
-    """The tool runs on this host, as a child process."""
-
-    def run(self, argv: list[str], timeout: float, cpus: str | None) -> Ran:
-        try:
-            out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                                 stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            raise TrialFailed(f"{argv[0]} did not finish within {timeout:g}s "
-                              "(server hung?)") from None
-        except OSError as e:
-            raise HarnessError(f"cannot run {argv[0]}: {e.strerror}") from None
-        return Ran(out.returncode, out.stdout, out.stderr, time.monotonic_ns())
-
-
 def transport_for(spec: LoadSpec) -> Transport:
     """Where the study's load tool runs: its `load.host`, else this host."""
     target = spec.load_host
     if target is None:
         return LocalTransport()
-    from kvtune.load.remote import SshTransport
+    from kvtune.load.remote import SshTransport  # ssh only when a study names a load host
 
     return SshTransport(target, spec.remote_binary)
 

@@ -15,14 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvtune.errors import HarnessError, TrialFailed
-from kvtune.load.base import (
-    VERDICTS,
-    LoadDriver,
-    LoadResult,
-    LocalTransport,
-    Transport,
-    transport_for,
-)
+from kvtune.load.base import VERDICTS, LoadDriver, LoadResult, transport_for
+from kvtune.load.transport import LocalTransport, Transport
 from kvtune.safety import args as scan
 
 if TYPE_CHECKING:

@@ -40,7 +40,7 @@ from typing import Any
 
 from kvtune.cpulist import parse_cpus
 from kvtune.errors import HarnessError, TrialFailed, UserError
-from kvtune.load.base import Ran, Transport
+from kvtune.load.transport import Ran, Transport
 from kvtune.safety.remote import LoadHost
 
 CONNECT_TIMEOUT = 10  # s: TCP connect, banner and key exchange

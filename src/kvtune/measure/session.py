@@ -18,9 +18,9 @@ from kvtune import load, telemetry
 from kvtune.errors import TrialFailed, UserError
 from kvtune.host.cgroup import ServerCgroup
 from kvtune.host.journal import Journal
+from kvtune.host.plan import plan_for
+from kvtune.host.sched import describe as sched_describe
 from kvtune.knobs.appliers.base import ApplyEnv, Launch
-from kvtune.knobs.appliers.sched import describe as sched_describe
-from kvtune.knobs.appliers.sched import mount_debugfs_for
 from kvtune.knobs.knob import Knob
 from kvtune.measure import preflight as checks
 from kvtune.space import Config, Space, build_space
@@ -96,13 +96,14 @@ class Session:
         by writing back its current value (all through the journal)."""
         assert self.journal is not None
         space = self._space()
-        controllers = {c for k in space.knobs if k.scope == "cgroup"
-                       for c in _controllers_of(k)}
-        if controllers:
-            self.cgroup = ServerCgroup(self.journal, controllers, mode=self.facts.cgroup)
+        journal = self.journal
+
+        def make_cgroup(controllers: frozenset[str]) -> None:
+            self.cgroup = ServerCgroup(journal, set(controllers), mode=self.facts.cgroup)
             self.cgroup.create()
-        try:  # knobs under /sys/kernel/debug: mount it (journaled, unmounted on restore)
-            mount_debugfs_for(space.knobs, self.ctx, self.journal)
+
+        try:  # the plan `kvtune check` printed: debugfs (unmounted on restore), the cgroup
+            plan_for(space.knobs, self.ctx).carry_out(journal, make_cgroup)
         except OSError as e:
             raise UserError(f"debugfs: {e.strerror or e}") from None
         for k in space.knobs:
@@ -215,14 +216,4 @@ class Session:
         if steal is not None and steal > self.spec.evaluation.steal_threshold:
             flags.append(f"steal {steal:.1%}")
         return Repetition("flagged" if flags else "ok", metrics, raw, flags, result.reason)
-
-
-def _controllers_of(k: Knob) -> set[str]:
-    from kvtune.knobs.appliers.cgroup import CpuQuota, CpusetCpus
-
-    if isinstance(k.applier, CpuQuota):
-        return {"cpu"}
-    if isinstance(k.applier, CpusetCpus):
-        return {"cpuset"}
-    return set()
 

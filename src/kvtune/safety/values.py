@@ -14,13 +14,36 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kvtune.safety import args as safe_args
 
 if TYPE_CHECKING:
     from kvtune.knobs.domain import Domain
-    from kvtune.spec import KnobSpec
+
+
+class KnobSpec(Protocol):
+    """What these checks read of a study file's knob entry (kvtune.spec.KnobSpec): the
+    schema imports this module, so this module names only the fields it reads."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def type(self) -> str | None: ...
+    @property
+    def range(self) -> tuple[float, float] | None: ...
+    @property
+    def step(self) -> float | None: ...
+    @property
+    def choices(self) -> Any: ...
+    @property
+    def special(self) -> Any: ...
+    @property
+    def default(self) -> Any: ...
+    @property
+    def fixed(self) -> Any: ...
+    @property
+    def applier(self) -> Any: ...
 
 MAX_CPU = 8191  # the kernel's largest NR_CPUS
 MAX_MAGNITUDE = 2.0 ** 64  # the largest value any knob file or flag takes

@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps
@@ -58,9 +58,6 @@ from kvtune.present import MINUS, change_fraction, change_record, number
 from kvtune.spec import EvaluationSpec
 from kvtune.stats import detectable_improvement, holm, rounds_needed
 from kvtune.study.confirm import Arm, Measure, interleave
-
-if TYPE_CHECKING:
-    from kvtune.study.run import StudyRun
 
 SCHEMA_VERSION = 2
 
@@ -564,49 +561,3 @@ def lines(res: dict[str, Any] | None) -> list[str]:
         out.append(f"  {_change(r)}: share of the gain {_share(r['share'])}{ci}; reverting it: "
                    f"{r['revert']['text']}; {r['effect']}{rounds}")
     return out
-
-
-def after_confirmation(run: StudyRun, confirmation: dict[str, Any]) -> dict[str, Any] | None:
-    """The hook `StudyRun.run` calls after the confirmation, inside the host context: the
-    ablation measured through the evaluator, stored as "ablation", printed. None when the
-    study asks for no ablation."""
-    from kvtune.study.progress import progress
-
-    ev = run.spec.evaluation
-    if not getattr(ev, "ablation", True) or not getattr(run, "ablation", True):
-        return None
-    assert run.space is not None
-    baseline = run.space.baseline_config()
-
-    def measure(config: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
-        rep = run.evaluator.run_one(config, "ablation", None)
-        return rep.status, rep.reason, rep.metrics
-
-    first = first_rounds(ev)
-    with progress(run.console) as prog:
-        task = prog.add_task("ablation", total=None)
-        total = {"n": 0}
-
-        def start(n: int) -> None:
-            total["n"] = least = (n + 2) * first
-            most = max_cost(confirmation, baseline, ev)
-            more = (f"; then up to {most - least} more, only for changes still ambiguous, "
-                    f"until each is resolved at {ev.ablation_effect:.0%} or "
-                    f"{ev.ablation_max_rounds} rounds") if most > least else ""
-            run.console.print(f"[bold]Ablation[/]: the recommendation with each of its {n} "
-                              f"changes reverted, {first} interleaved rounds "
-                              f"({least} more repetitions{more})")
-            prog.update(task, total=least)
-
-        def look(rounds: int, arms: int) -> None:
-            total["n"] += rounds * (arms + 1)
-            run.console.print(f"  ablation: {arms} change(s) still ambiguous, {rounds} more "
-                              "rounds of them and the recommendation")
-            prog.update(task, total=total["n"])
-
-        result = ablate(confirmation, baseline, run.metric, run.direction, ev, run.spec.seed,
-                        measure, start, lambda: prog.advance(task), look)
-    run.store.put_result(run.spec.study, "ablation", result)
-    for line in lines(result):
-        run.console.print(line, markup=False, highlight=False)
-    return result

@@ -112,8 +112,8 @@ def estimate(spec: Any, n_knobs: int | None = None) -> Estimate | None:
 
 def make_plan(path: str | Path, allow_inline_host_knobs: bool = False) -> Plan:
     """The plan of the study in `path`; nothing is applied and no server is started."""
+    from kvtune.host.plan import plan_for
     from kvtune.knobs import catalog
-    from kvtune.knobs.appliers.sched import debugfs_mounted, knob_needs_debugfs
     from kvtune.knobs.baseline import baseline_value
     from kvtune.knobs.rules import RULES
     from kvtune.measure import preflight
@@ -149,7 +149,6 @@ def make_plan(path: str | Path, allow_inline_host_knobs: bool = False) -> Plan:
             plan.problems.append(f"load.workload_file: {spec.load.workload_file} does not "
                                  "exist")
     names = {k.name for k in loaded.knobs}
-    cgroup = debugfs = False
     for k in loaded.knobs:
         a = k.applier.check(ctx)
         try:
@@ -158,22 +157,12 @@ def make_plan(path: str | Path, allow_inline_host_knobs: bool = False) -> Plan:
             base = None
         plan.knobs.append(KnobPlan(k.name, k.scope, k.applier.where(), k.domain.describe(),
                                    base, a.ok, a.reason))
-        if k.scope == "host":
-            resolve = getattr(k.applier, "resolve", None)
-            path_ = resolve(ctx) if callable(resolve) else None
-            plan.host_writes.append(f"{path_ or k.applier.where()} ({k.name})")
-            if a.ok and knob_needs_debugfs(k, ctx) and not debugfs_mounted():
-                debugfs = True
-        cgroup |= k.scope == "cgroup"
         eq = catalog.equivalent(k.name, ctx)
         if eq and not a.ok:
             plan.notes.append(f"{k.name}: {eq}")
-    if debugfs:  # availability above was probed in a private mount namespace
-        plan.host_writes.insert(0, "mount debugfs at /sys/kernel/debug, not mounted now "
-                                   "(before anything is applied; unmounted on restore)")
-    if cgroup:
-        plan.host_writes.append("a cgroup for the server under /sys/fs/cgroup (created for the "
-                                "study, removed on restore)")
+    # The one plan of host changes, which the session carries out (debugfs availability
+    # is probed in a private mount namespace when it is not mounted).
+    plan.host_writes = plan_for(loaded.knobs, ctx).lines()
     for r in RULES:
         others = [catalog.lookup(n) for n in r.knobs]
         if any(o is not None and o.target not in (None, spec.target.kind) for o in others):

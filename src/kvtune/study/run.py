@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from kvtune.measure.session import Session
 from kvtune.optimizer import make_sampler
 from kvtune.space import Space
 from kvtune.store import open_store
+from kvtune.study import ablation
 from kvtune.study import confirm as confirmation
 from kvtune.study.drift import DriftCheck
 from kvtune.study.loader import Loaded
@@ -34,17 +36,18 @@ class StudyRun:
     """One `kvtune tune` invocation (a fresh study or a resumed one). `policy` is the
     evaluator's policy class (its decisions; see `kvtune.measure.evaluator.Policy`).
 
-    A plain run is a fleet of one (`kvtune.fleet`): it records a heartbeat for the trial it
-    measures, so that a resumed run fails only trials whose process is dead, and it holds
-    the study's `tune` claim, so that a second plain `kvtune tune` of the study (or a fleet
-    worker) is refused while it runs. `kvtune.fleet.worker.FleetRun` is the shared version."""
-
-    #: A plain run holds the study alone; fleet workers share it.
-    exclusive = True
+    The run conducts the phases in one order — preflight, the baseline and noise floor, the
+    search, the confirmation, the ablation — and its `strategy` says how this process
+    shares the study at each phase: `Solo` (a plain run, the default) or a fleet worker
+    (`kvtune.fleet.worker.FleetWorker`). A plain run is a fleet of one: it records a
+    heartbeat for the trial it measures, so that a resumed run fails only trials whose
+    process is dead, and it holds the study's `tune` claim, so that a second plain
+    `kvtune tune` of the study (or a fleet worker) is refused while it runs."""
 
     def __init__(self, loaded: Loaded, console: Console | None = None,
                  base_dir: Path | None = None, policy: type[Policy] = Policy,
-                 worker: str | None = None) -> None:
+                 worker: str | None = None,
+                 strategy: Callable[[StudyRun], Strategy] | None = None) -> None:
         self.spec = loaded.spec
         self.spec_path = loaded.path
         self.spec_text = loaded.text  # the study file as written goes into the study
@@ -54,6 +57,7 @@ class StudyRun:
         # Preflight before the store: a refused study leaves no file behind.
         self.space: Space | None = self.session.preflight()
         self.worker = worker or worker_id()
+        self.strategy: Strategy = (strategy or Solo)(self)
         self.store = open_store(self.spec, base_dir, heartbeat=True)
         self.direction = self.spec.objective.resolved_direction
         self.metric = self.spec.objective.metric
@@ -76,7 +80,12 @@ class StudyRun:
 
     def stream_seed(self) -> int:
         """The seed of this run's random streams (a fleet worker's is its own)."""
-        return self.spec.seed
+        return self.strategy.seed()
+
+    @property
+    def exclusive(self) -> bool:
+        """A plain run holds the study alone; fleet workers share it."""
+        return self.strategy.exclusive
 
     def preflight(self) -> Space:
         """Check everything and build the study's space (nothing is applied): done once,
@@ -142,7 +151,7 @@ class StudyRun:
             trial.set_user_attr("worker", self.worker)
             trial.set_user_attr("host", socket.gethostname())
             trial.set_user_attr("fingerprint", self.fp_key)
-            self.on_ask(trial)
+            self.strategy.on_ask(trial)
             return trial
 
         def tolerant_tell(trial: Any, *a: Any, **kw: Any) -> Any:
@@ -163,9 +172,6 @@ class StudyRun:
         study.ask = tagged_ask  # type: ignore[method-assign]
         study.tell = tolerant_tell  # type: ignore[method-assign]
         return study
-
-    def on_ask(self, trial: optuna.Trial) -> None:
-        """Called for every trial asked (a fleet worker binds it to its budget slot)."""
 
     def beat(self) -> None:
         """The heartbeat: every trial this process measures, and its own last_seen."""
@@ -197,33 +203,11 @@ class StudyRun:
                 "separate studies, or say `hosts: heterogeneous` in the study file (each host "
                 "fingerprint then gets its own baseline and confirmation)")
 
-    def admit(self) -> None:
-        """Refuse a second plain `kvtune tune` of this study while one runs, or while fleet
-        workers share it: take the study's `tune` claim (a dead holder's is taken over),
-        then look for active workers (each holds a `fleet:NAME` claim)."""
-        got = self.fleet.claim_or_take_over("tune")
-        busy = [got.worker] if not got.won else [
-            w for w in self.fleet.holders("fleet:") if self.fleet.active(w)]
-        if not busy:
-            return
-        if got.won:
-            self.fleet.release("tune")
-        raise UserError(
-            f"study {self.spec.study!r} in {self.store.url} is being tuned right now by "
-            f"{self.describe(busy)}. Two `kvtune tune` runs of one study at once are refused "
-            "(they would measure two baselines and overrun the budget): wait for it to end, "
-            "or run every process as a fleet worker, `kvtune tune FILE --worker NAME` "
-            "(docs/fleet.md)")
-
     def describe(self, names: list[str]) -> str:
         """Workers for people: 'NAME (host H, pid P)'."""
         rows = {w["worker"]: w for w in self.fleet.workers()}
         return ", ".join(f"{n} (host {rows[n]['host']}, pid {rows[n]['pid']})" if n in rows
                          else n for n in names)
-
-    def leave(self) -> None:
-        """Give back what `admit` took."""
-        self.fleet.release("tune")
 
     def _resume(self, study: optuna.Study) -> None:
         """A trial left RUNNING is failed only when its process is dead (its heartbeat
@@ -258,7 +242,7 @@ class StudyRun:
         self.fleet.register(self.fingerprint, self.fp_key)
         try:
             self.check_hosts()
-            self.admit()
+            self.strategy.admit()
         except BaseException:
             self.fleet.unregister()
             raise
@@ -269,27 +253,29 @@ class StudyRun:
             self.fleet.finish("failed", f"{type(e).__name__}: {e}")
             raise
         finally:
-            self.leave()
+            self.strategy.leave()
         self.fleet.finish("finished")
         return result
 
     def _run(self, space: Space, confirm: bool, ablation: bool) -> dict[str, Any]:
+        """The phases, in order; the strategy says how this process takes part in each."""
         self.study = study = self._open_study(space)
         self._resume(study)
         started = time.monotonic()
+        self.strategy.announce()
         with on_host(self.session, self.spec.study):
             if self.baseline_eval is None:
-                self.baseline_eval = self.incumbent = self.measure_baseline(study, space)
-            search = Search(self.spec, space, self.evaluator, self.session.ctx, self.console,
-                            self.drift_check)
-            self.incumbent = search.run(study, started, self.incumbent)
-            result: dict[str, Any] = {}
-            if confirm and self.spec.evaluation.confirm_rounds > 0:
-                result = self.confirm(study)
-                if ablation and self.spec.evaluation.ablation:
-                    from kvtune.study.ablation import after_confirmation
-
-                    after_confirmation(self, result)
+                self.baseline_eval = self.strategy.baseline(study, space)
+                if self.incumbent is None:
+                    self.incumbent = self.baseline_eval
+            self.strategy.search(study, space, started)
+            if not confirm:
+                return {}
+            result = self.strategy.confirm(study)
+            # The one place that decides whether the ablation runs: asked for (by the study
+            # file and the command line), and this process ran the confirmation.
+            if ablation and self.spec.evaluation.ablation and self.strategy.confirmed(result):
+                self.ablate(result)
         return result
 
     def measure_baseline(self, study: optuna.Study, space: Space) -> Evaluation:
@@ -366,3 +352,116 @@ class StudyRun:
                     lambda: prog.advance(task), constraints=self.spec.parsed_constraints)
         self.store.put_result(self.spec.study, "confirmation", result)
         return result
+
+    def ablate(self, confirmation: dict[str, Any]) -> dict[str, Any]:
+        """The recommendation with each changed knob reverted, measured interleaved through
+        the evaluator (`kvtune.study.ablation.ablate`, a pure function), stored as
+        "ablation" and printed. Called by `_run` after the confirmation, on the host."""
+        assert self.space is not None
+        ev = self.spec.evaluation
+        baseline = self.space.baseline_config()
+
+        def measure(config: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+            rep = self.evaluator.run_one(config, "ablation", None)
+            return rep.status, rep.reason, rep.metrics
+
+        first = ablation.first_rounds(ev)
+        with progress(self.console) as prog:
+            task = prog.add_task("ablation", total=None)
+            total = {"n": 0}
+
+            def start(n: int) -> None:
+                total["n"] = least = (n + 2) * first
+                most = ablation.max_cost(confirmation, baseline, ev)
+                more = (f"; then up to {most - least} more, only for changes still ambiguous, "
+                        f"until each is resolved at {ev.ablation_effect:.0%} or "
+                        f"{ev.ablation_max_rounds} rounds") if most > least else ""
+                self.console.print(f"[bold]Ablation[/]: the recommendation with each of its "
+                                   f"{n} changes reverted, {first} interleaved rounds "
+                                   f"({least} more repetitions{more})")
+                prog.update(task, total=least)
+
+            def look(rounds: int, arms: int) -> None:
+                total["n"] += rounds * (arms + 1)
+                self.console.print(f"  ablation: {arms} change(s) still ambiguous, {rounds} "
+                                   "more rounds of them and the recommendation")
+                prog.update(task, total=total["n"])
+
+            result = ablation.ablate(confirmation, baseline, self.metric, self.direction, ev,
+                                     self.spec.seed, measure, start,
+                                     lambda: prog.advance(task), look)
+        self.store.put_result(self.spec.study, "ablation", result)
+        for line in ablation.lines(result):
+            self.console.print(line, markup=False, highlight=False)
+        return result
+
+
+class Strategy:
+    """How this process takes part in the study, phase by phase. This base is a plain run
+    (`Solo`); `kvtune.fleet.worker.FleetWorker` shares the study with other workers."""
+
+    #: A plain run holds the study alone; fleet workers share it.
+    exclusive = True
+
+    def __init__(self, run: StudyRun) -> None:
+        self.run = run
+
+    def seed(self) -> int:
+        """The seed of this process's random streams."""
+        return self.run.spec.seed
+
+    def admit(self) -> None:
+        """Take part in the study, or refuse (UserError) when another process holds it."""
+
+    def leave(self) -> None:
+        """Give back what `admit` took."""
+
+    def announce(self) -> None:
+        """Say who this process is, before the phases begin."""
+
+    def on_ask(self, trial: optuna.Trial) -> None:
+        """Called for every trial asked (a fleet worker binds it to its budget slot)."""
+
+    def baseline(self, study: optuna.Study, space: Space) -> Evaluation | None:
+        """Trial 0 and the noise floor (None: not known yet; the search begins without)."""
+        return self.run.measure_baseline(study, space)
+
+    def search(self, study: optuna.Study, space: Space, started: float) -> None:
+        """The search until the budget is spent; sets `run.incumbent`."""
+        r = self.run
+        search = Search(r.spec, space, r.evaluator, r.session.ctx, r.console, r.drift_check)
+        r.incumbent = search.run(study, started, r.incumbent)
+
+    def confirm(self, study: optuna.Study) -> dict[str, Any]:
+        """The confirmation's result (run here, or by another process)."""
+        return self.run.confirm(study)
+
+    def confirmed(self, result: dict[str, Any]) -> bool:
+        """Whether this process ran the confirmation that `result` reports."""
+        return bool(result)
+
+
+class Solo(Strategy):
+    """A plain `kvtune tune`: the study's only process, holding its `tune` claim."""
+
+    def admit(self) -> None:
+        """Refuse a second plain `kvtune tune` of this study while one runs, or while fleet
+        workers share it: take the study's `tune` claim (a dead holder's is taken over),
+        then look for active workers (each holds a `fleet:NAME` claim)."""
+        fleet = self.run.fleet
+        got = fleet.claim_or_take_over("tune")
+        busy = [got.worker] if not got.won else [
+            w for w in fleet.holders("fleet:") if fleet.active(w)]
+        if not busy:
+            return
+        if got.won:
+            fleet.release("tune")
+        raise UserError(
+            f"study {self.run.spec.study!r} in {self.run.store.url} is being tuned right now by "
+            f"{self.run.describe(busy)}. Two `kvtune tune` runs of one study at once are refused "
+            "(they would measure two baselines and overrun the budget): wait for it to end, "
+            "or run every process as a fleet worker, `kvtune tune FILE --worker NAME` "
+            "(docs/fleet.md)")
+
+    def leave(self) -> None:
+        self.run.fleet.release("tune")

@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from kvtune.errors import HarnessError, TrialFailed, UserError
+from kvtune.host.sched import ServerSched, wrap_argv
+from kvtune.host.sched import verify as sched_verify
 from kvtune.host.versions import parse_version, run_version
 from kvtune.knobs.appliers.base import Launch
-from kvtune.knobs.appliers.sched import ServerSched, wrap_argv
-from kvtune.knobs.appliers.sched import verify as sched_verify
 
 if TYPE_CHECKING:
     import numpy as np
@@ -204,7 +204,7 @@ class ServerTarget(Target):
         argv = self.argv(launch)
         full = argv
         # Per-process scheduler knobs: applied at exec by kvtune's shim, before the server
-        # creates a thread (knobs/appliers/sched.py); every link of the chain execs.
+        # creates a thread (host/sched.py); every link of the chain execs.
         sched = ServerSched.from_launch(launch.sched)
         if sched is not None:
             full = wrap_argv(sched, full)

@@ -65,7 +65,7 @@ class Launch:
     cgroup_files: dict[tuple[str, str], str] = field(default_factory=dict)  # (controller, file)
     params: dict[str, Value] = field(default_factory=dict)  # every knob's value, by name
     # per-process scheduler settings ("policy", "nice", "slice_ns"), applied at exec by
-    # the shim in knobs/appliers/sched.py
+    # the shim in host/sched.py
     sched: dict[str, Value] = field(default_factory=dict)
 
 
@@ -96,6 +96,10 @@ class Applier(ABC):
     @abstractmethod
     def apply(self, value: Value, env: ApplyEnv) -> None:
         """Apply a value. Host writes go through env.journal."""
+
+    def controllers(self) -> tuple[str, ...]:
+        """The cgroup controllers a cgroup knob needs in the server's cgroup."""
+        return ()
 
     def sets(self) -> tuple[str, ...]:
         """The server settings an application knob sets, as its target names them in

@@ -69,6 +69,9 @@ class CpuQuota(Applier):
     scope = "cgroup"
     restart = False
 
+    def controllers(self) -> tuple[str, ...]:
+        return ("cpu",)
+
     def __init__(self, period_us: int = DEFAULT_PERIOD_US) -> None:
         self.period_us = period_us
 
@@ -98,6 +101,9 @@ class CpuPeriod(Applier):
 
     scope = "cgroup"
     restart = False
+
+    def controllers(self) -> tuple[str, ...]:
+        return ("cpu",)
 
     def where(self) -> str:
         return "cgroup cpu.cfs_period_us (v1)"
@@ -139,6 +145,9 @@ class CpusetCpus(Applier):
 
     scope = "cgroup"
     restart = False
+
+    def controllers(self) -> tuple[str, ...]:
+        return ("cpuset",)
 
     def where(self) -> str:
         return "cgroup cpuset.cpus"

@@ -23,7 +23,7 @@ from kvtune.knobs.appliers.base import (
 from kvtune.knobs.domain import Value
 
 if TYPE_CHECKING:
-    from kvtune.knobs.appliers.sched import DebugfsFile
+    from kvtune.host.debugfs import DebugfsFile
 
 DEBUGFS = "/sys/kernel/debug"
 
@@ -83,7 +83,7 @@ class HostFile(Applier):
         if why:
             return Availability(False, why)
         unmounted = self._unmounted_debugfs(ctx, path)
-        if unmounted is not None:  # probed in a private mount namespace (appliers/sched.py)
+        if unmounted is not None:  # probed in a private mount namespace (host/debugfs.py)
             if not unmounted.writable:
                 return Availability(False, unmounted.reason)
             return Availability(True, current=self._parse(unmounted.text))
@@ -126,7 +126,7 @@ class HostFile(Applier):
     def _unmounted_debugfs(ctx: HostContext, path: str) -> DebugfsFile | None:
         """For a debugfs file on this (real) host while debugfs is not mounted: the file as
         a private mount namespace sees it; the study mounts debugfs before applying."""
-        from kvtune.knobs.appliers.sched import debugfs_file, debugfs_mounted
+        from kvtune.host.debugfs import debugfs_file, debugfs_mounted
 
         if not path.startswith(DEBUGFS + "/") or str(ctx.fs.path(DEBUGFS)) != DEBUGFS \
                 or debugfs_mounted():

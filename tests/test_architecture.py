@@ -1,0 +1,156 @@
+"""The architecture's promises, checked from the source (docs/architecture.md):
+
+- the module import graph, function-level imports included (TYPE_CHECKING ones aside),
+  has no cycle;
+- the schema (spec.py) imports no plugin: no target, load driver, knob or study module;
+- the loader is the only reader of a study file;
+- `kvtune tune` reads its study file once.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PKG = SRC / "kvtune"
+
+
+def _module(path: Path) -> str:
+    rel = path.relative_to(SRC).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The kvtune modules `path` imports at run time (module or function level)."""
+    me = _module(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    out: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for sub in child.orelse:
+                    visit(sub)
+                continue
+            if isinstance(child, ast.Import):
+                out.update(a.name for a in child.names if a.name.startswith("kvtune"))
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    up = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    base = ".".join([*up, *([base] if base else [])])
+                if not base.startswith("kvtune"):
+                    continue
+                for a in child.names:  # `from kvtune.x import y` may name a module y
+                    sub = f"{base}.{a.name}"
+                    out.add(sub if sub in modules else base)
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    # A module imports its own package's __init__ implicitly; only what is named counts.
+    return {m for m in out if m in modules and m != me}
+
+
+def _graph() -> dict[str, set[str]]:
+    files = [p for p in PKG.rglob("*.py")]
+    modules = {_module(p) for p in files}
+    return {_module(p): _imports(p, modules) for p in files}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(n: str) -> list[str] | None:
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph.get(n, ())):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                found = dfs(m)
+                if found:
+                    return found
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in state:
+            found = dfs(n)
+            if found:
+                return found
+    return None
+
+
+def _descends(parent: str, child: str) -> bool:
+    return child.startswith(parent + ".")
+
+
+def test_import_graph_has_no_cycle() -> None:
+    graph = _graph()
+    # A package's __init__ that re-exports its modules is not a cycle with them when the
+    # modules import siblings, not the package: only module-to-module edges count here.
+    edges = {n: {m for m in deps if not _descends(m, n) and not _descends(n, m)}
+             for n, deps in graph.items()}
+    assert _cycle(edges) is None, " -> ".join(_cycle(edges) or [])
+
+
+def test_the_checker_sees_a_cycle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_schema_imports_no_plugin() -> None:
+    deps = _graph()["kvtune.spec"]
+    plugins = ("kvtune.targets", "kvtune.load", "kvtune.knobs", "kvtune.study",
+               "kvtune.measure", "kvtune.telemetry", "kvtune.export")
+    assert not [d for d in deps if d.startswith(plugins)], deps
+
+
+def test_only_the_loader_reads_a_study_file() -> None:
+    """`read_study_file`, `yaml_data` and `parse_data` are called by the loader alone."""
+    callers = set()
+    for p in PKG.rglob("*.py"):
+        text = p.read_text()
+        for name in ("read_study_file(", "yaml_data(", "parse_data("):
+            for line in text.splitlines():
+                s = line.strip()
+                if name in s and not s.startswith(("def ", "#", '"', "`")):
+                    callers.add(_module(p))
+    assert callers == {"kvtune.study.loader"}, callers
+
+
+def test_tune_reads_the_study_file_once(in_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvtune import cli
+    from kvtune.safety import yamlload
+
+    reads: list[str] = []
+    real = yamlload.read_study_file
+
+    def counting(path: str | Path) -> str:
+        reads.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(yamlload, "read_study_file", counting)
+    study = in_tmp / "s.yaml"
+    study.write_text("study: once\ntarget: {kind: synthetic, noise_cov: 0.01}\n"
+                     "knobs: [synthetic.x]\nbudget: {trials: 2}\nrepetitions: 1\n"
+                     "evaluation: {noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 4, "
+                     "ablation: false}\n")
+    with pytest.raises(SystemExit) as done:
+        cli.main(["tune", str(study)])
+    assert done.value.code in (0, 1, None)
+    assert reads == [str(study)]
