@@ -25,7 +25,6 @@ from kvtune.host.context import on_host
 from kvtune.host.facts import collect, parse_kernel_version
 from kvtune.host.journal import Journal
 from kvtune.knobs import catalog
-from kvtune.knobs.appliers import sched
 from kvtune.knobs.appliers.base import ApplyEnv, Availability, HostContext, Launch
 from kvtune.knobs.appliers.hostfile import HostFile, Location
 from kvtune.knobs.domain import Domain, Value
