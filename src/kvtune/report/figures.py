@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from kvtune.analysis import Analysis, Correlation, Curve, Importance, StudyData
+from kvtune.study.record import stored_eval
 
 BLUE, ORANGE, GREY, GREEN, RED = "#1f77b4", "#ff7f0e", "#9e9e9e", "#2ca02c", "#d62728"
 _LAYOUT: dict[str, Any] = {"template": "plotly_white", "height": 380,
@@ -43,7 +44,7 @@ def convergence(data: StudyData) -> go.Figure | None:
     base = next((t for t in data.trials if t.user_attrs.get("kind") == "baseline"
                  and _finite(t.value)), None)
     if base is not None:
-        ci = (base.user_attrs.get("eval", {}) or {}).get("ci") or [None, None]
+        ci = stored_eval(base).get("ci") or [None, None]
         if _finite(ci[0]) and _finite(ci[1]):
             fig.add_hrect(y0=ci[0], y1=ci[1], fillcolor=GREY, opacity=0.18, line_width=0,
                           annotation_text="baseline 95% CI", annotation_position="top left")

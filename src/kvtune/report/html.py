@@ -36,6 +36,7 @@ from kvtune.report import figures
 from kvtune.report import sweep as sweep_view
 from kvtune.report.workers import html_section as workers_section
 from kvtune.store import config_key
+from kvtune.study.record import stored_eval
 
 _CSS = """
 html{overflow-y:scroll}
@@ -118,7 +119,7 @@ def comparison(data: StudyData) -> dict[str, Any]:
                            "label": "", "comparison": None, "source": ""}
     if base_trial is not None:
         out["base_config"] = base_trial.user_attrs.get("config", out["base_config"])
-        out["base_metrics"] = (base_trial.user_attrs.get("eval", {}) or {}).get("metrics", {})
+        out["base_metrics"] = stored_eval(base_trial).get("metrics", {})
     rec = conf.get("recommended")
     cands = conf.get("candidates") or []
     if rec:
@@ -150,7 +151,7 @@ def comparison(data: StudyData) -> dict[str, Any]:
             best = t
     if best is not None:
         out.update(status="unconfirmed", new_config=best.user_attrs.get("config", {}),
-                   new_metrics=(best.user_attrs.get("eval", {}) or {}).get("metrics", {}),
+                   new_metrics=stored_eval(best).get("metrics", {}),
                    label=f"best in search (trial {best.number}, unconfirmed)",
                    source="search trials (medians of their repetitions)")
     return out
@@ -554,7 +555,7 @@ def _trials(data: StudyData) -> str:
            f"{_e(data.metric)}</th><th>95% CI</th><th>n</th><th>{_e(data.metric)} vs "
            "baseline</th><th>configuration</th></tr>"]
     for t in data.trials:
-        ev = t.user_attrs.get("eval", {}) or {}
+        ev = stored_eval(t)
         ci = ev.get("ci") or [None, None]
         state = t.state.name
         if state == "FAIL":

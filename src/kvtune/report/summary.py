@@ -12,6 +12,7 @@ from rich.table import Table
 from kvtune.errors import UserError
 from kvtune.present import describe_change, pct
 from kvtune.store import Store
+from kvtune.study.record import stored_eval
 
 SHOWN = ("ops_per_sec", "p50_us", "p99_us", "p999_us", "hit_ratio", "errors", "server_errors")
 NO_SIGNIFICANT_CHANGE = "no significant change"
@@ -65,7 +66,7 @@ def collect(store: Store, name: str) -> dict[str, Any]:
             from None
     trials = []
     for t in study.get_trials(deepcopy=False):
-        ev = t.user_attrs.get("eval", {})
+        ev = stored_eval(t)
         trials.append({
             "number": t.number, "state": t.state.name, "kind": t.user_attrs.get("kind"),
             "value": t.values[0] if t.values else None, "values": t.values,

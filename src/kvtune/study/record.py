@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import optuna
 
@@ -42,9 +43,15 @@ def tell(study: optuna.Study, trial: optuna.Trial, e: Evaluation, kind: str,
     study.tell(trial, e.value)
 
 
+def stored_eval(t: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    """What `tell` stored of a trial's evaluation (its summary: value, CI, metrics, flags),
+    {} for a trial without one. The one reader of the trial's `eval` attribute."""
+    return t.user_attrs.get("eval", {}) or {}
+
+
 def evaluation_of(t: optuna.trial.FrozenTrial, metric: str) -> Evaluation:
     """The evaluation of a finished trial as `tell` stored it (no raw repetitions)."""
-    s = t.user_attrs.get("eval", {})
+    s = stored_eval(t)
     e = Evaluation(t.user_attrs.get("config", {}), metric)
     e.value = float(t.values[0]) if t.values else math.nan  # the first objective
     ci = s.get("ci") or [None, None]
