@@ -138,7 +138,7 @@ def test_host_and_cgroup_knobs_are_applied_and_restored(in_tmp: Path, kvload_bin
                                                         memcached_bin: str) -> None:
     autocork = Path("/proc/sys/net/ipv4/tcp_autocorking")
     before = autocork.read_text().strip()
-    spec = study_file(in_tmp, "host", trials=3, sampler="grid", knobs=(
+    spec = study_file(in_tmp, "host", trials=10, sampler="grid", knobs=(
         "  - net.ipv4.tcp_autocorking\n"
         "  - {name: placement.cpu_quota_pct, range: [20, 100]}\n"))
     r = kvtune("tune", str(spec), "--no-confirm", cwd=in_tmp)

@@ -143,9 +143,15 @@ def run(
     load_tool: Annotated[str | None, typer.Option(
         "--load-tool", help="measure with another load driver (kvload, redis-benchmark, "
                             "memaslap) as a cross-check; the peers are closed-loop")] = None,
+    capacity: Annotated[str | None, typer.Option(
+        "--capacity", help="measure the capacity at this latency SLO instead of the study's "
+                           "objective: the highest open-loop rate whose latency meets it, "
+                           "e.g. 'p99_us <= 200' (a knee search per repetition)")] = None,
 ) -> None:
     """Measure one configuration (the defaults, changed by --set) with repetitions and CIs."""
     loaded = _load(study_file, allow_inline_host_knobs)  # before the heavy imports
+    if capacity is not None:
+        _objective_capacity(loaded, capacity)
     from kvtune import load as load_drivers
     from kvtune.study.commands import run_config
 
@@ -182,6 +188,21 @@ def run(
         if res.get("stderr"):
             out.print(f"server stderr:\n{res['stderr']}", markup=False, highlight=False)
         raise typer.Exit(1)
+
+
+def _objective_capacity(loaded: Loaded, slo: str) -> None:
+    """`--capacity SLO`: the study's objective becomes the capacity at `slo` (checked like
+    the study file's `objective: {metric: capacity, slo: ...}`)."""
+    from kvtune.spec import ObjectiveSpec, parse_slo
+
+    try:
+        parse_slo(slo)
+    except ValueError as e:
+        raise UserError(f"--capacity: {e}") from None
+    if loaded.spec.load is None or loaded.spec.load.mode != "open":
+        raise UserError("--capacity: a capacity search runs open-loop load; the study's "
+                        "load.mode is closed (or it has no load)")
+    loaded.spec.objective = ObjectiveSpec(metric="capacity", slo=slo)
 
 
 @app.command()

@@ -32,6 +32,9 @@ class Metric:
 
 _TABLE: tuple[Metric, ...] = (
     Metric("ops_per_sec", "req/s", "maximize", True, "requests completed per second"),
+    Metric("capacity", "req/s", "maximize", True,
+           "the highest open-loop request rate whose latency meets the study's SLO (a knee "
+           "search per repetition)"),
     Metric("p50_us", "µs", "minimize", True, "median latency from the intended send time"),
     Metric("p90_us", "µs", "minimize", True, "90th percentile latency"),
     Metric("p99_us", "µs", "minimize", True, "99th percentile latency"),
@@ -50,6 +53,10 @@ _TABLE: tuple[Metric, ...] = (
 )
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in _TABLE}
+#: The latency figures an SLO may bound (`p99_us <= 200`), with kvload's name for each.
+SLO_METRICS: dict[str, str] = {"p50_us": "p50", "p90_us": "p90", "p99_us": "p99",
+                               "p999_us": "p99.9", "p9999_us": "p99.99",
+                               "service_p99_us": "service.p99"}
 #: Every name a load driver may report.
 NAMES: tuple[str, ...] = tuple(m.name for m in _TABLE)
 #: The names a study may optimize or constrain.
@@ -101,6 +108,10 @@ def unit(name: str) -> str:
     if m.startswith("redis_used_memory"):
         return "B"
     return "count"
+
+
+def capacity_unit() -> str:
+    return BY_NAME["capacity"].unit
 
 
 def unknown_objective(name: str) -> str:

@@ -5,8 +5,12 @@ and the JSON all use these functions, so the same change never reads "+569.9%" i
 place and "−82.6%" in another.
 
     describe_change("p99_us", -0.826, "minimize")                 # 'p99_us −82.6%, better'
-    describe_change("ops_per_sec", 0.04, "maximize", ci=(-0.01, 0.09), significant=False)
-    # 'ops_per_sec +4.0% (95% CI −1.0% … +9.0%), within noise'
+    describe_change("ops_per_sec", 0.04, "maximize", ci=(-0.01, 0.09))
+    # 'ops_per_sec +4.0% (95% CI −1.0% … +9.0%), no significant change'
+
+The words follow the interval, everywhere a change is printed (`judge`): a 95% CI wholly
+on the better side is "better", wholly on the worse side "worse", and only an interval
+that spans zero is "no significant change".
     change_record("p99_us", -0.826, "minimize")                   # the same, for JSON
 
 `direction` is the metric's good direction ("maximize"/"minimize"); `metric_direction`
@@ -55,18 +59,42 @@ def change_fraction(baseline: float | None, new: float | None) -> float | None:
     return n / b - 1
 
 
-def judge(change: float | None, direction: str | None,
-          significant: bool | None = None) -> str | None:
-    """"better", "worse", "no change", "within noise", or None (direction unknown)."""
+NO_SIGNIFICANT_CHANGE = "no significant change"
+
+
+def _finite_ci(ci: Sequence[float | None] | None) -> tuple[float, float] | None:
+    if not ci or len(ci) != 2:
+        return None
+    lo, hi = ci
+    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
+        return None
+    return float(lo), float(hi)
+
+
+def judge(change: float | None, direction: str | None, significant: bool | None = None,
+          ci: Sequence[float | None] | None = None) -> str | None:
+    """The words of a change: "better", "worse", "no significant change", "no change", or
+    None (direction unknown, or no change measured). With a CI of the change, the CI
+    decides: wholly above or below zero is better or worse by the direction, spanning zero
+    is "no significant change". Without one, `significant` False says "no significant
+    change", else the sign decides."""
     if change is None or (isinstance(change, float) and math.isnan(change)):
         return None
-    if significant is False:
-        return "within noise"
+    interval = _finite_ci(ci)
+    if interval is not None:
+        lo, hi = interval
+        if lo <= 0 <= hi:
+            return NO_SIGNIFICANT_CHANGE
+        side = 1 if lo > 0 else -1
+    else:
+        if significant is False:
+            return NO_SIGNIFICANT_CHANGE
+        if change == 0:
+            return "no change"
+        side = 1 if change > 0 else -1
     if direction not in ("maximize", "minimize"):
         return None
-    if change == 0:
-        return "no change"
-    good = change > 0 if direction == "maximize" else change < 0
+    good = side > 0 if direction == "maximize" else side < 0
     return "better" if good else "worse"
 
 
@@ -81,8 +109,8 @@ def describe_change(metric: str, change_fraction: float | None, direction: str |
                     ci: Sequence[float | None] | None = None,
                     significant: bool | None = None, level: float = 0.95) -> str:
     """"p99_us −82.6% (95% CI −85.0% … −80.1%), better": the metric's change, its CI when
-    given, and the verdict in words (within noise when `significant` is False)."""
-    word = judge(change_fraction, direction, significant)
+    given, and the verdict in words (`judge`: the CI decides when there is one)."""
+    word = judge(change_fraction, direction, significant, ci)
     head = f"{metric} {pct(change_fraction)}{_ci_text(ci, level)}"
     return f"{head}, {word}" if word else head
 
@@ -98,12 +126,12 @@ def change_record(metric: str, change_fraction: float | None, direction: str | N
                   ci: Sequence[float | None] | None = None,
                   significant: bool | None = None, level: float = 0.95) -> dict[str, Any]:
     """The same change for JSON: {"metric", "change" (new/baseline − 1), "ci" ([low, high]
-    of the change, or None), "direction", "verdict" ("better"/"worse"/"no change"/
-    "within noise"/None), "text" (describe_change's)}."""
+    of the change, or None), "direction", "verdict" (`judge`'s words, or None), "text"
+    (describe_change's)}."""
     c = None if change_fraction is None or math.isnan(change_fraction) else change_fraction
     return {"metric": metric, "change": c,
             "ci": list(ci) if ci and len(ci) == 2 else None, "direction": direction,
-            "verdict": judge(change_fraction, direction, significant),
+            "verdict": judge(change_fraction, direction, significant, ci),
             "text": describe_change(metric, change_fraction, direction, ci, significant,
                                     level)}
 

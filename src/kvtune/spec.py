@@ -10,6 +10,7 @@ Every problem is reported at once, each with its key path and line (`knobs[2].ra
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,7 +33,7 @@ from pydantic import (
 from kvtune.cpulist import parse_cpus
 from kvtune.durations import parse_duration
 from kvtune.errors import UserError
-from kvtune.metrics import OBJECTIVES, guess_direction, unknown_objective
+from kvtune.metrics import OBJECTIVES, SLO_METRICS, guess_direction, unknown_objective
 from kvtune.metrics import direction as objective_direction
 from kvtune.safety import args as scan
 from kvtune.safety import values as safe
@@ -51,6 +52,8 @@ __all__ = ["StudySpec", "line_map", "parse_cpus", "parse_data", "parse_duration"
 
 METRICS = OBJECTIVES  # the metrics an objective or a constraint may name (kvtune.metrics)
 _NAME = r"^[a-z][a-z0-9_\-]{0,31}$"  # a registered name: target kind, load tool
+MAX_RATE = 1e7  # req/s: kvload's largest open-loop rate
+_SLO = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|<)\s*([0-9.eE+\-]+)\s*(us|µs|ms)?\s*$")
 # "p99_us <= 500", or relative to the baseline: "ops_per_sec >= 0.98 * baseline".
 _CONSTRAINT = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=|<|>)\s*(?:(-?[0-9.eE+]+)|(-?[0-9.eE+]+)"
                          r"\s*\*\s*baseline|(baseline))\s*$")
@@ -183,9 +186,6 @@ class LoadSpec(_Model):
 
     @model_validator(mode="after")
     def _rate(self) -> LoadSpec:
-        # A workload file may give the rate (top-level or per phase); kvload says when not.
-        if self.mode == "open" and self.rate is None and not self.workload_file:
-            raise ValueError("open-loop load needs a rate (requests per second)")
         if self.remote_binary is not None and self.host is None:
             raise ValueError("load.remote_binary is a path on the load host: it needs load.host")
         return self
@@ -266,6 +266,39 @@ class ObjectiveSpec(_Model):
     metric: str = "ops_per_sec"
     direction: Literal["maximize", "minimize"] | None = None
     also: list[ObjectiveSpec] = Field(default_factory=list)
+    # metric: capacity — the latency SLO its knee search keeps ("p99_us <= 200"), the rate
+    # range it searches (req/s; default: from a short closed-loop burst), its precision.
+    slo: str | None = Field(default=None, max_length=64)
+    rates: tuple[float, float] | None = None
+    precision: float = Field(default=0.02, ge=0.005, le=0.25)
+
+    @field_validator("slo")
+    @classmethod
+    def _slo(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_slo(v)
+        return v
+
+    @field_validator("rates")
+    @classmethod
+    def _rates(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None:
+            lo, hi = v
+            if not 0 < lo < hi:
+                raise ValueError(f"rates [{lo:g}, {hi:g}] is not a range of request rates "
+                                 "(0 < low < high)")
+            if hi > MAX_RATE:
+                raise ValueError(f"rates: {hi:g} req/s is above kvload's limit of "
+                                 f"{MAX_RATE:g}")
+        return v
+
+    @model_validator(mode="after")
+    def _capacity(self) -> ObjectiveSpec:
+        if self.metric == "capacity" and self.slo is None:
+            raise ValueError("metric capacity needs an slo, e.g. slo: \"p99_us <= 200\"")
+        if self.metric != "capacity" and (self.slo is not None or self.rates is not None):
+            raise ValueError("slo and rates belong to metric: capacity")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -363,6 +396,41 @@ class Constraint(BaseModel):
         if self.relative:
             return f"{self.metric} {self.op} {self.bound:g} * baseline"
         return f"{self.metric} {self.op} {self.bound:g}"
+
+
+class Slo(BaseModel):
+    """A latency SLO, `metric op bound` in µs: what a capacity search keeps."""
+
+    metric: str
+    op: str
+    bound_us: float
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.op} {self.bound_us:g}"
+
+    def kvload(self) -> str:
+        """The SLO in kvload's `--search` grammar (docs/kvload.md)."""
+        return f"{SLO_METRICS[self.metric]}{self.op}{self.bound_us:g}us"
+
+
+def parse_slo(text: str) -> Slo:
+    """`p99_us <= 200` (µs; `200us` and `0.2ms` too). ValueError naming what is wrong."""
+    m = _SLO.match(text)
+    if not m:
+        raise ValueError(f"{text!r} is not an SLO such as 'p99_us <= 200'")
+    metric, op, bound, unit = m.groups()
+    if metric not in SLO_METRICS:
+        raise ValueError(f"an SLO bounds a latency: {metric!r} is not one of "
+                         f"{', '.join(SLO_METRICS)}")
+    try:
+        value = float(bound) * (1000.0 if unit == "ms" else 1.0)
+    except ValueError:
+        raise ValueError(f"{text!r}: {bound!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{text!r}: the bound must be a positive number of µs")
+    if value > 60e6:
+        raise ValueError(f"{text!r}: a bound above 60 s is not a latency SLO")
+    return Slo(metric=metric, op=op, bound_us=value)
 
 
 def parse_constraint(text: str) -> Constraint:
@@ -472,16 +540,35 @@ class StudySpec(_Model):
         return v
 
     @model_validator(mode="after")
+    def _rate(self) -> StudySpec:
+        load = self.load
+        if load is None:
+            return self
+        capacity = any(o.metric == "capacity" for o in self.objective.all)
+        if capacity and load.mode != "open":
+            _raise_at(("load", "mode"), load.mode,
+                      "objective capacity is a search over open-loop rates: load.mode must be "
+                      "open (a closed loop has no rate to search)")
+        # A workload file may give the rate (top-level or per phase); kvload says when not.
+        # A capacity search chooses its rates.
+        if load.mode == "open" and load.rate is None and not load.workload_file \
+                and not capacity:
+            _raise_at(("load",), None, "open-loop load needs a rate (requests per second)")
+        return self
+
+    @property
+    def slo(self) -> Slo | None:
+        """The capacity objective's SLO, parsed (None for other objectives)."""
+        o = next((o for o in self.objective.all if o.metric == "capacity"), None)
+        return None if o is None or o.slo is None else parse_slo(o.slo)
+
+    @model_validator(mode="after")
     def _network_rule(self) -> StudySpec:
         """Traffic goes only to loopback or to the hosts the study names (safety/remote.py)."""
         problem = server_address_problem(self.target.host,
                                          self.load.load_host if self.load else None)
         if problem:  # reported at target.host (a plain ValueError would be at the top level)
-            from pydantic_core import InitErrorDetails, PydanticCustomError
-
-            raise ValidationError.from_exception_data("StudySpec", [InitErrorDetails(
-                type=PydanticCustomError("value_error", "{problem}", {"problem": problem}),
-                loc=("target", "host"), input=self.target.host)])
+            _raise_at(("target", "host"), self.target.host, problem)
         return self
 
     @property
@@ -492,6 +579,16 @@ class StudySpec(_Model):
         if self.storage:
             return self.storage
         return f"sqlite:///{(base / 'results' / f'{self.study}.db').as_posix()}"
+
+
+def _raise_at(loc: tuple[str, ...], value: Any, problem: str) -> None:
+    """A model validator's problem reported at `loc` (a plain ValueError would be reported
+    at the model's own level)."""
+    from pydantic_core import InitErrorDetails, PydanticCustomError
+
+    raise ValidationError.from_exception_data("StudySpec", [InitErrorDetails(
+        type=PydanticCustomError("value_error", "{problem}", {"problem": problem}),
+        loc=loc, input=value)])
 
 
 # -- loading with line numbers -------------------------------------------------------------

@@ -10,25 +10,23 @@ from rich.console import Console
 from rich.table import Table
 
 from kvtune.errors import UserError
-from kvtune.present import describe_change, pct
+from kvtune.present import NO_SIGNIFICANT_CHANGE, describe_change, pct
 from kvtune.store import Store
 from kvtune.study.record import stored_eval
 
 SHOWN = ("ops_per_sec", "p50_us", "p99_us", "p999_us", "hit_ratio", "errors", "server_errors")
-NO_SIGNIFICANT_CHANGE = "no significant change"
 
 
 def change_cell(ch: dict[str, Any] | None) -> str:
     """A metric's confirmed change for the comparison table: "−18.0% (95% CI −21.0% …
-    −15.2%), worse" when significant, else "no significant change (95% CI …)"; never a
-    bare percentage."""
+    −15.2%), worse"; the words follow the CI (`present.judge`); never a bare
+    percentage."""
     if not ch:
         return ""
-    ci = ch.get("ci")
-    ci_text = f" (95% CI {pct(ci[0])} … {pct(ci[1])})" if ci else ""
-    if not ch.get("significant") or ch.get("change") is None:
-        return NO_SIGNIFICANT_CHANGE + ci_text
-    return describe_change("", ch["change"], ch.get("direction"), ci, True).strip()
+    if ch.get("change") is None:
+        return NO_SIGNIFICANT_CHANGE
+    return describe_change("", ch["change"], ch.get("direction"), ch.get("ci"),
+                           ch.get("significant")).strip()
 
 
 def _f(v: Any) -> str:

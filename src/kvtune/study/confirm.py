@@ -6,8 +6,9 @@ these fresh samples only:
 - the objective: one-sided Mann–Whitney, Holm-adjusted across the candidates, with a
   bootstrap CI of the change; the candidate must improve it significantly;
 - every other shown metric: a two-sided test and a 95% CI of its change from the same
-  rounds. A change is claimed ("better"/"worse") only when the CI excludes zero and the
-  two-sided test agrees at α; otherwise it is "no significant change". No correction across
+  rounds. Its words follow the CI (`present.judge`: "better"/"worse" when the CI excludes
+  zero, else "no significant change"); it counts as a trade-off only when the two-sided
+  test agrees at α too. No correction across
   metrics: each secondary change is a separate claim whose wrong-sign rate the CI bounds by
   α/2 (bench/tradeoff measures it), and widening the CIs would hide real trade-offs, the
   costlier error;
@@ -34,29 +35,45 @@ from typing import Any
 import numpy as np
 import optuna
 
-from kvtune.present import describe_change, pct
+from kvtune.present import NO_SIGNIFICANT_CHANGE, describe_change, judge
 from kvtune.spec import Constraint, EvaluationSpec, metric_direction
 from kvtune.stats import bootstrap_ci, centre, compare, holm
 from kvtune.store import config_key
+from kvtune.study.record import stored_eval
 
 NO_CANDIDATE = "no feasible candidate better than the baseline was found"
 NONE_SIGNIFICANT = "no significant improvement found"
-NO_SIGNIFICANT_CHANGE = "no significant change"
 
 # The metrics every comparison shows beside the objective(s) and the constraints' metrics.
 SHOWN = ("ops_per_sec", "p50_us", "p99_us", "p999_us", "hit_ratio", "errors",
          "server_errors")
 
 
+def clearly_worse(trial: optuna.trial.FrozenTrial, baseline: optuna.trial.FrozenTrial,
+                  direction: str) -> bool:
+    """Whether the search measured `trial` clearly worse than the baseline: its interval
+    (the CI of its median, or the range of its repetitions) lies wholly on the worse side
+    of the baseline's. Such a trial is no contender for the confirmation's rounds."""
+    c, b = stored_eval(trial).get("ci"), stored_eval(baseline).get("ci")
+    if not c or not b or any(v is None or (isinstance(v, float) and math.isnan(v))
+                             for v in (*c, *b)):
+        return False
+    return bool(c[1] < b[0]) if direction == "maximize" else bool(c[0] > b[1])
+
+
 def candidates(trials: Sequence[optuna.trial.FrozenTrial], baseline: dict[str, Any],
                direction: str, top: int) -> list[dict[str, Any]]:
     """The best `top` distinct feasible search configurations by their search value, none
-    of them the baseline's."""
+    of them the baseline's, and none the search already measured clearly worse than the
+    baseline (`clearly_worse`): confirmation rounds go to contenders."""
     seen = {config_key(baseline)}
+    base_trial = next((t for t in trials if t.state == optuna.trial.TrialState.COMPLETE
+                       and t.user_attrs.get("kind") == "baseline"), None)
     ranked = sorted(
         (t for t in trials if t.state == optuna.trial.TrialState.COMPLETE
          and t.user_attrs.get("kind") == "trial"
-         and all(v <= 0 for v in t.user_attrs.get("violations", [0.0]))),
+         and all(v <= 0 for v in t.user_attrs.get("violations", [0.0]))
+         and not (base_trial is not None and clearly_worse(t, base_trial, direction))),
         key=lambda t: float(t.value or 0) if direction == "minimize" else -float(t.value or 0))
     out: list[dict[str, Any]] = []
     for t in ranked:
@@ -165,19 +182,16 @@ class MetricChange:
             and not self.worse and self.change != 0
 
     def text(self) -> str:
-        """"ops_per_sec −18.0% (95% CI −21.0% … −15.2%), worse" when significant, else
-        "ops_per_sec: no significant change (95% CI −3.0% … +4.1%)": never a bare
-        percentage."""
-        if self.significant and self.change is not None:
-            return describe_change(self.metric, self.change, self.direction, self.ci, True)
-        ci = self.ci
-        if ci is None or any(math.isnan(v) for v in ci):
+        """"ops_per_sec −18.0% (95% CI −21.0% … −15.2%), worse": the words follow the CI
+        (`present.judge`); never a bare percentage."""
+        if self.change is None:
             return f"{self.metric}: {NO_SIGNIFICANT_CHANGE}"
-        return f"{self.metric}: {NO_SIGNIFICANT_CHANGE} (95% CI {pct(ci[0])} … {pct(ci[1])})"
+        return describe_change(self.metric, self.change, self.direction, self.ci,
+                               self.significant)
 
     def as_dict(self) -> dict[str, Any]:
-        verdict = (NO_SIGNIFICANT_CHANGE if not self.significant
-                   else "worse" if self.worse else "better" if self.better else "changed")
+        verdict = judge(self.change, self.direction, self.significant, self.ci) or (
+            NO_SIGNIFICANT_CHANGE if not self.significant else "changed")
         return {"metric": self.metric, "direction": self.direction,
                 "baseline": self.baseline, "candidate": self.candidate,
                 "change": self.change, "ci": list(self.ci) if self.ci else None,
@@ -339,12 +353,11 @@ def candidate_text(row: dict[str, Any], metric: str, changes: Mapping[str, Metri
     ci = (comp["change_ci_low"], comp["change_ci_high"])
     head = describe_change(metric, comp["change"], metric_direction(metric), ci,
                            bool(row["objective_significant"]))
+    if obj.change is None:
+        head = f"{metric}: {NO_SIGNIFICANT_CHANGE}"
     text = f"{row['name']}: {head}"
     if row["objective_significant"]:
         text += f" (Holm-adjusted p={row['p_adjusted']:.3g})"
-    elif obj.change is not None:
-        text = f"{row['name']}: {metric} {NO_SIGNIFICANT_CHANGE} (95% CI {pct(ci[0])} … " \
-               f"{pct(ci[1])})"
     costs = [changes[m].text() for m in row["tradeoffs"]]
     if costs:
         text += ", at the cost of " + ", ".join(costs)
