@@ -52,7 +52,7 @@ def test_ablation_names_the_knob_that_carries_the_gain() -> None:
     assert res["measurements"] == m.count["n"] == (2 + 2) * 7
     assert res["gain"]["verdict"] == "better" and res["gain"]["change"] > 0.2
     assert "synthetic.x 2 → 7 (share" in res["text"]
-    assert "the other change is within noise" in res["text"]
+    assert "reverting the other change: no significant change" in res["text"]
 
 
 def test_ablation_two_carriers_and_minimize() -> None:

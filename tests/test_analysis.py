@@ -296,7 +296,7 @@ def test_one_sign_convention() -> None:
         "p99_us \u221282.6%, better"
     assert describe_change("ops_per_sec", 0.04, "maximize", ci=(-0.01, 0.09),
                            significant=False) == \
-        "ops_per_sec +4.0% (95% CI \u22121.0% … +9.0%), within noise"
+        "ops_per_sec +4.0% (95% CI \u22121.0% … +9.0%), no significant change"
     assert describe_change("p99_us", 0.2, "minimize").endswith("worse")
     rec = change_record("p99_us", -0.5, "minimize", ci=(-0.6, -0.4), significant=True)
     assert rec["change"] == -0.5 and rec["verdict"] == "better" and rec["ci"] == [-0.6, -0.4]

@@ -12,8 +12,12 @@ lognormal noise, CoV 5%), with the study's baseline as trial 0; kvtune's importa
 
 Reported per trial count: how often kvtune ranked at all, top-1 correct rate when it
 ranked, Spearman rank correlation of its point importances with the truth, the
-importance given to the no-effect knob, and how often the no-effect knob was ranked above
-a real one.
+importance given to the no-effect knob, how often the no-effect knob was ranked above
+a real one, and the pairs of ranked knobs whose order contradicts the truth: in the plain
+order of the ranking (what kvtune printed before it had tiers) and across its tiers (what
+it now states as supported; knobs within a tier are printed as not separable).
+
+    .venv/bin/python bench/explain/importance_bench.py --seeds 8 --trials 30 --cov 0.10
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from kvtune.targets.synthetic import SYNTHETIC_KNOBS, true_value
 DUMMY = "synthetic.dummy"
 KNOBS = ["synthetic.x", "synthetic.threads", "synthetic.mode", "synthetic.flag", DUMMY]
 BASELINE = {**{k.name: k.default for k in SYNTHETIC_KNOBS.values()}, DUMMY: 5.0}
-COV = 0.05
+COV = 0.05  # the repetitions' noise (--cov)
 
 
 def grid() -> dict[str, list[Any]]:
@@ -105,16 +109,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, nargs="+", default=[10, 20, 40])
     ap.add_argument("--method", default="main-effects",
                     help="main-effects (kvtune's default) or ped-anova (the former one)")
+    ap.add_argument("--cov", type=float, default=COV)
     ap.add_argument("--json")
     args = ap.parse_args(argv)
+    globals()["COV"] = args.cov
     tru = truth()
     real = [k for k in KNOBS if k != DUMMY]
     top = max(tru, key=lambda k: tru[k])
     print("truth (main effects):", {k: round(v, 3) for k, v in tru.items()})
-    out: dict[str, Any] = {"truth": tru, "method": args.method, "rows": []}
+    out: dict[str, Any] = {"truth": tru, "method": args.method, "cov": args.cov, "rows": []}
     for n in args.trials:
         ranked = correct = dummy_above = point_correct = 0
         rhos, dummy_imp, dummy_ranked_above = [], [], 0
+        wrong_plain = wrong_tiers = studies_wrong_plain = studies_wrong_tiers = 0
         for s in range(args.seeds):
             imp = importance(run_study(n, s), method=args.method, seed=s)
             if not imp.values:
@@ -132,6 +139,15 @@ def main(argv: list[str] | None = None) -> int:
                 if DUMMY in order and any(order.index(DUMMY) < order.index(k)
                                           for k in real if k in order):
                     dummy_ranked_above += 1
+                plain = sum(1 for i, a in enumerate(order) for b in order[i + 1:]
+                            if tru[a] < tru[b])
+                tiers = imp.tiers or [[k] for k in order]
+                stated = sum(1 for i, ta in enumerate(tiers) for tb in tiers[i + 1:]
+                             for a in ta for b in tb if tru[a] < tru[b])
+                wrong_plain += plain
+                wrong_tiers += stated
+                studies_wrong_plain += plain > 0
+                studies_wrong_tiers += stated > 0
         row = {"trials": n, "seeds": args.seeds, "ranked": ranked,
                "top1_correct_when_ranked": correct / ranked if ranked else None,
                "top1_correct_of_point_values": point_correct / args.seeds,
@@ -139,7 +155,11 @@ def main(argv: list[str] | None = None) -> int:
                "dummy_importance_median": float(np.median(dummy_imp)) if dummy_imp else None,
                "dummy_importance_max": float(np.max(dummy_imp)) if dummy_imp else None,
                "dummy_point_above_a_real_knob": dummy_above,
-               "dummy_ranked_above_a_real_knob": dummy_ranked_above}
+               "dummy_ranked_above_a_real_knob": dummy_ranked_above,
+               "wrong_pairs_plain_order": wrong_plain,
+               "wrong_pairs_across_tiers": wrong_tiers,
+               "studies_with_a_wrong_plain_order": studies_wrong_plain,
+               "studies_with_a_wrong_supported_order": studies_wrong_tiers}
         out["rows"].append(row)
         print(json.dumps(row))
     if args.json:

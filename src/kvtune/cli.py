@@ -102,7 +102,7 @@ def tune(
     """Tune: baseline and noise floor, Bayesian search, confirmation against the defaults.
     Running it again resumes the same study."""
     loaded = _load(study_file, allow_inline_host_knobs)  # before the heavy imports
-    from kvtune.report.summary import collect, render
+    from kvtune.report.summary import collect, next_steps, render
     from kvtune.study.run import StudyRun
 
     if trials is not None:
@@ -115,7 +115,7 @@ def tune(
         run = StudyRun(loaded, err)
     run.run(confirm=not no_confirm, ablation=not no_ablation)
     data = collect(run.store, loaded.spec.study)
-    render(data, out)
+    render(data, out, next_steps(data, str(study_file)))
     conf = data.get("confirmation")
     if not no_confirm and conf is not None and not conf.get("recommended"):
         # The study ran; there is nothing to recommend (exit 1, not a harness fault's 3).
@@ -245,7 +245,7 @@ def show(
     as_json: Annotated[bool, flag("--json", help="print JSON for scripts")] = False,
 ) -> None:
     """Trials, and the best configuration beside the baseline, metric by metric."""
-    from kvtune.report.summary import collect, render
+    from kvtune.report.summary import collect, next_steps, render
     from kvtune.store import Store
 
     name, url = _storage_for(study, storage)
@@ -253,7 +253,7 @@ def show(
     if as_json:
         print(json.dumps(data, indent=1, default=str))
         return
-    render(data, out)
+    render(data, out, next_steps(data, study))
 
 
 @app.command()

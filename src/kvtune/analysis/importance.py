@@ -9,7 +9,10 @@ Hochberg over the knobs) says whether the trials show an effect at all, and a bo
 over trials gives each share a 95% interval. kvtune ranks only the knobs with an effect
 (q < 0.05), and says "not enough trials to rank" when the fit has fewer than
 MIN_RESIDUAL_DF degrees of freedom left, no knob shows an effect, or the top knob leads in
-fewer than STABLE_TOP of the bootstrap resamples. bench/explain/ measures
+fewer than STABLE_TOP of the bootstrap resamples. Below the leader the same rule holds
+between neighbours: a knob is ranked below the ones before it only when each of them beats
+it in at least STABLE_TOP of the resamples; otherwise they are shown tied ("not
+separable"), in `tiers`. bench/explain/ measures
 how often this is right on the synthetic surface (docs/report.md).
 
 "ped-anova" (Optuna's PED-ANOVA, the former default) and "fanova" (scikit-learn) remain
@@ -22,6 +25,7 @@ are not samples of the search space. Parameters that are not knobs (a knob's spe
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -52,13 +56,27 @@ class Importance:
     ranking: list[str] = field(default_factory=list)  # knobs with an effect, largest first
     ranked: bool = False  # whether the trials support any ranking
     first: dict[str, float] = field(default_factory=dict)  # share of resamples it led
+    # The ranking in tiers: knobs in one tier are not separable by the bootstrap.
+    tiers: list[list[str]] = field(default_factory=list)
+    # (a, b) -> share of resamples in which a's share was above b's
+    above: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"method": self.method, "values": self.values, "n_trials": self.n_trials,
                 "note": self.note,
                 "intervals": {k: list(v) for k, v in self.intervals.items()},
                 "q_values": self.q_values, "ranking": self.ranking, "ranked": self.ranked,
-                "first": self.first}
+                "first": self.first, "tiers": self.tiers, "ties": self.tie_notes()}
+
+    def tie_notes(self) -> list[str]:
+        """Why knobs share a tier, in the leader note's words."""
+        out = []
+        for tier in self.tiers:
+            for a, b in itertools.pairwise(tier):
+                out.append(f"{a} and {b} are not separable: {a} ranks above {b} in only "
+                           f"{self.above.get((a, b), 0.0):.0%} of bootstrap resamples of the "
+                           f"{self.n_trials} trials")
+        return out
 
     def verdict(self) -> str:
         """One line: what the trials support."""
@@ -67,7 +85,9 @@ class Importance:
         if not self.ranked:
             return f"{NOT_ENOUGH}" + (f" ({self.note})" if self.note else "")
         rest = [k for k in self.values if k not in self.ranking]
-        text = "ranked by effect: " + " > ".join(self.ranking)
+        tiers = self.tiers or [[k] for k in self.ranking]
+        text = "ranked by effect: " + " > ".join(
+            t[0] if len(t) == 1 else "{" + ", ".join(t) + "} (not separable)" for t in tiers)
         if rest:
             text += "; no measurable effect: " + ", ".join(rest)
         return text
@@ -199,12 +219,14 @@ def _optuna(method: str, names: list[str], trials: list[optuna.trial.FrozenTrial
 
 def _intervals(fn: Callable[[list[optuna.trial.FrozenTrial]], dict[str, float]],
                trials: list[optuna.trial.FrozenTrial], names: list[str], seed: int,
-               resamples: int) -> tuple[dict[str, tuple[float, float]], dict[str, float]]:
-    """95% percentile intervals of each share over bootstrap resamples of the trials, and
-    how often each knob came first."""
+               resamples: int) -> tuple[dict[str, tuple[float, float]], dict[str, float],
+                                        dict[tuple[str, str], float]]:
+    """95% percentile intervals of each share over bootstrap resamples of the trials, how
+    often each knob came first, and how often each knob's share was above each other's."""
     rng = np.random.default_rng(seed)
     draws: dict[str, list[float]] = {k: [] for k in names}
     first: dict[str, int] = dict.fromkeys(names, 0)
+    above: dict[tuple[str, str], int] = {(a, b): 0 for a in names for b in names if a != b}
     for _ in range(resamples):
         pick = [trials[i] for i in rng.integers(0, len(trials), len(trials))]
         if len({t.value for t in pick}) < 2:
@@ -216,13 +238,29 @@ def _intervals(fn: Callable[[list[optuna.trial.FrozenTrial]], dict[str, float]],
         for k in names:
             draws[k].append(v.get(k, 0.0))
         first[max(names, key=lambda k: v.get(k, 0.0))] += 1
+        for a, b in above:
+            if v.get(a, 0.0) > v.get(b, 0.0):
+                above[(a, b)] += 1
     n = max(1, len(draws[names[0]]))
     out = {}
     for k, d in draws.items():
         if len(d) >= 10:
             lo, hi = np.percentile(d, [2.5, 97.5])
             out[k] = (float(lo), float(hi))
-    return out, {k: c / n for k, c in first.items()}
+    return out, {k: c / n for k, c in first.items()}, {k: c / n for k, c in above.items()}
+
+
+def tiers(ranking: list[str], above: dict[tuple[str, str], float],
+          stable: float = STABLE_TOP) -> list[list[str]]:
+    """`ranking` (largest first) cut into tiers: a knob starts a new tier only when every
+    knob of the current tier ranks above it in at least `stable` of the resamples."""
+    out: list[list[str]] = []
+    for k in ranking:
+        if out and any(above.get((a, k), 0.0) < stable for a in out[-1]):
+            out[-1].append(k)
+        else:
+            out.append([k])
+    return out
 
 
 def importance(data: StudyData, method: str = "main-effects", seed: int = 0,
@@ -273,7 +311,7 @@ def importance(data: StudyData, method: str = "main-effects", seed: int = 0,
         out.values = {k: 0.0 for k in names}
         return out
     out.values = {k: float(v) for k, v in sorted(vals.items(), key=lambda kv: -kv[1])}
-    out.intervals, out.first = _intervals(fn, trials, names, seed, resamples)
+    out.intervals, out.first, out.above = _intervals(fn, trials, names, seed, resamples)
     if method != "main-effects":
         out.note = f"{method} has no significance test: shown unranked, with intervals"
         return out
@@ -291,4 +329,6 @@ def importance(data: StudyData, method: str = "main-effects", seed: int = 0,
         out.ranked = False
         out.note = (f"{out.ranking[0]} leads in only {out.first.get(out.ranking[0], 0):.0%} "
                     f"of bootstrap resamples of the {len(trials)} trials")
+    else:
+        out.tiers = tiers(out.ranking, out.above)
     return out

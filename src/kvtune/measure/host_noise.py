@@ -67,16 +67,18 @@ def checks(facts: dict[str, Any], steal_threshold: float = 0.05) -> list[dict[st
     return out
 
 
-def record(store: Store, study: str, console: Console, steal_threshold: float = 0.05,
+def record(store: Store, study: str, console: Console | None, steal_threshold: float = 0.05,
            ignore: tuple[int, ...] = ()) -> dict[str, Any]:
-    """Measure the facts (0.5 s), store them as "host_noise", print them."""
+    """Measure the facts (0.5 s), store them as "host_noise"; print them when given a
+    console (a study run does not: its summary prints them, once)."""
     from kvtune.host.facts import noise_facts
 
     facts = noise_facts(ignore=ignore)
     facts["checks"] = checks(facts, steal_threshold)
     store.put_result(study, KEY, facts)
-    for line in lines(facts):
-        console.print(line, markup=False, highlight=False)
+    if console is not None:
+        for line in lines(facts):
+            console.print(line, markup=False, highlight=False)
     return facts
 
 

@@ -240,7 +240,29 @@ def _vs_nearest_baseline(trials: list[dict[str, Any]], base: dict[str, Any] | No
         t["baseline_ref"] = ref
 
 
-def render(data: dict[str, Any], console: Console) -> None:
+def next_steps(data: dict[str, Any], study: str) -> list[str]:
+    """The commands that come next, with the files they write (the last lines `kvtune
+    tune` and `kvtune show` print)."""
+    from pathlib import Path
+
+    if "trials" not in data:
+        return [f"kvtune report {study} -o report.html   writes {Path.cwd() / 'report.html'}"]
+    conf = data.get("confirmation") or {}
+    out = [f"kvtune report {study} -o report.html   writes {Path.cwd() / 'report.html'}"]
+    export_dir = Path.cwd() / "export" / data["study"]
+    if conf.get("recommended"):
+        out.append(f"kvtune export {study}   writes the recommendation's files into "
+                   f"{export_dir}/ (with rollback/)")
+    elif data.get("best") is not None:
+        out.append(f"kvtune export {study} --best-in-search   writes the best search trial's "
+                   f"files (unconfirmed) into {export_dir}/")
+    return out
+
+
+def render(data: dict[str, Any], console: Console, next_commands: list[str] | None = None
+           ) -> None:
+    """`kvtune show`: the trials, the best configuration beside the baseline, what mattered;
+    last, the verdict and (`next_commands`) what to do next. Each result is said once."""
     from kvtune.stats import ci_kind
 
     if "trials" not in data:  # sweeps only
@@ -251,11 +273,17 @@ def render(data: dict[str, Any], console: Console) -> None:
                   f"{len(data['trials'])} trials, {data['storage']})")
     t = Table(title="Trials", show_lines=False)
     for col in ("#", "kind", "state", data["metric"] or "value", "interval", "n",
-                f"{data['metric'] or 'value'} vs baseline", "configuration"):
+                f"{data['metric'] or 'value'} vs baseline"):
         t.add_column(col)
+    # The configuration on one line: what differs from the baseline (a wrapped cell would
+    # print the same continuation text on several rows).
+    t.add_column("configuration (changes from the baseline)", no_wrap=True,
+                 overflow="ellipsis")
+    base_cfg = (data.get("baseline") or {}).get("config") or {}
     for tr in data["trials"]:
         ci = tr["ci"] or [None, None]
-        cfg = ", ".join(f"{k.split('.', 1)[-1]}={_f(v)}" for k, v in tr["config"].items())
+        cfg = " ".join(f"{k.split('.', 1)[-1]}={_f(v)}" for k, v in tr["config"].items()
+                       if tr.get("kind") == "baseline" or base_cfg.get(k) != v) or "-"
         state = tr["state"] if tr["state"] != "FAIL" else f"FAIL: {tr['failed']}"
         if tr["state"] == "COMPLETE" and not tr["feasible"]:
             state = "infeasible"
@@ -274,8 +302,9 @@ def render(data: dict[str, Any], console: Console) -> None:
     base, best = data["baseline"], data["best"]
     conf = data.get("confirmation")
     if conf and conf.get("multi"):
-        render_front(data, conf, console)
         _render_analysis(data.get("analysis"), console)
+        render_front(data, conf, console)
+        _render_next(next_commands, console)
         return
     shown_row: dict[str, Any] | None = None  # the confirmation row whose changes are shown
     if conf and conf.get("recommended"):
@@ -331,26 +360,6 @@ def render(data: dict[str, Any], console: Console) -> None:
             change = ""
         cmp_t.add_row(f"[bold]{m}[/]", _f(b), _f(n), change)
     console.print(cmp_t)
-    if conf:
-        style = "green" if conf.get("recommended") else "yellow"
-        how = f" ({conf['rounds']} interleaved rounds)" if conf.get("rounds") else ""
-        console.print(f"[{style}]Confirmation{how}: "
-                      f"{conf['verdict']}[/]")
-        for c in conf.get("candidates", []):
-            if c.get("text"):
-                console.print(f"  {c['text']}"
-                              + (f" (failed: {c['failed']})" if c.get("failed") else ""))
-                continue
-            comp = c["comparison"]
-            console.print(f"  {c['name']}: {data['metric']} {_chg(comp, 'change')} (95% CI "
-                          f"{_chg(comp, 'change_ci_low')} … {_chg(comp, 'change_ci_high')}), "
-                          f"p={comp['p_value']:.3g}"
-                          f", Holm-adjusted p={c['p_adjusted']:.3g}"
-                          + (f", failed: {c['failed']}" if c.get("failed") else ""))
-    else:
-        console.print("[yellow]Not confirmed: the search's best is one noisy estimate. "
-                      "`kvtune tune` confirms it against the baseline at the end unless "
-                      "evaluation.confirm_rounds is 0 or --no-confirm was given.[/]")
     for d in data.get("drift", []):
         if d.get("moved"):
             ch = d["change"]
@@ -363,6 +372,40 @@ def render(data: dict[str, Any], console: Console) -> None:
                           "are not comparable, only the confirmation decides[/]")
     _render_analysis(data.get("analysis"), console)
     _render_sweeps(data, console)
+    _render_verdict(data, conf, console)
+    _render_next(next_commands, console)
+
+
+def _render_verdict(data: dict[str, Any], conf: dict[str, Any] | None,
+                    console: Console) -> None:
+    """The confirmation: every other candidate's line, then the verdict, once each."""
+    if not conf:
+        console.print("[yellow]Not confirmed: the search's best is one noisy estimate. "
+                      "`kvtune tune` confirms it against the baseline at the end unless "
+                      "--no-confirm was given.[/]")
+        return
+    verdict = str(conf.get("verdict") or "")
+    for c in conf.get("candidates", []):
+        if c.get("text"):
+            line = c["text"] + (f" (failed: {c['failed']})" if c.get("failed") else "")
+        else:
+            comp = c["comparison"]
+            line = (f"{c['name']}: {data['metric']} {_chg(comp, 'change')} (95% CI "
+                    f"{_chg(comp, 'change_ci_low')} … {_chg(comp, 'change_ci_high')}), "
+                    f"p={comp['p_value']:.3g}, Holm-adjusted p={c['p_adjusted']:.3g}"
+                    + (f", failed: {c['failed']}" if c.get("failed") else ""))
+        if line.strip() != verdict.strip():
+            console.print(f"  {line}", highlight=False)
+    style = "green" if conf.get("recommended") else "yellow"
+    how = f" ({conf['rounds']} interleaved rounds)" if conf.get("rounds") else ""
+    console.print(f"[{style}]Confirmation{how}: {verdict}[/]", highlight=False)
+
+
+def _render_next(commands: list[str] | None, console: Console) -> None:
+    if commands:
+        console.print("Next:", highlight=False)
+        for c in commands:
+            console.print(f"  {c}", highlight=False, soft_wrap=True)
 
 
 def render_front(data: dict[str, Any], conf: dict[str, Any], console: Console) -> None:
@@ -382,11 +425,11 @@ def render_front(data: dict[str, Any], conf: dict[str, Any], console: Console) -
         t.add_row(str(c["trial"]), *(change_cell(c["changes"].get(m)) for m in names),
                   "yes" if c.get("significant") else "no", cfg)
     console.print(t)
-    style = "green" if conf.get("front") else "yellow"
-    console.print(f"[{style}]Confirmation: {conf['verdict']}[/]")
     for c in conf.get("candidates", []):
         console.print(f"  {c['text']}" + (f" (failed: {c['failed']})" if c.get("failed")
                                           else ""))
+    style = "green" if conf.get("front") else "yellow"
+    console.print(f"[{style}]Confirmation: {conf['verdict']}[/]")
 
 
 # -- analysis: what mattered and why (the report's summary, for the terminal) ---------------

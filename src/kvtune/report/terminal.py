@@ -41,14 +41,18 @@ def render_analysis(an: dict[str, Any] | None, console: Console) -> None:
             iv = (imp.get("intervals") or {}).get(k)
             share = f"{v:.0%}" + (f" ({iv[0]:.0%} … {iv[1]:.0%})" if iv else "")
             if ranked:
-                rank = (f"#{imp['ranking'].index(k) + 1}" if k in imp["ranking"]
-                        else "no measurable effect")
+                tiers = imp.get("tiers") or [[r] for r in imp["ranking"]]
+                tier = next((i for i, t in enumerate(tiers) if k in t), None)
+                rank = ("no measurable effect" if tier is None else f"#{tier + 1}"
+                        + (" (tied: not separable)" if len(tiers[tier]) > 1 else ""))
             else:
                 rank = "not enough trials to rank"
             t.add_row(k, share, rank, an["zones_text"].get(k, ""))
         console.print(t)
         if not ranked and imp.get("note"):
             console.print(f"Importance: not enough trials to rank ({imp['note']}).")
+        for tie in imp.get("ties") or []:
+            console.print(f"Importance: {tie}.", highlight=False)
     elif imp.get("note"):
         console.print(f"Importance: {imp['note']}.")
     if an["telemetry"]:

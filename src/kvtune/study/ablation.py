@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from kvtune.present import MINUS, change_fraction, change_record, number
+from kvtune.present import MINUS, NO_SIGNIFICANT_CHANGE, change_fraction, change_record, number
 from kvtune.spec import EvaluationSpec
 from kvtune.stats import detectable_improvement, holm, rounds_needed
 from kvtune.study.confirm import Arm, Measure, interleave
@@ -343,7 +343,7 @@ def _change(row: dict[str, Any]) -> str:
 
 def explain(res: dict[str, Any]) -> str:
     """One line: "memcached.threads 4 → 1 carries the gain (share 98%, 95% CI 91% … 104%);
-    the other 3 changes are within noise"."""
+    reverting the other 3 changes makes no significant change"."""
     if res.get("skipped"):
         return f"ablation skipped: {res['skipped']}"
     rows = {r["knob"]: r for r in res["knobs"]}
@@ -365,11 +365,11 @@ def explain(res: dict[str, Any]) -> str:
     noise = res["noise"]
     if noise:
         if parts and len(noise) == n - len(parts) and not res["hurts"]:
-            other = "the other change is" if len(noise) == 1 else \
-                f"the other {len(noise)} changes are"
+            other = "the other change" if len(noise) == 1 else \
+                f"the other {len(noise)} changes"
         else:
-            other = ", ".join(noise) + (" is" if len(noise) == 1 else " are")
-        text += f"; {other} within noise"
+            other = ", ".join(noise)
+        text += f"; reverting {other}: {NO_SIGNIFICANT_CHANGE}"
         eff = res.get("effect")
         small = [k for k in noise if rows[k].get("stopped") == "within effect"]
         if eff and small and len(small) == len(noise):

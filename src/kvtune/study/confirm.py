@@ -7,7 +7,7 @@ these fresh samples only:
   bootstrap CI of the change; the candidate must improve it significantly;
 - every other shown metric: a two-sided test and a 95% CI of its change from the same
   rounds. Its words follow the CI (`present.judge`: "better"/"worse" when the CI excludes
-  zero, else "no significant change"); it counts as a trade-off only when the two-sided
+  zero, else no significant change); it counts as a trade-off only when the two-sided
   test agrees at α too. No correction across
   metrics: each secondary change is a separate claim whose wrong-sign rate the CI bounds by
   α/2 (bench/tradeoff measures it), and widening the CIs would hide real trade-offs, the

@@ -47,7 +47,9 @@ class DriftCheck:
             after_trial: int | None) -> dict[str, Any] | None:
         """Measure `baseline` again after trial `after_trial` (None: at the end of the
         search) and compare with `first`; None when the measurement failed."""
-        self.console.print("  re-measuring the baseline (drift check)")
+        when = "at the end of the search" if after_trial is None else \
+            f"after trial {after_trial}"
+        self.console.print(f"  re-measuring the baseline {when} (drift check)")
         e = self.evaluator.evaluate(baseline, "drift", after_trial,
                                     n=max(self.spec.repetitions, DRIFT_REPETITIONS))
         if e.failed:

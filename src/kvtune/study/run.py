@@ -301,7 +301,7 @@ class StudyRun:
         noise.report(self.console, self.metric, ev)
         from kvtune.measure.host_noise import record as record_host_noise
 
-        record_host_noise(self.store, self.spec.study, self.console, ev.steal_threshold)
+        record_host_noise(self.store, self.spec.study, None, ev.steal_threshold)
         check_not_client_bound(e)
         return e
 
@@ -391,9 +391,7 @@ class StudyRun:
                                      self.spec.seed, measure, start,
                                      lambda: prog.advance(task), look)
         self.store.put_result(self.spec.study, "ablation", result)
-        for line in ablation.lines(result):
-            self.console.print(line, markup=False, highlight=False)
-        return result
+        return result  # its lines are the summary's (`kvtune show`), said once
 
 
 class Strategy:
