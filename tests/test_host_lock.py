@@ -57,7 +57,7 @@ def test_second_study_with_another_journal_is_refused_naming_the_pid(
         assert (tree / "a").read_text().strip() == "200"  # the second wrote nothing
         # kvtune restore of another journal while a study runs is refused as well.
         with pytest.raises(UserError, match=f"pid {first.pid}"):
-            restore_from_file(tmp_path / "one.json")
+            restore_from_file(tmp_path / "one.json", allowed_roots=(tree,))
     finally:
         assert first.stdin is not None
         first.stdin.write("\n")
@@ -100,7 +100,7 @@ def test_two_journals_never_stack_originals(tmp_path: Path, tree: Path) -> None:
     with pytest.raises(UserError, match=f"kvtune restore --journal {one}"):
         Journal(two, allowed_roots=(tree,), study="next").open()
     assert (tree / "a").read_text().strip() == "200"
-    assert all(r.ok for r in restore_from_file(one))
+    assert all(r.ok for r in restore_from_file(one, allowed_roots=(tree,)))
     with Journal(two, allowed_roots=(tree,), study="next") as j:
         j.write(tree / "a", "300")
         assert j.original(tree / "a") == "100"

@@ -177,11 +177,12 @@ def _journal_has_process() -> bool:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="host knobs need root")
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGHUP])
 def test_killed_study_leaves_nothing_changed(in_tmp: Path, kvload_bin: str, memcached_bin: str,
                                              sig: signal.Signals) -> None:
     """SIGKILL mid-trial: `kvtune restore` puts every knob back, stops the orphaned server
-    and removes the cgroup. SIGTERM: the study restores by itself."""
+    and removes the cgroup. SIGTERM and SIGHUP (a closed terminal or ssh session): the
+    study restores by itself."""
     autocork = Path("/proc/sys/net/ipv4/tcp_autocorking")
     before = autocork.read_text().strip()
     changed = "0" if before == "1" else "1"

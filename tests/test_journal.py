@@ -97,7 +97,7 @@ def test_refuses_to_start_over_a_crashed_journal(tmp_path: Path, tree: Path) -> 
     j.close()  # as if killed: nothing restored
     with pytest.raises(UserError, match="kvtune restore"):
         Journal(jpath, allowed_roots=(tree,)).open()
-    results = restore_from_file(jpath)
+    results = restore_from_file(jpath, allowed_roots=(tree,))
     assert all(r.ok for r in results)
     assert (tree / "a").read_text() == "10"
     assert not jpath.exists()
@@ -132,7 +132,7 @@ time.sleep(60)
     p.wait()
     assert (tree / "a").read_text() == "77"
     assert Path(f"/proc/{child}").exists()
-    results = restore_from_file(jpath)
+    results = restore_from_file(jpath, allowed_roots=(tree,))
     assert all(r.ok for r in results), results
     assert (tree / "a").read_text() == "10"
     # The orphan is re-parented to init; it is gone or a zombie waiting to be reaped.
@@ -178,7 +178,7 @@ os.kill(os.getpid(), signal.SIGKILL)
     assert state.read_text() == "changed" and (tree / "a").read_text() == "55"
     entries = json.loads(jpath.read_text())["entries"]
     assert [e.get("undo") for e in entries] == [None, "toy-state"]  # one per key
-    results = restore_from_file(jpath)
+    results = restore_from_file(jpath, allowed_roots=(tree,))
     assert [r.ok for r in results] == [True, True], results
     assert results[0].detail == "put back original"  # the undo entry first: reverse order
     assert state.read_text() == "original" and (tree / "a").read_text() == "10"
@@ -189,8 +189,8 @@ def test_unknown_undo_kind_keeps_the_journal(tmp_path: Path, tree: Path) -> None
     jpath = tmp_path / "j.json"
     jpath.write_text(json.dumps({"entries": [
         {"undo": "no-such-kind", "module": "kvtune.nothing", "args": {}, "key": None}]}))
-    results = restore_from_file(jpath)
-    assert [r.ok for r in results] == [False] and "no undo registered" in results[0].detail
+    with pytest.raises(UserError, match="undo kind 'no-such-kind' is not one kvtune registers"):
+        restore_from_file(jpath)
     assert jpath.exists()
     with pytest.raises(HarnessError, match="not registered"), \
             Journal(tmp_path / "k.json", allowed_roots=(tree,)) as j:

@@ -73,15 +73,36 @@ def _storage_for(study_or_file: str, storage: str | None) -> tuple[str, str]:
     return study_or_file, url
 
 
-def _load(study_file: Path, allow_inline_host_knobs: bool) -> Loaded:
+def _load(study_file: Path, allow_inline_host_knobs: bool, command: str = "") -> Loaded:
     """The study file, read once and checked before Optuna and SciPy are imported (a
-    refused file fails in well under a second); its deprecation notes on stderr."""
+    refused file fails in well under a second); its deprecation notes on stderr. With
+    `command`, a study that manages this host needs root (one line why, exit 2)."""
     from kvtune.study.loader import load_study
 
     loaded = load_study(study_file, allow_inline_host_knobs)
+    if command:
+        _need_root(command, loaded)
     for note in loaded.notes:
         err.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
     return loaded
+
+
+def _need_root(command: str, loaded: Loaded) -> None:
+    """A study whose target runs on this host needs root: say what and why, exit 2."""
+    import os
+
+    from kvtune.targets import target_class
+
+    if os.geteuid() == 0 or not target_class(loaded.spec.target.kind).runs_server:
+        return
+    host_knobs = any(k.scope in ("host", "cgroup") for k in loaded.knobs)
+    raise UserError(
+        f"kvtune {command} needs root for study {loaded.spec.study!r}: it starts "
+        f"{loaded.spec.target.kind} fresh for every repetition under kvtune's host lock and "
+        "journal (/run/kvtune, /var/lib/kvtune), so that `kvtune restore` can stop it after "
+        "a crash" + (", and writes kernel settings (/proc/sys, /sys, cgroups)" if host_knobs
+                     else "") + "; run it as root (sudo). `kvtune check`, `show`, `report` "
+        "and `export` need no root")
 
 
 @app.command()
@@ -101,7 +122,7 @@ def tune(
 ) -> None:
     """Tune: baseline and noise floor, Bayesian search, confirmation against the defaults.
     Running it again resumes the same study."""
-    loaded = _load(study_file, allow_inline_host_knobs)  # before the heavy imports
+    loaded = _load(study_file, allow_inline_host_knobs, "tune")  # before the heavy imports
     from kvtune.report.summary import collect, next_steps, render
     from kvtune.study.run import StudyRun
 
@@ -149,7 +170,7 @@ def run(
                            "e.g. 'p99_us <= 200' (a knee search per repetition)")] = None,
 ) -> None:
     """Measure one configuration (the defaults, changed by --set) with repetitions and CIs."""
-    loaded = _load(study_file, allow_inline_host_knobs)  # before the heavy imports
+    loaded = _load(study_file, allow_inline_host_knobs, "run")  # before the heavy imports
     if capacity is not None:
         _objective_capacity(loaded, capacity)
     from kvtune import load as load_drivers
@@ -215,7 +236,7 @@ def sweep(
     allow_inline_host_knobs: AllowInline = False,
 ) -> None:
     """Measure each value of one knob with N repetitions, the others at their defaults."""
-    loaded = _load(study_file, allow_inline_host_knobs)  # before the heavy imports
+    loaded = _load(study_file, allow_inline_host_knobs, "sweep")  # before the heavy imports
     from kvtune.study.commands import sweep as run_sweep
 
     vals = [v.strip() for v in values.split(",")] if values else None
@@ -277,10 +298,20 @@ def restore(
     journal: Annotated[Path | None, typer.Option(help="journal file")] = None,
 ) -> None:
     """Put back every host value an interrupted study changed, verified by read-back."""
+    import os
+
+    from kvtune import targets
     from kvtune.host.journal import default_path, restore_from_file
 
     path = journal or default_path()
-    results = restore_from_file(path)
+    if path.exists() and os.geteuid() != 0:
+        raise UserError(f"kvtune restore needs root: it puts back the kernel settings, "
+                        f"cgroups and server processes recorded in {path}; run it as root "
+                        "(sudo)")
+    # The processes a journal may name: the servers of the registered target kinds.
+    servers = {k: getattr(targets.target_class(k), "default_binary", "")
+               for k in targets.kinds() if targets.target_class(k).runs_server}
+    results = restore_from_file(path, servers=servers)
     if not results:
         out.print(f"Nothing to restore ({path} is absent: the host is as kvtune found it).")
         return
@@ -495,6 +526,11 @@ def main(argv: list[str] | None = None) -> None:
     one message for people, never a stack trace, with their exit code."""
     try:
         app(args=argv)
+    except PermissionError as e:
+        # A file kvtune needs is root's: one line, never a traceback (exit 2: how it was run).
+        err.print(f"[red]kvtune: error:[/] permission denied: {e.filename or e}: this needs "
+                  "root (run kvtune as root, or with sudo)", highlight=False, soft_wrap=True)
+        sys.exit(2)
     except KvtuneError as e:
         from rich.markup import escape
 

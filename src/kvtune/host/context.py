@@ -1,5 +1,6 @@
 """The context a study runs the host in: it opens the journal, lets the session set the host
-up, and restores everything on the way out, whatever happens (an error, Ctrl-C, SIGTERM)."""
+up, and restores everything on the way out, whatever happens (an error, Ctrl-C, SIGTERM,
+SIGHUP)."""
 
 from __future__ import annotations
 
@@ -16,20 +17,26 @@ if TYPE_CHECKING:
     from kvtune.measure.session import Session
 
 
+# The signals that end a study the way Ctrl-C does: a kill (SIGTERM) and a closed terminal
+# or ssh session (SIGHUP). SIGKILL cannot be caught: `kvtune restore` repairs after it.
+UNWINDING = (signal.SIGTERM, signal.SIGHUP)
+
+
 @contextlib.contextmanager
 def _signals() -> Iterator[None]:
-    """SIGTERM unwinds the study like Ctrl-C, so the journal restores the host."""
+    """SIGTERM and SIGHUP unwind the study like Ctrl-C, so the journal restores the host."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         raise StudyInterrupted(f"stopped by signal {signal.Signals(signum).name}")
 
-    old = signal.signal(signal.SIGTERM, handler)
+    old = {s: signal.signal(s, handler) for s in UNWINDING}
     try:
         yield
     except KeyboardInterrupt:
         raise StudyInterrupted("interrupted (Ctrl-C)") from None
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 @contextlib.contextmanager

@@ -9,8 +9,11 @@ Opening a journal takes the host-level lock (`kvtune.host.lock`): one study at a
 manages a host, whatever journal path it uses, and a journal left with changes by a crashed
 study blocks every other journal until `kvtune restore` has put the host back.
 
-Only files under /proc/sys, /sys (which holds the cgroup trees) may be written
-(`check_path`, the one place for that rule).
+Only files under /proc/sys and /sys (which holds the cgroup trees) may be written, never
+one on the deny-list, and cgroup files only inside kvtune's own cgroups: `check_path`
+enforces `kvtune.safety.hostpaths` (the one owner of those rules) for every write, the
+cgroups kvtune makes, and `kvtune restore` replaying a journal file. A journal file is
+input too: `restore_from_file` checks every entry before it writes anything.
 
 Changes that are not a file write (a per-process scheduler setting, a mount, ...) are
 journaled as undo entries: before the change, the applier records a registered undo kind
@@ -37,9 +40,11 @@ from typing import Any
 from kvtune.errors import HarnessError, UserError
 from kvtune.host.facts import selected
 from kvtune.host.lock import HostLock
+from kvtune.safety import hostpaths
 
 DEFAULT_PATH = Path("/var/lib/kvtune/journal.json")
-ALLOWED_ROOTS: tuple[Path, ...] = (Path("/proc/sys"), Path("/sys"))
+ALLOWED_ROOTS: tuple[Path, ...] = tuple(Path(r) for r in hostpaths.ALLOWED_ROOTS)
+MAX_JOURNAL_BYTES = 8 << 20
 
 
 def default_path() -> Path:
@@ -92,13 +97,28 @@ def _undo_fn(kind: str, module: str) -> UndoFn | None:
 
 
 def check_path(path: Path, allowed_roots: tuple[Path, ...] = ALLOWED_ROOTS) -> Path:
-    """`path` resolved (symlinks followed), when it lies under one of `allowed_roots`;
-    raises HarnessError otherwise. The one rule for what kvtune may write."""
+    """`path` resolved (symlinks followed), when it lies under one of `allowed_roots` and,
+    on the host's own trees, is not on kvtune.safety.hostpaths' deny-list (cgroup files
+    only inside kvtune's cgroups); raises HarnessError otherwise. Every host write, and
+    every restore, passes here."""
     real = Path(os.path.realpath(path))
     # cgroup and sysfs entries are often symlinks inside /sys; judge the resolved path.
     if not any(real == r or r in real.parents for r in allowed_roots):
         raise HarnessError(f"refusing to write {path}: only /proc/sys and /sys may be written")
+    if any(real == r or r in real.parents for r in ALLOWED_ROOTS):
+        why = hostpaths.write_refusal(str(real))
+        if why:
+            shown = f"{path} (resolved to {real})" if str(real) != str(path) else str(path)
+            raise HarnessError(f"refusing to write {shown}: writing it {why}")
     return real
+
+
+def _zombie(pid: int) -> bool:
+    """A process that has exited but is not reaped yet (state Z): it runs nothing."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _starttime(pid: int) -> int | None:
@@ -306,20 +326,33 @@ def _load(path: Path) -> dict[str, Any]:
         return {}
 
 
-def restore_state(state: dict[str, Any]) -> list[RestoreResult]:
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def restore_state(state: dict[str, Any], servers: dict[str, str] | None = None
+                  ) -> list[RestoreResult]:
     results: list[RestoreResult] = []
     for proc in state.get("processes", []):
         pid = int(proc["pid"])
-        if proc.get("starttime") is not None and _starttime(pid) == proc["starttime"]:
+        comm = None if servers is None else servers.get(str(proc.get("name")), "")[:15]
+        if proc.get("starttime") is not None and _starttime(pid) == proc["starttime"] \
+                and (comm is None or _comm(pid) == comm):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            for _ in range(100):
-                if _starttime(pid) is None:
+            for _ in range(250):
+                if _starttime(pid) != proc["starttime"]:
                     break
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
                 time.sleep(0.02)
-            results.append(RestoreResult(f"process {pid} ({proc.get('name')})", True, "stopped"))
+            gone = _starttime(pid) != proc["starttime"] or _zombie(pid)
+            results.append(RestoreResult(f"process {pid} ({proc.get('name')})", gone,
+                                         "stopped" if gone else "still running after "
+                                         "SIGKILL (5 s)"))
     for entry in reversed(state.get("entries", [])):
         if "undo" in entry:
             results.append(_replay_undo(entry))
@@ -378,16 +411,112 @@ def _drain_cgroup(path: Path) -> None:
         time.sleep(0.05)
 
 
-def restore_from_file(path: Path | None = None) -> list[RestoreResult]:
-    """`kvtune restore`: undo what a crashed or killed study left, verified by read-back."""
+def read_journal_file(path: Path) -> dict[str, Any]:
+    """A journal file as untrusted input: a regular file of bounded size holding one JSON
+    object. UserError (exit 2) naming what is wrong; nothing is written."""
+    import stat
+
+    try:
+        st = path.lstat()
+    except OSError as e:
+        raise UserError(f"journal {path}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UserError(f"journal {path} is not a regular file")
+    if st.st_size > MAX_JOURNAL_BYTES:
+        raise UserError(f"journal {path}: {st.st_size} bytes; a journal holds at most "
+                        f"{MAX_JOURNAL_BYTES >> 20} MiB")
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        raise UserError(f"journal {path} is not a kvtune journal (JSON)") from None
+    if not isinstance(data, dict):
+        raise UserError(f"journal {path} is not a kvtune journal (a JSON object)")
+    return data
+
+
+def check_state(state: dict[str, Any], allowed_roots: tuple[Path, ...] = ALLOWED_ROOTS,
+                servers: dict[str, str] | None = None) -> list[str]:
+    """Every problem of a journal's content, one per entry: what restore would write must
+    lie inside the writable roots and off the deny-list, created directories must be
+    kvtune's cgroups, undo kinds registered by kvtune, processes plausible."""
+    problems: list[str] = []
+    lists = {k: state.get(k, []) for k in ("entries", "created_dirs", "processes")}
+    for k, v in lists.items():
+        if not isinstance(v, list):
+            problems.append(f"{k}: not a list")
+    if problems:
+        return problems
+    for i, e in enumerate(lists["entries"]):
+        at = f"entries[{i}]"
+        if not isinstance(e, dict):
+            problems.append(f"{at}: not an object")
+        elif "undo" in e:
+            kind, module, args = e.get("undo"), e.get("module", ""), e.get("args", {})
+            if not isinstance(kind, str) or not isinstance(module, str) or \
+                    not isinstance(args, dict):
+                problems.append(f"{at}: an undo entry needs a kind, a module and args")
+            elif _undo_fn(kind, module) is None:  # imports only kvtune's own modules
+                problems.append(f"{at}: undo kind {kind!r} is not one kvtune registers")
+        else:
+            p, original, reader = e.get("path"), e.get("original"), e.get("reader", "plain")
+            if not isinstance(p, str) or not isinstance(original, str) or \
+                    reader not in READERS:
+                problems.append(f"{at}: a file entry needs a path, its original text and a "
+                                "known reader")
+                continue
+            if len(original) > 65536 or "\x00" in original:
+                problems.append(f"{at}: the original value of {p} is not a kernel setting")
+                continue
+            try:
+                check_path(Path(p), allowed_roots)
+            except HarnessError as err:
+                problems.append(f"{at}: {err}")
+    for i, d in enumerate(lists["created_dirs"]):
+        at = f"created_dirs[{i}]"
+        real = os.path.realpath(d) if isinstance(d, str) else ""
+        if not isinstance(d, str) or not any(
+                Path(real) == r or r in Path(real).parents for r in allowed_roots):
+            problems.append(f"{at}: {d!r} is outside the writable roots")
+        elif any(Path(real) == r or r in Path(real).parents for r in ALLOWED_ROOTS) and (
+                not real.startswith(hostpaths.CGROUP_ROOT)
+                or not hostpaths.KVTUNE_CGROUP.match(Path(real).name)):
+            problems.append(f"{at}: {d} is not a cgroup kvtune creates (kvtune-PID under "
+                            f"{hostpaths.CGROUP_ROOT})")
+    for i, proc in enumerate(lists["processes"]):
+        at = f"processes[{i}]"
+        if not isinstance(proc, dict) or not isinstance(proc.get("pid"), int) or \
+                isinstance(proc.get("pid"), bool) or not 1 < proc["pid"] < 1 << 22 or \
+                not isinstance(proc.get("starttime"), int | None):
+            problems.append(f"{at}: not a process kvtune started (pid > 1, its start time)")
+        elif servers is not None and proc.get("name") not in servers:
+            problems.append(f"{at}: {proc.get('name')!r} is not a server kvtune starts "
+                            f"({', '.join(sorted(servers))})")
+    return problems
+
+
+def restore_from_file(path: Path | None = None,
+                      allowed_roots: tuple[Path, ...] = ALLOWED_ROOTS,
+                      servers: dict[str, str] | None = None) -> list[RestoreResult]:
+    """`kvtune restore`: undo what a crashed or killed study left, verified by read-back.
+    The file is checked whole first (`check_state`): a bad one is refused with a
+    UserError naming each bad entry, and nothing is written. `servers` (target kind ->
+    the server's process name) says which recorded processes may be stopped: one is
+    signalled only while its start time and its name both match."""
     path = path or default_path()
     if not path.exists():
         return []
     with HostLock("kvtune restore", path) as host_lock:
+        problems = check_state(read_journal_file(path), allowed_roots, servers)
+        if problems:  # refused before anything is written, a lock file beside it included
+            raise UserError(f"journal {path} holds entries kvtune never writes; nothing was "
+                            "restored", problems)
         lock = _take_lock(path)
         try:
-            state = _load(path)
-            results = restore_state(state)
+            state = read_journal_file(path)
+            if check_state(state, allowed_roots, servers):
+                raise UserError(f"journal {path} changed while it was read; nothing was "
+                                "restored")
+            results = restore_state(state, servers)
             if all(r.ok for r in results):
                 path.unlink()
                 host_lock.remove_journal(path)

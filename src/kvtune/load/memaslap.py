@@ -90,6 +90,9 @@ class MemaslapDriver(LoadDriver):
         self.binary = shutil.which("memcaslap") or shutil.which("memaslap")
         if not self.binary:
             raise HarnessError("memcaslap not found: install libmemcached-tools (make setup)")
+        from kvtune.safety.binary import trusted
+
+        trusted(self.binary, "load.tool memcaslap")
 
     def run(self, address: str, protocol: str, seed: int) -> LoadResult:
         if self.binary is None:

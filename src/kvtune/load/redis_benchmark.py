@@ -86,6 +86,9 @@ class RedisBenchmarkDriver(LoadDriver):
         self.binary = shutil.which("redis-benchmark")
         if not self.binary:
             raise HarnessError("redis-benchmark not found: install redis-tools (make setup)")
+        from kvtune.safety.binary import trusted
+
+        trusted(self.binary, "load.tool redis-benchmark")
 
     def _run(self, host: str, port: str, test: str, n: int) -> tuple[dict[str, float], float,
                                                                      list[str]]:

@@ -1,6 +1,8 @@
 """`target.binary` must be the target's server: a regular executable file whose name is
-the server's, answering its version probe with the server's banner. A study file naming
-/bin/sh, a script or a directory is refused before anything is started with its args."""
+the server's, owned by root and writable by nobody else (nor its directory), answering its
+version probe with the server's banner. A study file naming /bin/sh, a script, a directory
+or a file another user could have replaced is refused before anything is executed, the
+version probe included (`untrusted` is checked before every server or peer tool runs)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,35 @@ PROBE_TIMEOUT = 5.0
 
 def _refuse(msg: str) -> UserError:
     return UserError(f"target.binary: {msg}")
+
+
+def untrusted(path: str) -> str | None:
+    """Why kvtune, running as root, must not execute `path`, or None: the file (symlinks
+    followed) must be owned by root and not writable by group or others, and so must the
+    directory that holds it (whoever may write there may replace the file)."""
+    real = os.path.realpath(path)
+    for p, what in ((real, "the file"), (os.path.dirname(real) or "/", "its directory")):
+        try:
+            st = os.stat(p)
+        except OSError as e:
+            return f"{path}: {e.strerror}"
+        if st.st_uid != 0:
+            return (f"{path}: {what} ({p}) is owned by uid {st.st_uid}, not root: another "
+                    "user could change what kvtune executes as root")
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return (f"{path}: {what} ({p}) is writable by group or others (mode "
+                    f"{stat.S_IMODE(st.st_mode):o}): another user could change what kvtune "
+                    "executes as root")
+    return None
+
+
+def trusted(path: str, what: str) -> str:
+    """`path` when kvtune may execute it (`untrusted` is None); UserError naming `what`
+    and why otherwise."""
+    why = untrusted(path)
+    if why:
+        raise UserError(f"{what}: refused: {why}")
+    return path
 
 
 def find_server_binary(name: str, kind: str, server_name: str, version_args: tuple[str, ...],
@@ -50,6 +81,9 @@ def find_server_binary(name: str, kind: str, server_name: str, version_args: tup
     if not os.path.basename(name).startswith(server_name):
         raise _refuse(f"{name!r} is not a {kind} server: kvtune runs only the target's "
                       f"server, whose file name begins with {server_name!r}")
+    why = untrusted(found)
+    if why:
+        raise _refuse(why)
     _probe(found, kind, version_args, banner)
     return found
 

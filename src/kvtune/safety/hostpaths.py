@@ -1,8 +1,11 @@
-"""Host files a study may name: only under /proc/sys and /sys, judged after resolving
-symlinks and `..`, and never one of the files that make the kernel run a program, stop
-or lose the machine, or drop a security setting. Inline host knobs (sysctl/sysfs defined
-in the study file) are written only with `--allow-inline-host-knobs` on the command line
-(`kvtune.safety.inline`).
+"""The one owner of what kvtune may write on a host: the writable roots (/proc/sys and
+/sys, judged after resolving symlinks and `..`) and the deny-list within them: never one
+of the files that make the kernel run a program, stop or lose the machine (CPUs or memory
+offline, huge pages by any path), or drop a security setting. `write_refusal` is enforced
+where every host write happens (`kvtune.host.journal.check_path`: the appliers' writes,
+the cgroups, and `kvtune restore` replaying a journal file); `refusal` is what a study file
+may name. Inline host knobs (sysctl/sysfs defined in the study file) are written only with
+`--allow-inline-host-knobs` on the command line (`kvtune.safety.inline`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ import re
 from pathlib import Path, PurePosixPath
 
 ALLOWED_ROOTS = ("/proc/sys", "/sys")
+# kvtune's own cgroups: a directory named kvtune-PID under a cgroup hierarchy.
+CGROUP_ROOT = "/sys/fs/cgroup/"
+KVTUNE_CGROUP = re.compile(r"^kvtune-[0-9]{1,10}$")
 
 _RUNS = "makes the kernel run a program as root"
 _LOSE = "can stop, hang or cut off the machine"
@@ -34,6 +40,12 @@ DENY_PROC: dict[str, str] = {
     "/proc/sys/fs/file-max": _LOSE, "/proc/sys/fs/nr_open": _LOSE,
     "/proc/sys/vm/max_map_count": _LOSE, "/proc/sys/kernel/pid_max": _LOSE,
     "/proc/sys/vm/min_free_kbytes": _LOSE, "/proc/sys/vm/nr_hugepages": _LOSE,
+    "/proc/sys/vm/nr_hugepages_mempolicy": _LOSE, "/proc/sys/vm/nr_overcommit_hugepages": _LOSE,
+    "/proc/sys/vm/unprivileged_userfaultfd": _SECURITY,
+    "/proc/sys/kernel/io_uring_disabled": _SECURITY, "/proc/sys/kernel/io_uring_group": _SECURITY,
+    "/proc/sys/user/": _SECURITY, "/proc/sys/kernel/sysctl_writes_strict": _SECURITY,
+    "/proc/sys/net/core/bpf_jit_enable": _SECURITY, "/proc/sys/kernel/bpf_stats_enabled": _SECURITY,
+    "/proc/sys/kernel/kexec_load_limit_": _ONEWAY, "/proc/sys/kernel/sched_rt_period_us": _LOSE,
     "/proc/sys/vm/overcommit_ratio": _LOSE, "/proc/sys/vm/admin_reserve_kbytes": _LOSE,
     "/proc/sys/net/ipv4/conf/": _LOSE, "/proc/sys/net/ipv6/conf/": _LOSE,
     "/proc/sys/net/ipv4/ip_forward": _SECURITY,
@@ -56,12 +68,15 @@ DENY_SYS_TREES: dict[str, str] = {
     "/sys/fs/bpf/": _SECURITY, "/sys/fs/selinux/": _SECURITY, "/sys/fs/pstore/": _LOSE,
     "/sys/fs/fuse/": _LOSE, "/sys/module/": "changes a kernel module's parameters",
     "/sys/devices/system/memory/": _LOSE, "/sys/bus/": _LOSE, "/sys/class/net/": _LOSE,
+    "/sys/devices/system/cpu/smt/": _LOSE, "/sys/kernel/mm/hugepages/": _LOSE,
+    "/sys/devices/system/cpu/hotplug/": _LOSE,
 }
 DENY_SYS_NAMES: dict[str, str] = {
     **dict.fromkeys(("remove", "unbind", "bind", "delete", "delete_device", "new_device",
                      "new_id", "remove_id", "driver_override", "drivers_probe", "rescan",
                      "reset", "eject", "online", "offline", "uevent", "sriov_numvfs",
-                     "power_off", "shutdown"), _LOSE),
+                     "power_off", "shutdown", "nr_hugepages", "nr_overcommit_hugepages",
+                     "free_hugepages", "demote", "demote_size"), _LOSE),
     **dict.fromkeys(("flags", "carrier", "mtu", "operstate", "tx_queue_len"), _LOSE),
 }
 _DEBUGFS = "/sys/kernel/debug/"
@@ -90,6 +105,18 @@ def refusal(host_path: str) -> str | None:
     if "/power/" in p or "/sysrq" in p:
         return _LOSE
     return None
+
+
+def write_refusal(host_path: str) -> str | None:
+    """Why kvtune never writes this resolved host path, or None: the deny-list
+    (`refusal`), except inside kvtune's own cgroups (`/sys/fs/cgroup/.../kvtune-PID/...`,
+    which it creates, writes and removes)."""
+    if host_path.startswith(CGROUP_ROOT):
+        parts = host_path[len(CGROUP_ROOT):].split("/")
+        if any(KVTUNE_CGROUP.match(p) for p in parts):
+            return None
+        return "is a cgroup file outside kvtune's own cgroups (kvtune-PID)"
+    return refusal(host_path)
 
 
 def check_sysfs_text(path: str) -> None:

@@ -169,8 +169,14 @@ class ServerTarget(Target):
 
     @classmethod
     def installed(cls) -> tuple[str, tuple[int, ...]] | None:
+        """The default binary on PATH and its version, probed only when kvtune may execute
+        it (owned by root, writable by nobody else: `safety.binary.untrusted`)."""
+        from kvtune.safety.binary import untrusted
+
         found = shutil.which(cls.default_binary)
-        return (found, binary_version(found, cls.version_args)) if found else None
+        if not found or untrusted(found):
+            return None
+        return found, binary_version(found, cls.version_args)
 
     def version(self) -> tuple[int, ...]:
         """The server binary's version."""
@@ -294,7 +300,10 @@ _VERSIONS: dict[tuple[str, ...], tuple[int, ...]] = {}
 
 def binary_version(binary: str, args: tuple[str, ...]) -> tuple[int, ...]:
     """`binary args...`'s version, run once per process."""
+    from kvtune.safety.binary import trusted
+
     key = (binary, *args)
     if key not in _VERSIONS:
+        trusted(binary, "version probe")
         _VERSIONS[key] = parse_version(run_version([binary, *args]))
     return _VERSIONS[key]
