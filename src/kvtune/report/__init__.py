@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
-from kvtune.report.html import comparison, render, write
+from kvtune.report.compare import comparison
+from kvtune.report.html import render, write
 
 __all__ = ["comparison", "render", "write"]

@@ -34,6 +34,14 @@ from kvtune.present import (
 )
 from kvtune.report import figures
 from kvtune.report import sweep as sweep_view
+from kvtune.report.compare import (
+    VERB_KEYS,
+    change_of,
+    comparison,
+    latency_by_verb,
+    load_raw,
+    slab_tables,
+)
 from kvtune.report.workers import html_section as workers_section
 from kvtune.store import config_key
 from kvtune.study.record import stored_eval
@@ -79,12 +87,6 @@ _GROUPS = (
 
 
 
-def _ch(comp: dict[str, Any], key: str) -> float:
-    """The metric's relative change from a stored comparison (older records: improvement)."""
-    v = comp.get(key)
-    if v is None:
-        v = comp.get(key.replace("change_", "").replace("change", "improvement"), math.nan)
-    return float(v)
 
 def _e(v: Any) -> str:
     return html.escape(str(v))
@@ -108,92 +110,10 @@ def _dir(data: StudyData, metric: str) -> str | None:
 # -- what is compared ----------------------------------------------------------------------
 
 
-def comparison(data: StudyData) -> dict[str, Any]:
-    """The baseline beside the recommendation (or the best candidate): configs, metric
-    medians, the objective's improvement with its CI, and where the numbers come from."""
-    conf = data.confirmation or {}
-    base_trial = next((t for t in data.trials if t.user_attrs.get("kind") == "baseline"
-                       and t.value is not None), None)
-    out: dict[str, Any] = {"status": "none", "base_config": dict(data.baseline),
-                           "base_metrics": {}, "new_config": {}, "new_metrics": {},
-                           "label": "", "comparison": None, "source": ""}
-    if base_trial is not None:
-        out["base_config"] = base_trial.user_attrs.get("config", out["base_config"])
-        out["base_metrics"] = stored_eval(base_trial).get("metrics", {})
-    rec = conf.get("recommended")
-    cands = conf.get("candidates") or []
-    if rec:
-        out.update(status="recommended", new_config=rec["config"],
-                   new_metrics=rec.get("metrics", {}),
-                   base_metrics=conf.get("baseline", {}).get("metrics", {}),
-                   label=f"recommended ({rec.get('name', 'best')})",
-                   comparison=rec.get("comparison"),
-                   p=rec.get("p_adjusted"), source=f"{conf.get('rounds')} interleaved "
-                   "confirmation rounds (medians)")
-        return out
-    if cands:
-        def gain(c: dict[str, Any]) -> float:
-            g = (c.get("comparison") or {}).get("improvement")
-            return float(g) if isinstance(g, int | float) else -1e9
-
-        c = max(cands, key=gain)
-        out.update(status="not significant", new_config=c.get("config", {}),
-                   new_metrics=c.get("metrics", {}),
-                   base_metrics=conf.get("baseline", {}).get("metrics", {}),
-                   label=f"best candidate ({c.get('name', '?')}, not significant)",
-                   comparison=c.get("comparison"), p=c.get("p_adjusted"),
-                   source=f"{conf.get('rounds')} interleaved confirmation rounds (medians)")
-        return out
-    best = None
-    for t in data.search_trials():
-        if t.user_attrs.get("kind") == "trial" and (best is None or data.better(
-                float(t.value or 0), float(best.value or 0))):
-            best = t
-    if best is not None:
-        out.update(status="unconfirmed", new_config=best.user_attrs.get("config", {}),
-                   new_metrics=stored_eval(best).get("metrics", {}),
-                   label=f"best in search (trial {best.number}, unconfirmed)",
-                   source="search trials (medians of their repetitions)")
-    return out
 
 
-def slab_tables(data: StudyData, cmp: dict[str, Any]) -> dict[str, list[dict[str, float]]]:
-    """Median per slab class over the repetitions of the baseline and of the compared
-    configuration (confirmation repetitions preferred)."""
-    from kvtune.telemetry.memcached import slab_table
-
-    out: dict[str, list[dict[str, float]]] = {}
-    for name, cfg in (("baseline", cmp["base_config"]), (cmp["label"] or "best",
-                                                         cmp["new_config"])):
-        if not cfg:
-            continue
-        key = config_key(cfg)
-        reps = [r for r in data.ok_reps() if r["config_key"] == key]
-        conf = [r for r in reps if r["kind"] == "confirm"]
-        tables = []
-        for r in conf or reps:
-            tel = (r["raw"].get("telemetry") or {}).get("server") or {}
-            t = tel.get("slab_table")
-            if t is None and isinstance(r["raw"].get("server_stats"), dict):
-                t = slab_table(r["raw"]["server_stats"])
-            if t:
-                tables.append(t)
-        if not tables:
-            continue
-        by: dict[int, dict[str, list[float]]] = {}
-        for t in tables:
-            for row in t:
-                d = by.setdefault(int(row["class"]), {})
-                for k, v in row.items():
-                    d.setdefault(k, []).append(float(v))
-        out[name] = [{k: _median(v) for k, v in by[c].items()} for c in sorted(by)]
-    return out
 
 
-def _median(xs: list[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
 # -- sections ------------------------------------------------------------------------------
@@ -269,8 +189,8 @@ def _verdict(data: StudyData, cmp: dict[str, Any]) -> str:
         return (f'<div class="verdict good"><b>Recommendation:</b> {_e(cmp["label"])}: '
                 f"{_e(conf.get('verdict', ''))}</div>")
     if cmp["status"] == "recommended" and c:
-        text = describe_change(data.metric, _ch(c, "change"), data.direction,
-                               (_ch(c, "change_ci_low"), _ch(c, "change_ci_high")), True)
+        ci = (change_of(c, "change_ci_low"), change_of(c, "change_ci_high"))
+        text = describe_change(data.metric, change_of(c, "change"), data.direction, ci, True)
         return (f'<div class="verdict good"><b>Recommendation:</b> {_e(cmp["label"])}: '
                 f"<b>{_e(text)}</b> (a significant improvement; Holm-adjusted "
                 f"p={cmp.get('p', math.nan):.3g}, {c['n_candidate']} against "
@@ -279,10 +199,11 @@ def _verdict(data: StudyData, cmp: dict[str, Any]) -> str:
     if conf:
         extra = ""
         if c:
-            text = describe_change(data.metric, _ch(c, "change"), data.direction,
-                                   (_ch(c, "change_ci_low"), _ch(c, "change_ci_high")), False)
-            extra = (f" The best candidate measured {_e(text)}: the confirmation does not "
-                     "distinguish it from noise.")
+            ci = (change_of(c, "change_ci_low"), change_of(c, "change_ci_high"))
+            text = describe_change(data.metric, change_of(c, "change"), data.direction, ci,
+                                   False)
+            extra = (f" The best candidate measured {_e(text)}: its Holm-adjusted test across "
+                     "the candidates is not significant, so it is not recommended.")
         extra += _e(_confirmed_changes(conf))
         return ('<div class="verdict none"><b>No significant improvement</b> over the '
                 f"defaults was confirmed.{extra} Keep the defaults.</div>")
@@ -296,11 +217,6 @@ def _load_tool(data: StudyData) -> str:
     return str((data.spec.get("load") or {}).get("tool") or "kvload")
 
 
-def _load_raw(raw: dict[str, Any]) -> dict[str, Any]:
-    """A repetition's load-driver output: under "load" (with its "tool"), or under "kvload"
-    in stores written before load drivers."""
-    found = raw.get("load") or raw.get("kvload") or {}
-    return found if isinstance(found, dict) else {}
 
 
 def _group_of(metric: str, tool: str) -> str:
@@ -340,9 +256,9 @@ def _before_after(data: StudyData, cmp: dict[str, Any]) -> str:
         cls = word if word in ("better", "worse") else ""
         if m == data.metric and cmp.get("comparison"):
             c = cmp["comparison"]
-            change += (f" <span class=note>(confirmed {_pct(_ch(c, 'change'))}, 95% CI "
-                       f"{_pct(_ch(c, 'change_ci_low'))} … "
-                       f"{_pct(_ch(c, 'change_ci_high'))})</span>")
+            change += (f" <span class=note>(confirmed {_pct(change_of(c, 'change'))}, 95% CI "
+                       f"{_pct(change_of(c, 'change_ci_low'))} … "
+                       f"{_pct(change_of(c, 'change_ci_high'))})</span>")
         name = f"<b>{_e(m)}</b>" if m == data.metric else _e(m)
         u = unit(m)
         return (f"<tr><td>{name}</td><td class=note>{_e(u if u != 'count' else '')}</td>"
@@ -406,36 +322,8 @@ def _corr_table(a: Analysis, top: int = 20) -> str:
             + "".join(out))
 
 
-_VERB_KEYS = ("p50_us", "p90_us", "p99_us", "p999_us", "p9999_us", "max_us", "mean_us")
 
 
-def latency_by_verb(data: StudyData, cmp: dict[str, Any]
-                    ) -> dict[str, dict[str, dict[str, float]]]:
-    """{configuration: {verb: {percentile: median over repetitions}}} for the baseline and
-    the compared configuration, from the load driver's per-verb latencies (kvload's
-    latency.per_verb, corrected for coordinated omission; "all" is its total). Confirmation
-    repetitions are preferred. Empty when the driver records no latencies."""
-    out: dict[str, dict[str, dict[str, float]]] = {}
-    for name, cfg in (("baseline", cmp["base_config"]), (cmp["label"] or "best",
-                                                         cmp["new_config"])):
-        if not cfg:
-            continue
-        key = config_key(cfg)
-        reps = [r for r in data.ok_reps() if r["config_key"] == key]
-        reps = [r for r in reps if r["kind"] == "confirm"] or reps
-        acc: dict[str, dict[str, list[float]]] = {}
-        for r in reps:
-            lat = _load_raw(r["raw"]).get("latency") or {}
-            verbs = {"all": lat.get("total") or {}, **(lat.get("per_verb") or {})}
-            for verb, d in verbs.items():
-                corr = (d or {}).get("corrected") or {}
-                for k in _VERB_KEYS:
-                    v = corr.get(k)
-                    if isinstance(v, int | float):
-                        acc.setdefault(verb, {}).setdefault(k, []).append(float(v))
-        if acc:
-            out[name] = {verb: {k: _median(v) for k, v in d.items()} for verb, d in acc.items()}
-    return out
 
 
 def _verbs_table(series: dict[str, dict[str, dict[str, float]]]) -> str:
@@ -449,7 +337,7 @@ def _verbs_table(series: dict[str, dict[str, dict[str, float]]]) -> str:
     for verb in verbs:
         out.append(f'<tr class="group"><td colspan="{3 + len(names)}">'
                    f'{"all requests" if verb == "all" else _e(verb.upper())}</td></tr>')
-        for k in _VERB_KEYS:
+        for k in VERB_KEYS:
             vals = [series[n].get(verb, {}).get(k) for n in names]
             if all(v is None for v in vals):
                 continue
@@ -595,13 +483,13 @@ def _reproduce(data: StudyData, cmp: dict[str, Any]) -> str:
     exact = ""
     if rep:
         argv = rep["raw"].get("argv")
-        load_raw = _load_raw(rep["raw"])
-        kv = load_raw.get("argv")
+        load_doc = load_raw(rep["raw"])
+        kv = load_doc.get("argv")
         if argv:
             exact += "# the server, as started for this configuration\n" + " ".join(
                 map(str, argv)) + "\n"
         if kv:
-            exact += (f"# the load ({load_raw.get('tool') or _load_tool(data)}), as run "
+            exact += (f"# the load ({load_doc.get('tool') or _load_tool(data)}), as run "
                       "against it\n" + " ".join(map(str, kv)) + "\n")
     spec_title = f"The study file ({_e(fname)}), as written"
     if data.spec_text:

@@ -439,7 +439,7 @@ def _analysis(store: Store, name: str, top: int = 8) -> dict[str, Any] | None:
     """Importance, optimizable zones and the telemetry counters most correlated with the
     objective (with their baseline and best values), as in `kvtune report`."""
     from kvtune.analysis import analyse, load
-    from kvtune.report.html import comparison
+    from kvtune.report.compare import comparison
 
     try:
         data = load(store, name)

@@ -1,0 +1,148 @@
+"""What a study's report compares: the baseline beside the recommendation (or the best
+candidate) with their configurations, metric medians and confirmed changes; the slab
+classes and the per-verb latencies of those two configurations. Data only: the HTML page
+(`report/html.py`) and `kvtune show` (`report/summary.py`) present it."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kvtune.analysis import StudyData
+from kvtune.store import config_key
+from kvtune.study.record import stored_eval
+
+
+def change_of(comp: dict[str, Any], key: str) -> float:
+    """The metric's relative change from a stored comparison (older records: improvement)."""
+    v = comp.get(key)
+    if v is None:
+        v = comp.get(key.replace("change_", "").replace("change", "improvement"), math.nan)
+    return float(v)
+
+
+def comparison(data: StudyData) -> dict[str, Any]:
+    """The baseline beside the recommendation (or the best candidate): configs, metric
+    medians, the objective's improvement with its CI, and where the numbers come from."""
+    conf = data.confirmation or {}
+    base_trial = next((t for t in data.trials if t.user_attrs.get("kind") == "baseline"
+                       and t.value is not None), None)
+    out: dict[str, Any] = {"status": "none", "base_config": dict(data.baseline),
+                           "base_metrics": {}, "new_config": {}, "new_metrics": {},
+                           "label": "", "comparison": None, "source": ""}
+    if base_trial is not None:
+        out["base_config"] = base_trial.user_attrs.get("config", out["base_config"])
+        out["base_metrics"] = stored_eval(base_trial).get("metrics", {})
+    rec = conf.get("recommended")
+    cands = conf.get("candidates") or []
+    if rec:
+        out.update(status="recommended", new_config=rec["config"],
+                   new_metrics=rec.get("metrics", {}),
+                   base_metrics=conf.get("baseline", {}).get("metrics", {}),
+                   label=f"recommended ({rec.get('name', 'best')})",
+                   comparison=rec.get("comparison"),
+                   p=rec.get("p_adjusted"), source=f"{conf.get('rounds')} interleaved "
+                   "confirmation rounds (medians)")
+        return out
+    if cands:
+        def gain(c: dict[str, Any]) -> float:
+            g = (c.get("comparison") or {}).get("improvement")
+            return float(g) if isinstance(g, int | float) else -1e9
+
+        c = max(cands, key=gain)
+        out.update(status="not significant", new_config=c.get("config", {}),
+                   new_metrics=c.get("metrics", {}),
+                   base_metrics=conf.get("baseline", {}).get("metrics", {}),
+                   label=f"best candidate ({c.get('name', '?')}, not significant)",
+                   comparison=c.get("comparison"), p=c.get("p_adjusted"),
+                   source=f"{conf.get('rounds')} interleaved confirmation rounds (medians)")
+        return out
+    best = None
+    for t in data.search_trials():
+        if t.user_attrs.get("kind") == "trial" and (best is None or data.better(
+                float(t.value or 0), float(best.value or 0))):
+            best = t
+    if best is not None:
+        out.update(status="unconfirmed", new_config=best.user_attrs.get("config", {}),
+                   new_metrics=stored_eval(best).get("metrics", {}),
+                   label=f"best in search (trial {best.number}, unconfirmed)",
+                   source="search trials (medians of their repetitions)")
+    return out
+
+
+def slab_tables(data: StudyData, cmp: dict[str, Any]) -> dict[str, list[dict[str, float]]]:
+    """Median per slab class over the repetitions of the baseline and of the compared
+    configuration (confirmation repetitions preferred)."""
+    from kvtune.telemetry.memcached import slab_table
+
+    out: dict[str, list[dict[str, float]]] = {}
+    for name, cfg in (("baseline", cmp["base_config"]), (cmp["label"] or "best",
+                                                         cmp["new_config"])):
+        if not cfg:
+            continue
+        key = config_key(cfg)
+        reps = [r for r in data.ok_reps() if r["config_key"] == key]
+        conf = [r for r in reps if r["kind"] == "confirm"]
+        tables = []
+        for r in conf or reps:
+            tel = (r["raw"].get("telemetry") or {}).get("server") or {}
+            t = tel.get("slab_table")
+            if t is None and isinstance(r["raw"].get("server_stats"), dict):
+                t = slab_table(r["raw"]["server_stats"])
+            if t:
+                tables.append(t)
+        if not tables:
+            continue
+        by: dict[int, dict[str, list[float]]] = {}
+        for t in tables:
+            for row in t:
+                d = by.setdefault(int(row["class"]), {})
+                for k, v in row.items():
+                    d.setdefault(k, []).append(float(v))
+        out[name] = [{k: _median(v) for k, v in by[c].items()} for c in sorted(by)]
+    return out
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def load_raw(raw: dict[str, Any]) -> dict[str, Any]:
+    """A repetition's load-driver output: under "load" (with its "tool"), or under "kvload"
+    in stores written before load drivers."""
+    found = raw.get("load") or raw.get("kvload") or {}
+    return found if isinstance(found, dict) else {}
+
+
+VERB_KEYS = ("p50_us", "p90_us", "p99_us", "p999_us", "p9999_us", "max_us", "mean_us")
+
+
+def latency_by_verb(data: StudyData, cmp: dict[str, Any]
+                    ) -> dict[str, dict[str, dict[str, float]]]:
+    """{configuration: {verb: {percentile: median over repetitions}}} for the baseline and
+    the compared configuration, from the load driver's per-verb latencies (kvload's
+    latency.per_verb, corrected for coordinated omission; "all" is its total). Confirmation
+    repetitions are preferred. Empty when the driver records no latencies."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for name, cfg in (("baseline", cmp["base_config"]), (cmp["label"] or "best",
+                                                         cmp["new_config"])):
+        if not cfg:
+            continue
+        key = config_key(cfg)
+        reps = [r for r in data.ok_reps() if r["config_key"] == key]
+        reps = [r for r in reps if r["kind"] == "confirm"] or reps
+        acc: dict[str, dict[str, list[float]]] = {}
+        for r in reps:
+            lat = load_raw(r["raw"]).get("latency") or {}
+            verbs = {"all": lat.get("total") or {}, **(lat.get("per_verb") or {})}
+            for verb, d in verbs.items():
+                corr = (d or {}).get("corrected") or {}
+                for k in VERB_KEYS:
+                    v = corr.get(k)
+                    if isinstance(v, int | float):
+                        acc.setdefault(verb, {}).setdefault(k, []).append(float(v))
+        if acc:
+            out[name] = {verb: {k: _median(v) for k, v in d.items()} for verb, d in acc.items()}
+    return out
