@@ -7,7 +7,7 @@ KVLOAD := kvload/target/release/kvload
 PY := .venv/bin/python
 CARGO_FLAGS := --release --quiet --manifest-path kvload/Cargo.toml
 
-.PHONY: setup kvload demo test test-rust test-python lint bench clean
+.PHONY: setup kvload demo test test-rust test-python test-install dist lint bench clean
 
 setup:
 	@scripts/setup.sh
@@ -21,7 +21,20 @@ demo: kvload
 	@$(PY) -m kvtune tune examples/memcached.yaml; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 1 ]
 
 test: kvload
-	@$(MAKE) --no-print-directory lint test-rust test-python
+	@$(MAKE) --no-print-directory lint test-rust test-install test-python
+
+# The wheels people install: kvload (a platform wheel with the binary, maturin) and kvtune
+# (which depends on it), both at the repository's version, into dist/.
+dist: setup
+	@rm -rf dist && mkdir -p dist
+	@.venv/bin/maturin build --release -m kvload/Cargo.toml --out dist 2>&1 | tail -1
+	@.venv/bin/pip wheel -q --disable-pip-version-check --no-deps -w dist . 2>&1 | tail -1
+	@ls dist
+
+# The installed way, end to end: the wheels into a fresh virtual environment outside the
+# checkout, run from another directory with the checkout's kvload out of reach.
+test-install: dist
+	@scripts/test_install.sh
 
 test-rust:
 	@cargo test $(CARGO_FLAGS)
@@ -41,4 +54,4 @@ bench: kvload
 	@$(PY) bench/evaluator/run.py
 
 clean:
-	rm -rf .venv results kvload/target test-artifacts
+	rm -rf .venv results kvload/target test-artifacts dist build

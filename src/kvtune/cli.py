@@ -37,9 +37,20 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 def _version(value: bool) -> None:
     if value:
-        from kvtune import __version__
+        import subprocess
 
-        print(f"kvtune {__version__}")
+        from kvtune import __version__
+        from kvtune.errors import HarnessError
+        from kvtune.load.kvload import find_kvload
+
+        try:
+            kvload = find_kvload()
+            ran = subprocess.run([kvload, "--version"], capture_output=True, text=True,
+                                 timeout=10, stdin=subprocess.DEVNULL)
+            found = f"{ran.stdout.strip() or 'kvload ?'} at {kvload}"
+        except (HarnessError, OSError, subprocess.TimeoutExpired) as e:
+            found = f"kvload not found: {e}"
+        print(f"kvtune {__version__} ({found})")
         raise typer.Exit()
 
 

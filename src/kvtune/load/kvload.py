@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
+import sysconfig
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +24,11 @@ from kvtune.safety import args as scan
 if TYPE_CHECKING:
     from kvtune.spec import LoadSpec
 
-REPO = Path(__file__).resolve().parents[3]
+# Set when kvtune runs from its repository checkout (src/kvtune beside kvload/Cargo.toml):
+# the checkout's own cargo build is then the kvload that matches the source.
+_SRC = Path(__file__).resolve().parents[2]
+CHECKOUT: Path | None = _SRC.parent if (_SRC.name == "src" and (
+    _SRC.parent / "kvload" / "Cargo.toml").is_file()) else None
 
 # load.extra_args may hold only these kvload flags: they change how the load is measured,
 # never where it goes (--server), what it writes (--json, --dump-arrivals) or what it
@@ -34,20 +40,38 @@ SAFE_EXTRA_ARGS: dict[str, str | None] = {
 }
 
 
+def kvload_places() -> list[tuple[str, Path | None]]:
+    """Where kvtune looks for kvload, in order (docs/kvload.md): the KVLOAD environment
+    variable; the checkout's release build, only when kvtune runs from its checkout; the
+    kvload installed beside kvtune (the same environment's scripts directory, where the
+    kvload wheel puts it); then PATH."""
+    env = os.environ.get("KVLOAD")
+    places: list[tuple[str, Path | None]] = [("$KVLOAD", Path(env) if env else None)]
+    if CHECKOUT is not None:
+        places.append(("the checkout's build (make kvload)",
+                       CHECKOUT / "kvload" / "target" / "release" / "kvload"))
+    for d in dict.fromkeys((sysconfig.get_path("scripts"), str(Path(sys.executable).parent))):
+        places.append(("installed beside kvtune", Path(d) / "kvload"))
+    which = shutil.which("kvload")
+    places.append(("PATH", Path(which) if which else None))
+    return places
+
+
 def find_kvload() -> str:
-    """$KVLOAD, then the repo's release build, then PATH."""
+    """The kvload binary: the first of `kvload_places` that is an executable file. KVLOAD
+    naming anything else is an error; no kvload at all names every place looked."""
     env = os.environ.get("KVLOAD")
     if env:
-        if os.access(env, os.X_OK):
+        if os.path.isfile(env) and os.access(env, os.X_OK):
             return env
         raise HarnessError(f"KVLOAD={env} is not an executable kvload binary")
-    build = REPO / "kvload" / "target" / "release" / "kvload"
-    if os.access(build, os.X_OK):
-        return str(build)
-    found = shutil.which("kvload")
-    if found:
-        return found
-    raise HarnessError("kvload not found: build it with `make kvload` (or set KVLOAD=/path)")
+    for _, p in kvload_places()[1:]:
+        if p is not None and p.is_file() and os.access(p, os.X_OK):
+            return str(p)
+    looked = "; ".join(f"{what}{f' ({p})' if p else ''}" for what, p in kvload_places())
+    raise HarnessError(f"kvload not found (looked at: {looked}): pip install the kvload wheel "
+                       "(make dist), build it in the checkout (make kvload), or set "
+                       "KVLOAD=/path/to/kvload")
 
 
 def build_argv(binary: str, load: LoadSpec, server: str, protocol: str, seed: int,
