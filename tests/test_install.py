@@ -59,7 +59,7 @@ def test_kvload_is_found_in_the_documented_order(tmp_path: Path,
     for place in ("$KVLOAD", "installed beside kvtune", "PATH", "make dist", "make kvload"):
         assert place in text, text
     monkeypatch.setenv("KVLOAD", str(tmp_path / "nothing"))
-    with pytest.raises(HarnessError, match="KVLOAD=.* is not an executable kvload binary"):
+    with pytest.raises(HarnessError, match=r"KVLOAD=.* is not an executable kvload binary"):
         kl.find_kvload()
 
 
