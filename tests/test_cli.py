@@ -5,6 +5,7 @@ have content when the ones asked have none."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -20,12 +21,16 @@ from kvtune.export import NoRecommendation
 def kvtune(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "kvtune", *args], capture_output=True,
                           text=True, timeout=120, cwd=cwd, env={"COLUMNS": "200",
-                                                                "PATH": "/usr/bin:/bin"})
+                                                                "PATH": "/usr/bin:/bin",
+                                                                "KVTUNE_JOURNAL": os.environ[
+                                                                    "KVTUNE_JOURNAL"]})
 
 
 def test_version_and_short_help() -> None:
     r = kvtune("--version")
-    assert r.returncode == 0 and r.stdout.strip() == f"kvtune {__version__}"
+    # The version, then the kvload it found (or that none was found).
+    assert r.returncode == 0 and r.stdout.startswith(f"kvtune {__version__} ("), r.stdout
+    assert "kvload" in r.stdout
     h = kvtune("-h")
     assert h.returncode == 0 and h.stdout == kvtune("--help").stdout and "export" in h.stdout
     assert kvtune("export", "-h").returncode == 0

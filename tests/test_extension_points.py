@@ -4,6 +4,7 @@ the toy runs through kvtune's real machinery (the runner, a real server on loopb
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 from pathlib import Path
@@ -443,7 +444,9 @@ def test_new_target_kind_and_load_driver_touch_two_files_each(
                 f"main({list(args)!r})")
         return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               timeout=120, cwd=tmp_path,
-                              env={"PYTHONPATH": f"{tmp_path}:{src}", "PATH": "/usr/bin:/bin"})
+                              env={"PYTHONPATH": f"{tmp_path}:{src}", "PATH": "/usr/bin:/bin",
+                                   # this test's private journal (conftest), not the host's
+                                   "KVTUNE_JOURNAL": os.environ["KVTUNE_JOURNAL"]})
 
     out = kvtune("run", str(study), "--repetitions", "1", "--json")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]

@@ -151,3 +151,46 @@ def test_cli_second_tune_on_the_same_host_is_refused(tmp_path: Path, tree: Path)
         first.stdin.flush()
         first.wait(10)
     assert (tree / "a").read_text().strip() == "100"
+
+
+def _left(jpath: Path, processes: list[dict[str, object]]) -> None:
+    """A journal as a study killed after it started a server and before any host change."""
+    import json
+    jpath.write_text(json.dumps({"version": 1, "owner_pid": 999999, "study": "killed",
+                                 "started": 0.0, "entries": [], "created_dirs": [],
+                                 "processes": processes}))
+
+
+def _index(jpath: Path) -> None:
+    lock = HostLock("killed", jpath)
+    lock.acquire()
+    try:
+        lock.add_journal(jpath)
+    finally:
+        lock.release()
+
+
+def test_a_journal_whose_only_server_has_exited_leaves_nothing_to_repair(
+        tmp_path: Path, tree: Path) -> None:
+    """A study killed between starting a server and any host change, whose server has since
+    exited (pid gone, or reused by a process with another start time): nothing is left to
+    restore, so it blocks no later study, in its own journal path or another."""
+    from kvtune.host.lock import starttime
+    dead = subprocess.Popen(["sleep", "0"])
+    dead.wait()
+    _left(tmp_path / "one.json", [{"pid": dead.pid, "starttime": 1, "name": "memcached"},
+                                  {"pid": os.getpid(), "starttime": 1, "name": "memcached"}])
+    _index(tmp_path / "one.json")
+    with Journal(tmp_path / "two.json", allowed_roots=(tree,), study="next") as j:
+        j.write(tree / "a", "300")
+    with Journal(tmp_path / "one.json", allowed_roots=(tree,), study="next") as j:
+        j.write(tree / "a", "300")
+    assert (tree / "a").read_text().strip() == "100"
+    # A server that still runs (this very process, by its start time) is something to repair.
+    _left(tmp_path / "one.json", [{"pid": os.getpid(), "starttime": starttime(os.getpid()),
+                                   "name": "memcached"}])
+    _index(tmp_path / "one.json")
+    with pytest.raises(UserError, match="restore"):
+        Journal(tmp_path / "two.json", allowed_roots=(tree,), study="next").open()
+    with pytest.raises(UserError, match="restore"):
+        Journal(tmp_path / "one.json", allowed_roots=(tree,), study="next").open()

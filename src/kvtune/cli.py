@@ -322,8 +322,12 @@ def restore(
     # The processes a journal may name: the servers of the registered target kinds.
     servers = {k: getattr(targets.target_class(k), "default_binary", "")
                for k in targets.kinds() if targets.target_class(k).runs_server}
+    existed = path.exists()
     results = restore_from_file(path, servers=servers)
-    if not results:
+    if not results and existed:
+        out.print(f"Nothing to restore: {path} recorded no change still in place (the server "
+                  "processes it names have exited); the journal is removed.")
+    elif not results:
         out.print(f"Nothing to restore ({path} is absent: the host is as kvtune found it).")
         return
     failed = False

@@ -39,7 +39,9 @@ from typing import Any
 
 from kvtune.errors import HarnessError, UserError
 from kvtune.host.facts import selected
-from kvtune.host.lock import HostLock
+from kvtune.host.lock import HostLock, needs_restore
+from kvtune.host.lock import starttime as _starttime
+from kvtune.host.lock import zombie as _zombie
 from kvtune.safety import hostpaths
 
 DEFAULT_PATH = Path("/var/lib/kvtune/journal.json")
@@ -113,21 +115,6 @@ def check_path(path: Path, allowed_roots: tuple[Path, ...] = ALLOWED_ROOTS) -> P
     return real
 
 
-def _zombie(pid: int) -> bool:
-    """A process that has exited but is not reaped yet (state Z): it runs nothing."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True
-
-
-def _starttime(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 @dataclass
 class RestoreResult:
     what: str
@@ -188,7 +175,7 @@ class Journal:
             self._lock_fd = _take_lock(self.path)
             if self.path.exists() and _load(self.path).get("entries") is not None:
                 left = _load(self.path)
-                if left.get("entries") or left.get("created_dirs") or left.get("processes"):
+                if needs_restore(left):
                     raise UserError(
                         f"an earlier study ({left.get('study') or 'unnamed'}, pid "
                         f"{left.get('owner_pid')}) left host changes in {self.path}; "

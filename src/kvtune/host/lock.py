@@ -144,14 +144,52 @@ class HostLock:
                 keep.append(j)
                 continue
             state = _read_json(Path(j))
-            if isinstance(state, dict) and (state.get("entries") or state.get("created_dirs")
-                                            or state.get("processes")):
+            if isinstance(state, dict) and needs_restore(state):
                 keep.append(j)
                 left.append({"path": j, "study": state.get("study"),
                              "pid": state.get("owner_pid")})
         if keep != self.journals():
             self._write_index(keep)
         return left
+
+
+def zombie(pid: int) -> bool:
+    """A process that has exited but is not reaped yet (state Z): it runs nothing."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def starttime(pid: int) -> int | None:
+    """The start time of process `pid` (clock ticks since boot), None when there is none."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _process_gone(proc: Any) -> bool:
+    """A journal's process record whose process no longer runs: the pid is gone, reused by
+    another process (other start time) or a zombie. Anything unreadable counts as running."""
+    if not isinstance(proc, dict) or not isinstance(proc.get("pid"), int) \
+            or not isinstance(proc.get("starttime"), int):
+        return False
+    pid = proc["pid"]
+    return starttime(pid) != proc["starttime"] or zombie(pid)
+
+
+def needs_restore(state: dict[str, Any]) -> bool:
+    """Whether a journal's state records anything `kvtune restore` would still repair: a
+    host change, a directory it created, or a server process that still runs. A journal
+    left by a study killed between starting a server and changing anything, whose server
+    has since exited, has nothing left to repair."""
+    if state.get("entries") or state.get("created_dirs"):
+        return True
+    procs = state.get("processes") or []
+    if not isinstance(procs, list):
+        return True
+    return not all(_process_gone(p) for p in procs)
 
 
 def holder(directory: Path | None = None) -> dict[str, Any] | None:
