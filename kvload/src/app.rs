@@ -50,7 +50,11 @@ fn run_args() -> Result<(), Error> {
             return Err(Error::usage(format!("{line} (see kvload --help)")));
         }
     };
-    let cfg = Config::build(cli)?;
+    let plan = crate::steps::Plan::from_cli(&cli)?;
+    let cfg = Config::build_with_rate(cli, plan.as_ref().map(|p| p.nominal_rate()))?;
+    if let Some(plan) = plan {
+        return crate::steps::run(&plan, &cfg);
+    }
     let run_cfg = cfg.clone();
     let result = engine::run(run_cfg)?;
     let report = Report::new(&cfg, &result);

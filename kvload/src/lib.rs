@@ -7,7 +7,8 @@
 //! - [`protocol`]: request encoders and incremental response parsers;
 //! - [`engine`]: one pinned thread per client CPU running an epoll loop;
 //! - [`metrics`]: histograms and counters owned by each thread, merged at the end;
-//! - [`output`]: the terminal summary and the versioned JSON document.
+//! - [`output`]: the terminal summary and the versioned JSON document;
+//! - [`search`]: the knee search at an SLO (pure), driven by [`steps`] with real runs.
 
 pub mod app;
 pub mod config;
@@ -16,6 +17,8 @@ pub mod error;
 pub mod metrics;
 pub mod output;
 pub mod protocol;
+pub mod search;
+pub mod steps;
 pub mod workload;
 
 pub use error::Error;
@@ -24,3 +27,5 @@ pub use error::Error;
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The JSON schema identifier (see docs/kvload.md).
 pub const SCHEMA: &str = "kvload/1.1";
+/// The JSON schema of a --search or --ramp document (see docs/kvload.md).
+pub const SEARCH_SCHEMA: &str = "kvload/search/1";

@@ -27,15 +27,22 @@ client_bound); 1 runtime failure (server unreachable, connection reset,
 malformed response, preload verification failed); 2 bad arguments or workload
 file. Errors are one line on stderr: 'kvload: error: ...'.
 
-The JSON schema (kvload/1) and the workload file format are documented in
-docs/kvload.md.";
+With --search SLO, kvload runs open-loop steps and reports the capacity: the
+highest rate whose latency meets the SLO, with its bracket (highest pass,
+lowest fail) and every step; with --ramp, one step per rate. A step where the
+client is the limit ends the search without a knee (verdict client_bound).
+
+The JSON schemas (kvload/1.1 for a run, kvload/search/1 for --search and
+--ramp) and the workload file format are documented in docs/kvload.md.";
 
 const AFTER: &str = "\
 Examples:
   kvload --server 127.0.0.1:11211 --rate 50000 --duration 10s --cpus 1 --json out.json
   kvload --server unix:/tmp/mc.sock --protocol meta --mix get:9,set:1 --popularity zipf:0.99
   kvload --server 127.0.0.1:6379 --protocol resp --mode closed --connections 16 --pipeline 16
-  kvload --server 127.0.0.1:11211 --workload phases.json --json -";
+  kvload --server 127.0.0.1:11211 --workload phases.json --json -
+  kvload --server 127.0.0.1:11211 --search 'p99<=200us' --duration 3s --warmup 1s --json knee.json
+  kvload --server 127.0.0.1:11211 --ramp 20k:200k:20k:shuffle --duration 3s --json curve.json";
 
 #[derive(Parser, Debug, Default, Clone)]
 #[command(name = "kvload", version, about = ABOUT, long_about = LONG_ABOUT, after_help = AFTER)]
@@ -151,4 +158,24 @@ pub struct Cli {
     /// No terminal summary
     #[arg(long, short = 'q')]
     pub quiet: bool,
+
+    /// Capacity at an SLO: open-loop steps (each with its own warm-up and window) converge on the highest rate whose latency meets SLO, e.g. p99<=200us, p99.9<=1ms, service.p99<=200us (the corrected latency unless service. is given). --rate, when given, is the first step; otherwise a short closed-loop burst estimates it
+    #[arg(long, value_name = "SLO")]
+    pub search: Option<String>,
+
+    /// --search: stop when the highest pass and the lowest fail are this close, e.g. 2% or 0.02 [default: 2%]
+    #[arg(long, value_name = "PCT")]
+    pub precision: Option<String>,
+
+    /// --search: the rates searched, LOW:HIGH in requests/s (k and M suffixes) [default: 1k:10M]
+    #[arg(long, value_name = "LOW:HIGH")]
+    pub search_range: Option<String>,
+
+    /// --search: at most this many steps (a borderline step measured again counts) [default: 16]
+    #[arg(long, value_name = "N")]
+    pub max_steps: Option<usize>,
+
+    /// The latency-throughput curve: one open-loop step per rate from START to END by STEP (k and M suffixes), in shuffled order with :shuffle
+    #[arg(long, value_name = "START:END:STEP[:shuffle]")]
+    pub ramp: Option<String>,
 }

@@ -99,6 +99,12 @@ fn flag<T>(name: &str, r: Result<T, String>) -> Result<T, Error> {
 impl Config {
     /// Builds and validates the configuration. Errors name the flag or key at fault.
     pub fn build(cli: Cli) -> Result<Config, Error> {
+        Config::build_with_rate(cli, None)
+    }
+
+    /// As [`Config::build`], with `default_rate` where neither the command line
+    /// nor the file gives a rate (--search and --ramp set each step's rate).
+    pub fn build_with_rate(cli: Cli, default_rate: Option<f64>) -> Result<Config, Error> {
         let file = match &cli.workload {
             Some(p) => WorkloadFile::load(p)?,
             None => WorkloadFile::default(),
@@ -115,7 +121,7 @@ impl Config {
             "mode",
             Mode::parse(&pick(cli.mode, file.mode).unwrap_or_else(|| "open".into())),
         )?;
-        let rate = pick(cli.rate, file.rate);
+        let rate = pick(cli.rate, file.rate).or(default_rate);
         let arrival = flag(
             "arrival",
             Arrival::parse(&pick(cli.arrival, file.arrival).unwrap_or_else(|| "poisson".into())),

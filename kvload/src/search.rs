@@ -1,0 +1,591 @@
+//! Capacity at an SLO: the highest open-loop rate whose latency meets a bound
+//! (`--search p99<=200us`), and the latency–throughput curve (`--ramp`).
+//!
+//! The algorithm is pure (`knee` takes a function that measures one step) so
+//! that it is tested against simulated latency curves; `app` drives it with real
+//! runs of the engine, one warm-up and window per step.
+//!
+//! Choosing the rates copes with noise:
+//! - a short closed-loop burst estimates the server's peak throughput X; the
+//!   first step runs at 0.8 X (or in the middle of `--search-range`);
+//! - bracketing: a pass moves up by `GROWTH`, a fail down by `1/GROWTH`, until
+//!   a pass and a fail are known; each further move the same way squares the
+//!   factor (1.25, 1.56, 2.44, at most `MAX_FACTOR`), so that a first rate far
+//!   from the knee costs a few steps, not a dozen;
+//! - bisection at the geometric mean of the highest pass and the lowest fail,
+//!   until they are within the precision (default 2%);
+//! - a step whose latency lies within `BORDERLINE` of the bound is measured
+//!   once more and passes only if both runs pass (the worse one decides);
+//! - a saturated step (the schedule lag grows: the server cannot keep up) is a
+//!   fail; a client-bound step ends the search without a knee: the figure
+//!   would be the client's, not the server's.
+
+use serde_json::{Value, json};
+
+/// A pass moves the next rate up by this factor, a fail down by its inverse.
+pub const GROWTH: f64 = 1.25;
+/// The largest bracketing move.
+pub const MAX_FACTOR: f64 = 4.0;
+/// A latency within this fraction of the bound is borderline: measured twice.
+pub const BORDERLINE: f64 = 0.1;
+/// The search starts at this fraction of the closed-loop burst's throughput.
+pub const START_FRACTION: f64 = 0.8;
+/// kvload's largest open-loop rate, req/s.
+pub const MAX_RATE: f64 = 1e7;
+pub const DEFAULT_PRECISION: f64 = 0.02;
+pub const DEFAULT_MAX_STEPS: usize = 16;
+
+/// Which latency an SLO bounds: a percentile of the corrected latency (from the
+/// intended send time) or of the service latency (from the actual send).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Slo {
+    pub quantile: f64,
+    pub label: String,
+    pub service: bool,
+    pub strict: bool,
+    pub bound_us: f64,
+}
+
+impl Slo {
+    /// `p99<=200us`, `p99.9<=1ms`, `p50<0.5ms`, `service.p99<=200us` (µs when no
+    /// unit is given). Err names what is wrong.
+    pub fn parse(text: &str) -> Result<Slo, String> {
+        let t: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+        let (service, rest) = match t.strip_prefix("service.") {
+            Some(r) => (true, r),
+            None => (false, t.strip_prefix("corrected.").unwrap_or(&t)),
+        };
+        let (left, strict, right) = if let Some((l, r)) = rest.split_once("<=") {
+            (l, false, r)
+        } else if let Some((l, r)) = rest.split_once('<') {
+            (l, true, r)
+        } else {
+            return Err(format!(
+                "'{text}' is not an SLO such as p99<=200us, p99.9<=1ms or service.p99<=200us"
+            ));
+        };
+        let quantile = match left {
+            "p50" => 0.5,
+            "p90" => 0.9,
+            "p99" => 0.99,
+            "p99.9" | "p999" => 0.999,
+            "p99.99" | "p9999" => 0.9999,
+            _ => {
+                return Err(format!(
+                    "'{left}' is not a latency percentile (p50, p90, p99, p99.9, p99.99)"
+                ));
+            }
+        };
+        let (num, scale) = if let Some(n) = right.strip_suffix("us") {
+            (n, 1.0)
+        } else if let Some(n) = right.strip_suffix("µs") {
+            (n, 1.0)
+        } else if let Some(n) = right.strip_suffix("ms") {
+            (n, 1000.0)
+        } else {
+            (right, 1.0)
+        };
+        let v: f64 = num
+            .parse()
+            .map_err(|_| format!("'{right}' is not a latency bound such as 200us or 1ms"))?;
+        let bound_us = v * scale;
+        if !bound_us.is_finite() || bound_us <= 0.0 {
+            return Err(format!("the bound {right} must be a positive latency"));
+        }
+        if bound_us > 60e6 {
+            return Err(format!(
+                "the bound {right} is above 60 s: not a latency SLO"
+            ));
+        }
+        Ok(Slo {
+            quantile,
+            label: left.replace("p999", "p99.9").replace("p9999", "p99.99"),
+            service,
+            strict,
+            bound_us,
+        })
+    }
+
+    pub fn text(&self) -> String {
+        format!(
+            "{}{}{}{}us",
+            if self.service { "service." } else { "" },
+            self.label,
+            if self.strict { "<" } else { "<=" },
+            self.bound_us
+        )
+    }
+
+    pub fn meets(&self, latency_us: f64) -> bool {
+        if self.strict {
+            latency_us < self.bound_us
+        } else {
+            latency_us <= self.bound_us
+        }
+    }
+}
+
+/// How one run ended, as kvload's run verdict says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunVerdict {
+    Ok,
+    Saturated,
+    ClientBound,
+}
+
+/// One run at one rate.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    pub verdict: RunVerdict,
+    /// The SLO's latency (µs) in this run.
+    pub latency_us: f64,
+    /// Every figure of the run, for the JSON.
+    pub figures: Value,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Pass,
+    Fail,
+    Saturated,
+    ClientBound,
+}
+
+impl Outcome {
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Pass => "pass",
+            Outcome::Fail => "fail",
+            Outcome::Saturated => "saturated",
+            Outcome::ClientBound => "client_bound",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub rate: f64,
+    pub outcome: Outcome,
+    pub latency_us: f64,
+    /// A borderline step measured again (this is the second run).
+    pub repeat: bool,
+    pub figures: Value,
+}
+
+#[derive(Debug, Clone)]
+pub struct Params {
+    pub precision: f64,
+    pub max_steps: usize,
+    pub min_rate: f64,
+    pub max_rate: f64,
+}
+
+/// The search's answer.
+#[derive(Debug, Clone)]
+pub struct Knee {
+    /// ok (converged), imprecise (steps ran out before the precision), no_pass
+    /// (even the lowest rate fails), range_top (even the highest rate passes),
+    /// client_bound (the client was the limit: no knee).
+    pub verdict: &'static str,
+    pub reason: String,
+    pub knee: Option<f64>,
+    pub highest_pass: Option<f64>,
+    pub lowest_fail: Option<f64>,
+    pub steps: Vec<Step>,
+}
+
+fn classify(slo: &Slo, m: &Measured) -> Outcome {
+    match m.verdict {
+        RunVerdict::ClientBound => Outcome::ClientBound,
+        RunVerdict::Saturated => Outcome::Saturated,
+        RunVerdict::Ok if slo.meets(m.latency_us) => Outcome::Pass,
+        RunVerdict::Ok => Outcome::Fail,
+    }
+}
+
+/// The knee of the latency–rate curve that `measure` samples, starting at
+/// `start` req/s. `measure` runs one open-loop step (its own warm-up and
+/// window) at the rate it is given.
+pub fn knee<E>(
+    slo: &Slo,
+    p: &Params,
+    start: f64,
+    mut measure: impl FnMut(f64) -> Result<Measured, E>,
+) -> Result<Knee, E> {
+    let mut steps: Vec<Step> = Vec::new();
+    let (mut lo, mut hi): (Option<f64>, Option<f64>) = (None, None);
+    let mut rate = start.clamp(p.min_rate, p.max_rate);
+    // The bracketing factor: squared on each move in the same direction.
+    let mut factor = GROWTH;
+    let mut last_move: Option<bool> = None;
+    let mut step = |up: bool| {
+        factor = if last_move == Some(up) {
+            (factor * factor).min(MAX_FACTOR)
+        } else {
+            GROWTH
+        };
+        last_move = Some(up);
+        factor
+    };
+    let done = |verdict: &'static str, reason: String, knee: Option<f64>, lo, hi, steps| Knee {
+        verdict,
+        reason,
+        knee,
+        highest_pass: lo,
+        lowest_fail: hi,
+        steps,
+    };
+    loop {
+        if steps.len() >= p.max_steps {
+            return Ok(match (lo, hi) {
+                (Some(l), Some(h)) => done(
+                    "imprecise",
+                    format!(
+                        "{} steps ran out with the bracket {:.0}…{:.0} req/s ({:.1}% apart, \
+                         precision {:.1}%)",
+                        p.max_steps,
+                        l,
+                        h,
+                        (h / l - 1.0) * 100.0,
+                        p.precision * 100.0
+                    ),
+                    Some(l),
+                    lo,
+                    hi,
+                    steps,
+                ),
+                _ => done(
+                    "imprecise",
+                    format!("{} steps ran out before a pass and a fail", p.max_steps),
+                    None,
+                    lo,
+                    hi,
+                    steps,
+                ),
+            });
+        }
+        let first = measure(rate)?;
+        let mut outcome = classify(slo, &first);
+        let mut latency = first.latency_us;
+        steps.push(Step {
+            rate,
+            outcome,
+            latency_us: latency,
+            repeat: false,
+            figures: first.figures,
+        });
+        let borderline = first.verdict == RunVerdict::Ok
+            && ((first.latency_us - slo.bound_us).abs() <= BORDERLINE * slo.bound_us);
+        if borderline && steps.len() < p.max_steps {
+            let again = measure(rate)?;
+            let o2 = classify(slo, &again);
+            steps.push(Step {
+                rate,
+                outcome: o2,
+                latency_us: again.latency_us,
+                repeat: true,
+                figures: again.figures,
+            });
+            // The worse of the two decides: a pass needs both to pass.
+            latency = latency.max(again.latency_us);
+            if o2 != Outcome::Pass {
+                outcome = o2;
+            } else if outcome == Outcome::Pass && !slo.meets(latency) {
+                outcome = Outcome::Fail;
+            }
+        }
+        match outcome {
+            Outcome::ClientBound => {
+                let util = steps
+                    .last()
+                    .and_then(|s| {
+                        s.figures
+                            .pointer("/client_cpu/utilization")
+                            .and_then(Value::as_f64)
+                    })
+                    .unwrap_or(f64::NAN);
+                return Ok(done(
+                    "client_bound",
+                    format!(
+                        "the load generator was the limit at {rate:.0} req/s (its CPUs {:.0}% \
+                         busy) before the SLO was reached: no knee (a figure here would be \
+                         the client's); give kvload more CPUs, the server fewer (or a CPU \
+                         quota), or run the load from another host",
+                        util * 100.0
+                    ),
+                    None,
+                    lo,
+                    hi,
+                    steps,
+                ));
+            }
+            Outcome::Pass => lo = Some(lo.map_or(rate, |l: f64| l.max(rate))),
+            Outcome::Fail | Outcome::Saturated => hi = Some(hi.map_or(rate, |h: f64| h.min(rate))),
+        }
+        rate = match (lo, hi) {
+            (Some(l), Some(h)) if h <= l => {
+                // Noise put a fail below a pass: trust the fail, search below it.
+                lo = None;
+                (h / step(false)).max(p.min_rate)
+            }
+            (Some(l), Some(h)) => {
+                if h / l - 1.0 <= p.precision {
+                    return Ok(done(
+                        "ok",
+                        format!(
+                            "converged: highest pass {l:.0}, lowest fail {h:.0} req/s \
+                             ({:.1}% apart)",
+                            (h / l - 1.0) * 100.0
+                        ),
+                        Some(l),
+                        lo,
+                        hi,
+                        steps,
+                    ));
+                }
+                (l * h).sqrt()
+            }
+            (Some(l), None) => {
+                if l >= p.max_rate {
+                    return Ok(done(
+                        "range_top",
+                        format!(
+                            "even the highest rate of the range, {:.0} req/s, meets the SLO: \
+                             the capacity is above it (widen --search-range)",
+                            p.max_rate
+                        ),
+                        None,
+                        lo,
+                        hi,
+                        steps,
+                    ));
+                }
+                (l * step(true)).min(p.max_rate)
+            }
+            (None, Some(h)) => {
+                if h <= p.min_rate {
+                    return Ok(done(
+                        "no_pass",
+                        format!(
+                            "even the lowest rate of the range, {:.0} req/s, misses the SLO",
+                            p.min_rate
+                        ),
+                        None,
+                        lo,
+                        hi,
+                        steps,
+                    ));
+                }
+                (h / step(false)).max(p.min_rate)
+            }
+            (None, None) => unreachable!("every step passes or fails"),
+        };
+    }
+}
+
+/// The JSON of one step (schema `kvload/search/1`).
+pub fn step_json(n: usize, s: &Step) -> Value {
+    json!({
+        "n": n,
+        "rate": s.rate,
+        "outcome": s.outcome.name(),
+        "latency_us": s.latency_us,
+        "repeat": s.repeat,
+        "figures": s.figures,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slo(bound: f64) -> Slo {
+        Slo::parse(&format!("p99<={bound}us")).unwrap()
+    }
+
+    /// An M/M/1-like curve: latency = base / (1 - rate/cap), saturated at cap,
+    /// with multiplicative noise from a small deterministic generator; the client
+    /// is the limit above `client`.
+    struct Curve {
+        base: f64,
+        cap: f64,
+        client: f64,
+        noise: f64,
+        state: u64,
+    }
+
+    impl Curve {
+        fn jitter(&mut self) -> f64 {
+            self.state = self
+                .state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let u = (self.state >> 11) as f64 / (1u64 << 53) as f64;
+            1.0 + self.noise * (2.0 * u - 1.0)
+        }
+        fn at(&mut self, r: f64) -> Result<Measured, ()> {
+            let verdict = if r > self.client {
+                RunVerdict::ClientBound
+            } else if r >= self.cap {
+                RunVerdict::Saturated
+            } else {
+                RunVerdict::Ok
+            };
+            let lat = if r < self.cap {
+                self.base / (1.0 - r / self.cap) * self.jitter()
+            } else {
+                1e9
+            };
+            Ok(Measured {
+                verdict,
+                latency_us: lat,
+                figures: json!({"client_cpu": {"utilization": if r > self.client { 0.97 } else { 0.5 }}}),
+            })
+        }
+        /// The rate at which the noise-free latency equals `bound`.
+        fn truth(&self, bound: f64) -> f64 {
+            self.cap * (1.0 - self.base / bound)
+        }
+    }
+
+    fn params() -> Params {
+        Params {
+            precision: 0.02,
+            max_steps: DEFAULT_MAX_STEPS,
+            min_rate: 1000.0,
+            max_rate: MAX_RATE,
+        }
+    }
+
+    #[test]
+    fn parses_slos_and_refuses_the_rest() {
+        let s = Slo::parse("p99<=200us").unwrap();
+        assert_eq!(
+            (s.quantile, s.bound_us, s.strict, s.service),
+            (0.99, 200.0, false, false)
+        );
+        let s = Slo::parse("service.p99.9 < 1ms").unwrap();
+        assert_eq!(
+            (s.quantile, s.bound_us, s.strict, s.service),
+            (0.999, 1000.0, true, true)
+        );
+        assert_eq!(Slo::parse("p50<=150").unwrap().bound_us, 150.0);
+        for bad in [
+            "hit<=2",
+            "p99>=200us",
+            "p99<=-5us",
+            "p99<=0",
+            "p99<=abc",
+            "p98<=1ms",
+        ] {
+            assert!(Slo::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn finds_the_knee_within_the_precision_in_at_most_eight_steps() {
+        let mut worst_steps = 0;
+        for seed in 0..200u64 {
+            let mut c = Curve {
+                base: 40.0,
+                cap: 150_000.0,
+                client: 1e9,
+                noise: 0.03,
+                state: seed,
+            };
+            let truth = c.truth(200.0);
+            let k = knee(&slo(200.0), &params(), 0.8 * c.cap, |r| c.at(r)).unwrap();
+            assert_eq!(k.verdict, "ok", "{}", k.reason);
+            let est = k.knee.unwrap();
+            // The bracket is within 2%, and the noise moves the knee by a few %.
+            assert!(
+                (est / truth - 1.0).abs() < 0.06,
+                "seed {seed}: {est} vs {truth}"
+            );
+            let (l, h) = (k.highest_pass.unwrap(), k.lowest_fail.unwrap());
+            assert!(h / l - 1.0 <= 0.02 + 1e-12);
+            worst_steps = worst_steps.max(k.steps.iter().filter(|s| !s.repeat).count());
+        }
+        assert!(worst_steps <= 8, "{worst_steps} rates");
+    }
+
+    #[test]
+    fn noise_free_curves_converge_on_the_truth() {
+        for (base, bound) in [(20.0, 100.0), (50.0, 200.0), (90.0, 100.0), (5.0, 1000.0)] {
+            let mut c = Curve {
+                base,
+                cap: 100_000.0,
+                client: 1e9,
+                noise: 0.0,
+                state: 1,
+            };
+            let truth = c.truth(bound);
+            // 80k is up to 8x from the knee, and where the unloaded latency is 90% of
+            // the bound every step is borderline (measured twice): more steps than
+            // the default.
+            let p = Params {
+                max_steps: 30,
+                ..params()
+            };
+            let k = knee(&slo(bound), &p, 80_000.0, |r| c.at(r)).unwrap();
+            assert_eq!(k.verdict, "ok", "{}", k.reason);
+            let (l, h) = (k.highest_pass.unwrap(), k.lowest_fail.unwrap());
+            assert!(l <= truth && truth <= h, "{l} {truth} {h}");
+            assert!(h / l - 1.0 <= 0.02 + 1e-12);
+        }
+    }
+
+    #[test]
+    fn a_borderline_step_is_measured_again() {
+        let mut c = Curve {
+            base: 40.0,
+            cap: 100_000.0,
+            client: 1e9,
+            noise: 0.0,
+            state: 3,
+        };
+        // Start right at the knee: latency equals the bound.
+        let truth = c.truth(200.0);
+        let k = knee(&slo(200.0), &params(), truth, |r| c.at(r)).unwrap();
+        assert!(k.steps[1].repeat && k.steps[1].rate == k.steps[0].rate);
+    }
+
+    #[test]
+    fn a_client_bound_step_gives_no_knee() {
+        let mut c = Curve {
+            base: 40.0,
+            cap: 200_000.0,
+            client: 120_000.0,
+            noise: 0.0,
+            state: 1,
+        };
+        let k = knee(&slo(500.0), &params(), 100_000.0, |r| c.at(r)).unwrap();
+        assert_eq!(k.verdict, "client_bound");
+        assert!(k.knee.is_none() && k.reason.contains("97%"), "{}", k.reason);
+    }
+
+    #[test]
+    fn saturation_is_a_fail_and_the_range_ends_are_reported() {
+        let mut c = Curve {
+            base: 1.0,
+            cap: 50_000.0,
+            client: 1e9,
+            noise: 0.0,
+            state: 1,
+        };
+        // A bound so loose that only saturation fails: the knee is just below the cap.
+        let k = knee(&slo(1e6), &params(), 40_000.0, |r| c.at(r)).unwrap();
+        assert_eq!(k.verdict, "ok");
+        assert!(k.steps.iter().any(|s| s.outcome == Outcome::Saturated));
+        assert!(k.knee.unwrap() < 50_000.0 && k.knee.unwrap() > 48_000.0);
+        let narrow = Params {
+            min_rate: 1000.0,
+            max_rate: 2000.0,
+            ..params()
+        };
+        let k = knee(&slo(1e6), &narrow, 1500.0, |r| c.at(r)).unwrap();
+        assert_eq!(k.verdict, "range_top");
+        let k = knee(&slo(0.5), &params(), 40_000.0, |r| c.at(r)).unwrap();
+        assert_eq!(k.verdict, "no_pass");
+    }
+}

@@ -1,0 +1,562 @@
+//! `--search` and `--ramp`: runs open-loop steps with the engine, one warm-up
+//! and window each, and writes the `kvload/search/1` document.
+//!
+//! A step's rate is the window's mean offered rate: phases from a workload
+//! file keep their proportions (each phase's rate is scaled by the same
+//! factor). The keyspace is preloaded once, before the first step.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::time::Instant;
+
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use serde_json::{Value, json};
+
+use crate::Error;
+use crate::config::{Cli, Config, Mode, phase_spans};
+use crate::engine;
+use crate::output::{Report, Verdict, json as doc};
+use crate::search::{self, Knee, Measured, Params, RunVerdict, Slo, Step};
+
+/// What the command line asked for beyond one run.
+#[derive(Debug, Clone)]
+pub enum Plan {
+    Search {
+        slo: Slo,
+        params: Params,
+        /// The first step's rate (--rate); None: estimated by a closed-loop burst.
+        start: Option<f64>,
+        /// Whether --search-range was given (its geometric middle is the start).
+        ranged: bool,
+    },
+    Ramp {
+        rates: Vec<f64>,
+        shuffled: bool,
+    },
+}
+
+fn usage<T>(m: impl Into<String>) -> Result<T, Error> {
+    Err(Error::usage(m))
+}
+
+/// A rate in requests/s: 150000, 150k, 1.5M.
+pub fn parse_rate(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let (num, scale) = if let Some(n) = t.strip_suffix(['k', 'K']) {
+        (n, 1e3)
+    } else if let Some(n) = t.strip_suffix('M') {
+        (n, 1e6)
+    } else {
+        (t, 1.0)
+    };
+    match num.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v * scale),
+        _ => Err(format!(
+            "'{s}' is not a positive rate such as 50000, 50k or 1.5M"
+        )),
+    }
+}
+
+fn parse_precision(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let v = match t.strip_suffix('%') {
+        Some(n) => n.trim().parse::<f64>().map(|v| v / 100.0),
+        None => t.parse::<f64>(),
+    }
+    .map_err(|_| format!("'{s}' is not a precision such as 2% or 0.02"))?;
+    if !(0.001..=0.5).contains(&v) {
+        return Err(format!("{s} is outside 0.1%..50%"));
+    }
+    Ok(v)
+}
+
+impl Plan {
+    /// The plan the flags ask for, None for a single run. Errors name the flag.
+    pub fn from_cli(cli: &Cli) -> Result<Option<Plan>, Error> {
+        let only_search = [
+            ("--precision", cli.precision.is_some()),
+            ("--search-range", cli.search_range.is_some()),
+            ("--max-steps", cli.max_steps.is_some()),
+        ];
+        if cli.search.is_none()
+            && let Some((flag, _)) = only_search.iter().find(|(_, given)| *given)
+        {
+            return usage(format!("{flag} needs --search"));
+        }
+        if cli.search.is_some() && cli.ramp.is_some() {
+            return usage("give --search or --ramp, not both");
+        }
+        if (cli.search.is_some() || cli.ramp.is_some()) && cli.dump_arrivals.is_some() {
+            return usage("--dump-arrivals records one run: not with --search or --ramp");
+        }
+        if let Some(text) = &cli.search {
+            let slo = Slo::parse(text).map_err(|e| Error::usage(format!("--search: {e}")))?;
+            let precision = match &cli.precision {
+                Some(p) => {
+                    parse_precision(p).map_err(|e| Error::usage(format!("--precision: {e}")))?
+                }
+                None => search::DEFAULT_PRECISION,
+            };
+            let (min_rate, max_rate) = match &cli.search_range {
+                Some(r) => {
+                    let bad = || {
+                        Error::usage(format!(
+                            "--search-range: '{r}' is not LOW:HIGH, e.g. 10k:300k"
+                        ))
+                    };
+                    let (lo, hi) = r.split_once(':').ok_or_else(bad)?;
+                    let lo =
+                        parse_rate(lo).map_err(|e| Error::usage(format!("--search-range: {e}")))?;
+                    let hi =
+                        parse_rate(hi).map_err(|e| Error::usage(format!("--search-range: {e}")))?;
+                    if hi <= lo * (1.0 + precision) {
+                        return usage(format!(
+                            "--search-range: {r} is narrower than the precision; HIGH must exceed LOW"
+                        ));
+                    }
+                    if hi > search::MAX_RATE {
+                        return usage("--search-range: HIGH is above 10M requests/s");
+                    }
+                    (lo, hi)
+                }
+                None => (1000.0, search::MAX_RATE),
+            };
+            let max_steps = cli.max_steps.unwrap_or(search::DEFAULT_MAX_STEPS);
+            if !(2..=100).contains(&max_steps) {
+                return usage("--max-steps must be between 2 and 100");
+            }
+            if let Some(r) = cli.rate
+                && !(min_rate..=max_rate).contains(&r)
+            {
+                return usage(format!(
+                    "--rate {r} (the first step) is outside --search-range"
+                ));
+            }
+            return Ok(Some(Plan::Search {
+                slo,
+                params: Params {
+                    precision,
+                    max_steps,
+                    min_rate,
+                    max_rate,
+                },
+                start: cli.rate,
+                ranged: cli.search_range.is_some(),
+            }));
+        }
+        if let Some(text) = &cli.ramp {
+            let bad = || {
+                Error::usage(format!(
+                    "--ramp: '{text}' is not START:END:STEP[:shuffle], e.g. 20k:200k:20k"
+                ))
+            };
+            let parts: Vec<&str> = text.split(':').collect();
+            let shuffled = match parts.len() {
+                3 => false,
+                4 if parts[3] == "shuffle" => true,
+                _ => return Err(bad()),
+            };
+            let r = |s: &str| parse_rate(s).map_err(|e| Error::usage(format!("--ramp: {e}")));
+            let (start, end, step) = (r(parts[0])?, r(parts[1])?, r(parts[2])?);
+            if end < start {
+                return usage("--ramp: END is below START");
+            }
+            let n = ((end - start) / step + 1e-9).floor() as usize + 1;
+            if n > 200 {
+                return usage(format!("--ramp: {n} steps; at most 200"));
+            }
+            if end > search::MAX_RATE {
+                return usage("--ramp: END is above 10M requests/s");
+            }
+            let rates = (0..n).map(|i| start + step * i as f64).collect();
+            return Ok(Some(Plan::Ramp { rates, shuffled }));
+        }
+        Ok(None)
+    }
+
+    /// A rate for `Config::build` when the command line and the file give none:
+    /// the steps set every rate themselves.
+    pub fn nominal_rate(&self) -> f64 {
+        match self {
+            Plan::Search { start, params, .. } => {
+                start.unwrap_or((params.min_rate * params.max_rate).sqrt())
+            }
+            Plan::Ramp { rates, .. } => rates[0],
+        }
+    }
+}
+
+/// The configuration of one step at `rate` (the window's mean offered rate).
+fn at_rate(base: &Config, rate: f64, preload: bool) -> Config {
+    let mut c = base.clone();
+    let spans = phase_spans(&base.phases, base.duration_ns);
+    let mean: f64 = base
+        .phases
+        .iter()
+        .zip(&spans)
+        .map(|(p, &s)| p.rate.unwrap_or(0.0) * s as f64)
+        .sum::<f64>()
+        / base.duration_ns as f64;
+    let factor = if mean > 0.0 { rate / mean } else { 1.0 };
+    for p in &mut c.phases {
+        p.rate = Some(p.rate.map_or(rate, |r| r * factor));
+    }
+    c.rate = Some(rate);
+    c.preload = preload;
+    c
+}
+
+/// One engine run at `cfg`: its verdict, the SLO's latency and its document
+/// (without the configuration echo, written once at the top).
+fn measure(cfg: &Config, slo: Option<&Slo>) -> Result<Measured, Error> {
+    let result = engine::run(cfg.clone())?;
+    let report = Report::new(cfg, &result);
+    let verdict = match report.verdict {
+        Verdict::Ok => RunVerdict::Ok,
+        Verdict::Saturated => RunVerdict::Saturated,
+        Verdict::ClientBound => RunVerdict::ClientBound,
+    };
+    let latency_us = match slo {
+        Some(s) => {
+            let h = if s.service {
+                result.metrics.total_service()
+            } else {
+                result.metrics.total_corrected()
+            };
+            if h.is_empty() {
+                f64::INFINITY
+            } else {
+                h.value_at_quantile(s.quantile) as f64 / 1000.0
+            }
+        }
+        None => f64::NAN,
+    };
+    let mut figures = doc::document(&report);
+    if let Some(o) = figures.as_object_mut() {
+        o.remove("config");
+        o.remove("schema");
+        o.remove("kvload_version");
+    }
+    Ok(Measured {
+        verdict,
+        latency_us,
+        figures,
+    })
+}
+
+/// The closed-loop burst's throughput (req/s), the search's first estimate of
+/// the server's peak; the first step runs at `START_FRACTION` of it.
+fn burst(base: &Config) -> Result<f64, Error> {
+    let mut c = base.clone();
+    c.mode = Mode::Closed;
+    c.duration_ns = base.duration_ns.min(1_000_000_000);
+    c.warmup_ns = base.warmup_ns.min(500_000_000);
+    for p in &mut c.phases {
+        p.duration_ns = c.duration_ns;
+    }
+    c.phases.truncate(1);
+    let result = engine::run(c.clone())?;
+    let report = Report::new(&c, &result);
+    if report.achieved_rate <= 0.0 {
+        return Err(Error::runtime(
+            "the closed-loop burst completed no request: cannot estimate a first rate",
+        ));
+    }
+    Ok(report.achieved_rate)
+}
+
+fn say(cfg: &Config, line: &str) {
+    if cfg.quiet {
+        return;
+    }
+    if cfg.json.as_deref() == Some("-") {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
+}
+
+fn step_line(cfg: &Config, n: usize, s: &Step, slo: Option<&Slo>) {
+    let achieved = s
+        .figures
+        .get("achieved_rate")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
+    let util = s
+        .figures
+        .pointer("/client_cpu/utilization")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
+    let mut line = format!(
+        "step {n:>2}: {:>9.0} req/s offered, {:>9.0} achieved",
+        s.rate, achieved
+    );
+    if let Some(slo) = slo {
+        let _ = write!(line, ", {} {:>8.1} us", slo.label, s.latency_us);
+    } else {
+        let p99 = s
+            .figures
+            .pointer("/latency/total/corrected/p99_us")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0);
+        let _ = write!(line, ", p99 {p99:>8.1} us");
+    }
+    let _ = write!(
+        line,
+        ", client CPU {:>3.0}%: {}",
+        util * 100.0,
+        s.outcome.name()
+    );
+    if s.repeat {
+        line.push_str(" (borderline, measured again)");
+    }
+    say(cfg, &line);
+}
+
+fn emit(cfg: &Config, body: &Value) -> Result<(), Error> {
+    if let Some(dest) = &cfg.json {
+        let mut text = serde_json::to_string_pretty(body).expect("JSON serializes");
+        text.push('\n');
+        if dest == "-" {
+            std::io::stdout()
+                .write_all(text.as_bytes())
+                .map_err(|e| Error::runtime(format!("--json -: {e}")))?;
+        } else {
+            std::fs::write(dest, text)
+                .map_err(|e| Error::runtime(format!("--json {dest}: {e}")))?;
+        }
+    }
+    Ok(())
+}
+
+fn outcome_of(slo: Option<&Slo>, m: &Measured) -> search::Outcome {
+    match (m.verdict, slo) {
+        (RunVerdict::ClientBound, _) => search::Outcome::ClientBound,
+        (RunVerdict::Saturated, _) => search::Outcome::Saturated,
+        (RunVerdict::Ok, Some(s)) if !s.meets(m.latency_us) => search::Outcome::Fail,
+        (RunVerdict::Ok, _) => search::Outcome::Pass,
+    }
+}
+
+/// Runs the plan against the server of `base` and reports it.
+pub fn run(plan: &Plan, base: &Config) -> Result<(), Error> {
+    if base.mode != Mode::Open {
+        return usage("--search and --ramp run open-loop steps: not with --mode closed");
+    }
+    let t0 = Instant::now();
+    let mut preload = base.preload;
+    match plan {
+        Plan::Search {
+            slo,
+            params,
+            start,
+            ranged,
+        } => {
+            let (first, estimate) = match start {
+                Some(r) => (*r, None),
+                None if *ranged => ((params.min_rate * params.max_rate).sqrt(), None),
+                None => {
+                    let x = burst(base)?;
+                    preload = false;
+                    say(
+                        base,
+                        &format!(
+                            "closed-loop burst: {x:.0} req/s; the first step runs at {:.0}",
+                            search::START_FRACTION * x
+                        ),
+                    );
+                    (search::START_FRACTION * x, Some(x))
+                }
+            };
+            let mut n = 0usize;
+            let k: Knee = search::knee(slo, params, first, |rate| {
+                let m = measure(&at_rate(base, rate, preload), Some(slo))?;
+                preload = false;
+                n += 1;
+                let s = Step {
+                    rate,
+                    outcome: outcome_of(Some(slo), &m),
+                    latency_us: m.latency_us,
+                    repeat: false,
+                    figures: m.figures.clone(),
+                };
+                step_line(base, n, &s, Some(slo));
+                Ok::<Measured, Error>(m)
+            })?;
+            let seconds = t0.elapsed().as_secs_f64();
+            let steps: Vec<Value> = k
+                .steps
+                .iter()
+                .enumerate()
+                .map(|(i, s)| search::step_json(i + 1, s))
+                .collect();
+            match k.knee {
+                Some(knee) => say(
+                    base,
+                    &format!(
+                        "capacity: {knee:.0} req/s at {} ({}; {} steps, {seconds:.0} s)",
+                        slo.text(),
+                        k.reason,
+                        k.steps.len()
+                    ),
+                ),
+                None => say(base, &format!("no capacity: {} ({seconds:.0} s)", k.reason)),
+            }
+            emit(
+                base,
+                &json!({
+                    "schema": crate::SEARCH_SCHEMA,
+                    "kvload_version": crate::VERSION,
+                    "kind": "search",
+                    "config": doc::config_echo(base),
+                    "slo": {"text": slo.text(), "quantile": slo.quantile, "label": slo.label,
+                            "latency": if slo.service { "service" } else { "corrected" },
+                            "bound_us": slo.bound_us, "strict": slo.strict},
+                    "precision": params.precision,
+                    "range": [params.min_rate, params.max_rate],
+                    "max_steps": params.max_steps,
+                    "estimate": {"closed_loop_rate": estimate, "first_rate": first},
+                    "verdict": k.verdict,
+                    "reason": k.reason,
+                    "knee": k.knee,
+                    "bracket": {"highest_pass": k.highest_pass, "lowest_fail": k.lowest_fail},
+                    "seconds": seconds,
+                    "steps": steps,
+                }),
+            )
+        }
+        Plan::Ramp { rates, shuffled } => {
+            let mut order = rates.clone();
+            if *shuffled {
+                let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(base.seed);
+                order.shuffle(&mut rng);
+            }
+            let mut steps = Vec::with_capacity(order.len());
+            for (i, &rate) in order.iter().enumerate() {
+                let m = measure(&at_rate(base, rate, preload), None)?;
+                preload = false;
+                let s = Step {
+                    rate,
+                    outcome: outcome_of(None, &m),
+                    latency_us: m
+                        .figures
+                        .pointer("/latency/total/corrected/p99_us")
+                        .and_then(Value::as_f64)
+                        .unwrap_or(f64::NAN),
+                    repeat: false,
+                    figures: m.figures,
+                };
+                step_line(base, i + 1, &s, None);
+                steps.push(search::step_json(i + 1, &s));
+            }
+            let seconds = t0.elapsed().as_secs_f64();
+            say(
+                base,
+                &format!("ramp: {} steps in {seconds:.0} s", steps.len()),
+            );
+            emit(
+                base,
+                &json!({
+                    "schema": crate::SEARCH_SCHEMA,
+                    "kvload_version": crate::VERSION,
+                    "kind": "ramp",
+                    "config": doc::config_echo(base),
+                    "order": if *shuffled { "shuffled" } else { "ascending" },
+                    "rates": rates,
+                    "seconds": seconds,
+                    "steps": steps,
+                }),
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn plan(args: &[&str]) -> Result<Option<Plan>, Error> {
+        let mut v = vec!["kvload"];
+        v.extend_from_slice(args);
+        Plan::from_cli(&Cli::try_parse_from(v).unwrap())
+    }
+
+    #[test]
+    fn flags_are_checked_before_anything_runs() {
+        assert!(plan(&[]).unwrap().is_none());
+        let err = |a: &[&str]| plan(a).unwrap_err().to_string();
+        assert!(err(&["--precision", "2%"]).contains("--precision needs --search"));
+        assert!(err(&["--search", "p99<=200us", "--ramp", "1k:2k:1k"]).contains("not both"));
+        assert!(err(&["--search", "p98<=1ms"]).contains("--search:"));
+        assert!(err(&["--search", "p99<=1ms", "--precision", "80%"]).contains("--precision"));
+        assert!(err(&["--search", "p99<=1ms", "--search-range", "5k"]).contains("LOW:HIGH"));
+        assert!(err(&["--search", "p99<=1ms", "--search-range", "5k:5k"]).contains("narrower"));
+        assert!(
+            err(&[
+                "--search",
+                "p99<=1ms",
+                "--search-range",
+                "5k:9k",
+                "--rate",
+                "1000"
+            ])
+            .contains("outside")
+        );
+        assert!(err(&["--ramp", "1k:2k"]).contains("START:END:STEP"));
+        assert!(err(&["--ramp", "1k:2k:1k:sorted"]).contains("START:END:STEP"));
+        assert!(err(&["--ramp", "2k:1k:1k"]).contains("below"));
+        assert!(err(&["--ramp", "1:1M:1"]).contains("at most 200"));
+        match plan(&[
+            "--search",
+            "p99.9<=1ms",
+            "--precision",
+            "5%",
+            "--search-range",
+            "10k:1M",
+        ])
+        .unwrap()
+        {
+            Some(Plan::Search {
+                slo,
+                params,
+                start,
+                ranged,
+            }) => {
+                assert_eq!((slo.quantile, slo.bound_us), (0.999, 1000.0));
+                assert_eq!(
+                    (params.precision, params.min_rate, params.max_rate),
+                    (0.05, 1e4, 1e6)
+                );
+                assert!(start.is_none() && ranged);
+            }
+            other => panic!("{other:?}"),
+        }
+        match plan(&["--ramp", "20k:100k:20k:shuffle"]).unwrap() {
+            Some(Plan::Ramp { rates, shuffled }) => {
+                assert_eq!(rates, vec![2e4, 4e4, 6e4, 8e4, 1e5]);
+                assert!(shuffled);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_step_scales_the_phases_to_its_mean_rate() {
+        let dir = std::env::temp_dir().join(format!("kvload-steps-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("w.json");
+        std::fs::write(
+            &p,
+            r#"{"phases": [{"duration": "1s", "rate": 1000}, {"duration": "1s", "rate": 3000}]}"#,
+        )
+        .unwrap();
+        let cli = Cli::try_parse_from(["kvload", "--workload", p.to_str().unwrap()]).unwrap();
+        let base = Config::build(cli).unwrap();
+        let c = at_rate(&base, 4000.0, false);
+        let rates: Vec<f64> = c.phases.iter().map(|p| p.rate.unwrap()).collect();
+        assert_eq!(rates, vec![2000.0, 6000.0]);
+        assert!(!c.preload);
+    }
+}
