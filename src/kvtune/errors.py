@@ -3,6 +3,8 @@ codes."""
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class KvtuneError(Exception):
     """Base of all errors kvtune reports to a person (never with a stack trace)."""
@@ -39,10 +41,12 @@ class TrialFailed(Exception):
     """The configuration under test made the server fail (would not start, exited, hung).
     Ends that trial as failed; the study goes on."""
 
-    def __init__(self, reason: str, stderr: str = "") -> None:
+    def __init__(self, reason: str, stderr: str = "",
+                 raw: dict[str, Any] | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.stderr = stderr
+        self.raw = raw or {}  # what the failed measurement recorded (a search's steps)
 
 
 class StudyInterrupted(KvtuneError):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -413,6 +414,16 @@ class Slo(BaseModel):
         return f"{SLO_METRICS[self.metric]}{self.op}{self.bound_us:g}us"
 
 
+@dataclass(frozen=True)
+class CapacitySearch:
+    """A capacity repetition: the highest open-loop rate whose latency keeps `slo`,
+    searched within `rates` (None: from a closed-loop burst) to `precision`."""
+
+    slo: Slo
+    rates: tuple[float, float] | None
+    precision: float
+
+
 def parse_slo(text: str) -> Slo:
     """`p99_us <= 200` (µs; `200us` and `0.2ms` too). ValueError naming what is wrong."""
     m = _SLO.match(text)
@@ -554,13 +565,22 @@ class StudySpec(_Model):
         if load.mode == "open" and load.rate is None and not load.workload_file \
                 and not capacity:
             _raise_at(("load",), None, "open-loop load needs a rate (requests per second)")
+        rates = next((o.rates for o in self.objective.all if o.metric == "capacity"), None)
+        if capacity and rates and load.rate is not None \
+                and not rates[0] <= load.rate <= rates[1]:
+            _raise_at(("load", "rate"), load.rate,
+                      f"with objective capacity load.rate is the search's first rate: "
+                      f"{load.rate:g} is outside objective.rates [{rates[0]:g}, {rates[1]:g}]")
         return self
 
     @property
-    def slo(self) -> Slo | None:
-        """The capacity objective's SLO, parsed (None for other objectives)."""
+    def capacity(self) -> CapacitySearch | None:
+        """What each repetition's capacity search keeps and searches (None when no
+        objective is capacity)."""
         o = next((o for o in self.objective.all if o.metric == "capacity"), None)
-        return None if o is None or o.slo is None else parse_slo(o.slo)
+        if o is None or o.slo is None:
+            return None
+        return CapacitySearch(parse_slo(o.slo), o.rates, o.precision)
 
     @model_validator(mode="after")
     def _network_rule(self) -> StudySpec:

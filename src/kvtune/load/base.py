@@ -32,7 +32,7 @@ from kvtune.load.transport import LocalTransport, Transport
 from kvtune.metrics import NAMES
 
 if TYPE_CHECKING:
-    from kvtune.spec import LoadSpec
+    from kvtune.spec import CapacitySearch, LoadSpec
 
 VERDICTS = ("ok", "saturated", "client_bound")
 
@@ -65,6 +65,11 @@ class LoadDriver(ABC):
     # True for tools with no open-loop schedule (the peers redis-benchmark and memaslap):
     # they refuse `load.mode: open` when constructed.
     closed_loop: ClassVar[bool] = False
+    # True for a driver that can measure `capacity` (a knee search at an SLO per run).
+    searches: ClassVar[bool] = False
+    # Set by `driver_for` when the study's objective is capacity: each run is then one
+    # search, and its result's metrics carry `capacity` (req/s) and the figures of the knee.
+    capacity: CapacitySearch | None = None
 
     def __init__(self, spec: LoadSpec) -> None:
         self.spec = spec
@@ -130,11 +135,17 @@ def tools() -> list[str]:
     return sorted(_DRIVERS)
 
 
-def driver_for(spec: LoadSpec) -> LoadDriver:
-    """A new driver for the study's load section (its `tool`)."""
+def driver_for(spec: LoadSpec, capacity: CapacitySearch | None = None) -> LoadDriver:
+    """A new driver for the study's load section (its `tool`); `capacity`: each run is a
+    capacity search (the study's objective is capacity)."""
     try:
         cls = _DRIVERS[spec.tool]
     except KeyError:
         raise UserError(f"load.tool: unknown load tool {spec.tool!r} "
                         f"(known: {', '.join(tools())})") from None
-    return cls(spec)
+    if capacity is not None and not cls.searches:
+        raise UserError(f"load.tool: {spec.tool} cannot measure capacity (a knee search "
+                        "over open-loop rates); kvload can")
+    driver = cls(spec)
+    driver.capacity = capacity
+    return driver

@@ -22,13 +22,16 @@ from kvtune.load.transport import LocalTransport, Transport
 from kvtune.safety import args as scan
 
 if TYPE_CHECKING:
-    from kvtune.spec import LoadSpec
+    from kvtune.spec import CapacitySearch, LoadSpec
 
 # Set when kvtune runs from its repository checkout (src/kvtune beside kvload/Cargo.toml):
 # the checkout's own cargo build is then the kvload that matches the source.
 _SRC = Path(__file__).resolve().parents[2]
 CHECKOUT: Path | None = _SRC.parent if (_SRC.name == "src" and (
     _SRC.parent / "kvload" / "Cargo.toml").is_file()) else None
+
+# The most steps of one capacity search (kvload --max-steps): each is a warm-up and a window.
+MAX_STEPS = 16
 
 # load.extra_args may hold only these kvload flags: they change how the load is measured,
 # never where it goes (--server), what it writes (--json, --dump-arrivals) or what it
@@ -75,12 +78,14 @@ def find_kvload() -> str:
 
 
 def build_argv(binary: str, load: LoadSpec, server: str, protocol: str, seed: int,
-               json_path: str, workload_path: str | None = None) -> list[str]:
+               json_path: str, workload_path: str | None = None,
+               capacity: CapacitySearch | None = None) -> list[str]:
     """kvload's command line (`workload_path`: the workload file where kvload runs, when
     that is not this host). Without a workload file every setting is passed (kvtune's
     defaults are the study's). With one, the file's own keys win over kvtune's defaults:
     only what the study file sets explicitly is passed (pydantic's `model_fields_set`),
-    since kvload's command line overrides the file."""
+    since kvload's command line overrides the file. `capacity`: one knee search
+    (`--search`, docs/kvload.md), load.rate being its first rate when given."""
     w = load.workload
     file = bool(load.workload_file)
     lset, wset = load.model_fields_set, w.model_fields_set
@@ -115,6 +120,11 @@ def build_argv(binary: str, load: LoadSpec, server: str, protocol: str, seed: in
         argv += ["--cpus", load.cpus]
     if load.workload_file:
         argv += ["--workload", workload_path or load.workload_file]
+    if capacity is not None:
+        argv += ["--search", capacity.slo.kvload(), "--precision", f"{capacity.precision:g}",
+                 "--max-steps", str(MAX_STEPS)]
+        if capacity.rates:
+            argv += ["--search-range", f"{capacity.rates[0]:g}:{capacity.rates[1]:g}"]
     argv += list(load.extra_args)
     return argv
 
@@ -149,16 +159,20 @@ def file_duration(load: LoadSpec) -> float:
 
 def run(load: LoadSpec, server: str, protocol: str, seed: int,
         binary: str | None = None, transport: Transport | None = None,
-        workload_path: str | None = None) -> dict[str, Any]:
+        workload_path: str | None = None,
+        capacity: CapacitySearch | None = None) -> dict[str, Any]:
     """Run kvload once (on this host, or through `transport` where it runs) and return its
-    JSON document, which kvload writes to stdout.
+    JSON document, which kvload writes to stdout (`capacity`: one knee search, its
+    kvload/search/1 document).
     Raises TrialFailed when the server failed under load (refused, reset, malformed
     answers) or the load host was lost, HarnessError when kvload itself was misused or is
     missing."""
     transport = transport or LocalTransport()
     binary = binary or find_kvload()
-    argv = build_argv(binary, load, server, protocol, seed, "-", workload_path)
+    argv = build_argv(binary, load, server, protocol, seed, "-", workload_path, capacity)
     budget = file_duration(load) + load.warmup + 120
+    if capacity is not None:  # a closed-loop burst, then at most MAX_STEPS runs
+        budget += (MAX_STEPS + 1) * (file_duration(load) + load.warmup + 2)
     ran = transport.run(argv, budget, load.cpus)
     err = ran.stderr.strip().splitlines()
     last = err[-1] if err else f"exit code {ran.returncode}"
@@ -200,11 +214,62 @@ def metrics_from(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def search_result(doc: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The metrics of a capacity search (a kvload/search/1 document): `capacity` is the
+    knee, every other metric is the knee step's (its last passing run at that rate), and
+    the reason says when the search ran out of steps. A search without a knee
+    (client-bound, no rate met the SLO, the range's top met it) is a failed measurement,
+    never a value: TrialFailed with kvload's reason, the steps kept in its raw data."""
+    verdict, reason = str(doc.get("verdict")), str(doc.get("reason") or "")
+    knee = doc.get("knee")
+    if knee is None or verdict not in ("ok", "imprecise"):
+        what = {"client_bound": "the load generator was the limit, not the server",
+                "no_pass": "no rate met the SLO", "range_top": "every rate met the SLO",
+                }.get(verdict, f"verdict {verdict}")
+        if verdict == "client_bound":
+            last = (doc.get("steps") or [{}])[-1]
+            util = ((last.get("figures") or {}).get("client_cpu") or {}).get("utilization")
+            busy = f" (its CPUs {util:.0%} busy)" if isinstance(util, int | float) else ""
+            reason = (f"kvload reached its own limit at {last.get('rate', 0):,.0f} req/s"
+                      f"{busy} before the server missed the SLO, so no capacity is claimed. "
+                      "Keep the server the limit: a CPU quota on the server (knob "
+                      "placement.cpu_quota_pct, e.g. `{name: placement.cpu_quota_pct, fixed: "
+                      "50}`), fewer server CPUs (target.cpus), more load CPUs (load.cpus), or a "
+                      "load host (load.host)")
+        raise TrialFailed(f"capacity search: {what}: {reason}", raw={"load": doc})
+    steps = [s for s in doc.get("steps") or []
+             if s.get("outcome") == "pass" and s.get("rate") == knee]
+    if not steps:
+        raise HarnessError("kvload's search reported a knee without a passing step at it")
+    metrics = metrics_from(steps[-1].get("figures") or {})
+    metrics["capacity"] = float(knee)
+    return metrics, (reason if verdict == "imprecise" else "")
+
+
+def search_steps(load_raw: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The steps of a capacity search or ramp (kvload/search/1) in the order they ran, each
+    as {n, rate, outcome, latency_us, repeat, achieved_rate, p50_us, p99_us, verdict,
+    client_utilization}; [] for any other document."""
+    if not load_raw or not str(load_raw.get("schema", "")).startswith("kvload/search/"):
+        return []
+    out = []
+    for s in load_raw.get("steps") or []:
+        f = s.get("figures") or {}
+        corr = ((f.get("latency") or {}).get("total") or {}).get("corrected") or {}
+        out.append({"n": s.get("n"), "rate": s.get("rate"), "outcome": s.get("outcome"),
+                    "latency_us": s.get("latency_us"), "repeat": bool(s.get("repeat")),
+                    "achieved_rate": f.get("achieved_rate"), "p50_us": corr.get("p50_us"),
+                    "p99_us": corr.get("p99_us"), "verdict": f.get("verdict"),
+                    "client_utilization": (f.get("client_cpu") or {}).get("utilization")})
+    return out
+
+
 class KvloadDriver(LoadDriver):
     """`load.tool: kvload` (the default)."""
 
     tool = "kvload"
     remote = True  # load.host: kvload runs on the load host (load/remote.py)
+    searches = True  # --search: the capacity metric
 
 
     @classmethod
@@ -234,7 +299,13 @@ class KvloadDriver(LoadDriver):
         if self.binary is None:
             self.prepare()
         doc = run(self.spec, address, protocol, seed, self.binary, self.transport,
-                  self.workload_path)
+                  self.workload_path, self.capacity)
+        if self.capacity is not None:
+            if doc.get("schema") != "kvload/search/1":
+                raise HarnessError(f"kvload answered a search with schema {doc.get('schema')!r}"
+                                   " (expected kvload/search/1): an older kvload?")
+            metrics, note = search_result(doc)
+            return LoadResult(metrics, "ok", note, doc)
         verdict = str(doc.get("verdict") or "ok")
         if verdict not in VERDICTS:
             raise HarnessError(f"kvload reported an unknown verdict {verdict!r}")

@@ -85,7 +85,7 @@ class Session:
             raise UserError(f"{len(problems)} problem(s) before the study could start "
                             "(nothing was applied)", problems)
         if self.spec.load is not None and self.on_host:
-            self.load_driver = load.driver_for(self.spec.load)
+            self.load_driver = load.driver_for(self.spec.load, self.spec.capacity)
             self.load_driver.prepare()
         self.space = build_space(self.knobs, self.ctx, self.spec.target.cpus)
         return self.space
@@ -150,7 +150,7 @@ class Session:
             return self._measure_real(config, seed)
         except TrialFailed as e:
             return Repetition("failed", reason=e.reason, raw={"stderr": e.stderr,
-                                                              "config": config})
+                                                              "config": config, **e.raw})
 
     def _measure_real(self, config: Config, seed: int) -> Repetition:
         assert isinstance(self.target, ServerTarget) and self.spec.load is not None
@@ -183,7 +183,7 @@ class Session:
             if sampler is not None:  # server stats every second (telemetry/sampler.py)
                 sampler.start()
             if self.load_driver is None:
-                self.load_driver = load.driver_for(self.spec.load)
+                self.load_driver = load.driver_for(self.spec.load, self.spec.capacity)
             result = self.load_driver.run(target.address, target.protocol, seed)
             tele = probe.stop()
             if sampler is not None:

@@ -34,6 +34,7 @@ from kvtune.present import (
 )
 from kvtune.report import figures
 from kvtune.report import sweep as sweep_view
+from kvtune.report.capacity import figure as capacity_curve
 from kvtune.report.compare import (
     VERB_KEYS,
     change_of,
@@ -556,6 +557,10 @@ def render(data: StudyData, a: Analysis | None = None, within: float = 0.05) -> 
     elif a.importance.note:
         imp_txt = f'<p class="note">Importance: {_e(a.importance.note)}.</p>'
     verbs = latency_by_verb(data, cmp)
+    cap_fig, cap_note = capacity_curve(data, cmp)
+    cap_html = ("<h2 id=capacity>Latency against throughput</h2>"
+                f"<p class=note>{_e(cap_note)}</p>" + _plot(cap_fig, "plot-capacity")
+                if cap_fig is not None else "")
     spec_fig = figures.spectrum(verbs)
     sens = "".join(_plot(figs.get(f"sensitivity-{c.knob}"), f"plot-sensitivity-{i}")
                    for i, c in enumerate(a.curves))
@@ -570,7 +575,7 @@ def render(data: StudyData, a: Analysis | None = None, within: float = 0.05) -> 
         + "<a href=#trials>trials</a><a href=#workers>workers</a>"
         "<a href=#reproduce>reproduce</a></nav>",
         _verdict(data, cmp), _pareto(data.confirmation or {}),
-        "<h2 id=before-after>Before and after</h2>", _before_after(data, cmp),
+        "<h2 id=before-after>Before and after</h2>", _before_after(data, cmp), cap_html,
         _host_noise(data),
         "<h2 id=ablation>Which change made the gain</h2>", _ablation(data, a),
         _plot(figs.get("ablation"), "plot-ablation"),

@@ -69,6 +69,7 @@ class Plan:
 # kvload's connect, the stop and the wait for the port (measured here: 0.3–0.6 s).
 OVERHEAD_S = 0.6
 PRELOAD_KEYS_PER_S = 150_000  # kvload preload, pipelined sets on loopback
+SEARCH_STEPS = 9  # steps of a capacity search at 3% precision, typical here (bench/capacity)
 
 
 def estimate(spec: Any, n_knobs: int | None = None) -> Estimate | None:
@@ -79,7 +80,7 @@ def estimate(spec: Any, n_knobs: int | None = None) -> Estimate | None:
     load = spec.load
     if load is None:
         return None
-    from kvtune.load.kvload import file_duration
+    from kvtune.load.kvload import MAX_STEPS, file_duration
     from kvtune.study.ablation import max_cost_of
 
     preload = load.workload.keys / PRELOAD_KEYS_PER_S if load.workload.preload else 0.0
@@ -87,6 +88,16 @@ def estimate(spec: Any, n_knobs: int | None = None) -> Estimate | None:
         preload = 0.0  # the file's own keys decide; kvtune's defaults are not passed
     window = file_duration(load)
     rep = OVERHEAD_S + preload + load.warmup + window
+    per_rep = f"{OVERHEAD_S:g} s start/stop, {preload:.1f} s preload, {load.warmup:g} s " \
+              f"warm-up, {window:g} s window"
+    if getattr(spec, "capacity", None) is not None:
+        # A knee search per repetition: a closed-loop burst, then its steps, each a warm-up
+        # and a window (docs/kvload.md).
+        burst = min(window, 1.0) + min(load.warmup, 0.5)
+        rep = OVERHEAD_S + preload + burst + SEARCH_STEPS * (load.warmup + window + 0.1)
+        per_rep = (f"a capacity search: {OVERHEAD_S:g} s start/stop, {preload:.1f} s "
+                   f"preload, a {burst:g} s burst, about {SEARCH_STEPS} steps of "
+                   f"{load.warmup:g} s warm-up + {window:g} s window (at most {MAX_STEPS})")
     ev = spec.evaluation
     trials = spec.budget.trials or 0
     fixed = ev.noise_floor_runs + ev.confirm_rounds * (ev.confirm_top + 1 if ev.confirm_top
@@ -99,8 +110,7 @@ def estimate(spec: Any, n_knobs: int | None = None) -> Estimate | None:
     n = len(spec.knobs) if n_knobs is None else n_knobs
     ablation = max_cost_of(n, ev) if ev.ablation and ev.confirm_top else 0
     hi = fixed + trials * (per_trial_max + ev.max_reruns) + drift + ablation
-    how = (f"{rep:.1f} s per repetition ({OVERHEAD_S:g} s start/stop, {preload:.1f} s "
-           f"preload, {load.warmup:g} s warm-up, {window:g} s window) × {lo}–{hi} "
+    how = (f"{rep:.1f} s per repetition ({per_rep}) × {lo}–{hi} "
            f"repetitions (noise floor {ev.noise_floor_runs}, {trials} trials × "
            f"{spec.repetitions}–{per_trial_max + ev.max_reruns}, confirmation "
            f"{fixed - ev.noise_floor_runs}, drift {drift}, ablation 0–{ablation})")

@@ -94,4 +94,10 @@ def run_config(loaded: Loaded, overrides: dict[str, str], repetitions: int | Non
         task = prog.add_task("run", total=n)
         ev = run.evaluator.evaluate(config, "run", None, n=n,
                                     on_rep=lambda _e: prog.advance(task))
-    return {"config": config, **jsonable(ev.summary())}
+    from kvtune.load.kvload import search_steps
+
+    # Each repetition: its status and metrics, and a capacity search's steps (the curve).
+    reps = [{"status": r.status, "reason": r.reason, "flags": r.flags,
+             "metrics": r.metrics, "steps": search_steps(r.raw.get("load"))}
+            for r in ev.reps]
+    return {"config": config, **jsonable(ev.summary()), "repetitions": jsonable(reps)}

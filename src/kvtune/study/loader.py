@@ -218,6 +218,10 @@ def _registry_problems(spec: StudySpec, lines: Lines) -> list[str]:
         if spec.load.host is not None and not dc.remote:
             problems.append(f"{where(('load', 'host'), lines)}: {spec.load.tool} cannot run "
                             "on a load host (kvload can)")
+        if spec.capacity is not None and not dc.searches:
+            problems.append(f"{where(('load', 'tool'), lines)}: {spec.load.tool} cannot "
+                            "measure capacity (a knee search over open-loop rates); kvload "
+                            "can")
     return problems
 
 

@@ -349,7 +349,8 @@ class StudyRun:
                 result = confirmation.confirm(
                     own, self.space.baseline_config(),
                     self.metric, self.direction, ev, self.spec.seed, measure, start,
-                    lambda: prog.advance(task), constraints=self.spec.parsed_constraints)
+                    lambda: prog.advance(task), constraints=self.spec.parsed_constraints,
+                    slo=str(cap.slo) if (cap := self.spec.capacity) else None)
         self.store.put_result(self.spec.study, "confirmation", result)
         return result
 

@@ -1,0 +1,175 @@
+//! `--search` and `--ramp` against a real memcached: the document's shape, the steps and
+//! the verdicts that do not depend on the host's speed.
+
+mod common;
+
+use common::{memcached_tcp, run_json};
+use serde_json::Value;
+
+fn steps(doc: &Value) -> &Vec<Value> {
+    doc["steps"].as_array().expect("steps")
+}
+
+#[test]
+fn a_search_whose_range_meets_the_slo_says_so_without_a_knee() {
+    let mc = memcached_tcp(&[]);
+    // 200..400 req/s with a 50 ms p99 bound: every step passes, so the capacity is above
+    // the range (range_top), and no knee is claimed.
+    let doc = run_json(&[
+        "--server",
+        &mc.addr,
+        "--search",
+        "p99<=50ms",
+        "--search-range",
+        "200:400",
+        "--duration",
+        "300ms",
+        "--warmup",
+        "100ms",
+        "--connections",
+        "2",
+        "--keys",
+        "100",
+    ]);
+    assert_eq!(doc["schema"], "kvload/search/1");
+    assert_eq!(doc["kind"], "search");
+    assert_eq!(doc["verdict"], "range_top", "{}", doc["reason"]);
+    assert!(doc["knee"].is_null());
+    assert_eq!(doc["slo"]["bound_us"], 50_000.0);
+    assert_eq!(doc["slo"]["latency"], "corrected");
+    let s = steps(&doc);
+    assert!(!s.is_empty() && s.iter().all(|x| x["outcome"] == "pass"));
+    // The first step is the geometric middle of the range; each later one is higher.
+    let first = s[0]["rate"].as_f64().unwrap();
+    assert!((first - (200.0f64 * 400.0).sqrt()).abs() < 1e-6, "{first}");
+    assert_eq!(s.last().unwrap()["rate"].as_f64().unwrap(), 400.0);
+    // Each step carries a whole run's figures (not the config, echoed once at the top).
+    let f = &s[0]["figures"];
+    assert!(f["achieved_rate"].as_f64().unwrap() > 100.0);
+    assert!(
+        f["latency"]["total"]["corrected"]["p99_us"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert!(f.get("config").is_none() && doc["config"]["mode"] == "open");
+    // The keyspace is preloaded before the first step only.
+    assert!(!f["preload"].is_null());
+    assert!(s[1..].iter().all(|x| x["figures"]["preload"].is_null()));
+}
+
+#[test]
+fn a_bound_no_rate_meets_is_no_pass() {
+    let mc = memcached_tcp(&[]);
+    // A 1 µs p99 is below any loopback round trip.
+    let doc = run_json(&[
+        "--server",
+        &mc.addr,
+        "--search",
+        "p99<=1us",
+        "--search-range",
+        "300:1000",
+        "--duration",
+        "200ms",
+        "--warmup",
+        "100ms",
+        "--connections",
+        "2",
+        "--keys",
+        "100",
+    ]);
+    assert_eq!(doc["verdict"], "no_pass", "{}", doc["reason"]);
+    assert!(doc["knee"].is_null() && doc["bracket"]["highest_pass"].is_null());
+    assert_eq!(steps(&doc).last().unwrap()["rate"].as_f64().unwrap(), 300.0);
+}
+
+#[test]
+fn a_search_converges_between_a_pass_and_a_fail() {
+    let mc = memcached_tcp(&[]);
+    // The mean latency crosses a p50 bound set between the unloaded latency and a
+    // saturated server's; any host converges somewhere: the bracket is what is checked.
+    let doc = run_json(&[
+        "--server",
+        &mc.addr,
+        "--search",
+        "p50<=20ms",
+        "--precision",
+        "10%",
+        "--search-range",
+        "1k:10M",
+        "--rate",
+        "2000",
+        "--duration",
+        "300ms",
+        "--warmup",
+        "100ms",
+        "--connections",
+        "4",
+        "--keys",
+        "1000",
+        "--max-steps",
+        "30",
+    ]);
+    let verdict = doc["verdict"].as_str().unwrap();
+    // On a host where the client runs out first, the search must say so instead.
+    if verdict == "client_bound" {
+        assert!(doc["knee"].is_null());
+        assert!(doc["reason"].as_str().unwrap().contains("no knee"));
+        return;
+    }
+    assert_eq!(verdict, "ok", "{}", doc["reason"]);
+    let (lo, hi) = (
+        doc["bracket"]["highest_pass"].as_f64().unwrap(),
+        doc["bracket"]["lowest_fail"].as_f64().unwrap(),
+    );
+    assert_eq!(doc["knee"].as_f64().unwrap(), lo);
+    assert!(hi > lo && hi / lo - 1.0 <= 0.1 + 1e-9, "{lo} {hi}");
+    let s = steps(&doc);
+    assert!(
+        s.iter()
+            .any(|x| x["rate"].as_f64() == Some(lo) && x["outcome"] == "pass")
+    );
+    assert!(
+        s.iter()
+            .any(|x| x["rate"].as_f64() == Some(hi) && x["outcome"] != "pass")
+    );
+}
+
+#[test]
+fn a_ramp_runs_every_rate_in_the_order_asked() {
+    let mc = memcached_tcp(&[]);
+    let doc = run_json(&[
+        "--server",
+        &mc.addr,
+        "--ramp",
+        "500:2000:500:shuffle",
+        "--seed",
+        "7",
+        "--duration",
+        "200ms",
+        "--warmup",
+        "100ms",
+        "--connections",
+        "2",
+        "--keys",
+        "100",
+    ]);
+    assert_eq!(doc["kind"], "ramp");
+    assert_eq!(doc["order"], "shuffled");
+    let mut rates: Vec<f64> = steps(&doc)
+        .iter()
+        .map(|x| x["rate"].as_f64().unwrap())
+        .collect();
+    let ran = rates.clone();
+    rates.sort_by(f64::total_cmp);
+    assert_eq!(rates, vec![500.0, 1000.0, 1500.0, 2000.0]);
+    assert_ne!(ran, rates, "shuffled with seed 7");
+    for s in steps(&doc) {
+        let achieved = s["figures"]["achieved_rate"].as_f64().unwrap();
+        let offered = s["rate"].as_f64().unwrap();
+        assert!(
+            (achieved / offered - 1.0).abs() < 0.3,
+            "{achieved} vs {offered}"
+        );
+    }
+}

@@ -1,0 +1,195 @@
+"""Capacity at an SLO (issue 20): the `capacity` metric is one kvload knee search per
+repetition; a search without a knee is a failed measurement, never a value; the verdict
+says the capacity with both figures and the SLO; the report draws the curve."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvtune.errors import TrialFailed, UserError
+from kvtune.load import driver_for
+from kvtune.load.kvload import build_argv, search_result, search_steps
+from kvtune.spec import StudySpec
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _spec(extra: str = "", objective: str | None = None) -> StudySpec:
+    import yaml
+
+    doc = yaml.safe_load(f"""
+study: cap
+target: {{kind: memcached, cpus: "0"}}
+load: {{mode: open, duration: 1s, warmup: 0.5s, cpus: "1"{extra}}}
+objective: {objective or '{metric: capacity, slo: "p99_us <= 200", precision: 0.05}'}
+""")
+    return StudySpec.model_validate(doc)
+
+
+def _step(n: int, rate: float, outcome: str, lat: float, **fig: Any) -> dict[str, Any]:
+    figures = {"achieved_rate": rate * 0.99, "verdict": "ok",
+               "latency": {"total": {"corrected": {"p50_us": lat / 3, "p99_us": lat}}},
+               "client_cpu": {"utilization": 0.4}, "hit_ratio": 1.0, **fig}
+    return {"n": n, "rate": rate, "outcome": outcome, "latency_us": lat, "repeat": False,
+            "figures": figures}
+
+
+def _doc(verdict: str, knee: float | None, steps: list[dict[str, Any]],
+         reason: str = "r") -> dict[str, Any]:
+    return {"schema": "kvload/search/1", "kind": "search", "verdict": verdict,
+            "reason": reason, "knee": knee, "steps": steps,
+            "bracket": {"highest_pass": knee, "lowest_fail": None}}
+
+
+def test_a_capacity_repetition_is_one_search_at_the_slo() -> None:
+    spec = _spec()
+    cap = spec.capacity
+    assert cap is not None and str(cap.slo) == "p99_us <= 200"
+    argv = build_argv("kvload", spec.load, "127.0.0.1:1", "memcache", 1, "-", None, cap)
+    i = argv.index("--search")
+    assert argv[i + 1] == "p99<=200us"
+    assert argv[argv.index("--precision") + 1] == "0.05"
+    assert "--rate" not in argv and "--search-range" not in argv  # the burst picks the start
+    ranged = _spec(", rate: 5000", '{metric: capacity, slo: "p999_us <= 1000", '
+                                   'rates: [1000, 90000]}')
+    argv = build_argv("kvload", ranged.load, "127.0.0.1:1", "memcache", 1, "-", None,
+                      ranged.capacity)
+    assert argv[argv.index("--search") + 1] == "p99.9<=1000us"
+    assert argv[argv.index("--search-range") + 1] == "1000:90000"
+    assert argv[argv.index("--rate") + 1] == "5000"  # the first step
+    # Not a capacity study: no search.
+    plain = _spec(", rate: 5000", "p99_us")
+    assert plain.capacity is None
+    assert "--search" not in build_argv("kvload", plain.load, "127.0.0.1:1", "memcache", 1,
+                                        "-")
+
+
+def test_the_knee_is_the_value_and_the_other_metrics_are_the_knee_steps() -> None:
+    doc = _doc("ok", 150_000.0, [_step(1, 120_000, "pass", 150), _step(2, 150_000, "pass", 190),
+                                 _step(3, 153_000, "fail", 230)])
+    metrics, note = search_result(doc)
+    assert metrics["capacity"] == 150_000.0
+    assert metrics["p99_us"] == 190 and metrics["ops_per_sec"] == pytest.approx(148_500)
+    assert note == ""
+    metrics, note = search_result({**_doc("imprecise", 150_000.0, doc["steps"]),
+                                   "reason": "16 steps ran out"})
+    assert metrics["capacity"] == 150_000.0 and note == "16 steps ran out"
+    steps = search_steps(doc)
+    assert [s["rate"] for s in steps] == [120_000, 150_000, 153_000]
+    assert steps[2]["outcome"] == "fail" and steps[1]["p99_us"] == 190
+    assert search_steps({"schema": "kvload/1.1"}) == []
+
+
+@pytest.mark.parametrize("verdict,words", [
+    ("client_bound", "the load generator was the limit"),
+    ("no_pass", "no rate met the SLO"),
+    ("range_top", "every rate met the SLO"),
+])
+def test_a_search_without_a_knee_is_a_failed_measurement(verdict: str, words: str) -> None:
+    doc = _doc(verdict, None, [_step(1, 100_000, "client_bound", 400,
+                                     client_cpu={"utilization": 0.97})],
+               reason="its CPUs 97% busy")
+    with pytest.raises(TrialFailed) as e:
+        search_result(doc)
+    assert words in e.value.reason and "97% busy" in e.value.reason
+    if verdict == "client_bound":  # how to keep the server the limit, in the study's keys
+        for remedy in ("placement.cpu_quota_pct", "target.cpus", "load.cpus", "load.host"):
+            assert remedy in e.value.reason
+    assert e.value.raw["load"]["steps"], "the steps are kept with the failed repetition"
+
+
+def test_only_a_driver_that_searches_measures_capacity() -> None:
+    spec = _spec()
+    assert driver_for(spec.load, spec.capacity).capacity == spec.capacity
+    spec.load.tool = "memaslap"
+    with pytest.raises(UserError, match="memaslap cannot measure capacity"):
+        driver_for(spec.load, spec.capacity)
+
+
+def test_the_verdict_says_both_capacities_and_the_slo() -> None:
+    from kvtune.study.confirm import MetricChange, candidate_text
+
+    row = {"name": "trial 3", "comparison": {"change": 0.241, "change_ci_low": 0.2,
+                                             "change_ci_high": 0.28},
+           "objective_significant": True, "p_adjusted": 0.01, "tradeoffs": [],
+           "constraints": [], "metrics": {"capacity": 201_000.0}}
+    ch = MetricChange("capacity", "maximize", 162_000.0, 201_000.0, 0.241, (0.2, 0.28), 0.001,
+                      True)
+    text = candidate_text(row, "capacity", {"capacity": ch}, ("p99_us <= 200", 162_000.0))
+    assert text.startswith("trial 3: capacity 162,000 → 201,000 req/s at p99_us <= 200, "
+                           "+24.1% (95% CI +20.0% … +28.0%), better"), text
+
+
+# -- on a real memcached ---------------------------------------------------------------------
+
+STUDY = """
+study: cap-it
+target: {kind: memcached, binary: memcached, port: 0, cpus: "0", args: ["-m", "64"]}
+load:
+  mode: open
+  connections: 4
+  duration: 400ms
+  warmup: 200ms
+  cpus: "1"
+  workload: {keys: 2000, value_size: 100, mix: "get:9,set:1"}
+knobs:
+  - {name: memcached.threads, range: [1, 2]}
+objective: {metric: capacity, slo: "p99_us <= 5000", precision: 0.1, rates: [2000, 2000000]}
+budget: {trials: 1}
+repetitions: 1
+evaluation: {noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 4, ablation: false,
+             drift_every: 0}
+seed: 3
+"""
+
+
+def _kvtune(*args: str, cwd: Path, kvload: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KVLOAD": kvload, "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "kvtune", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+def test_kvtune_run_measures_capacity_on_memcached(tmp_path: Path, memcached_bin: str,
+                                                    kvload_bin: str) -> None:
+    """`kvtune run --capacity`: metrics.capacity is the knee of a real search, the steps
+    are under the repetition, and the knee is a pass with a fail above it."""
+    (tmp_path / "s.yaml").write_text(STUDY)
+    r = _kvtune("run", "s.yaml", "--capacity", "p99_us <= 5000", "--repetitions", "1",
+                "--json", cwd=tmp_path, kvload=kvload_bin)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    rep = doc["repetitions"][0]
+    if rep["status"] == "failed":  # a host whose client is the limit must say so
+        assert "load generator was the limit" in rep["reason"], rep["reason"]
+        pytest.skip(f"the client was the limit on this host: {rep['reason']}")
+    cap = doc["metrics"]["capacity"]
+    assert cap > 2000, doc["metrics"]
+    steps = rep["steps"]
+    assert steps and any(s["rate"] == cap and s["outcome"] == "pass" for s in steps)
+    above = [s for s in steps if s["rate"] > cap]
+    assert above and all(s["outcome"] != "pass" or s["repeat"] for s in above
+                         if s["rate"] == min(x["rate"] for x in above))
+
+
+def test_a_capacity_study_confirms_and_reports_the_curve(tmp_path: Path, memcached_bin: str,
+                                                         kvload_bin: str) -> None:
+    """A whole (tiny) capacity study: the verdict names the capacities and the SLO, and the
+    report draws the latency–throughput curve with the SLO."""
+    (tmp_path / "s.yaml").write_text(STUDY)
+    r = _kvtune("tune", "s.yaml", cwd=tmp_path, kvload=kvload_bin)
+    assert r.returncode in (0, 1), r.stdout[-3000:] + r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    out = r.stdout
+    assert "req/s at p99_us <= 5000" in out, out[-3000:]
+    rep = _kvtune("report", "cap-it", "-o", str(tmp_path / "r.html"), cwd=tmp_path,
+                  kvload=kvload_bin)
+    assert rep.returncode == 0, rep.stderr[-2000:]
+    page = (tmp_path / "r.html").read_text()
+    assert 'id="plot-capacity"' in page and "SLO p99_us <= 5000" in page
