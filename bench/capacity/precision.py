@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""How close kvload's knee search lands to the capacity a dense sweep measures.
+
+In one run, interleaved (a search, then a sweep, then a search, ...), each on a fresh
+memcached pinned to the server CPU with kvload on the client CPU:
+- `--sweeps` dense sweeps (`kvload --ramp LO:HI:STEP:shuffle`): the SLO's percentile at
+  every rate. The reference capacity is where the median over sweeps of that percentile
+  crosses the bound (linear interpolation between the last rate whose median passes and
+  the first that fails, in log latency);
+- `--searches` knee searches (`kvload --search SLO`) with the same load.
+Reported: each search's knee against the reference (ratio − 1), the share within ±5%
+(the goal: ≥ 90%), the steps and seconds per search. Standard library only.
+
+    python3 bench/capacity/precision.py --ramp 60k:180k:10k --slo 'p99<=200us' \\
+        --json bench/capacity/precision.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench" / "evaluator"))
+from pin import interpreter, portable  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_memcached(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    argv = ["taskset", "-c", args.server_cpus, "memcached", "-l", "127.0.0.1", "-p",
+            str(port), "-U", "0", "-t", str(args.threads), "-m", "256", "-u", "nobody"]
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t0 = time.time()
+    while time.time() - t0 < 10:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return p, port
+        except OSError:
+            time.sleep(0.05)
+    p.kill()
+    raise SystemExit("bench: memcached did not start")
+
+
+def kvload(args: argparse.Namespace, port: int, extra: list[str], seed: int) -> dict:
+    argv = [args.kvload, "--server", f"127.0.0.1:{port}", "--cpus", args.client_cpus,
+            "--connections", str(args.connections), "--keys", str(args.keys),
+            "--value-size", str(args.value_size), "--popularity", args.popularity,
+            "--mix", args.mix, "--duration", args.duration, "--warmup", args.warmup,
+            "--seed", str(seed), "--json", "-", "--quiet", *extra]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+    if r.returncode != 0:
+        raise SystemExit(f"bench: kvload failed: {r.stderr.strip()}")
+    return json.loads(r.stdout)
+
+
+def one(args: argparse.Namespace, extra: list[str], seed: int) -> dict:
+    server, port = start_memcached(args)
+    try:
+        return kvload(args, port, extra, seed)
+    finally:
+        server.kill()
+        server.wait()
+
+
+def step_latency(step: dict, label: str) -> float:
+    key = {"p50": "p50_us", "p90": "p90_us", "p99": "p99_us", "p99.9": "p999_us",
+           "p99.99": "p9999_us"}[label]
+    f = step["figures"]
+    if f.get("verdict") == "saturated":
+        return math.inf
+    return float(f["latency"]["total"]["corrected"][key])
+
+
+def reference(sweeps: list[dict], label: str, bound: float) -> dict:
+    """The rate where the median (over sweeps) of the SLO's percentile crosses `bound`."""
+    by_rate: dict[float, list[float]] = {}
+    client_bound: dict[float, int] = {}
+    for doc in sweeps:
+        for s in doc["steps"]:
+            by_rate.setdefault(float(s["rate"]), []).append(step_latency(s, label))
+            if s["figures"].get("verdict") == "client_bound":
+                client_bound[float(s["rate"])] = client_bound.get(float(s["rate"]), 0) + 1
+    rates = sorted(by_rate)
+    med = {r: statistics.median(by_rate[r]) for r in rates}
+    knee = None
+    for lo, hi in zip(rates, rates[1:], strict=False):
+        if med[lo] <= bound < med[hi]:
+            if math.isinf(med[hi]):
+                knee = lo
+            else:  # interpolate in log latency
+                a, b = math.log(med[lo]), math.log(med[hi])
+                knee = lo + (hi - lo) * (math.log(bound) - a) / (b - a)
+            break
+    return {"knee": knee, "median_latency_us": {f"{r:g}": med[r] for r in rates},
+            "client_bound_steps": {f"{r:g}": n for r, n in client_bound.items()},
+            "all_pass": all(med[r] <= bound for r in rates),
+            "none_pass": all(med[r] > bound for r in rates)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kvload", default=str(REPO / "kvload/target/release/kvload"))
+    ap.add_argument("--slo", default="p99<=200us")
+    ap.add_argument("--ramp", required=True, help="LO:HI:STEP of the dense sweeps")
+    ap.add_argument("--sweeps", type=int, default=5)
+    ap.add_argument("--searches", type=int, default=20)
+    ap.add_argument("--precision", default="2%")
+    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--server-cpus", default="0")
+    ap.add_argument("--client-cpus", default="1")
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--keys", type=int, default=20000)
+    ap.add_argument("--value-size", default="200")
+    ap.add_argument("--popularity", default="zipf:0.99")
+    ap.add_argument("--mix", default="get:9,set:1")
+    ap.add_argument("--duration", default="2s")
+    ap.add_argument("--warmup", default="1s")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    label, bound_s = args.slo.replace("<", " ").replace("=", " ").split()[:2]
+    bound = float(bound_s.removesuffix("us"))
+
+    t0 = time.time()
+    sweeps: list[dict] = []
+    searches: list[dict] = []
+    for i in range(max(args.sweeps, args.searches)):
+        if i < args.searches:
+            d = one(args, ["--search", args.slo, "--precision", args.precision], 100 + i)
+            searches.append(d)
+            print(f"search {i + 1}: {d['verdict']} knee {d['knee']} "
+                  f"({len(d['steps'])} steps, {d['seconds']:.0f} s)", flush=True)
+        if i < args.sweeps:
+            d = one(args, ["--ramp", f"{args.ramp}:shuffle"], 200 + i)
+            sweeps.append(d)
+            print(f"sweep {i + 1}: " + " ".join(
+                f"{s['rate'] / 1000:g}k:{step_latency(s, label):.0f}"
+                for s in sorted(d["steps"], key=lambda s: s["rate"])), flush=True)
+    ref = reference(sweeps, label, bound)
+    rows = []
+    for d in searches:
+        k = d.get("knee")
+        err = (k / ref["knee"] - 1) if (k and ref["knee"]) else None
+        rows.append({"verdict": d["verdict"], "knee": k, "error": err,
+                     "bracket": d["bracket"], "steps": len(d["steps"]),
+                     "repeats": sum(1 for s in d["steps"] if s["repeat"]),
+                     "seconds": d["seconds"]})
+    ok = [r for r in rows if r["error"] is not None]
+    within = sum(1 for r in ok if abs(r["error"]) <= 0.05)
+    summary = {
+        "reference_knee": ref["knee"],
+        "searches": len(rows), "with_knee": len(ok),
+        "within_5pct": within, "share_within_5pct": within / len(rows) if rows else None,
+        "median_abs_error": statistics.median(abs(r["error"]) for r in ok) if ok else None,
+        "median_steps": statistics.median(r["steps"] for r in rows) if rows else None,
+        "median_seconds": statistics.median(r["seconds"] for r in rows) if rows else None,
+        "wall_s": time.time() - t0,
+    }
+    print(json.dumps(summary, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "what": "kvload --search knees against the median curve of dense sweeps, "
+                    "interleaved, each on a fresh memcached",
+            "command": " ".join(["python3", portable(__file__), *sys.argv[1:]]),
+            "kvload": portable(args.kvload), "python": interpreter(),
+            "host": {"cpus": os.cpu_count(), "kernel": os.uname().release},
+            "settings": {k: v for k, v in vars(args).items() if k not in ("json", "kvload")},
+            "summary": summary, "reference": ref, "searches": rows,
+        }, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
