@@ -11,13 +11,14 @@ memcached pinned to the server CPU with kvload on the client CPU:
 Reported: each search's knee against the reference (ratio − 1), the share within ±5%
 (the goal: ≥ 90%), the steps and seconds per search. Standard library only.
 
-    python3 bench/capacity/precision.py --ramp 60k:180k:10k --slo 'p99<=200us' \\
+    python3 bench/capacity/precision.py --ramp 20k:42k:2k --slo 'p99<=500us' \\
         --json bench/capacity/precision.json
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -59,7 +60,7 @@ def kvload(args: argparse.Namespace, port: int, extra: list[str], seed: int) -> 
     argv = [args.kvload, "--server", f"127.0.0.1:{port}", "--cpus", args.client_cpus,
             "--connections", str(args.connections), "--keys", str(args.keys),
             "--value-size", str(args.value_size), "--popularity", args.popularity,
-            "--mix", args.mix, "--duration", args.duration, "--warmup", args.warmup,
+            "--mix", args.mix, "--mget-size", str(args.mget_size), "--duration", args.duration, "--warmup", args.warmup,
             "--seed", str(seed), "--json", "-", "--quiet", *extra]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
     if r.returncode != 0:
@@ -85,6 +86,33 @@ def step_latency(step: dict, label: str) -> float:
     return float(f["latency"]["total"]["corrected"][key])
 
 
+def isotonic_knee(steps: list[dict], bound: float) -> float | None:
+    """The rate where a monotone (isotonic, pool-adjacent-violators) fit of log latency
+    against rate, over every run of a search, crosses `bound` (linear between fitted
+    points); saturated runs count as far above the bound, client-bound ones not at all."""
+    pts = sorted((float(s["rate"]), math.log(s["latency_us"]) if s["outcome"] != "saturated"
+                  and math.isfinite(s["latency_us"]) and s["latency_us"] > 0
+                  else math.log(bound) + 5) for s in steps if s["outcome"] != "client_bound")
+    if not pts:
+        return None
+    blocks: list[list[float]] = []  # [sum, count, first rate, last rate]
+    for r, y in pts:
+        blocks.append([y, 1.0, r, r])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            b = blocks.pop()
+            blocks[-1][0] += b[0]
+            blocks[-1][1] += b[1]
+            blocks[-1][3] = b[3]
+    fit = [((b[2] + b[3]) / 2, b[0] / b[1]) for b in blocks]
+    lb = math.log(bound)
+    if fit[0][1] > lb:
+        return None
+    for (r0, y0), (r1, y1) in itertools.pairwise(fit):
+        if y0 <= lb < y1:
+            return r0 + (r1 - r0) * (lb - y0) / (y1 - y0)
+    return None
+
+
 def reference(sweeps: list[dict], label: str, bound: float) -> dict:
     """The rate where the median (over sweeps) of the SLO's percentile crosses `bound`."""
     by_rate: dict[float, list[float]] = {}
@@ -97,7 +125,7 @@ def reference(sweeps: list[dict], label: str, bound: float) -> dict:
     rates = sorted(by_rate)
     med = {r: statistics.median(by_rate[r]) for r in rates}
     knee = None
-    for lo, hi in zip(rates, rates[1:], strict=False):
+    for lo, hi in itertools.pairwise(rates):
         if med[lo] <= bound < med[hi]:
             if math.isinf(med[hi]):
                 knee = lo
@@ -115,7 +143,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kvload", default=str(REPO / "kvload/target/release/kvload"))
-    ap.add_argument("--slo", default="p99<=200us")
+    ap.add_argument("--slo", default="p99<=500us")
     ap.add_argument("--ramp", required=True, help="LO:HI:STEP of the dense sweeps")
     ap.add_argument("--sweeps", type=int, default=5)
     ap.add_argument("--searches", type=int, default=20)
@@ -127,7 +155,8 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=20000)
     ap.add_argument("--value-size", default="200")
     ap.add_argument("--popularity", default="zipf:0.99")
-    ap.add_argument("--mix", default="get:9,set:1")
+    ap.add_argument("--mix", default="mget:9,set:1")
+    ap.add_argument("--mget-size", type=int, default=16)
     ap.add_argument("--duration", default="2s")
     ap.add_argument("--warmup", default="1s")
     ap.add_argument("--json", help="write the results here")
@@ -143,7 +172,9 @@ def main() -> None:
             d = one(args, ["--search", args.slo, "--precision", args.precision], 100 + i)
             searches.append(d)
             print(f"search {i + 1}: {d['verdict']} knee {d['knee']} "
-                  f"({len(d['steps'])} steps, {d['seconds']:.0f} s)", flush=True)
+                  f"({len(d['steps'])} steps, {d['seconds']:.0f} s): " + " ".join(
+                      f"{s['rate'] / 1000:.1f}k:{s['outcome'][0]}:{s['latency_us']:.0f}"
+                      for s in d["steps"]), flush=True)
         if i < args.sweeps:
             d = one(args, ["--ramp", f"{args.ramp}:shuffle"], 200 + i)
             sweeps.append(d)
@@ -158,14 +189,26 @@ def main() -> None:
         rows.append({"verdict": d["verdict"], "knee": k, "error": err,
                      "bracket": d["bracket"], "steps": len(d["steps"]),
                      "repeats": sum(1 for s in d["steps"] if s["repeat"]),
+                     "trace": [[round(s["rate"]), s["outcome"], round(s["latency_us"])]
+                               for s in d["steps"]],
+                     "closed_loop_rate": d["estimate"]["closed_loop_rate"],
                      "seconds": d["seconds"]})
+    for r, d in zip(rows, searches, strict=True):
+        iso = isotonic_knee(d["steps"], bound)
+        r["isotonic_knee"] = iso
+        r["isotonic_error"] = (iso / ref["knee"] - 1) if (iso and ref["knee"]) else None
     ok = [r for r in rows if r["error"] is not None]
+    iso_ok = [r for r in rows if r["isotonic_error"] is not None]
     within = sum(1 for r in ok if abs(r["error"]) <= 0.05)
     summary = {
         "reference_knee": ref["knee"],
         "searches": len(rows), "with_knee": len(ok),
         "within_5pct": within, "share_within_5pct": within / len(rows) if rows else None,
         "median_abs_error": statistics.median(abs(r["error"]) for r in ok) if ok else None,
+        "isotonic": {
+            "within_5pct": sum(1 for r in iso_ok if abs(r["isotonic_error"]) <= 0.05),
+            "median_abs_error": statistics.median(abs(r["isotonic_error"]) for r in iso_ok)
+            if iso_ok else None},
         "median_steps": statistics.median(r["steps"] for r in rows) if rows else None,
         "median_seconds": statistics.median(r["seconds"] for r in rows) if rows else None,
         "wall_s": time.time() - t0,

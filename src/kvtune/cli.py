@@ -464,6 +464,50 @@ def export(
 
 
 @app.command()
+def verify(
+    study: Annotated[str, typer.Argument(help="a study file, or a study name")],
+    storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the results")] = None,
+    best_in_search: Annotated[bool, flag(
+        "--best-in-search", help="verify the best feasible trial of the search "
+                                 "(unconfirmed), as export --best-in-search exports it")] = False,
+    trial: Annotated[int | None, typer.Option(
+        "--trial", help="verify this confirmed candidate (as exported with --trial)")] = None,
+    minimal: Annotated[bool, flag(
+        "--minimal", help="verify the ablation's minimal configuration")] = False,
+    pid: Annotated[int | None, typer.Option(
+        "--pid", help="the server process to check (default: the one running)")] = None,
+    host_only: Annotated[bool, flag(
+        "--host-only", help="check the host knobs only, not a running server")] = False,
+) -> None:
+    """Is the exported recommendation in effect on this host? Read-only, like `tuned-adm
+    verify`: the host knobs it changes (sysctls, THP, ...) read back, and the running
+    server's flags, options, CPU affinity and CPU quota. One line per check; exit 0 when
+    all hold, 1 when any differs or cannot be checked."""
+    from kvtune import export as ex
+    from kvtune.store import Store
+    from kvtune.verify import verify as run_verify
+
+    name, url = _storage_for(study, storage)
+    rec = ex.recommendation(Store(url), name, best_in_search, minimal=minimal, trial=trial)
+    checks, notes = run_verify(rec, pid, host_only)
+    out.print(f"[bold]{name}[/]: {rec.source}", highlight=False)
+    for n in notes:
+        out.print(n, highlight=False, markup=False)
+    for c in checks:
+        out.print(c.line(), highlight=False, markup=False)
+    bad = [c for c in checks if not c.ok]
+    if not checks:
+        out.print("nothing to verify: the recommendation changes no host knob and no server "
+                  "setting")
+    elif bad:
+        out.print(f"{len(bad)} of {len(checks)} checks differ: the recommendation is not (all) "
+                  "in effect")
+        raise typer.Exit(1)
+    else:
+        out.print(f"all {len(checks)} checks hold: the recommendation is in effect")
+
+
+@app.command()
 def report(
     study: Annotated[str, typer.Argument(help="a study file, or a study name")],
     output: Annotated[Path, typer.Option("-o", "--output", help="the HTML file to write")]

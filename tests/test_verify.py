@@ -1,0 +1,115 @@
+"""`kvtune verify` (issue 22 item 2): read-only, one line per check, exit 0 when the
+recommendation is in effect on this host, 1 when anything differs; checked against a real
+memcached started with and without the recommended flags and pinning."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_export import HOST_NOW, make_study
+
+from kvtune.cli import main
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _verify(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as e:
+        main(["verify", *args])
+        raise SystemExit(0)
+    return int(e.value.code or 0), capsys.readouterr().out
+
+
+@pytest.fixture
+def start_memcached(memcached_bin: str) -> Iterator:
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(*args: str, cpus: str | None = None) -> int:
+        port = _port()
+        argv = [memcached_bin, "-u", "nobody", "-l", "127.0.0.1", "-p", str(port), "-U", "0",
+                *args]
+        if cpus is not None:
+            argv = ["taskset", "-c", cpus, *argv]
+        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(p)
+        t0 = time.time()
+        while time.time() - t0 < 10:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                return p.pid
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("memcached did not start")
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+SWAP_OTHER = 10 if HOST_NOW["vm.swappiness"] != 10 else 20
+
+
+def test_verify_reads_back_flags_pinning_and_host_knobs(
+        in_tmp: Path, start_memcached, capsys: pytest.CaptureFixture[str]) -> None:
+    base = {"memcached.threads": 4, "memcached.lru_crawler": True,
+            "vm.swappiness": SWAP_OTHER}
+    rec = {"memcached.threads": 2, "memcached.lru_crawler": False,
+           "vm.swappiness": HOST_NOW["vm.swappiness"]}
+    url = make_study(in_tmp, "ver", "memcached", base, rec, confirmed=True,
+                     args=["-m", "64"], cpus="0")
+    good = start_memcached("-t", "2", "-m", "64", "-o", "no_lru_crawler", cpus="0")
+    rc, text = _verify(capsys, "ver", "--storage", url, "--pid", str(good))
+    assert rc == 0, text
+    for line in ("ok      memcached -t: recommended 2",
+                 "ok      memcached -o no_lru_crawler: recommended (set)",
+                 "ok      memcached -m (target.args): recommended 64",
+                 "ok      CPU affinity: recommended 0",
+                 f"ok      sysctl vm.swappiness: recommended {HOST_NOW['vm.swappiness']}"):
+        assert line in text, text
+    assert "all 6 checks hold" in text or "checks hold" in text, text
+    # Another server: the defaults' threads, no option, not pinned: each difference named.
+    bad = start_memcached("-t", "4", "-m", "64")
+    rc, text = _verify(capsys, "ver", "--storage", url, "--pid", str(bad))
+    assert rc == 1, text
+    assert "DIFFERS memcached -t: recommended 2, found 4" in text, text
+    assert "DIFFERS memcached -o no_lru_crawler: recommended (set), found (absent)" in text
+    assert "DIFFERS CPU affinity: recommended 0, found 0,1" in text or \
+        "DIFFERS CPU affinity: recommended 0, found" in text, text
+    # --host-only checks the sysctl alone: it holds.
+    rc, text = _verify(capsys, "ver", "--storage", url, "--host-only")
+    assert rc == 0 and "DIFFERS" not in text and "vm.swappiness" in text, text
+
+
+def test_a_host_knob_not_in_effect_differs_and_nothing_is_written(
+        in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = {"vm.swappiness": HOST_NOW["vm.swappiness"]}
+    rec = {"vm.swappiness": SWAP_OTHER}
+    url = make_study(in_tmp, "ver2", "memcached", base, rec, confirmed=True, cpus=None)
+    before = Path("/proc/sys/vm/swappiness").read_text()
+    rc, text = _verify(capsys, "ver2", "--storage", url, "--host-only")
+    assert rc == 1, text
+    assert (f"DIFFERS sysctl vm.swappiness: recommended {SWAP_OTHER}, found "
+            f"{HOST_NOW['vm.swappiness']}") in text, text
+    assert Path("/proc/sys/vm/swappiness").read_text() == before
+
+
+def test_without_a_running_server_the_flags_are_not_verified(
+        in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = make_study(in_tmp, "ver3", "redis", {"redis.hz": 10}, {"redis.hz": 50},
+                     confirmed=True, cpus=None)
+    import kvtune.verify as v
+
+    if v.server_pids("redis"):
+        pytest.skip("a redis-server runs on this host")
+    rc, text = _verify(capsys, "ver3", "--storage", url)
+    assert rc == 1 and "no redis process on this host" in text, text
