@@ -124,19 +124,60 @@ def reference(sweeps: list[dict], label: str, bound: float) -> dict:
                 client_bound[float(s["rate"])] = client_bound.get(float(s["rate"]), 0) + 1
     rates = sorted(by_rate)
     med = {r: statistics.median(by_rate[r]) for r in rates}
-    knee = None
+    first = None  # the first crossing of the raw medians (noise may cross early)
     for lo, hi in itertools.pairwise(rates):
         if med[lo] <= bound < med[hi]:
-            if math.isinf(med[hi]):
-                knee = lo
-            else:  # interpolate in log latency
-                a, b = math.log(med[lo]), math.log(med[hi])
-                knee = lo + (hi - lo) * (math.log(bound) - a) / (b - a)
+            first = lo if math.isinf(med[hi]) else lo + (hi - lo) * (
+                math.log(bound) - math.log(med[lo])) / (math.log(med[hi]) - math.log(med[lo]))
             break
-    return {"knee": knee, "median_latency_us": {f"{r:g}": med[r] for r in rates},
+    # The reference: where the monotone (isotonic) fit of the medians crosses the bound.
+    knee = isotonic_knee([{"rate": r, "latency_us": med[r], "outcome": "ok"}
+                          for r in rates], bound)
+    return {"knee": knee, "first_crossing": first, "median_latency_us": {f"{r:g}": med[r] for r in rates},
             "client_bound_steps": {f"{r:g}": n for r, n in client_bound.items()},
             "all_pass": all(med[r] <= bound for r in rates),
             "none_pass": all(med[r] > bound for r in rates)}
+
+
+def score(ref_knee: float | None, rows: list[dict], wall_s: float) -> dict:
+    for r in rows:
+        for key, est in (("error", r["knee"]), ("isotonic_error", r.get("isotonic_knee"))):
+            r[key] = (est / ref_knee - 1) if (est and ref_knee) else None
+    ok = [r for r in rows if r["error"] is not None]
+    iso_ok = [r for r in rows if r["isotonic_error"] is not None]
+    within = sum(1 for r in ok if abs(r["error"]) <= 0.05)
+    knees = sorted(r["knee"] for r in ok)
+    return {
+        "reference_knee": ref_knee,
+        "searches": len(rows), "with_knee": len(ok),
+        "within_5pct": within, "share_within_5pct": within / len(rows) if rows else None,
+        "within_10pct": sum(1 for r in ok if abs(r["error"]) <= 0.10),
+        "within_20pct": sum(1 for r in ok if abs(r["error"]) <= 0.20),
+        "median_abs_error": statistics.median(abs(r["error"]) for r in ok) if ok else None,
+        "knee_median": statistics.median(knees) if knees else None,
+        "knee_iqr": [knees[len(knees) // 4], knees[(3 * len(knees)) // 4]] if knees else None,
+        "isotonic": {
+            "within_5pct": sum(1 for r in iso_ok if abs(r["isotonic_error"]) <= 0.05),
+            "median_abs_error": statistics.median(abs(r["isotonic_error"]) for r in iso_ok)
+            if iso_ok else None},
+        "median_steps": statistics.median(r["steps"] for r in rows) if rows else None,
+        "median_seconds": statistics.median(r["seconds"] for r in rows) if rows else None,
+        "wall_s": wall_s,
+    }
+
+
+def rescore(path: Path) -> None:
+    """The summary of a results file again, against the isotonic reference of its medians."""
+    doc = json.loads(path.read_text())
+    bound = float(doc["settings"]["slo"].split("=")[-1].removesuffix("us"))
+    med = doc["reference"]["median_latency_us"]
+    old = doc["reference"]["knee"]
+    doc["reference"]["first_crossing"] = doc["reference"].get("first_crossing", old)
+    doc["reference"]["knee"] = isotonic_knee(
+        [{"rate": float(r), "latency_us": v, "outcome": "ok"} for r, v in med.items()], bound)
+    doc["summary"] = score(doc["reference"]["knee"], doc["searches"], doc["summary"]["wall_s"])
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps(doc["summary"], indent=1))
 
 
 def main() -> None:
@@ -160,7 +201,11 @@ def main() -> None:
     ap.add_argument("--duration", default="2s")
     ap.add_argument("--warmup", default="1s")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--rescore", help="recompute the summary of a results file (no runs)")
     args = ap.parse_args()
+    if args.rescore:
+        rescore(Path(args.rescore))
+        return
     label, bound_s = args.slo.replace("<", " ").replace("=", " ").split()[:2]
     bound = float(bound_s.removesuffix("us"))
 
@@ -184,35 +229,15 @@ def main() -> None:
     ref = reference(sweeps, label, bound)
     rows = []
     for d in searches:
-        k = d.get("knee")
-        err = (k / ref["knee"] - 1) if (k and ref["knee"]) else None
-        rows.append({"verdict": d["verdict"], "knee": k, "error": err,
+        rows.append({"verdict": d["verdict"], "knee": d.get("knee"),
+                     "isotonic_knee": isotonic_knee(d["steps"], bound),
                      "bracket": d["bracket"], "steps": len(d["steps"]),
                      "repeats": sum(1 for s in d["steps"] if s["repeat"]),
                      "trace": [[round(s["rate"]), s["outcome"], round(s["latency_us"])]
                                for s in d["steps"]],
                      "closed_loop_rate": d["estimate"]["closed_loop_rate"],
                      "seconds": d["seconds"]})
-    for r, d in zip(rows, searches, strict=True):
-        iso = isotonic_knee(d["steps"], bound)
-        r["isotonic_knee"] = iso
-        r["isotonic_error"] = (iso / ref["knee"] - 1) if (iso and ref["knee"]) else None
-    ok = [r for r in rows if r["error"] is not None]
-    iso_ok = [r for r in rows if r["isotonic_error"] is not None]
-    within = sum(1 for r in ok if abs(r["error"]) <= 0.05)
-    summary = {
-        "reference_knee": ref["knee"],
-        "searches": len(rows), "with_knee": len(ok),
-        "within_5pct": within, "share_within_5pct": within / len(rows) if rows else None,
-        "median_abs_error": statistics.median(abs(r["error"]) for r in ok) if ok else None,
-        "isotonic": {
-            "within_5pct": sum(1 for r in iso_ok if abs(r["isotonic_error"]) <= 0.05),
-            "median_abs_error": statistics.median(abs(r["isotonic_error"]) for r in iso_ok)
-            if iso_ok else None},
-        "median_steps": statistics.median(r["steps"] for r in rows) if rows else None,
-        "median_seconds": statistics.median(r["seconds"] for r in rows) if rows else None,
-        "wall_s": time.time() - t0,
-    }
+    summary = score(ref["knee"], rows, time.time() - t0)
     print(json.dumps(summary, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps({
