@@ -138,10 +138,10 @@ load:
   duration: 400ms
   warmup: 200ms
   cpus: "1"
-  workload: {keys: 2000, value_size: 100, mix: "get:9,set:1"}
+  workload: {keys: 2000, value_size: 200, mix: "mget:9,set:1", mget_size: 16}
 knobs:
   - {name: memcached.threads, range: [1, 2]}
-objective: {metric: capacity, slo: "p99_us <= 5000", precision: 0.1, rates: [2000, 2000000]}
+objective: {metric: capacity, slo: "p99_us <= 2000", precision: 0.1, rates: [2000, 2000000]}
 budget: {trials: 1}
 repetitions: 1
 evaluation: {noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 4, ablation: false,
@@ -161,7 +161,7 @@ def test_kvtune_run_measures_capacity_on_memcached(tmp_path: Path, memcached_bin
     """`kvtune run --capacity`: metrics.capacity is the knee of a real search, the steps
     are under the repetition, and the knee is a pass with a fail above it."""
     (tmp_path / "s.yaml").write_text(STUDY)
-    r = _kvtune("run", "s.yaml", "--capacity", "p99_us <= 5000", "--repetitions", "1",
+    r = _kvtune("run", "s.yaml", "--capacity", "p99_us <= 2000", "--repetitions", "1",
                 "--json", cwd=tmp_path, kvload=kvload_bin)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     doc = json.loads(r.stdout)
@@ -187,9 +187,9 @@ def test_a_capacity_study_confirms_and_reports_the_curve(tmp_path: Path, memcach
     assert r.returncode in (0, 1), r.stdout[-3000:] + r.stderr[-3000:]
     assert "Traceback" not in r.stderr
     out = r.stdout
-    assert "req/s at p99_us <= 5000" in out, out[-3000:]
+    assert "req/s at p99_us <= 2000" in out, out[-3000:]
     rep = _kvtune("report", "cap-it", "-o", str(tmp_path / "r.html"), cwd=tmp_path,
                   kvload=kvload_bin)
     assert rep.returncode == 0, rep.stderr[-2000:]
     page = (tmp_path / "r.html").read_text()
-    assert 'id="plot-capacity"' in page and "SLO p99_us <= 5000" in page
+    assert 'id="plot-capacity"' in page and "SLO p99_us <= 2000" in page

@@ -589,3 +589,29 @@ def test_redis_rollback_from_the_hosts_file(in_tmp: Path, redis_bin: str) -> Non
         assert redis_get(port, "save") == "900 1 300 10"
         assert redis_get(port, "maxmemory-policy") == "volatile-lru"
         assert redis_get(port, "io-threads") == "1"
+
+
+def test_an_export_says_the_placement_it_depends_on(in_tmp: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 22 item 3: a thread count chosen on the CPUs the server was pinned to, and a
+    quota, are conditions: every file's header, export's output and `kvtune show` say them,
+    and the systemd drop-in carries the placement."""
+    url = make_study(in_tmp, "cond", "memcached", MC_BASE, MC_REC, confirmed=True,
+                     args=["-m", "64"], cpus="0")
+    assert run_cli(["export", "cond", "--storage", url, "-o", str(in_tmp / "x")]) == 0
+    out = capsys.readouterr().out
+    threads = ("memcached.threads = 2 was measured with the server on CPUs 0 (1 CPU): it "
+               "depends on that placement")
+    quota = "measured under a CPU quota of 150% of one CPU"
+    assert threads in out.replace("\n", " ") and quota in out.replace("\n", " "), out
+    conf = (in_tmp / "x" / "memcached" / "memcached.conf").read_text()
+    assert f"# Condition: {threads}" in conf
+    dropin = next((in_tmp / "x").rglob("90-kvtune.conf")).read_text()
+    assert "CPUAffinity=0" in dropin and "CPUQuota=150%" in dropin
+    # Only the memcached file asked for: the placement is not silently dropped.
+    assert run_cli(["export", "cond", "--storage", url, "-o", str(in_tmp / "y"),
+                    "--format", "memcached"]) == 0
+    err = capsys.readouterr().err
+    assert "depends on its placement" in err and "--format systemd" in err, err
+    assert run_cli(["show", "cond", "--storage", url]) == 0
+    assert "Condition: memcached.threads = 2" in capsys.readouterr().out.replace("\n", " ")

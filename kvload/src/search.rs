@@ -16,7 +16,8 @@
 //!   until they are within the precision (default 2%);
 //! - a step in doubt is measured again, and a third time when the two runs
 //!   disagree (the majority decides): its latency lies within `BORDERLINE` of
-//!   the bound, or its answer contradicts the bracket (a fail at or below the
+//!   the bound, or it fails without saturating (stalls inflate a window's tail:
+//!   false fails are the common error), or its answer contradicts the bracket (a fail at or below the
 //!   highest pass, a pass at or above the lowest fail); a contradiction the
 //!   majority confirms replaces the bracket's end it contradicts;
 //! - a saturated step (the schedule lag grows: the server cannot keep up) is a
@@ -36,10 +37,12 @@ pub const MAX_FACTOR: f64 = 4.0;
 pub const BORDERLINE: f64 = 0.25;
 /// The search starts at this fraction of the closed-loop burst's throughput.
 pub const START_FRACTION: f64 = 0.8;
+/// Without a range, the lowest rate searched is this fraction of the burst's throughput.
+pub const LOW_FRACTION: f64 = 0.1;
 /// kvload's largest open-loop rate, req/s.
 pub const MAX_RATE: f64 = 1e7;
 pub const DEFAULT_PRECISION: f64 = 0.02;
-pub const DEFAULT_MAX_STEPS: usize = 16;
+pub const DEFAULT_MAX_STEPS: usize = 20;
 
 /// Which latency an SLO bounds: a percentile of the corrected latency (from the
 /// intended send time) or of the service latency (from the actual send).
@@ -281,8 +284,12 @@ pub fn knee<E>(
         let outcome = loop {
             let m = measure(rate)?;
             let o = classify(slo, &m);
+            // In doubt: a latency near the bound, or any fail the server was not
+            // saturated for: a stall inflates one window's tail far more often than
+            // luck deflates it, and a false fail would trap the search below the knee.
             let doubt = m.verdict == RunVerdict::Ok
-                && (m.latency_us - slo.bound_us).abs() <= BORDERLINE * slo.bound_us;
+                && ((m.latency_us - slo.bound_us).abs() <= BORDERLINE * slo.bound_us
+                    || !slo.meets(m.latency_us));
             steps.push(Step {
                 rate,
                 outcome: o,

@@ -369,6 +369,17 @@ pub fn run(plan: &Plan, base: &Config) -> Result<(), Error> {
                     (search::START_FRACTION * x, Some(x))
                 }
             };
+            // Without --search-range, rates below a tenth of the burst's throughput are not
+            // searched: there a VM's idle CPUs add wake-up latency (p99 rises again at low
+            // rates), so the curve is not monotone and a stall could end the search in
+            // that region.
+            let mut params = params.clone();
+            if let Some(x) = estimate
+                && !*ranged
+            {
+                params.min_rate = params.min_rate.max(search::LOW_FRACTION * x);
+            }
+            let params = &params;
             let mut n = 0usize;
             let k: Knee = search::knee(slo, params, first, |rate| {
                 let m = measure(&at_rate(base, rate, preload), Some(slo))?;

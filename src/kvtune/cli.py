@@ -458,6 +458,16 @@ def export(
                   highlight=False)
     for w in ex.warnings(made):
         err.print(f"[yellow]warning:[/] {w}", highlight=False)
+    conditions = rec.conditions()
+    for c in conditions:
+        out.print(f"[yellow]condition:[/] {c}", highlight=False)
+    if conditions and "systemd" not in {m for m, _ in made}:
+        can = "systemd" in ex.with_content(rec)
+        err.print("[yellow]warning:[/] the recommendation depends on its placement and "
+                  "the systemd drop-in that carries it was not written"
+                  + (": add --format systemd" if can else f" ({rec.target} has no unit "
+                     "kvtune writes a drop-in for): apply the placement by hand"),
+                  highlight=False)
     empty = [f for f in formats if f not in {m for m, _ in made}]
     if empty:
         out.print(f"(nothing for: {', '.join(empty)})")

@@ -78,6 +78,9 @@ class TargetSpec(_Model):
     args: list[str] = Field(default_factory=list, max_length=64)
     cpus: str | None = None
     start_timeout: float = Field(default=10.0, gt=0, le=600)
+    # the operator's server configuration (/etc/memcached.conf, redis.conf): the baseline
+    # (study/loader.py places each setting; targets/server_config.py)
+    config: str | None = Field(default=None, min_length=1, max_length=4096)
     # the synthetic target's own keys (Target.spec_keys): other kinds refuse them
     noise_cov: float = Field(default=0.1, ge=0, le=10)
     surface: str = Field(default="default", max_length=64)

@@ -171,7 +171,7 @@ pub struct Cli {
     #[arg(long, value_name = "LOW:HIGH")]
     pub search_range: Option<String>,
 
-    /// --search: at most this many steps (a borderline step measured again counts) [default: 16]
+    /// --search: at most this many runs (votes on steps in doubt included) [default: 20]
     #[arg(long, value_name = "N")]
     pub max_steps: Option<usize>,
 

@@ -53,6 +53,24 @@ def _gain(conf: dict[str, Any], rec: dict[str, Any]) -> str:
             f"{comp.get('change_ci_high', float('nan')):+.1%}) against the baseline")
 
 
+def _operator_config(spec: dict[str, Any]) -> Path | None:
+    """The study's target.config when it is on this host in a form the server exporters
+    merge into (a redis.conf, or Debian's one-option-per-line memcached.conf)."""
+    import re
+
+    config = (spec.get("target") or {}).get("config")
+    if not config or not Path(config).is_file():
+        return None
+    if (spec.get("target") or {}).get("kind") == "memcached":
+        try:
+            text = Path(config).read_text()
+        except (OSError, UnicodeDecodeError):
+            return None
+        if any(re.match(r"^\s*[A-Z_]+=", ln) for ln in text.splitlines()):
+            return None  # RHEL's /etc/sysconfig/memcached: not the Debian form written
+    return Path(config)
+
+
 def recommendation(store: Any, name: str, best_in_search: bool = False, minimal: bool = False,
                    previous: Path | None = None, tuned_include: str | None = None,
                    trial: int | None = None) -> Recommendation:
@@ -73,6 +91,8 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
         baseline = dict(conf["baseline"]["config"])
     if previous is not None and not previous.is_file():
         raise UserError(f"--from {previous}: no such file")
+    if previous is None:  # the operator's own file (target.config) is what is merged into
+        previous = _operator_config(spec)
     if trial is not None:
         # The user's pick (a Pareto study's front, or another confirmed candidate).
         rows = (conf or {}).get("candidates") or []

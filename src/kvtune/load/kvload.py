@@ -31,7 +31,7 @@ CHECKOUT: Path | None = _SRC.parent if (_SRC.name == "src" and (
     _SRC.parent / "kvload" / "Cargo.toml").is_file()) else None
 
 # The most steps of one capacity search (kvload --max-steps): each is a warm-up and a window.
-MAX_STEPS = 16
+MAX_STEPS = 20
 
 # load.extra_args may hold only these kvload flags: they change how the load is measured,
 # never where it goes (--server), what it writes (--json, --dump-arrivals) or what it

@@ -116,6 +116,7 @@ def collect(store: Store, name: str) -> dict[str, Any]:
         "hosts": _hosts(store, name, trials, workers, direction),
         "analysis": _analysis(store, name),
         "sweeps": sweeps,
+        "spec": spec,
     }
 
 
@@ -360,6 +361,12 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
             change = ""
         cmp_t.add_row(f"[bold]{m}[/]", _f(b), _f(n), change)
     console.print(cmp_t)
+    if conf and conf.get("recommended"):  # what production must share (export says it too)
+        from kvtune.export.base import placement_conditions
+
+        for c in placement_conditions(data.get("spec") or {}, conf["recommended"]["config"],
+                                      conf["baseline"].get("config") or {}):
+            console.print(f"[yellow]Condition:[/] {c}", highlight=False)
     for d in data.get("drift", []):
         if d.get("moved"):
             ch = d["change"]

@@ -90,12 +90,15 @@ def load_text(text: str, name: str = "<study>", *, base_dir: Path | None = None,
 
     parsed = parse_study(text, name, base_dir=base_dir)
     spec, lines = parsed.spec, parsed.lines
+    notes = list(parsed.notes)
+    if spec.target.config is not None:
+        notes += _server_config(spec, lines, base_dir or Path.cwd(), name)
     knobs = resolve_knobs(spec, lines, name, target_knobs(spec.target.kind))
     problems = _knob_problems(spec, knobs, lines)
     if problems:
         raise UserError(f"{name}: {len(problems)} problem(s) with knobs", problems)
     check_inline_host_knobs(spec, lines, allow_inline_host_knobs, name)
-    return Loaded(spec, knobs, path or Path(name), text, lines, parsed.notes)
+    return Loaded(spec, knobs, path or Path(name), text, lines, notes)
 
 
 def parse_study(text: str, name: str = "<study>", *, base_dir: Path | None = None) -> Parsed:
@@ -250,6 +253,44 @@ def _resolve_paths(spec: StudySpec, lines: Lines, base: Path, notes: list[str]) 
         return [f"{at}: {e}"]
     spec.load.workload_file = str(path)
     return []
+
+
+def _server_config(spec: StudySpec, lines: Lines, base: Path, name: str) -> list[str]:
+    """`target.config`: the operator's server configuration becomes the baseline (each
+    setting placed by targets/server_config.py: replaced by kvtune's placement, a searched
+    knob's default, a fixed argument, or refused). Returns the notes `kvtune check` shows;
+    UserError (exit 2) naming each refused setting, before anything runs."""
+    from kvtune.knobs import catalog
+    from kvtune.targets import host_context, target_class
+    from kvtune.targets.server_config import place
+
+    at = where(("target", "config"), lines)
+    given = Path(spec.target.config or "")
+    path = given if given.is_absolute() else base / given
+    names = [e if isinstance(e, str) else e.name for e in spec.knobs]
+    study_knobs = {n: k for n in names if (k := catalog.lookup(n)) is not None}
+    cfg = place(spec.target.kind, path, target_class(spec.target.kind), study_knobs,
+                host_context())
+    if cfg.problems:
+        raise UserError(f"{name}: {at}: {len(cfg.problems)} setting(s) of {path} kvtune "
+                        "cannot run (nothing was started)", cfg.problems)
+    spec.target.config = str(path)
+    spec.target.args = [*cfg.args, *spec.target.args]
+    notes = cfg.notes()
+    for i, entry in enumerate(spec.knobs):
+        kname = entry if isinstance(entry, str) else entry.name
+        if kname not in cfg.defaults:
+            continue
+        value = cfg.defaults[kname]
+        if isinstance(entry, str):
+            spec.knobs[i] = KnobSpec(name=kname, default=value)
+        elif entry.default is None and entry.fixed is None:
+            spec.knobs[i] = entry.model_copy(update={"default": value})
+        else:
+            notes.append(f"{where(('knobs', i), lines)}: the study file's "
+                         f"{'fixed' if entry.fixed is not None else 'default'} for {kname} "
+                         f"wins over target.config's {value!r}")
+    return notes
 
 
 # -- 6. knobs against the rest ---------------------------------------------------------------
