@@ -192,4 +192,7 @@ def test_a_capacity_study_confirms_and_reports_the_curve(tmp_path: Path, memcach
                   kvload=kvload_bin)
     assert rep.returncode == 0, rep.stderr[-2000:]
     page = (tmp_path / "r.html").read_text()
-    assert 'id="plot-capacity"' in page and "SLO p99_us <= 2000" in page
+    # The figure, its SLO line (plotly escapes "<" in its JSON) and both configurations.
+    assert 'id="plot-capacity"' in page, page[:2000]
+    assert "SLO p99_us \\u003c= 2000" in page or "SLO p99_us <= 2000" in page
+    assert "baseline: steps of" in page

@@ -140,8 +140,8 @@ def _memcached_words(text: str, path: Path) -> list[tuple[list[str], str, str]]:
                 continue
             if var in SYSCONFIG:
                 out.append(([SYSCONFIG[var], *words[:1]], where, raw))
-            elif var == "OPTIONS":
-                out.append((words, where, raw))
+            elif var == "OPTIONS":  # the quoted value is memcached's argv words
+                out.append((" ".join(words).split(), where, raw))
             else:
                 out.append(([f"{var}="], where, raw))
             continue
