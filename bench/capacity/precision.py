@@ -155,6 +155,10 @@ def score(ref_knee: float | None, rows: list[dict], wall_s: float) -> dict:
         "within_20pct": sum(1 for r in ok if abs(r["error"]) <= 0.20),
         "median_abs_error": statistics.median(abs(r["error"]) for r in ok) if ok else None,
         "knee_median": statistics.median(knees) if knees else None,
+        # Repeatability: the searches are of one configuration on fresh servers.
+        "knee_cov": statistics.stdev(knees) / statistics.mean(knees) if len(knees) > 1
+        else None,
+        "steps_at_most_8": sum(1 for r in rows if r["steps"] <= 8),
         "knee_iqr": [knees[len(knees) // 4], knees[(3 * len(knees)) // 4]] if knees else None,
         "isotonic": {
             "within_5pct": sum(1 for r in iso_ok if abs(r["isotonic_error"]) <= 0.05),
