@@ -322,7 +322,9 @@ def test_plain_tune_twice_at_once_is_refused_and_resume_retries_the_dead(
     likewise. After the first is killed (SIGKILL), a plain resume fails only that trial and
     measures it again with its original parameters."""
     study = _study_file(tmp_path, pg_url, trials=6)
-    a = _start(study, "plain-a", 1.0, "--plain", "--no-confirm")
+    # 5 s a trial: plain-a must still be measuring after the two refused starts, which
+    # took more than its 6 trials of 1 s on a loaded host (CI 2026-11-25).
+    a = _start(study, "plain-a", 5.0, "--plain", "--no-confirm")
     _wait_running(pg_url, "plain-a")
     for extra in (("--plain",), ()):
         b = _start(study, "plain-b", 0.0, "--no-confirm", *extra)
