@@ -338,7 +338,10 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
         return
     cmp_t = Table(title="Best configuration beside the baseline")
     cmp_t.add_column("")
-    cmp_t.add_column("baseline (defaults)")
+    # With target.config the baseline is the operator's own configuration.
+    cmp_t.add_column("baseline (target.config)" if ((data.get("spec") or {}).get("target")
+                                                    or {}).get("config")
+                     else "baseline (defaults)")
     cmp_t.add_column(label)
     changes = (shown_row or {}).get("changes") or {}
     rounds = (conf or {}).get("rounds")

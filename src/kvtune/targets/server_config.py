@@ -89,13 +89,13 @@ class ServerConfig:
 
     def notes(self) -> list[str]:
         """What `kvtune check` says of the file: each substitution, in one line each."""
-        out = [f"target.config {self.path}: {n}" for n in self.replaced]
+        out = [f"target.config: {n}" for n in self.replaced]  # each names its file and line
         out += [f"target.config {self.path}: {k} baseline {v!r} (the operator's value)"
                 for k, v in self.defaults.items()]
         if self.fixed:
             out.append(f"target.config {self.path}: fixed as in the file: "
                        + " ".join(self.fixed))
-        out += [f"target.config {self.path}: {n}" for n in self.left_out]
+        out += [f"target.config: {n}" for n in self.left_out]
         return out
 
 
