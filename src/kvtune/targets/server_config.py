@@ -130,13 +130,13 @@ def _memcached_words(text: str, path: Path) -> list[tuple[list[str], str, str]]:
         if sysconfig:
             m = re.match(r"^([A-Z_]+)=(.*)$", line)
             if not m:
-                out.append(([line], where, raw))
+                out.append(([line.split()[0]], where, raw))
                 continue
             var, value = m.group(1), m.group(2)
             try:
                 words = shlex.split(value, comments=True)
             except ValueError:
-                out.append(([line], where, raw))
+                out.append(([f"{var}="], where, raw))
                 continue
             if var in SYSCONFIG:
                 out.append(([SYSCONFIG[var], *words[:1]], where, raw))
@@ -167,10 +167,14 @@ def _memcached_settings(text: str, path: Path, tc: Any, cfg: ServerConfig) -> li
                 cfg.replaced.append(f"{where}: `{shown}` replaced: {MEMCACHED_REPLACED[flag]}")
                 i += 2 if takes and attached is None else 1
                 continue
+            if not flag.startswith("-"):
+                cfg.problems.append(f"{where}: not a memcached option (each line is a flag "
+                                    "and its value, such as -m 64)")
+                break
             try:
                 pattern = tc.flag_pattern(flag)
             except ValueError as e:
-                cfg.problems.append(f"{where}: `{raw.strip()}`: {e}")
+                cfg.problems.append(f"{where}: {e}")
                 i += 1 if not flag.startswith("-") else 2
                 continue
             if pattern is None:
@@ -180,12 +184,12 @@ def _memcached_settings(text: str, path: Path, tc: Any, cfg: ServerConfig) -> li
             value = attached if attached is not None else (
                 words[i + 1] if i + 1 < len(words) else None)
             if value is None:
-                cfg.problems.append(f"{where}: `{raw.strip()}`: {flag} needs a value")
+                cfg.problems.append(f"{where}: {flag} needs a value")
                 break
             if pattern == "options":
                 for part in value.split(","):
                     try:
-                        tc.check_options_list(part, f"-o {part}")
+                        tc.check_options_list(part, f"-o {part.partition('=')[0]}")
                     except ValueError as e:
                         cfg.problems.append(f"{where}: {e}")
                         continue
@@ -195,7 +199,7 @@ def _memcached_settings(text: str, path: Path, tc: Any, cfg: ServerConfig) -> li
                 try:
                     tc.check_args([flag, value])
                 except ValueError as e:
-                    cfg.problems.append(f"{where}: `{raw.strip()}`: {e}")
+                    cfg.problems.append(f"{where}: {flag}: {e}")
                 else:
                     settings.append(Setting(tc.setting_name(flag), [flag, value], value,
                                             where, raw))
@@ -232,7 +236,7 @@ def _redis_lines(path: Path, cfg: ServerConfig, seen: set[Path], depth: int = 0
         try:
             words = shlex.split(line, comments=False)
         except ValueError:
-            cfg.problems.append(f"{where}: `{line}`: unbalanced quotes")
+            cfg.problems.append(f"{where}: unbalanced quotes")
             continue
         if not words:
             continue
@@ -251,23 +255,23 @@ def _redis_settings(path: Path, tc: Any, cfg: ServerConfig) -> list[Setting]:
     for words, where, raw in _redis_lines(path, cfg, set()):
         name = words[0]
         if name in REDIS_REPLACED:
-            cfg.replaced.append(f"{where}: `{raw.strip()}` replaced: {REDIS_REPLACED[name]}")
+            cfg.replaced.append(f"{where}: `{name}` replaced: {REDIS_REPLACED[name]}")
             continue
         if name in tc.UNSAFE_DIRECTIVES:
-            cfg.problems.append(f"{where}: `{raw.strip()}`: Redis directive {name!r} is "
-                                f"refused: it {tc.UNSAFE_DIRECTIVES[name]}")
+            cfg.problems.append(f"{where}: Redis directive {name!r} is refused: it "
+                                f"{tc.UNSAFE_DIRECTIVES[name]}")
             continue
         if name not in tc.SAFE_DIRECTIVES:
-            cfg.left_out.append(f"{where}: `{raw.strip()}` left out (not a directive kvtune "
+            cfg.left_out.append(f"{where}: `{name}` left out (not a directive kvtune "
                                 "passes to the measured server)")
             continue
         if len(words) != 2:
-            cfg.problems.append(f"{where}: `{raw.strip()}`: {name} takes one value")
+            cfg.problems.append(f"{where}: {name} takes one value")
             continue
         try:
             tc.check_args([f"--{name}", words[1]])
         except ValueError as e:
-            cfg.problems.append(f"{where}: `{raw.strip()}`: {e}")
+            cfg.problems.append(f"{where}: {e}")
             continue
         settings[name] = Setting(name, [f"--{name}", words[1]], words[1], where, raw)
     return list(settings.values())
