@@ -590,6 +590,115 @@ def dashboard(
         raise UserError(f"cannot serve on 127.0.0.1:{port}: {e.strerror}") from None
 
 
+workload_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                           help="Workload models of your own traffic: capture a live server, "
+                                "import a public trace, describe a model (docs/kvload.md).")
+app.add_typer(workload_app, name="workload")
+
+
+def _size(text: str, what: str) -> int:
+    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    unit = t[-1:] if t[-1:] in units else ""
+    try:
+        return int(float(t[: len(t) - len(unit)]) * units[unit])
+    except ValueError:
+        raise UserError(f"{what} {text!r}: a byte count such as 512M or 2G") from None
+
+
+@workload_app.command("capture")
+def workload_capture(
+    url: Annotated[str, typer.Argument(help="memcached://HOST:PORT or redis://HOST:PORT")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="the model to write")],
+    duration: Annotated[str | None, typer.Option(
+        help="how long to capture (default 10s for memcached, 5s for Redis; MONITOR at "
+             "most 60s)")] = None,
+    max_events: Annotated[int, typer.Option(help="stop after this many lines")] = 5_000_000,
+    max_bytes: Annotated[str, typer.Option(help="stop after reading this much")] = "1G",
+    sample: Annotated[bool, flag("--sample", help="Redis without MONITOR: INFO "
+                                                   "commandstats, SCAN, STRLEN, TTL")] = False,
+    remote: Annotated[bool, flag("--remote", help="allow a server that is not on a loopback "
+                                                   "address")] = False,
+    mget_gap_us: Annotated[float, typer.Option(
+        "--mget-gap-us", help="memcached: fetches of one connection this close form one "
+                              "multiget; it also merges pipelined gets (default 0: never "
+                              "group)")] = 0.0,
+) -> None:
+    """Record a running server's traffic as a workload model: memcached through `watch
+    fetchers mutations`, Redis through MONITOR for a bounded window (or --sample). Keys are
+    hashed at once, values never kept; only read-only commands are sent. Exit 2 on bad
+    input, 3 when the server cannot be captured."""
+    from kvtune.durations import parse_duration
+    from kvtune.workload.capture import capture
+
+    secs = None
+    if duration is not None:
+        try:
+            secs = parse_duration(duration)
+        except ValueError as e:
+            raise UserError(f"--duration {duration!r}: {e}") from None
+    doc, _cap = capture(url, secs, str(output), max_events=max_events,
+                       max_bytes=_size(max_bytes, "--max-bytes"), sample=sample,
+                       allow_remote=remote, mget_gap=mget_gap_us / 1e6,
+                       say=lambda m: err.print(m, highlight=False))
+    from kvtune.workload.describe import lines
+
+    for line in lines(doc):
+        out.print(line, highlight=False, markup=False)
+    out.print(f"wrote {output}", highlight=False)
+
+
+@workload_app.command("import")
+def workload_import(
+    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help="twitter or meta")],
+    trace: Annotated[Path, typer.Argument(help="the CSV trace, plain or .zst")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="the model to write")],
+    start: Annotated[float | None, typer.Option(
+        help="seconds from the trace's first request where the window starts")] = None,
+    end: Annotated[float | None, typer.Option(
+        help="seconds from the trace's first request where the window ends")] = None,
+    key_sample: Annotated[float, typer.Option(
+        help="keep this fraction of the keys (by hash, with all their requests)")] = 1.0,
+    max_bad: Annotated[float, typer.Option(
+        help="fail when more than this fraction of the lines is malformed")] = 0.01,
+) -> None:
+    """Turn a public cache trace (Twitter OSDI'20, Meta kvcache) into a workload model, as a
+    stream (constant memory). Malformed lines are skipped and counted."""
+    from kvtune.workload.capture import check_output, write_model
+    from kvtune.workload.describe import lines
+    from kvtune.workload.traces import import_trace
+
+    path = check_output(str(output))
+    if not 0 <= max_bad < 1:
+        raise UserError(f"--max-bad {max_bad}: a fraction in [0, 1)")
+    doc, _st = import_trace(fmt, str(trace), start=start, end=end, key_sample=key_sample,
+                           max_bad=max_bad)
+    write_model(path, doc)
+    for line in lines(doc):
+        out.print(line, highlight=False, markup=False)
+    out.print(f"wrote {output}", highlight=False)
+
+
+@workload_app.command("describe")
+def workload_describe(
+    model: Annotated[Path, typer.Argument(help="a workload model (or any kvload workload "
+                                               "file)")],
+    html: Annotated[Path | None, typer.Option(
+        "--html", help="also write its plots (popularity, sizes, rate) to this page")] = None,
+) -> None:
+    """What a workload model holds: mix, rate and arrivals, popularity and its fit, sizes,
+    TTLs, connections, and how it was captured or imported."""
+    from kvtune.workload.describe import html as write_html
+    from kvtune.workload.describe import lines, load_model
+
+    doc = load_model(str(model))
+    for line in lines(doc):
+        out.print(line, highlight=False, markup=False)
+    if html is not None:
+        write_html(doc, html)
+        out.print(f"wrote {html}", highlight=False)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point. Usage errors are typer's (exit 2); kvtune's own errors are printed as
     one message for people, never a stack trace, with their exit code."""

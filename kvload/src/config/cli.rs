@@ -95,21 +95,29 @@ pub struct Cli {
     #[arg(long, value_name = "N")]
     pub keys: Option<u64>,
 
-    /// Key size in bytes, or etc (Facebook ETC GEV, fixed per key) [default: 16]
-    #[arg(long, value_name = "N|etc")]
+    /// Key size in bytes, etc (Facebook ETC GEV), or list:SIZE:WEIGHT,... (a captured distribution); each key keeps its length [default: 16]
+    #[arg(long, value_name = "N|etc|list:...")]
     pub key_size: Option<String>,
 
     /// Value size: N, A-B (uniform), etc (Facebook ETC), or list:SIZE:WEIGHT,SIZE:WEIGHT; sizes accept K and M suffixes [default: 100]
     #[arg(long, value_name = "SPEC")]
     pub value_size: Option<String>,
 
-    /// Key popularity: uniform, zipf:S (ranks scrambled over the keyspace), or hotset:FRACTION_KEYS:FRACTION_REQS [default: uniform]
+    /// Key popularity: uniform, zipf:S (ranks scrambled over the keyspace), hotset:FRACTION_KEYS:FRACTION_REQS, or table:KEYS:MASS,... (rank buckets, hottest first; its key count is the keyspace unless --keys is given) [default: uniform]
     #[arg(long, value_name = "SPEC")]
     pub popularity: Option<String>,
 
     /// Weighted verb mix of get, mget, set, delete [default: get:9,set:1]
     #[arg(long, value_name = "VERB:W,...")]
     pub mix: Option<String>,
+
+    /// Expiration of sets in seconds, or list:SECONDS:WEIGHT,... drawn per set; 0 never expires; at most 30 days [default: 0]
+    #[arg(long, value_name = "SECONDS|list:...")]
+    pub ttl: Option<String>,
+
+    /// Multiplies every rate given on the command line or in the workload file (a captured model at 2x its traffic: --rate-scale 2) [default: 1]
+    #[arg(long, value_name = "X")]
+    pub rate_scale: Option<f64>,
 
     /// Keys per mget request [default: 10]
     #[arg(long, value_name = "N")]

@@ -54,6 +54,8 @@ pub struct WorkloadFile {
     pub value_size: Option<Scalar>,
     pub popularity: Option<String>,
     pub mix: Option<String>,
+    pub ttl: Option<Scalar>,
+    pub rate_scale: Option<f64>,
     pub mget_size: Option<usize>,
     pub seed: Option<u64>,
     pub preload: Option<bool>,
@@ -62,6 +64,9 @@ pub struct WorkloadFile {
     pub realtime: Option<bool>,
     pub max_item_size: Option<Scalar>,
     pub phases: Option<Vec<PhaseFile>>,
+    /// What wrote the file and how (a captured or imported model's provenance
+    /// and fit): kvload carries it and does not read it.
+    pub about: Option<serde_json::Value>,
 }
 
 impl WorkloadFile {

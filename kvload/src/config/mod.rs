@@ -9,7 +9,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 
 pub use cli::Cli;
-pub use spec::{Arrival, KeySize, Mix, Mode, Popularity, Protocol, ValueSize, Verb};
+pub use spec::{Arrival, KeySize, Mix, Mode, Popularity, Protocol, Ttl, ValueSize, Verb};
 
 use crate::Error;
 use file::{PhaseFile, Scalar, WorkloadFile};
@@ -67,6 +67,10 @@ pub struct Config {
     pub value_size: ValueSize,
     pub popularity: Popularity,
     pub mix: Mix,
+    /// Expiration time of sets (and of the preload).
+    pub ttl: Ttl,
+    /// The factor applied to every rate the command line or the file gives.
+    pub rate_scale: f64,
     pub mget_size: usize,
     pub seed: u64,
     pub preload: bool,
@@ -121,7 +125,15 @@ impl Config {
             "mode",
             Mode::parse(&pick(cli.mode, file.mode).unwrap_or_else(|| "open".into())),
         )?;
-        let rate = pick(cli.rate, file.rate).or(default_rate);
+        let rate_scale = pick(cli.rate_scale, file.rate_scale).unwrap_or(1.0);
+        if !(rate_scale.is_finite() && rate_scale > 0.0) {
+            return Err(Error::usage(format!(
+                "--rate-scale {rate_scale} must be a positive number"
+            )));
+        }
+        let rate = pick(cli.rate, file.rate)
+            .map(|r| r * rate_scale)
+            .or(default_rate);
         let arrival = flag(
             "arrival",
             Arrival::parse(&pick(cli.arrival, file.arrival).unwrap_or_else(|| "poisson".into())),
@@ -142,7 +154,6 @@ impl Config {
             None => Vec::new(),
         };
         let threads = cpus.len().max(1);
-        let keys = pick(cli.keys, file.keys).unwrap_or(10_000);
         let key_size = flag(
             "key-size",
             KeySize::parse(
@@ -161,6 +172,14 @@ impl Config {
             Popularity::parse(
                 &pick(cli.popularity.clone(), file.popularity).unwrap_or_else(|| "uniform".into()),
             ),
+        )?;
+        // A popularity table names its keyspace unless --keys says otherwise.
+        let keys = pick(cli.keys, file.keys)
+            .or(popularity.table_keys())
+            .unwrap_or(10_000);
+        let ttl = flag(
+            "ttl",
+            Ttl::parse(&pick(cli.ttl, scalar(file.ttl)).unwrap_or_else(|| "0".into())),
         )?;
         let mix = flag(
             "mix",
@@ -200,7 +219,12 @@ impl Config {
             let list = file.phases.unwrap_or_default();
             let mut phases = Vec::with_capacity(list.len());
             for (i, p) in list.into_iter().enumerate() {
-                phases.push(build_phase(i, p, rate, &value_size, popularity, &mix)?);
+                let own_rate = p.rate.is_some();
+                let mut phase = build_phase(i, p, rate, &value_size, &popularity, &mix)?;
+                if own_rate {
+                    phase.rate = phase.rate.map(|r| r * rate_scale);
+                }
+                phases.push(phase);
             }
             phases
         } else {
@@ -208,7 +232,7 @@ impl Config {
                 duration_ns: 0,
                 rate,
                 value_size: value_size.clone(),
-                popularity,
+                popularity: popularity.clone(),
                 mix: mix.clone(),
             }]
         };
@@ -240,6 +264,8 @@ impl Config {
             value_size,
             popularity,
             mix,
+            ttl,
+            rate_scale,
             mget_size,
             seed,
             preload,
@@ -297,6 +323,7 @@ impl Config {
         match self.key_size {
             KeySize::Fixed(n) => n.max(self.min_key_len()),
             KeySize::Etc => MEMCACHED_MAX_KEY.max(self.min_key_len()),
+            KeySize::List(_) => self.key_size.max().unwrap_or(0).max(self.min_key_len()),
         }
     }
 
@@ -353,6 +380,15 @@ impl Config {
                     _ => {}
                 }
             }
+        }
+        if let KeySize::List(_) = &self.key_size
+            && let Some(n) = self.key_size.max()
+            && self.protocol.is_memcached()
+            && n > MEMCACHED_MAX_KEY
+        {
+            return u(format!(
+                "--key-size: a length of {n} exceeds memcached's key limit of {MEMCACHED_MAX_KEY} bytes"
+            ));
         }
         if let KeySize::Fixed(n) = self.key_size {
             if n == 0 {
@@ -412,7 +448,7 @@ fn build_phase(
     p: PhaseFile,
     rate: Option<f64>,
     value_size: &ValueSize,
-    popularity: Popularity,
+    popularity: &Popularity,
     mix: &Mix,
 ) -> Result<Phase, Error> {
     let key = |k: &str| format!("phases[{i}].{k}");
@@ -427,7 +463,7 @@ fn build_phase(
     };
     let popularity = match p.popularity {
         Some(v) => Popularity::parse(&v).map_err(|e| err("popularity", e))?,
-        None => popularity,
+        None => popularity.clone(),
     };
     let mix = match p.mix {
         Some(v) => Mix::parse(&v).map_err(|e| err("mix", e))?,
@@ -591,5 +627,39 @@ mod tests {
         let c = build(&["--workload", t.to_str().unwrap()]).unwrap();
         assert_eq!(c.keys, 5);
         assert_eq!(c.phases[0].value_size, ValueSize::Etc);
+    }
+
+    #[test]
+    fn a_captured_model_file_sets_ttls_key_sizes_a_table_and_scales_its_rates() {
+        let dir = std::env::temp_dir().join(format!("kvload-model-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("model.json");
+        std::fs::write(
+            &p,
+            r#"{"rate": 1000, "mix": "get:9,set:1", "popularity": "table:10:0.6,990:0.4",
+                "key_size": "list:20:1,40:1", "value_size": "list:100:1,2000:1",
+                "ttl": "list:0:1,3600:3", "phases": [{"duration": "1s"}, {"duration": "1s", "rate": 10}],
+                "about": {"source": "memcached://127.0.0.1:11211", "zipf": {"s": 0.9}}}"#,
+        )
+        .unwrap();
+        let c = build(&["--workload", p.to_str().unwrap(), "--rate-scale", "2"]).unwrap();
+        assert_eq!(c.keys, 1000, "the table names the keyspace");
+        assert_eq!(c.ttl, Ttl::List(vec![(0, 1.0), (3600, 3.0)]));
+        assert_eq!(c.phases[0].rate, Some(2000.0));
+        assert_eq!(c.phases[1].rate, Some(20.0));
+        assert_eq!(c.max_key_len(), 40);
+        let c = build(&["--workload", p.to_str().unwrap(), "--keys", "5000"]).unwrap();
+        assert_eq!(c.keys, 5000);
+        assert_eq!(c.rate, Some(1000.0));
+        for (flag, value, says) in [
+            ("--ttl", "2592001", "30 days"),
+            ("--ttl", "soon", "invalid TTL"),
+            ("--rate-scale", "0", "--rate-scale"),
+            ("--key-size", "list:300:1", "key limit"),
+            ("--popularity", "table:10", "popularity table"),
+        ] {
+            let e = build(&["--rate", "1", flag, value]).unwrap_err();
+            assert!(e.to_string().contains(says), "{flag} {value}: {e}");
+        }
     }
 }

@@ -100,11 +100,13 @@ impl Arrival {
 }
 
 /// Key length in bytes.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum KeySize {
     Fixed(usize),
     /// Facebook ETC GEV(30.7984, 8.20449, 0.078688), deterministic per key.
     Etc,
+    /// Weighted list of lengths (a captured distribution), deterministic per key.
+    List(Vec<(usize, f64)>),
 }
 
 impl KeySize {
@@ -112,9 +114,25 @@ impl KeySize {
         if s == "etc" || s == "fb_key" {
             return Ok(KeySize::Etc);
         }
-        parse_size(s)
-            .map(KeySize::Fixed)
-            .map_err(|_| format!("invalid key size '{s}' (expected a byte count or etc)"))
+        if let Some(rest) = s.strip_prefix("list:") {
+            let items = parse_weighted(rest, s, "key size")?;
+            if items.iter().any(|i| i.0 == 0) {
+                return Err(format!("key size list '{s}' has a length of 0"));
+            }
+            return Ok(KeySize::List(items));
+        }
+        parse_size(s).map(KeySize::Fixed).map_err(|_| {
+            format!("invalid key size '{s}' (expected a byte count, etc or list:SIZE:WEIGHT,...)")
+        })
+    }
+
+    /// The longest length this specification names, if bounded.
+    pub fn max(&self) -> Option<usize> {
+        match self {
+            KeySize::Fixed(n) => Some(*n),
+            KeySize::Etc => None,
+            KeySize::List(l) => l.iter().filter(|i| i.1 > 0.0).map(|i| i.0).max(),
+        }
     }
 }
 
@@ -123,6 +141,90 @@ impl fmt::Display for KeySize {
         match self {
             KeySize::Fixed(n) => write!(f, "{n}"),
             KeySize::Etc => f.write_str("etc"),
+            KeySize::List(l) => write_weighted(f, "list:", l),
+        }
+    }
+}
+
+/// `SIZE:WEIGHT,SIZE:WEIGHT` (sizes accept K and M suffixes) with a positive total weight.
+fn parse_weighted(rest: &str, whole: &str, what: &str) -> Result<Vec<(usize, f64)>, String> {
+    let bad = || format!("invalid {what} list '{whole}' (expected list:SIZE:WEIGHT,SIZE:WEIGHT)");
+    let mut items = Vec::new();
+    for part in rest.split(',') {
+        let (size, weight) = part.split_once(':').ok_or_else(bad)?;
+        let size = parse_size(size).map_err(|_| bad())?;
+        let weight: f64 = weight.trim().parse().map_err(|_| bad())?;
+        if !(weight.is_finite() && weight >= 0.0) {
+            return Err(bad());
+        }
+        items.push((size, weight));
+    }
+    if items.iter().map(|i| i.1).sum::<f64>() <= 0.0 {
+        return Err(format!("{what} list '{whole}' has no positive weight"));
+    }
+    Ok(items)
+}
+
+fn write_weighted<T: fmt::Display>(
+    f: &mut fmt::Formatter<'_>,
+    prefix: &str,
+    l: &[(T, f64)],
+) -> fmt::Result {
+    f.write_str(prefix)?;
+    for (i, (s, w)) in l.iter().enumerate() {
+        if i > 0 {
+            f.write_str(",")?;
+        }
+        write!(f, "{s}:{w}")?;
+    }
+    Ok(())
+}
+
+/// The longest TTL memcached takes as relative seconds; larger values are absolute Unix times.
+pub const MAX_RELATIVE_TTL: usize = 30 * 24 * 3600;
+
+/// Expiration time of a set, in seconds (0: never), drawn per request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ttl {
+    Fixed(usize),
+    List(Vec<(usize, f64)>),
+}
+
+impl Ttl {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let t = if let Some(rest) = s.strip_prefix("list:") {
+            Ttl::List(parse_weighted(rest, s, "TTL")?)
+        } else {
+            Ttl::Fixed(s.trim().parse().map_err(|_| {
+                format!("invalid TTL '{s}' (expected seconds or list:SECONDS:WEIGHT,...)")
+            })?)
+        };
+        let max = match &t {
+            Ttl::Fixed(n) => *n,
+            Ttl::List(l) => l.iter().map(|i| i.0).max().unwrap_or(0),
+        };
+        if max > MAX_RELATIVE_TTL {
+            return Err(format!(
+                "TTL {max} s in '{s}' is beyond 30 days, which memcached reads as an absolute time"
+            ));
+        }
+        Ok(t)
+    }
+
+    /// As a value-size specification, so the same weighted sampler draws it.
+    pub fn as_sizes(&self) -> ValueSize {
+        match self {
+            Ttl::Fixed(n) => ValueSize::Fixed(*n),
+            Ttl::List(l) => ValueSize::List(l.clone()),
+        }
+    }
+}
+
+impl fmt::Display for Ttl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Ttl::Fixed(n) => write!(f, "{n}"),
+            Ttl::List(l) => write_weighted(f, "list:", l),
         }
     }
 }
@@ -150,20 +252,7 @@ impl ValueSize {
             return Ok(ValueSize::Etc);
         }
         if let Some(rest) = s.strip_prefix("list:") {
-            let mut items = Vec::new();
-            for part in rest.split(',') {
-                let (size, weight) = part.split_once(':').ok_or_else(bad)?;
-                let size = parse_size(size).map_err(|_| bad())?;
-                let weight: f64 = weight.trim().parse().map_err(|_| bad())?;
-                if !(weight.is_finite() && weight >= 0.0) {
-                    return Err(bad());
-                }
-                items.push((size, weight));
-            }
-            if items.iter().map(|i| i.1).sum::<f64>() <= 0.0 {
-                return Err(format!("value size list '{s}' has no positive weight"));
-            }
-            return Ok(ValueSize::List(items));
+            return parse_weighted(rest, s, "value size").map(ValueSize::List);
         }
         if let Some((a, b)) = s.split_once('-') {
             let a = parse_size(a).map_err(|_| bad())?;
@@ -193,22 +282,13 @@ impl fmt::Display for ValueSize {
             ValueSize::Fixed(n) => write!(f, "{n}"),
             ValueSize::Range(a, b) => write!(f, "{a}-{b}"),
             ValueSize::Etc => f.write_str("etc"),
-            ValueSize::List(l) => {
-                f.write_str("list:")?;
-                for (i, (s, w)) in l.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(",")?;
-                    }
-                    write!(f, "{s}:{w}")?;
-                }
-                Ok(())
-            }
+            ValueSize::List(l) => write_weighted(f, "list:", l),
         }
     }
 }
 
 /// Key popularity over the keyspace.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Popularity {
     Uniform,
     /// Zipf with exponent s, ranks scrambled over the keyspace.
@@ -218,9 +298,21 @@ pub enum Popularity {
         keys: f64,
         requests: f64,
     },
+    /// An empirical rank-frequency table: consecutive rank buckets of KEYS keys
+    /// carrying MASS of the requests (uniform within a bucket), hottest first.
+    /// The key counts are scaled to the keyspace when --keys differs from their sum.
+    Table(Vec<(u64, f64)>),
 }
 
 impl Popularity {
+    /// The keys a table describes, if it is one.
+    pub fn table_keys(&self) -> Option<u64> {
+        match self {
+            Popularity::Table(t) => Some(t.iter().map(|i| i.0).sum()),
+            _ => None,
+        }
+    }
+
     pub fn parse(s: &str) -> Result<Self, String> {
         if s == "uniform" {
             return Ok(Popularity::Uniform);
@@ -254,8 +346,17 @@ impl Popularity {
                 requests: r,
             });
         }
+        if let Some(rest) = s.strip_prefix("table:") {
+            let items = parse_weighted(rest, s, "popularity table")?;
+            if items.iter().any(|i| i.0 == 0) {
+                return Err(format!("popularity table '{s}' has a bucket of 0 keys"));
+            }
+            return Ok(Popularity::Table(
+                items.into_iter().map(|(k, m)| (k as u64, m)).collect(),
+            ));
+        }
         Err(format!(
-            "unknown popularity '{s}' (expected uniform, zipf:S or hotset:FRACTION_KEYS:FRACTION_REQS)"
+            "unknown popularity '{s}' (expected uniform, zipf:S, hotset:FRACTION_KEYS:FRACTION_REQS or table:KEYS:MASS,...)"
         ))
     }
 }
@@ -266,6 +367,7 @@ impl fmt::Display for Popularity {
             Popularity::Uniform => f.write_str("uniform"),
             Popularity::Zipf(s) => write!(f, "zipf:{s}"),
             Popularity::HotSet { keys, requests } => write!(f, "hotset:{keys}:{requests}"),
+            Popularity::Table(t) => write_weighted(f, "table:", t),
         }
     }
 }

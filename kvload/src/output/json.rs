@@ -47,6 +47,8 @@ pub fn config_echo(cfg: &Config) -> Value {
         "value_size": cfg.value_size.to_string(),
         "popularity": cfg.popularity.to_string(),
         "mix": cfg.mix.to_string(),
+        "ttl": cfg.ttl.to_string(),
+        "rate_scale": cfg.rate_scale,
         "mget_size": cfg.mget_size,
         "seed": cfg.seed,
         "preload": cfg.preload,

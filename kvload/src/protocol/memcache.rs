@@ -20,7 +20,9 @@ pub fn encode(buf: &mut Vec<u8>, req: &Request, keys: &KeyFormat, value: &[u8]) 
         Verb::Set => {
             buf.extend_from_slice(b"set ");
             keys.write(req.keys[0], buf);
-            buf.extend_from_slice(b" 0 0 ");
+            buf.extend_from_slice(b" 0 ");
+            put_uint(buf, req.ttl as usize);
+            buf.push(b' ');
             put_uint(buf, req.value_len);
             buf.extend_from_slice(b"\r\n");
             buf.extend_from_slice(&value[..req.value_len]);
@@ -116,15 +118,19 @@ mod tests {
 
     #[test]
     fn encodes_requests() {
-        let kf = KeyFormat::new(KeySize::Fixed(4), 1, 250);
+        let kf = KeyFormat::new(&KeySize::Fixed(4), 1, 250);
         let mut b = Vec::new();
         let req = Request {
             verb: Verb::Set,
             keys: vec![7],
             value_len: 3,
+                ttl: 0,
         };
         encode(&mut b, &req, &kf, b"xyzw");
         assert_eq!(b, b"set 0007 0 0 3\r\nxyz\r\n");
+        b.clear();
+        encode(&mut b, &Request { ttl: 3600, ..req.clone() }, &kf, b"xyzw");
+        assert_eq!(b, b"set 0007 0 3600 3\r\nxyz\r\n");
         b.clear();
         encode(
             &mut b,
@@ -132,6 +138,7 @@ mod tests {
                 verb: Verb::Mget,
                 keys: vec![1, 2],
                 value_len: 0,
+                ttl: 0,
             },
             &kf,
             b"",
@@ -144,6 +151,7 @@ mod tests {
                 verb: Verb::Delete,
                 keys: vec![9],
                 value_len: 0,
+                ttl: 0,
             },
             &kf,
             b"",

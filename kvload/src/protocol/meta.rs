@@ -28,6 +28,10 @@ pub fn encode(buf: &mut Vec<u8>, req: &Request, keys: &KeyFormat, value: &[u8]) 
             keys.write(req.keys[0], buf);
             buf.push(b' ');
             put_uint(buf, req.value_len);
+            if req.ttl > 0 {
+                buf.extend_from_slice(b" T");
+                put_uint(buf, req.ttl as usize);
+            }
             buf.extend_from_slice(b"\r\n");
             buf.extend_from_slice(&value[..req.value_len]);
             buf.extend_from_slice(b"\r\n");
@@ -175,7 +179,7 @@ mod tests {
 
     #[test]
     fn encodes_requests() {
-        let kf = KeyFormat::new(KeySize::Fixed(3), 1, 250);
+        let kf = KeyFormat::new(&KeySize::Fixed(3), 1, 250);
         let mut b = Vec::new();
         encode(
             &mut b,
@@ -183,6 +187,7 @@ mod tests {
                 verb: Verb::Set,
                 keys: vec![5],
                 value_len: 2,
+                ttl: 0,
             },
             &kf,
             b"ab",
@@ -193,6 +198,7 @@ mod tests {
                 verb: Verb::Mget,
                 keys: vec![1, 2],
                 value_len: 0,
+                ttl: 0,
             },
             &kf,
             b"",
@@ -203,6 +209,7 @@ mod tests {
                 verb: Verb::Delete,
                 keys: vec![3],
                 value_len: 0,
+                ttl: 0,
             },
             &kf,
             b"",
@@ -211,6 +218,15 @@ mod tests {
             b,
             b"ms 005 2\r\nab\r\nmg 001 v q\r\nmg 002 v q\r\nmn\r\nmd 003\r\n"
         );
+        let mut t = Vec::new();
+        let with_ttl = Request {
+            verb: Verb::Set,
+            keys: vec![5],
+            value_len: 2,
+            ttl: 60,
+        };
+        encode(&mut t, &with_ttl, &kf, b"ab");
+        assert_eq!(t, b"ms 005 2 T60\r\nab\r\n");
     }
 
     #[test]

@@ -29,13 +29,26 @@ pub fn encode(buf: &mut Vec<u8>, req: &Request, keys: &KeyFormat, value: &[u8]) 
             }
         }
         Verb::Set => {
-            buf.extend_from_slice(b"*3\r\n$3\r\nSET\r\n");
+            buf.extend_from_slice(if req.ttl > 0 {
+                b"*5\r\n$3\r\nSET\r\n"
+            } else {
+                b"*3\r\n$3\r\nSET\r\n"
+            });
             bulk_key(buf, keys, req.keys[0]);
             buf.push(b'$');
             put_uint(buf, req.value_len);
             buf.extend_from_slice(b"\r\n");
             buf.extend_from_slice(&value[..req.value_len]);
             buf.extend_from_slice(b"\r\n");
+            if req.ttl > 0 {
+                let mut digits = Vec::with_capacity(10);
+                put_uint(&mut digits, req.ttl as usize);
+                buf.extend_from_slice(b"$2\r\nEX\r\n$");
+                put_uint(buf, digits.len());
+                buf.extend_from_slice(b"\r\n");
+                buf.extend_from_slice(&digits);
+                buf.extend_from_slice(b"\r\n");
+            }
         }
         Verb::Delete => {
             buf.extend_from_slice(b"*2\r\n$3\r\nDEL\r\n");
@@ -178,7 +191,7 @@ mod tests {
 
     #[test]
     fn encodes_requests() {
-        let kf = KeyFormat::new(KeySize::Fixed(2), 1, 250);
+        let kf = KeyFormat::new(&KeySize::Fixed(2), 1, 250);
         let mut b = Vec::new();
         encode(
             &mut b,
@@ -186,11 +199,24 @@ mod tests {
                 verb: Verb::Set,
                 keys: vec![1],
                 value_len: 3,
+                ttl: 0,
             },
             &kf,
             b"abc",
         );
         assert_eq!(b, b"*3\r\n$3\r\nSET\r\n$2\r\n01\r\n$3\r\nabc\r\n");
+        b.clear();
+        let with_ttl = Request {
+            verb: Verb::Set,
+            keys: vec![1],
+            value_len: 3,
+            ttl: 300,
+        };
+        encode(&mut b, &with_ttl, &kf, b"abc");
+        assert_eq!(
+            b,
+            b"*5\r\n$3\r\nSET\r\n$2\r\n01\r\n$3\r\nabc\r\n$2\r\nEX\r\n$3\r\n300\r\n"
+        );
         b.clear();
         encode(
             &mut b,
@@ -198,6 +224,7 @@ mod tests {
                 verb: Verb::Mget,
                 keys: vec![1, 2],
                 value_len: 0,
+                ttl: 0,
             },
             &kf,
             b"",

@@ -166,11 +166,13 @@ enum KeyKind {
     Uniform,
     Zipf(Zipf<f64>),
     HotSet { hot: u64, p: f64 },
+    /// Cumulative request mass and the end rank (exclusive) of each bucket.
+    Table { cum: Vec<f64>, ends: Vec<u64> },
 }
 
 impl KeyGen {
-    pub fn new(spec: Popularity, n: u64) -> Self {
-        let kind = match spec {
+    pub fn new(spec: &Popularity, n: u64) -> Self {
+        let kind = match *spec {
             Popularity::Uniform => KeyKind::Uniform,
             Popularity::Zipf(s) => match Zipf::new(n as f64, s) {
                 Ok(z) => KeyKind::Zipf(z),
@@ -180,6 +182,7 @@ impl KeyGen {
                 hot: ((n as f64 * keys).round() as u64).clamp(1, n),
                 p: requests,
             },
+            Popularity::Table(ref t) => table(t, n),
         };
         let (mul, add) = scramble_params(n);
         KeyGen { n, kind, mul, add }
@@ -199,6 +202,12 @@ impl KeyGen {
                 let rank = (z.sample(rng) as u64).clamp(1, self.n) - 1;
                 self.scramble(rank)
             }
+            KeyKind::Table { cum, ends } => {
+                let u: f64 = rng.random();
+                let i = cum.partition_point(|&c| c <= u).min(ends.len() - 1);
+                let start = if i == 0 { 0 } else { ends[i - 1] };
+                self.scramble(rng.random_range(start..ends[i]))
+            }
             KeyKind::HotSet { hot, p } => {
                 let rank = if *hot >= self.n || rng.random::<f64>() < *p {
                     rng.random_range(0..*hot)
@@ -209,6 +218,31 @@ impl KeyGen {
             }
         }
     }
+}
+
+/// A rank-frequency table's buckets scaled to `n` keys. A bucket scaled to no key
+/// gives its mass to the next one, so that every bucket kept holds a key.
+fn table(t: &[(u64, f64)], n: u64) -> KeyKind {
+    let keys: u64 = t.iter().map(|i| i.0).sum();
+    let mass: f64 = t.iter().map(|i| i.1).sum();
+    let (mut cum, mut ends) = (Vec::new(), Vec::new());
+    let (mut k, mut m, mut last) = (0u64, 0.0, 0u64);
+    for &(bk, bm) in t {
+        k += bk;
+        m += bm / mass;
+        let end = ((k as u128 * n as u128 + keys as u128 / 2) / keys as u128) as u64;
+        if end > last {
+            cum.push(m);
+            ends.push(end);
+            last = end;
+        }
+    }
+    if ends.is_empty() {
+        return KeyKind::Uniform;
+    }
+    *ends.last_mut().unwrap() = n;
+    *cum.last_mut().unwrap() = f64::INFINITY;
+    KeyKind::Table { cum, ends }
 }
 
 fn gcd(mut a: u64, mut b: u64) -> u64 {
@@ -371,7 +405,7 @@ mod tests {
     fn zipf_rank_frequencies_follow_the_power_law_and_are_scrambled() {
         let n = 1000u64;
         let s = 1.0;
-        let kg = KeyGen::new(Popularity::Zipf(s), n);
+        let kg = KeyGen::new(&Popularity::Zipf(s), n);
         let mut r = rng(9);
         let draws = 500_000;
         let mut counts = vec![0u64; n as usize];
@@ -408,7 +442,7 @@ mod tests {
     fn hotset_sends_the_requested_fraction_to_hot_keys() {
         let n = 10_000;
         let kg = KeyGen::new(
-            Popularity::HotSet {
+            &Popularity::HotSet {
                 keys: 0.1,
                 requests: 0.9,
             },
@@ -420,6 +454,36 @@ mod tests {
             .filter(|_| hot.contains(&kg.sample(&mut r)))
             .count();
         assert!((hits as f64 / 100_000.0 - 0.9).abs() < 0.01, "{hits}");
+    }
+
+    #[test]
+    fn a_popularity_table_gives_each_bucket_its_mass_scaled_to_the_keyspace() {
+        // 10 keys with half the requests, 90 with 30%, 900 with 20%.
+        let t = Popularity::parse("table:10:0.5,90:0.3,900:0.2").unwrap();
+        assert_eq!(t.table_keys(), Some(1000));
+        for n in [1000u64, 2000] {
+            let kg = KeyGen::new(&t, n);
+            let f = n / 1000;
+            let mut r = rng(19);
+            let mut bucket = [0u64; 3];
+            let draws = 200_000;
+            let rank_of: std::collections::HashMap<u64, u64> =
+                (0..n).map(|rank| (kg.scramble(rank), rank)).collect();
+            for _ in 0..draws {
+                let rank = rank_of[&kg.sample(&mut r)];
+                bucket[if rank < 10 * f { 0 } else if rank < 100 * f { 1 } else { 2 }] += 1;
+            }
+            for (got, want) in bucket.iter().zip([0.5, 0.3, 0.2]) {
+                let share = *got as f64 / draws as f64;
+                assert!((share - want).abs() < 0.005, "n {n}: {bucket:?}");
+            }
+        }
+        // Buckets scaled below one key pass their mass on; every draw stays in range.
+        let small = KeyGen::new(&t, 10);
+        let mut r = rng(23);
+        assert!((0..10_000).all(|_| small.sample(&mut r) < 10));
+        assert!(Popularity::parse("table:0:1").is_err());
+        assert!(Popularity::parse("table:5:0").is_err());
     }
 
     #[test]

@@ -19,24 +19,45 @@ pub fn fnv1a64(index: u64) -> u64 {
 #[derive(Debug, Clone)]
 pub struct KeyFormat {
     fixed: Option<usize>,
+    /// A weighted list of lengths: cumulative weights and lengths.
+    list: Option<(Vec<f64>, Vec<usize>)>,
     min: usize,
     max: usize,
 }
 
 impl KeyFormat {
     /// `min` is the shortest length holding every index; `max` the protocol limit.
-    pub fn new(size: KeySize, min: usize, max: usize) -> Self {
+    pub fn new(size: &KeySize, min: usize, max: usize) -> Self {
         match size {
             KeySize::Fixed(n) => KeyFormat {
-                fixed: Some(n.max(min)),
+                fixed: Some((*n).max(min)),
+                list: None,
                 min,
                 max,
             },
             KeySize::Etc => KeyFormat {
                 fixed: None,
+                list: None,
                 min,
                 max,
             },
+            KeySize::List(l) => {
+                let total: f64 = l.iter().map(|i| i.1).sum();
+                let mut acc = 0.0;
+                let cum = l
+                    .iter()
+                    .map(|i| {
+                        acc += i.1 / total;
+                        acc
+                    })
+                    .collect();
+                KeyFormat {
+                    fixed: None,
+                    list: Some((cum, l.iter().map(|i| i.0).collect())),
+                    min,
+                    max,
+                }
+            }
         }
     }
 
@@ -48,6 +69,10 @@ impl KeyFormat {
         }
         // (h + 0.5) / 2^64 lies strictly inside (0, 1).
         let u = ((fnv1a64(index) >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        if let Some((cum, lens)) = &self.list {
+            let i = cum.partition_point(|&c| c <= u).min(lens.len() - 1);
+            return lens[i].clamp(self.min, self.max);
+        }
         let (loc, scale, shape) = ETC_KEY_GEV;
         let g = gev_inv(u, loc, scale, shape).round();
         (g.max(0.0) as usize).clamp(self.min, self.max)
@@ -80,11 +105,11 @@ mod tests {
 
     #[test]
     fn keys_are_padded_and_stable() {
-        let f = KeyFormat::new(KeySize::Fixed(8), 4, 250);
+        let f = KeyFormat::new(&KeySize::Fixed(8), 4, 250);
         let mut b = Vec::new();
         f.write(42, &mut b);
         assert_eq!(b, b"00000042");
-        let e = KeyFormat::new(KeySize::Etc, 5, 250);
+        let e = KeyFormat::new(&KeySize::Etc, 5, 250);
         for i in 0..1000 {
             let l = e.len(i);
             assert_eq!(l, e.len(i));
@@ -95,5 +120,20 @@ mod tests {
         }
         let mean = (0..100_000).map(|i| e.len(i) as f64).sum::<f64>() / 100_000.0;
         assert!((mean - 36.2).abs() < 0.5, "mean key length {mean}");
+    }
+
+    #[test]
+    fn listed_lengths_follow_their_weights_and_stay_per_key() {
+        let f = KeyFormat::new(&KeySize::List(vec![(10, 1.0), (40, 3.0)]), 5, 250);
+        let n = 100_000;
+        let long = (0..n).filter(|&i| f.len(i) == 40).count() as f64 / n as f64;
+        assert!((long - 0.75).abs() < 0.01, "share of 40-byte keys {long}");
+        assert!((0..n).all(|i| f.len(i) == 10 || f.len(i) == 40));
+        assert_eq!(f.len(77), f.len(77));
+        // Lengths shorter than the indices need are raised to hold them.
+        let g = KeyFormat::new(&KeySize::List(vec![(2, 1.0)]), 6, 250);
+        let mut b = Vec::new();
+        g.write(123_456, &mut b);
+        assert_eq!(b, b"123456");
     }
 }

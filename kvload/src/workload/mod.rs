@@ -33,6 +33,8 @@ pub struct Request {
     pub verb: Verb,
     pub keys: Vec<u64>,
     pub value_len: usize,
+    /// Expiration of a set in seconds; 0 never expires.
+    pub ttl: u32,
 }
 
 impl Request {
@@ -41,6 +43,7 @@ impl Request {
             verb: Verb::Get,
             keys: Vec::with_capacity(n),
             value_len: 0,
+            ttl: 0,
         }
     }
 }
@@ -56,6 +59,7 @@ pub struct Workload {
     phases: Vec<PhaseGen>,
     pub key_format: KeyFormat,
     mget_size: usize,
+    ttl: ValueSizeGen,
     rng: Xoshiro256PlusPlus,
 }
 
@@ -66,7 +70,7 @@ impl Workload {
             .iter()
             .map(|p| PhaseGen {
                 mix: MixGen::new(&p.mix),
-                keys: KeyGen::new(p.popularity, cfg.keys),
+                keys: KeyGen::new(&p.popularity, cfg.keys),
                 values: ValueSizeGen::new(&p.value_size, cfg.value_cap(&p.value_size)),
             })
             .collect();
@@ -74,6 +78,7 @@ impl Workload {
             phases,
             key_format: key_format(cfg),
             mget_size: cfg.mget_size,
+            ttl: ValueSizeGen::new(&cfg.ttl.as_sizes(), crate::config::spec::MAX_RELATIVE_TTL),
             rng: Xoshiro256PlusPlus::seed_from_u64(derive_seed(
                 cfg.seed,
                 STREAM_REQUESTS,
@@ -96,10 +101,13 @@ impl Workload {
         for _ in 0..n {
             req.keys.push(p.keys.sample(&mut self.rng));
         }
-        req.value_len = if req.verb == Verb::Set {
-            p.values.sample(&mut self.rng)
+        (req.value_len, req.ttl) = if req.verb == Verb::Set {
+            (
+                p.values.sample(&mut self.rng),
+                self.ttl.sample(&mut self.rng) as u32,
+            )
         } else {
-            0
+            (0, 0)
         };
     }
 }
@@ -111,7 +119,7 @@ pub fn key_format(cfg: &Config) -> KeyFormat {
     } else {
         cfg.max_key_len()
     };
-    KeyFormat::new(cfg.key_size, cfg.min_key_len(), max)
+    KeyFormat::new(&cfg.key_size, cfg.min_key_len(), max)
 }
 
 /// When a thread sends: absolute intended send times in CLOCK_MONOTONIC ns.

@@ -16,7 +16,7 @@ TOP_KEYS = {
     "protocol", "mode", "rate", "arrival", "connections", "pipeline", "max_outstanding",
     "duration", "warmup", "cpus", "keys", "key_size", "value_size", "popularity", "mix",
     "mget_size", "seed", "preload", "timeout", "spin_us", "realtime", "max_item_size",
-    "phases",
+    "phases", "ttl", "rate_scale", "about",
 }
 PHASE_KEYS = {"duration", "rate", "value_size", "popularity", "mix"}
 MAX_PHASES = 1000
