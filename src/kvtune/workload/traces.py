@@ -203,8 +203,8 @@ def import_trace(fmt: str, path: str, *, start: float | None = None,
         duration = span or (b.last - b.first + 1)
     rate = None
     if duration:
-        # Requests of the sampled keys stand for all keys' requests.
-        rate = st.requests / key_sample / duration
+        # The trace's rate in the window: the sampled-out keys' requests count too.
+        rate = (st.requests + st.sampled_out) / duration
     doc = b.build(duration=duration, rate=rate, about=about)
     if key_sample < 1:
         doc["keys"] = max(1, round(doc["keys"] / key_sample))
