@@ -1,7 +1,7 @@
 """Workload models (issue 21): the fit on known truth, trace import (Twitter, Meta, zstd,
 malformed lines), live capture of a real memcached (watch) and Redis (MONITOR, --sample)
 driven by kvload with a known workload, kvload's replay of the model (TTLs, tables), and
-the bad inputs of tests/bad-inputs/workload/."""
+the bad inputs of tests/bad-inputs/traces/."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pytest
 from kvtune.workload.model import fit_popularity, parse_weighted, weighted_list
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO / "tests" / "bad-inputs" / "workload"
+CORPUS = REPO / "tests" / "bad-inputs" / "traces"
 
 
 def kvtune(*args: str, cwd: Path | None = None,

@@ -148,7 +148,12 @@ impl fmt::Display for KeySize {
 
 /// `SIZE:WEIGHT,SIZE:WEIGHT` (sizes accept K and M suffixes) with a positive total weight.
 fn parse_weighted(rest: &str, whole: &str, what: &str) -> Result<Vec<(usize, f64)>, String> {
-    let bad = || format!("invalid {what} list '{whole}' (expected list:SIZE:WEIGHT,SIZE:WEIGHT)");
+    let form = if whole.starts_with("table:") {
+        "table:KEYS:MASS,KEYS:MASS"
+    } else {
+        "list:SIZE:WEIGHT,SIZE:WEIGHT"
+    };
+    let bad = || format!("invalid {what} '{whole}' (expected {form})");
     let mut items = Vec::new();
     for part in rest.split(',') {
         let (size, weight) = part.split_once(':').ok_or_else(bad)?;

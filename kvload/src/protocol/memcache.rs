@@ -124,12 +124,20 @@ mod tests {
             verb: Verb::Set,
             keys: vec![7],
             value_len: 3,
-                ttl: 0,
+            ttl: 0,
         };
         encode(&mut b, &req, &kf, b"xyzw");
         assert_eq!(b, b"set 0007 0 0 3\r\nxyz\r\n");
         b.clear();
-        encode(&mut b, &Request { ttl: 3600, ..req.clone() }, &kf, b"xyzw");
+        encode(
+            &mut b,
+            &Request {
+                ttl: 3600,
+                ..req.clone()
+            },
+            &kf,
+            b"xyzw",
+        );
         assert_eq!(b, b"set 0007 0 3600 3\r\nxyz\r\n");
         b.clear();
         encode(

@@ -165,9 +165,15 @@ pub struct KeyGen {
 enum KeyKind {
     Uniform,
     Zipf(Zipf<f64>),
-    HotSet { hot: u64, p: f64 },
+    HotSet {
+        hot: u64,
+        p: f64,
+    },
     /// Cumulative request mass and the end rank (exclusive) of each bucket.
-    Table { cum: Vec<f64>, ends: Vec<u64> },
+    Table {
+        cum: Vec<f64>,
+        ends: Vec<u64>,
+    },
 }
 
 impl KeyGen {
@@ -471,7 +477,13 @@ mod tests {
                 (0..n).map(|rank| (kg.scramble(rank), rank)).collect();
             for _ in 0..draws {
                 let rank = rank_of[&kg.sample(&mut r)];
-                bucket[if rank < 10 * f { 0 } else if rank < 100 * f { 1 } else { 2 }] += 1;
+                bucket[if rank < 10 * f {
+                    0
+                } else if rank < 100 * f {
+                    1
+                } else {
+                    2
+                }] += 1;
             }
             for (got, want) in bucket.iter().zip([0.5, 0.3, 0.2]) {
                 let share = *got as f64 / draws as f64;

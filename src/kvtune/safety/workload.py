@@ -59,6 +59,10 @@ def check_workload_file(name: str) -> None:
     unknown = sorted(str(k) for k in doc if k not in TOP_KEYS)
     if unknown:
         raise ValueError(f"{name}: unknown key(s) {', '.join(unknown)[:200]}")
+    for key, value in doc.items():
+        problem = value_problem(str(key), value)
+        if problem:
+            raise ValueError(f"{name}: {key}: {problem}")
     phases = doc.get("phases", [])
     if not isinstance(phases, list) or len(phases) > MAX_PHASES:
         raise ValueError(f"{name}: phases must be a list of at most {MAX_PHASES} phases")
@@ -68,3 +72,80 @@ def check_workload_file(name: str) -> None:
         bad = sorted(str(k) for k in ph if k not in PHASE_KEYS)
         if bad:
             raise ValueError(f"{name}: phases[{i}]: unknown key(s) {', '.join(bad)[:200]}")
+        for key, value in ph.items():
+            problem = value_problem(str(key), value)
+            if problem:
+                raise ValueError(f"{name}: phases[{i}].{key}: {problem}")
+
+
+# The values kvload reads, each to the grammar kvload parses (docs/kvload.md), so that a bad
+# captured or hand-edited model stops a study before a server starts.
+_NUM = r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?"
+_SIZE = r"[0-9]{1,12}([kKmM]|[bB])?"
+_LIST = rf"list:{_SIZE}:{_NUM}(,{_SIZE}:{_NUM}){{0,4095}}"
+_GRAMMAR = {
+    "protocol": r"memcache|meta|resp",
+    "mode": r"open|closed",
+    "arrival": r"poisson|fixed|etc",
+    "popularity": rf"uniform|zipf:{_NUM}|hotset:{_NUM}:{_NUM}|"
+                  rf"table:{_SIZE}:{_NUM}(,{_SIZE}:{_NUM}){{0,4095}}",
+    "key_size": rf"{_SIZE}|etc|fb_key|{_LIST}",
+    "value_size": rf"{_SIZE}|{_SIZE}-{_SIZE}|etc|fb_value|{_LIST}",
+    "ttl": rf"[0-9]{{1,7}}|{_LIST}",
+    "mix": rf"(get|mget|set|delete):{_NUM}(,(get|mget|set|delete):{_NUM}){{0,3}}",
+    "duration": r"[0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h)?",
+    "warmup": r"[0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h)?",
+    "timeout": r"[0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h)?",
+    "cpus": r"[0-9]{1,4}(-[0-9]{1,4})?(,[0-9]{1,4}(-[0-9]{1,4})?){0,255}",
+    "max_item_size": _SIZE,
+}
+_INTS = {"connections": (1, 100_000), "pipeline": (1, 65536), "max_outstanding": (1, 65536),
+         "keys": (1, 10**12), "mget_size": (1, 1024), "seed": (0, 2**64 - 1),
+         "spin_us": (0, 10**6)}
+MAX_TTL = 30 * 24 * 3600  # memcached reads larger values as absolute Unix times
+
+
+def value_problem(key: str, value: Any) -> str | None:
+    """What is wrong with one value of a workload file, or None. Never quotes the value."""
+    import re
+
+    if key in ("about", "phases"):
+        return None if key == "phases" or isinstance(value, dict) else "not an object"
+    if key in ("preload", "realtime"):
+        return None if isinstance(value, bool) else "not true or false"
+    if key in _INTS:
+        lo, hi = _INTS[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            return f"not an integer between {lo} and {hi}"
+        return None
+    if key in ("rate", "rate_scale"):
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or not 0 < value <= 1e9:
+            return "not a positive number"
+        return None
+    if key in _GRAMMAR:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            return "not a string or a number"
+        text = format(value, "g") if isinstance(value, float) else str(value)
+        if len(text) > 200_000 or not re.fullmatch(_GRAMMAR[key], text):
+            return "not in the form kvload reads (docs/kvload.md)"
+        if text.startswith(("list:", "table:")):
+            weights = [float(p.split(":")[1]) for p in text.split(":", 1)[1].split(",")]
+            if sum(weights) <= 0:
+                return "no positive weight"
+            if text.startswith("table:") and any(
+                    _size(p.split(":")[0]) == 0 for p in text[6:].split(",")):
+                return "a bucket of 0 keys"
+        if key == "ttl":
+            top = max((_size(p.split(":")[0]) for p in text[5:].split(",")) if
+                      text.startswith("list:") else [int(text)])
+            if top > MAX_TTL:
+                return "a TTL beyond 30 days (memcached reads it as an absolute time)"
+        return None
+    return None
+
+
+def _size(text: str) -> int:
+    """A count as kvload's parse_size reads it: K and M are powers of 1024, a B suffix is bytes."""
+    mult = {"k": 1024, "m": 1024 * 1024}.get(text[-1:].lower(), 1)
+    return int(text.rstrip("bBkKmM")) * mult
