@@ -363,3 +363,118 @@ def test_replay_honours_ttls_and_tables_on_redis(tmp_path: Path, redis_bin: str,
     finally:
         srv.terminate()
         srv.wait()
+
+
+# ---- the normalized trace (--keep-trace) and its request-by-request replay --------------
+
+def _trace_lines(path: Path) -> list[list[str]]:
+    text = path.read_text()
+    assert text.startswith("# kvtune-trace/1\n")
+    return [ln.split(",") for ln in text.splitlines() if not ln.startswith("#")]
+
+
+def test_an_imported_trace_is_kept_and_replayed_request_by_request(
+        tmp_path: Path, memcached_bin: str, kvload_bin: str) -> None:
+    src = tmp_path / "cluster.csv"
+    _twitter_trace(src, seconds=8, per_second=500)
+    model, kept = tmp_path / "m.json", tmp_path / "kept.csv"
+    r = kvtune("workload", "import", "twitter", str(src), "-o", str(model),
+               "--keep-trace", str(kept))
+    assert r.returncode == 0, r.stderr
+    rows = _trace_lines(kept)
+    assert len(rows) == 4000 and json.loads(model.read_text())["about"]["trace"]["requests"] \
+        == 4000
+    assert "user:" not in kept.read_text()  # hashed keys only
+    sets = [r for r in rows if r[1] == "s"]
+    assert abs(len(sets) / len(rows) - 0.2) < 0.03
+    assert {r[4] for r in sets} == {"100", "400"} and {r[5] for r in sets} == {"3600"}
+    # Whole-second stamps, spread evenly over each second.
+    assert [int(r[0]) for r in rows[:3]] == [0, 2000, 4000] and int(rows[-1][0]) == 7_998_000
+    port = free_port()
+    srv = subprocess.Popen([memcached_bin, "-p", str(port), "-l", "127.0.0.1", "-U", "0"]
+                           + (["-u", "nobody"] if _root() else []))
+    try:
+        wait_port(port)
+        rep = tmp_path / "replay.json"
+        # At 4x: 8 s of trace in 2 s, the first 0.25 s as warm-up.
+        r = subprocess.run([kvload_bin, "--server", f"127.0.0.1:{port}", "--trace", str(kept),
+                            "--rate-scale", "4", "--warmup", "0.25s", "-q", "--json",
+                            str(rep)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        res = json.loads(rep.read_text())
+        assert res["config"]["trace"]["requests"] == 4000
+        assert res["config"]["keys"] == len({r[2] for r in rows})
+        per_verb = {v: d["corrected"]["count"] for v, d in res["latency"]["per_verb"].items()}
+        # Every request after the warm-up, in the trace's order: the same sets and gets.
+        after = [r for r in rows if int(r[0]) / 4 >= 250_000]
+        assert per_verb.get("set", 0) == sum(1 for r in after if r[1] == "s")
+        assert per_verb["get"] == sum(1 for r in after if r[1] == "g"), res["requests"]
+        assert res["hit_ratio"] == 1.0  # the keyspace was preloaded at the trace's sizes
+    finally:
+        srv.terminate()
+        srv.wait()
+
+
+def test_a_live_capture_keeps_its_trace(tmp_path: Path, memcached_bin: str,
+                                        kvload_bin: str) -> None:
+    port = free_port()
+    srv = subprocess.Popen([memcached_bin, "-p", str(port), "-l", "127.0.0.1", "-U", "0"]
+                           + (["-u", "nobody"] if _root() else []))
+    try:
+        wait_port(port)
+        load = subprocess.Popen([kvload_bin, "--server", f"127.0.0.1:{port}", "--rate",
+                                 "4000", "--duration", "6s", "--warmup", "0.5s", "--keys",
+                                 "3000", "--mix", "get:3,set:1", "--value-size", "700",
+                                 "--ttl", "120", "-q"])
+        time.sleep(2)
+        model, kept = tmp_path / "m.json", tmp_path / "kept.csv"
+        r = kvtune("workload", "capture", f"memcached://127.0.0.1:{port}", "--duration",
+                   "2s", "-o", str(model), "--keep-trace", str(kept))
+        load.wait(timeout=30)
+        assert r.returncode == 0, r.stderr
+        rows = _trace_lines(kept)
+        doc = json.loads(model.read_text())
+        assert len(rows) == doc["about"]["captured"]["trace"]["requests"]
+        assert len(rows) == pytest.approx(8000, rel=0.1)
+        sets = [r for r in rows if r[1] == "s"]
+        assert abs(len(sets) / len(rows) - 0.25) < 0.03
+        assert {(r[4], r[5]) for r in sets} == {("700", "120")}
+        assert {r[4] for r in rows if r[1] == "g"} <= {"700", "0"}
+        assert not re.search(r",0{3,}\d+,", kept.read_text())  # kvload's keys never in clear
+        res = subprocess.run([kvload_bin, "--server", f"127.0.0.1:{port}", "--trace",
+                              str(kept), "--warmup", "0.2s", "-q", "--json", "-"],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout)["achieved_rate"] == pytest.approx(4000, rel=0.1)
+    finally:
+        srv.terminate()
+        srv.wait()
+
+
+def test_bad_traces_and_keep_trace_misuse(tmp_path: Path, kvload_bin: str) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("# kvtune-trace/1\n0,g,ff,10,0,0\n5,g,nothex,10,0,0\n")
+    r = subprocess.run([kvload_bin, "--trace", str(bad), "--server", "127.0.0.1:1"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "bad.csv:3" in r.stderr and "key" in r.stderr, r.stderr
+    r = subprocess.run([kvload_bin, "--trace", str(bad), "--search", "p99<=1ms"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "--search" in r.stderr
+    # The Meta layout without times has nothing to replay: exit 2, neither file left.
+    kv1 = tmp_path / "kv1.csv"
+    kv1.write_text("key,op,size,op_count,key_size\na1,GET,100,3,20\n")
+    model, kept = tmp_path / "m.json", tmp_path / "t.csv"
+    r = kvtune("workload", "import", "meta", str(kv1), "-o", str(model), "--keep-trace",
+               str(kept))
+    assert r.returncode == 2 and "no request times" in r.stderr, r.stderr
+    assert not model.exists() and not kept.exists()
+    r = kvtune("workload", "import", "meta", str(kv1), "-o", str(model), "--keep-trace",
+               str(model))
+    assert r.returncode == 2 and "model's own file" in r.stderr
+    r = kvtune("workload", "capture", "redis://127.0.0.1:6379", "--sample", "-o", str(model),
+               "--keep-trace", str(kept))
+    assert r.returncode == 2 and "--sample" in r.stderr
+    r = kvtune("workload", "capture", "redis://127.0.0.1:6379", "-o", str(model),
+               "--keep-trace", str(tmp_path / "nowhere" / "t.csv"))
+    assert r.returncode == 2 and "--keep-trace" in r.stderr and "does not exist" in r.stderr
+    assert not model.exists() and not kept.exists()

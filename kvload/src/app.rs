@@ -50,6 +50,11 @@ fn run_args() -> Result<(), Error> {
             return Err(Error::usage(format!("{line} (see kvload --help)")));
         }
     };
+    if cli.trace.is_some() && (cli.search.is_some() || cli.ramp.is_some()) {
+        return Err(Error::usage(
+            "--trace replays recorded times: it does not combine with --search or --ramp (scale it with --rate-scale)",
+        ));
+    }
     let plan = crate::steps::Plan::from_cli(&cli)?;
     let cfg = Config::build_with_rate(cli, plan.as_ref().map(|p| p.nominal_rate()))?;
     if let Some(plan) = plan {

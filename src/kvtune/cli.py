@@ -623,6 +623,9 @@ def workload_capture(
         "--mget-gap-us", help="memcached: fetches of one connection this close form one "
                               "multiget; it also merges pipelined gets (default 0: never "
                               "group)")] = 0.0,
+    keep_trace: Annotated[Path | None, typer.Option(
+        "--keep-trace", help="also write the requests themselves (hashed keys, lengths, "
+                             "times) for `kvload --trace`")] = None,
 ) -> None:
     """Record a running server's traffic as a workload model: memcached through `watch
     fetchers mutations`, Redis through MONITOR for a bounded window (or --sample). Keys are
@@ -640,6 +643,7 @@ def workload_capture(
     doc, _cap = capture(url, secs, str(output), max_events=max_events,
                        max_bytes=_size(max_bytes, "--max-bytes"), sample=sample,
                        allow_remote=remote, mget_gap=mget_gap_us / 1e6,
+                       keep_trace=str(keep_trace) if keep_trace is not None else None,
                        say=lambda m: err.print(m, highlight=False))
     from kvtune.workload.describe import lines
 
@@ -661,18 +665,34 @@ def workload_import(
         help="keep this fraction of the keys (by hash, with all their requests)")] = 1.0,
     max_bad: Annotated[float, typer.Option(
         help="fail when more than this fraction of the lines is malformed")] = 0.01,
+    keep_trace: Annotated[Path | None, typer.Option(
+        "--keep-trace", help="also write the window's requests, normalized (hashed keys, "
+                             "lengths, times), for `kvload --trace`")] = None,
 ) -> None:
     """Turn a public cache trace (Twitter OSDI'20, Meta kvcache) into a workload model, as a
     stream (constant memory). Malformed lines are skipped and counted."""
-    from kvtune.workload.capture import check_output, write_model
+    from kvtune.workload.capture import check_output, check_trace_output, write_model
     from kvtune.workload.describe import lines
+    from kvtune.workload.trace import TraceWriter
     from kvtune.workload.traces import import_trace
 
     path = check_output(str(output))
+    trace_path = check_trace_output(str(keep_trace) if keep_trace else None, path)
     if not 0 <= max_bad < 1:
         raise UserError(f"--max-bad {max_bad}: a fraction in [0, 1)")
-    doc, _st = import_trace(fmt, str(trace), start=start, end=end, key_sample=key_sample,
-                           max_bad=max_bad)
+    if trace_path and str(trace.absolute()) == trace_path:
+        raise UserError("--keep-trace names the trace being imported")
+    # Both formats stamp whole seconds.
+    writer = TraceWriter(trace_path, whole_seconds=True) if trace_path else None
+    try:
+        doc, _st = import_trace(fmt, str(trace), start=start, end=end,
+                                key_sample=key_sample, max_bad=max_bad, trace=writer)
+    except BaseException:
+        if writer:
+            writer.abandon()
+        raise
+    if writer:
+        doc["about"]["trace"] = writer.close()
     write_model(path, doc)
     for line in lines(doc):
         out.print(line, highlight=False, markup=False)

@@ -115,6 +115,10 @@ pub struct Cli {
     #[arg(long, value_name = "SECONDS|list:...")]
     pub ttl: Option<String>,
 
+    /// Replay a normalized trace (kvtune workload capture/import --keep-trace) request by request, open loop at its recorded times divided by --rate-scale; its keys, verbs, sizes and TTLs replace --keys, --mix, --popularity, --key-size, --value-size, --ttl and --rate, and its span is the default --duration (minus --warmup)
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+
     /// Multiplies every rate given on the command line or in the workload file (a captured model at 2x its traffic: --rate-scale 2) [default: 1]
     #[arg(long, value_name = "X")]
     pub rate_scale: Option<f64>,

@@ -7,6 +7,7 @@ pub mod spec;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 pub use cli::Cli;
 pub use spec::{Arrival, KeySize, Mix, Mode, Popularity, Protocol, Ttl, ValueSize, Verb};
@@ -86,6 +87,8 @@ pub struct Config {
     pub dump_arrivals: Option<PathBuf>,
     pub quiet: bool,
     pub workload_file: Option<PathBuf>,
+    /// --trace: the requests to replay in place of the generated ones.
+    pub trace: Option<Arc<crate::workload::trace::Trace>>,
 }
 
 fn pick<T>(cli: Option<T>, file: Option<T>) -> Option<T> {
@@ -131,9 +134,19 @@ impl Config {
                 "--rate-scale {rate_scale} must be a positive number"
             )));
         }
-        let rate = pick(cli.rate, file.rate)
-            .map(|r| r * rate_scale)
-            .or(default_rate);
+        let trace = match &cli.trace {
+            Some(p) => Some(Arc::new(
+                crate::workload::trace::Trace::load(p, rate_scale)
+                    .map_err(|e| Error::usage(format!("--trace {e}")))?,
+            )),
+            None => None,
+        };
+        let rate = match &trace {
+            Some(t) => Some(t.rate()),
+            None => pick(cli.rate, file.rate)
+                .map(|r| r * rate_scale)
+                .or(default_rate),
+        };
         let arrival = flag(
             "arrival",
             Arrival::parse(&pick(cli.arrival, file.arrival).unwrap_or_else(|| "poisson".into())),
@@ -154,19 +167,25 @@ impl Config {
             None => Vec::new(),
         };
         let threads = cpus.len().max(1);
-        let key_size = flag(
-            "key-size",
-            KeySize::parse(
-                &pick(cli.key_size, scalar(file.key_size)).unwrap_or_else(|| "16".into()),
-            ),
-        )?;
-        let value_size = flag(
-            "value-size",
-            ValueSize::parse(
-                &pick(cli.value_size.clone(), scalar(file.value_size))
-                    .unwrap_or_else(|| "100".into()),
-            ),
-        )?;
+        let key_size = match &trace {
+            Some(t) => KeySize::List(t.key_len_list()),
+            None => flag(
+                "key-size",
+                KeySize::parse(
+                    &pick(cli.key_size, scalar(file.key_size)).unwrap_or_else(|| "16".into()),
+                ),
+            )?,
+        };
+        let value_size = match &trace {
+            Some(t) => ValueSize::List(t.value_len_list()),
+            None => flag(
+                "value-size",
+                ValueSize::parse(
+                    &pick(cli.value_size.clone(), scalar(file.value_size))
+                        .unwrap_or_else(|| "100".into()),
+                ),
+            )?,
+        };
         let popularity = flag(
             "popularity",
             Popularity::parse(
@@ -174,9 +193,12 @@ impl Config {
             ),
         )?;
         // A popularity table names its keyspace unless --keys says otherwise.
-        let keys = pick(cli.keys, file.keys)
-            .or(popularity.table_keys())
-            .unwrap_or(10_000);
+        let keys = match &trace {
+            Some(t) => t.keys(),
+            None => pick(cli.keys, file.keys)
+                .or(popularity.table_keys())
+                .unwrap_or(10_000),
+        };
         let ttl = flag(
             "ttl",
             Ttl::parse(&pick(cli.ttl, scalar(file.ttl)).unwrap_or_else(|| "0".into())),
@@ -214,7 +236,8 @@ impl Config {
         // window is --duration (or the file's duration) when given, else the sum
         // of the phases: a shorter window cuts the sequence, a longer one keeps
         // the last phase running.
-        let explicit_phases = file.phases.as_ref().is_some_and(|p| !p.is_empty());
+        let explicit_phases =
+            trace.is_none() && file.phases.as_ref().is_some_and(|p| !p.is_empty());
         let phases = if explicit_phases {
             let list = file.phases.unwrap_or_default();
             let mut phases = Vec::with_capacity(list.len());
@@ -239,7 +262,11 @@ impl Config {
         let duration_ns = match duration_s {
             Some(d) => flag("duration", spec::parse_duration(&d))?,
             None if explicit_phases => phases.iter().map(|p| p.duration_ns).sum(),
-            None => 10_000_000_000,
+            // The trace's span, its first --warmup replayed as the warm-up.
+            None => match &trace {
+                Some(t) => (t.span_ns + 1).saturating_sub(warmup_ns).max(100_000_000),
+                None => 10_000_000_000,
+            },
         };
         let mut phases = phases;
         if !explicit_phases {
@@ -279,6 +306,7 @@ impl Config {
             dump_arrivals: cli.dump_arrivals,
             quiet: cli.quiet,
             workload_file: cli.workload,
+            trace,
         };
         cfg.validate()?;
         Ok(cfg)

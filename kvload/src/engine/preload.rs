@@ -65,7 +65,14 @@ pub fn run(cfg: &Config, value: &[u8]) -> Result<PreloadReport, Error> {
             req.verb = Verb::Set;
             req.keys.clear();
             req.keys.push(next);
-            req.value_len = sizes.sample(&mut rng);
+            req.value_len = match &cfg.trace {
+                // The first length the trace shows for the key, else one of its lengths.
+                Some(t) => match t.value_lens.get(next as usize) {
+                    Some(&l) if l > 0 => (l as usize).min(cfg.max_value_size()),
+                    _ => sizes.sample(&mut rng),
+                },
+                None => sizes.sample(&mut rng),
+            };
             protocol::encode(cfg.protocol, &mut p.wbuf, &req, &kf, value);
             next += 1;
             n += 1;

@@ -225,18 +225,19 @@ impl Loop {
             if cpu_start.is_none() && now >= self.tl.window_start {
                 cpu_start = Some(thread_cpu_ns());
             }
+            // Sends due before the window's end go out even when the loop wakes after it.
+            if open {
+                while self.schedule.peek() <= now && self.schedule.peek() < self.tl.window_end {
+                    self.dispatch_open();
+                    self.schedule.advance();
+                }
+            }
             if now >= self.tl.window_end {
                 if cpu_end.is_none() {
                     cpu_end = Some(thread_cpu_ns());
                 }
                 if now >= drain_end || self.conns.iter().all(|c| c.inflight.is_empty()) {
                     break;
-                }
-            }
-            if open {
-                while self.schedule.peek() <= now && self.schedule.peek() < self.tl.window_end {
-                    self.dispatch_open();
-                    self.schedule.advance();
                 }
             }
             self.flush_dirty()?;

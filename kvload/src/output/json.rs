@@ -57,6 +57,13 @@ pub fn config_echo(cfg: &Config) -> Value {
         "realtime": cfg.realtime,
         "max_item_size": cfg.max_item_size,
         "workload_file": cfg.workload_file.as_ref().map(|p| p.display().to_string()),
+        "trace": cfg.trace.as_ref().map(|t| json!({
+            "file": t.path.display().to_string(),
+            "requests": t.recs.len(),
+            "keys": t.keys(),
+            "span_s": t.span_ns as f64 / 1e9,
+            "speed": t.speed,
+        })),
         "phases": phases,
     })
 }

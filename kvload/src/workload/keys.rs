@@ -18,6 +18,8 @@ pub fn fnv1a64(index: u64) -> u64 {
 /// Turns key indices into key bytes.
 #[derive(Debug, Clone)]
 pub struct KeyFormat {
+    /// A trace's length of each key index.
+    per_key: Option<std::sync::Arc<Vec<u16>>>,
     fixed: Option<usize>,
     /// A weighted list of lengths: cumulative weights and lengths.
     list: Option<(Vec<f64>, Vec<usize>)>,
@@ -30,12 +32,14 @@ impl KeyFormat {
     pub fn new(size: &KeySize, min: usize, max: usize) -> Self {
         match size {
             KeySize::Fixed(n) => KeyFormat {
+                per_key: None,
                 fixed: Some((*n).max(min)),
                 list: None,
                 min,
                 max,
             },
             KeySize::Etc => KeyFormat {
+                per_key: None,
                 fixed: None,
                 list: None,
                 min,
@@ -52,6 +56,7 @@ impl KeyFormat {
                     })
                     .collect();
                 KeyFormat {
+                    per_key: None,
                     fixed: None,
                     list: Some((cum, l.iter().map(|i| i.0).collect())),
                     min,
@@ -61,9 +66,24 @@ impl KeyFormat {
         }
     }
 
+    /// Each key index its own length (a trace's), within `min..=max`.
+    pub fn per_key(lens: Vec<u16>, min: usize, max: usize) -> Self {
+        KeyFormat {
+            per_key: Some(std::sync::Arc::new(lens)),
+            fixed: None,
+            list: None,
+            min,
+            max,
+        }
+    }
+
     /// The length of key `index` in bytes.
     #[inline]
     pub fn len(&self, index: u64) -> usize {
+        if let Some(l) = &self.per_key {
+            let n = l.get(index as usize).copied().unwrap_or(0) as usize;
+            return n.clamp(self.min, self.max);
+        }
         if let Some(n) = self.fixed {
             return n;
         }

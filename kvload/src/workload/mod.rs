@@ -4,13 +4,17 @@
 
 pub mod dist;
 pub mod keys;
+pub mod trace;
 
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
+use std::sync::Arc;
+
 use crate::config::{Config, Verb};
 pub use dist::{ArrivalGen, KeyGen, MixGen, ValueSizeGen};
 pub use keys::KeyFormat;
+use trace::Trace;
 
 /// Derives an independent seed for a stream (SplitMix64 finaliser).
 pub fn derive_seed(seed: u64, stream: u64, thread: u64) -> u64 {
@@ -54,8 +58,40 @@ struct PhaseGen {
     values: ValueSizeGen,
 }
 
+/// A thread's share of a trace: every `step`-th request from `first`.
+struct TraceCursor {
+    trace: Arc<Trace>,
+    next: usize,
+    step: usize,
+    first: usize,
+}
+
+impl TraceCursor {
+    fn new(trace: &Arc<Trace>, thread: usize, threads: usize) -> Self {
+        TraceCursor {
+            trace: trace.clone(),
+            next: thread,
+            step: threads.max(1),
+            first: thread,
+        }
+    }
+
+    /// The current request, if any is left.
+    #[inline]
+    fn peek(&self) -> Option<&trace::TraceRec> {
+        self.trace.recs.get(self.next)
+    }
+
+    #[inline]
+    fn advance(&mut self) {
+        self.next += self.step;
+    }
+}
+
 /// What a thread sends: verbs, keys and value sizes per phase.
 pub struct Workload {
+    trace: Option<TraceCursor>,
+    value_max: usize,
     phases: Vec<PhaseGen>,
     pub key_format: KeyFormat,
     mget_size: usize,
@@ -75,6 +111,11 @@ impl Workload {
             })
             .collect();
         Workload {
+            trace: cfg
+                .trace
+                .as_ref()
+                .map(|t| TraceCursor::new(t, thread, cfg.threads)),
+            value_max: cfg.max_value_size(),
             phases,
             key_format: key_format(cfg),
             mget_size: cfg.mget_size,
@@ -90,6 +131,24 @@ impl Workload {
     /// Fills `req` with the next request of `phase`.
     #[inline]
     pub fn next(&mut self, phase: usize, req: &mut Request) {
+        if let Some(tc) = &mut self.trace {
+            // The trace's next request; a closed loop that outruns it starts over.
+            if tc.peek().is_none() {
+                tc.next = tc.first;
+            }
+            if let Some(r) = tc.peek() {
+                req.verb = r.verb;
+                req.keys.clear();
+                req.keys.push(r.key as u64);
+                (req.value_len, req.ttl) = if r.verb == Verb::Set {
+                    ((r.value_len as usize).min(self.value_max), r.ttl)
+                } else {
+                    (0, 0)
+                };
+                tc.advance();
+                return;
+            }
+        }
         let p = &self.phases[phase.min(self.phases.len() - 1)];
         req.verb = p.mix.sample(&mut self.rng);
         req.keys.clear();
@@ -119,11 +178,15 @@ pub fn key_format(cfg: &Config) -> KeyFormat {
     } else {
         cfg.max_key_len()
     };
-    KeyFormat::new(&cfg.key_size, cfg.min_key_len(), max)
+    match &cfg.trace {
+        Some(t) => KeyFormat::per_key(t.key_lens.clone(), cfg.min_key_len(), max),
+        None => KeyFormat::new(&cfg.key_size, cfg.min_key_len(), max),
+    }
 }
 
 /// When a thread sends: absolute intended send times in CLOCK_MONOTONIC ns.
 pub struct Schedule {
+    trace: Option<(TraceCursor, u64)>,
     next: f64,
     gens: Vec<ArrivalGen>,
     /// Absolute end of each phase; phase 0 also covers the warm-up.
@@ -163,6 +226,10 @@ impl Schedule {
             _ => gens[0].next_gap(&mut rng),
         };
         Schedule {
+            trace: cfg
+                .trace
+                .as_ref()
+                .map(|t| (TraceCursor::new(t, thread, cfg.threads), start)),
             next: start as f64 + first,
             gens,
             phase_ends,
@@ -174,7 +241,10 @@ impl Schedule {
     /// The next intended send time.
     #[inline]
     pub fn peek(&self) -> u64 {
-        self.next as u64
+        match &self.trace {
+            Some((tc, start)) => tc.peek().map_or(u64::MAX, |r| start + r.t_ns),
+            None => self.next as u64,
+        }
     }
 
     /// The phase of the next arrival.
@@ -186,6 +256,10 @@ impl Schedule {
     /// Moves to the following arrival.
     #[inline]
     pub fn advance(&mut self) {
+        if let Some((tc, _)) = &mut self.trace {
+            tc.advance();
+            return;
+        }
         while self.phase + 1 < self.phase_ends.len()
             && self.next >= self.phase_ends[self.phase] as f64
         {

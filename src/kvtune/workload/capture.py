@@ -30,13 +30,14 @@ import re
 import secrets
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from kvtune.errors import HarnessError, UserError
-from kvtune.workload.model import ModelBuilder
+from kvtune.workload.model import ModelBuilder, weighted_list
 
 MGET_GAP = 0.0  # fetches of one connection this close form one multiget (0: never)
 DRAIN_S = 5.0  # at most this long to read what the watcher still holds after the window
@@ -108,6 +109,7 @@ class Capture:
     notes: list[str] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
     rate: float | None = None
+    keyspace: int | None = None  # the items the server holds: keys a window may not touch
 
 
 class Conn:
@@ -304,13 +306,13 @@ class WatchAssembler:
                 self.b.hit_size(found)
         self.gets += len(group)
         self.b.request(group[0][0], "get", [(self.hash(k), n) for _, k, n, _ in group],
-                       conn=cfd, hits=hits)
+                       conn=cfd, hits=hits, item_sizes=[found for *_, found in group])
 
 
 def capture_memcached(t: Target, bounds: Bounds, say: Callable[[str], None],
-                      mget_gap: float = MGET_GAP) -> Capture:
+                      mget_gap: float = MGET_GAP, trace: Any = None) -> Capture:
     hasher = key_hasher()
-    b = ModelBuilder(source=str(t))
+    b = ModelBuilder(source=str(t), trace=trace)
     s0 = memcached_stats(t)
     time.sleep(BASELINE_S)
     s1 = memcached_stats(t)
@@ -369,6 +371,7 @@ def capture_memcached(t: Target, bounds: Bounds, say: Callable[[str], None],
     cap.facts["capture_cost"] = _cost(
         mc_cpu(s1) - mc_cpu(s0), mc_request_total(s1) - mc_request_total(s0),
         mc_cpu(s2) - mc_cpu(s1), served)
+    cap.keyspace = int(s2["curr_items"]) if s2.get("curr_items") else None
     if asm.skipped:
         cap.notes.append(f"memcached dropped {asm.skipped} watcher lines (the watcher lagged)")
     if served:
@@ -549,9 +552,10 @@ def _set_ttl(opts: list[bytes]) -> int:
     return 0
 
 
-def capture_redis(t: Target, bounds: Bounds, say: Callable[[str], None]) -> Capture:
+def capture_redis(t: Target, bounds: Bounds, say: Callable[[str], None],
+                  trace: Any = None) -> Capture:
     hasher = key_hasher()
-    b = ModelBuilder(source=str(t))
+    b = ModelBuilder(source=str(t), trace=trace)
     c = Conn(t)
     try:
         i0 = {**redis_info(c, "stats"), **redis_info(c, "cpu")}
@@ -583,6 +587,7 @@ def capture_redis(t: Target, bounds: Bounds, say: Callable[[str], None]) -> Capt
     c = Conn(t)
     try:
         i2 = {**redis_info(c, "stats"), **redis_info(c, "cpu")}
+        dbsize = redis_call(c, "DBSIZE")
     finally:
         c.close()
     served = _rnum(i2, "total_commands_processed") - _rnum(i1, "total_commands_processed")
@@ -598,13 +603,15 @@ def capture_redis(t: Target, bounds: Bounds, say: Callable[[str], None]) -> Capt
         _rnum(i1, "total_commands_processed") - _rnum(i0, "total_commands_processed"),
         redis_cpu(i2) - redis_cpu(i1), served)
     cap.notes.append("MONITOR streams every value: kvtune keeps only their lengths")
+    cap.keyspace = dbsize if isinstance(dbsize, int) and dbsize > 0 else None
     return cap
 
 
 def capture_redis_sample(t: Target, bounds: Bounds, say: Callable[[str], None]) -> Capture:
     """No MONITOR: the verb mix and rate from `INFO commandstats` over the window, sizes
-    and TTLs from SCAN + STRLEN + TTL on at most SAMPLE_KEYS keys, popularity from
-    OBJECT FREQ under an LFU policy (else unknown: uniform)."""
+    and TTLs from SCAN + STRLEN + TTL on at most SAMPLE_KEYS keys (MEMORY USAGE adds what
+    each item costs the server), popularity from OBJECT FREQ under an LFU policy (else
+    unknown: uniform)."""
     hasher = key_hasher()
     b = ModelBuilder(source=str(t))
     c = Conn(t)
@@ -616,6 +623,7 @@ def capture_redis_sample(t: Target, bounds: Bounds, say: Callable[[str], None]) 
         policy = redis_call(c, "CONFIG", "GET", "maxmemory-policy")
         lfu = isinstance(policy, list) and len(policy) == 2 and b"lfu" in (policy[1] or b"")
         keys_seen, cursor, freq = 0, b"0", {}
+        memory: Counter[int] = Counter()
         while keys_seen < min(SAMPLE_KEYS, bounds.max_events) and \
                 time.monotonic() - t0 < bounds.duration:
             r = redis_call(c, "SCAN", cursor, "COUNT", "200")
@@ -625,6 +633,9 @@ def capture_redis_sample(t: Target, bounds: Bounds, say: Callable[[str], None]) 
             for k in batch:
                 ln = redis_call(c, "STRLEN", k)
                 ttl = redis_call(c, "TTL", k)
+                mem = redis_call(c, "MEMORY", "USAGE", k, "SAMPLES", "0")
+                if isinstance(mem, int):
+                    memory[mem] += 1
                 h = hasher(k)
                 if isinstance(ln, int):
                     b.set_sizes[ln] += 1
@@ -648,7 +659,8 @@ def capture_redis_sample(t: Target, bounds: Bounds, say: Callable[[str], None]) 
     verb_of = {"get": "get", "mget": "mget", "set": "set", "setex": "set", "psetex": "set",
                "del": "delete", "unlink": "delete"}
     for cmd, n in calls.items():
-        if n <= 0 or cmd in ("info", "scan", "strlen", "ttl", "object", "config", "dbsize"):
+        if n <= 0 or cmd in ("info", "scan", "strlen", "ttl", "object", "config", "dbsize",
+                             "memory|usage", "memory"):
             continue
         if cmd in verb_of:
             b.verbs[verb_of[cmd]] += int(n)
@@ -662,6 +674,8 @@ def capture_redis_sample(t: Target, bounds: Bounds, say: Callable[[str], None]) 
     cap.facts = {"mode": "sample", "keys_sampled": keys_seen,
                  "dbsize": dbsize if isinstance(dbsize, int) else None,
                  "popularity_from": "OBJECT FREQ (LFU)" if freq else "unknown (uniform)"}
+    if memory:
+        cap.facts["memory_usage_bytes"] = weighted_list(memory)
     hits = _rnum(s1, "keyspace_hits") - _rnum(s0, "keyspace_hits")
     misses = _rnum(s1, "keyspace_misses") - _rnum(s0, "keyspace_misses")
     if hits + misses:
@@ -669,7 +683,7 @@ def capture_redis_sample(t: Target, bounds: Bounds, say: Callable[[str], None]) 
     if not freq:
         cap.notes.append("popularity is unknown without MONITOR (the server's policy is not "
                          "LFU): the model draws keys uniformly")
-    cap.facts["keys_override"] = dbsize if isinstance(dbsize, int) and dbsize > 0 else None
+    cap.keyspace = dbsize if isinstance(dbsize, int) and dbsize > 0 else None
     return cap
 
 
@@ -699,6 +713,19 @@ def check_output(path: str) -> str:
     return p
 
 
+def check_trace_output(keep_trace: str | None, model_path: str) -> str | None:
+    """--keep-trace's file: as the model's, and not the model itself."""
+    if keep_trace is None:
+        return None
+    try:
+        p = check_output(keep_trace)
+    except UserError as e:
+        raise UserError(str(e).replace("-o ", "--keep-trace ", 1)) from None
+    if p == model_path:
+        raise UserError("--keep-trace names the model's own file (-o)")
+    return p
+
+
 def write_model(path: str, doc: dict[str, Any]) -> None:
     import json
 
@@ -710,9 +737,13 @@ def write_model(path: str, doc: dict[str, Any]) -> None:
 
 def capture(url: str, duration: float | None, out: str, *, max_events: int,
             max_bytes: int, sample: bool, allow_remote: bool, mget_gap: float = MGET_GAP,
+            keep_trace: str | None = None,
             say: Callable[[str], None]) -> tuple[dict[str, Any], Capture]:
     t = parse_url(url, allow_remote)
     path = check_output(out)
+    trace_path = check_trace_output(keep_trace, path)
+    if trace_path and sample:
+        raise UserError("--keep-trace needs the requests themselves: not with --sample")
     if sample and t.kind != "redis":
         raise UserError("--sample is for Redis (memcached's watcher costs little)")
     if duration is None:
@@ -727,23 +758,40 @@ def capture(url: str, duration: float | None, out: str, *, max_events: int,
     if max_events < 1 or max_bytes < 1024:
         raise UserError("--max-events must be at least 1 and --max-bytes at least 1024")
     bounds = Bounds(duration, max_events, max_bytes)
-    if t.kind == "memcached":
-        cap = capture_memcached(t, bounds, say, mget_gap)
-    elif sample:
-        cap = capture_redis_sample(t, bounds, say)
-    else:
-        cap = capture_redis(t, bounds, say)
-    if cap.builder.requests == 0:
-        raise HarnessError(f"{t} served no request kvload can replay during the "
-                           f"{cap.window:.1f} s capture; nothing written")
+    from kvtune.workload.trace import TraceWriter
+
+    writer = TraceWriter(trace_path) if trace_path else None
+    try:
+        if t.kind == "memcached":
+            cap = capture_memcached(t, bounds, say, mget_gap, writer)
+        elif sample:
+            cap = capture_redis_sample(t, bounds, say)
+        else:
+            cap = capture_redis(t, bounds, say, writer)
+        if cap.builder.requests == 0:
+            raise HarnessError(f"{t} served no request kvload can replay during the "
+                               f"{cap.window:.1f} s capture; nothing written")
+    except BaseException:
+        if writer:
+            writer.abandon()
+        raise
+    if writer:
+        cap.facts["trace"] = writer.close()
     about = {"captured": {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                           "method": "sample" if sample else
                           ("watch" if t.kind == "memcached" else "monitor"),
                           **cap.facts}, "notes": cap.notes}
     doc = cap.builder.build(duration=cap.window, rate=cap.rate, about=about)
-    keys_override = cap.facts.get("keys_override")
-    if keys_override:
-        doc["keys"] = int(keys_override)
+    if cap.keyspace and cap.keyspace > doc["keys"]:
+        # The server holds keys the window did not request: the replay preloads them too
+        # (a table gains a bucket of them with no requests; a Zipf spreads over them all).
+        doc["about"]["keyspace"] = {"keys_seen_estimate": doc["keys"],
+                                    "server_items": cap.keyspace}
+        if doc["popularity"].startswith("table:"):
+            held = sum(int(b.split(":")[0]) for b in doc["popularity"][6:].split(","))
+            if cap.keyspace > held:
+                doc["popularity"] += f",{cap.keyspace - held}:0"
+        doc["keys"] = cap.keyspace
     doc["protocol"] = "resp" if t.kind == "redis" else "memcache"
     write_model(path, doc)
     return doc, cap

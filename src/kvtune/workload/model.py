@@ -69,15 +69,20 @@ class ModelBuilder:
     first: float | None = None
     last: float | None = None
     requests: int = 0
+    trace: Any = None  # a workload.trace.TraceWriter when --keep-trace asks for one
 
     def request(self, t: float | None, verb: str, keys: list[tuple[int, int]],
                 value_size: int | None = None, ttl: int | None = None,
-                conn: Any = None, hits: float | None = None, count: int = 1) -> None:
+                conn: Any = None, hits: float | None = None, count: int = 1,
+                item_sizes: list[int | None] | None = None) -> None:
         """One request (`count` identical ones, as a trace row's op_count says) at time
         `t` in seconds: `keys` are (64-bit key hash, key length) pairs, one per key of a
-        multiget; `hits` how many of a get's keys were found (a mean over `count`)."""
+        multiget; `hits` how many of a get's keys were found (a mean over `count`);
+        `item_sizes` the size of each item a get found (None: a miss), for the trace."""
         if verb not in VERBS:
             raise ValueError(verb)
+        if self.trace is not None:
+            self.trace.write(t, verb, keys, value_size, ttl, count, item_sizes)
         if verb == "get" and len(keys) > 1:
             verb = "mget"
         self.verbs[verb] += count

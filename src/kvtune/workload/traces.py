@@ -101,7 +101,7 @@ def _lines(raw: IO[bytes], path: str) -> Iterator[tuple[int, str]]:
 
 def import_trace(fmt: str, path: str, *, start: float | None = None,
                  end: float | None = None, key_sample: float = 1.0,
-                 max_bad: float = 0.01,
+                 max_bad: float = 0.01, trace: Any = None,
                  progress: Callable[[ImportStats], None] | None = None
                  ) -> tuple[dict[str, Any], ImportStats]:
     if fmt not in FORMATS:
@@ -110,7 +110,7 @@ def import_trace(fmt: str, path: str, *, start: float | None = None,
         raise UserError(f"--key-sample {key_sample}: a fraction in (0, 1]")
     if start is not None and end is not None and end <= start:
         raise UserError(f"--end {end} is not after --start {start}")
-    b = ModelBuilder(source=f"{fmt} trace {os.path.basename(path)}")
+    b = ModelBuilder(source=f"{fmt} trace {os.path.basename(path)}", trace=trace)
     st = ImportStats()
     cut = int(key_sample * (1 << 64))
     salt = os.urandom(16)
@@ -175,7 +175,8 @@ def import_trace(fmt: str, path: str, *, start: float | None = None,
                 continue
             st.requests += count
             b.request(t, verb, [(kh, klen)], value_size=vlen if verb == "set" else None,
-                      ttl=ttl, conn=conn, hits=hits, count=count)
+                      ttl=ttl, conn=conn, hits=hits, count=count,
+                      item_sizes=[vlen] if verb == "get" else None)
             if verb == "get" and vlen:
                 b.hit_size(vlen, count)
     finally:
