@@ -13,7 +13,8 @@ arrive already hashed: no key and no value is ever held by the builder.
 - popularity: a Zipf exponent fitted by maximum likelihood on the head of the rank-frequency
   curve, kept when the whole curve is within a KS distance of 0.05 of it, else the empirical
   table (rank buckets, hottest first, each with its share of requests);
-- key sizes, item sizes of sets (and of get hits), TTLs of sets: weighted lists of at most
+- key sizes (one per distinct key counted: kvload gives each key one length), item sizes
+  of sets (and of get hits), TTLs of sets: weighted lists of at most
   64 entries (exact when fewer sizes occur, quantile buckets otherwise);
 - the arrival process: mean rate, and the dispersion of inter-arrival gaps (squared
   coefficient of variation) or, for traces with coarse timestamps, of per-second counts;
@@ -62,6 +63,7 @@ class ModelBuilder:
     gets: int = 0
     hits: float = 0.0
     key_counts: dict[int, int] = field(default_factory=dict)
+    key_lens: dict[int, int] = field(default_factory=dict)  # of the counted keys
     threshold: int = 1 << 64  # keys whose hash is below this are counted
     connections: set[Any] = field(default_factory=set)
     connections_capped: bool = False
@@ -98,6 +100,8 @@ class ModelBuilder:
             self.key_sizes[klen] += count
             by_verb[klen] += count
             if h < self.threshold:
+                if h not in self.key_counts:
+                    self.key_lens[h] = klen
                 self.key_counts[h] = self.key_counts.get(h, 0) + count
                 if len(self.key_counts) > MAX_TRACKED_KEYS:
                     self._halve()
@@ -125,6 +129,7 @@ class ModelBuilder:
     def _halve(self) -> None:
         self.threshold //= 2
         self.key_counts = {h: c for h, c in self.key_counts.items() if h < self.threshold}
+        self.key_lens = {h: n for h, n in self.key_lens.items() if h < self.threshold}
 
     @property
     def key_sample_rate(self) -> float:
@@ -155,7 +160,10 @@ class ModelBuilder:
             "mix": mix,
             "keys": pop["keys"],
             "popularity": pop["spec"],
-            "key_size": weighted_list(self.key_sizes) if self.key_sizes else "16",
+            # Per distinct key, as kvload gives each key one length (the requests' own
+            # key sizes, weighted by popularity, are in about.key_size_by_verb).
+            "key_size": weighted_list(Counter(self.key_lens.values())) if self.key_lens
+            else weighted_list(self.key_sizes) if self.key_sizes else "16",
             "value_size": weighted_list(items) if items else "100",
             "ttl": weighted_list(self.ttls) if self.ttls else "0",
             "mget_size": max(1, min(mget_size, 1024)),
