@@ -127,6 +127,9 @@ class LoadSpec(_Model):
     protocol: Literal["memcache", "meta", "resp"] | None = None
     mode: Literal["open", "closed"] = "open"
     rate: float | None = Field(default=None, gt=0, le=1e9)
+    # Multiplies the rates of the workload file (a captured model at 2x: 2), kvload's
+    # --rate-scale.
+    rate_scale: float | None = Field(default=None, gt=0, le=1000)
     connections: int = Field(default=4, ge=1, le=10000)
     pipeline: int = Field(default=1, ge=1, le=1024)
     duration: float = 5.0

@@ -116,6 +116,8 @@ def build_argv(binary: str, load: LoadSpec, server: str, protocol: str, seed: in
             argv.append("--preload" if w.preload else "--no-preload")
     if load.mode == "open" and load.rate is not None and given("rate", lset):
         argv += ["--rate", f"{load.rate:g}"]
+    if load.rate_scale is not None:
+        argv += ["--rate-scale", f"{load.rate_scale:g}"]
     if load.cpus:
         argv += ["--cpus", load.cpus]
     if load.workload_file:

@@ -782,6 +782,15 @@ def capture(url: str, duration: float | None, out: str, *, max_events: int,
                           ("watch" if t.kind == "memcached" else "monitor"),
                           **cap.facts}, "notes": cap.notes}
     doc = cap.builder.build(duration=cap.window, rate=cap.rate, about=about)
+    if doc["arrival"] != "poisson":
+        # A server stamps a request when it serves it: its threads' turns on the CPU and its
+        # event-loop batches bunch the stamps whatever the arrivals. The dispersion stays
+        # in about.arrival; the model assumes independent clients.
+        doc["about"]["arrival"]["chosen"] = "poisson"
+        doc["about"]["notes"].append(
+            f"the server's timestamps suggest '{doc['arrival']}' arrivals, but they are "
+            "service times; the model uses Poisson arrivals")
+        doc["arrival"] = "poisson"
     if cap.keyspace and cap.keyspace > doc["keys"]:
         # The server holds keys the window did not request: the replay preloads them too
         # (a table gains a bucket of them with no requests; a Zipf spreads over them all).
