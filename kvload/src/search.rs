@@ -12,14 +12,24 @@
 //!   a pass and a fail are known; each further move the same way squares the
 //!   factor (1.25, 1.56, 2.44, at most `MAX_FACTOR`), so that a first rate far
 //!   from the knee costs a few steps, not a dozen;
-//! - bisection at the geometric mean of the highest pass and the lowest fail,
-//!   until they are within the precision (default 2%);
+//! - then, inside the bracket, interpolation: 1/latency falls about linearly
+//!   with the rate on a queue's curve (latency ~ 1/(1 − ρ)), so the line through
+//!   the bracket's ends estimates where the bound is crossed, and the next step is
+//!   placed just below that estimate (or just above it once the low end is near),
+//!   so that two steps can close the bracket; bisection at the geometric mean
+//!   when the ends give no estimate or interpolation moved the same end twice in
+//!   a row; until the highest pass and the lowest fail are within the precision
+//!   (default 2%);
 //! - a step in doubt is measured again, and a third time when the two runs
-//!   disagree (the majority decides): its latency lies within `BORDERLINE` of
-//!   the bound, or it fails without saturating (stalls inflate a window's tail:
-//!   false fails are the common error), or its answer contradicts the bracket (a fail at or below the
-//!   highest pass, a pass at or above the lowest fail); a contradiction the
-//!   majority confirms replaces the bracket's end it contradicts;
+//!   disagree (the majority decides): a pass within one noise unit of the bound
+//!   (in log latency), a fail within five (stalls inflate a window's tail: false
+//!   fails are the common error, and a far fail is clear), or an answer that
+//!   contradicts the bracket (a fail at or below the highest pass, a pass at or
+//!   above the lowest fail); a contradiction the majority confirms replaces the
+//!   bracket's end it contradicts. The noise unit starts at ln 1.25 and is
+//!   learned from the pairs of runs at one rate (the variance of their log
+//!   difference is 2σ²; the prior counts as one pair), so a quiet server is not
+//!   measured twice as often as a noisy one;
 //! - a saturated step (the schedule lag grows: the server cannot keep up) is a
 //!   fail; a client-bound step is a ceiling (the client cannot drive that
 //!   rate): the search goes on below it, and when the server still meets the
@@ -32,9 +42,20 @@ use serde_json::{Value, json};
 pub const GROWTH: f64 = 1.25;
 /// The largest bracketing move.
 pub const MAX_FACTOR: f64 = 4.0;
-/// A latency within this fraction of the bound is borderline: measured again (and a third
-/// time when the two runs disagree; the majority decides).
-pub const BORDERLINE: f64 = 0.25;
+/// The run-to-run noise of a step's log latency assumed before any step was measured
+/// twice (ln 1.25: a pass within 20% of the bound is in doubt). Each pair of runs at one
+/// rate refines it (`Noise`).
+pub const PRIOR_NOISE: f64 = 0.223;
+/// A pass is in doubt within this many noise units of the bound (in log latency).
+pub const PASS_DOUBT: f64 = 1.0;
+/// A fail is in doubt within this many: a stall inflates a window's tail far more often
+/// than luck deflates it, and a false fail would trap the search below the knee. With the
+/// prior noise, every fail below 3× the bound is measured again.
+pub const FAIL_DOUBT: f64 = 5.0;
+/// After this many interpolated steps in a row that moved the same end of the
+/// bracket, the next step bisects (the interpolation is then misled by the curve's
+/// shape or by noise; bisection still halves the bracket).
+pub const SAME_SIDE_LIMIT: usize = 2;
 /// The search starts at this fraction of the closed-loop burst's throughput.
 pub const START_FRACTION: f64 = 0.8;
 /// Without a range, the lowest rate searched is this fraction of the burst's throughput.
@@ -223,6 +244,11 @@ pub fn knee<E>(
 ) -> Result<Knee, E> {
     let mut steps: Vec<Step> = Vec::new();
     let (mut lo, mut hi): (Option<f64>, Option<f64>) = (None, None);
+    // The latency measured at the bracket's ends (infinite for a saturated fail), for the
+    // interpolation, and how many interpolated steps in a row moved the same end.
+    let (mut lo_lat, mut hi_lat) = (f64::NAN, f64::NAN);
+    let mut same_side = (0usize, false);
+    let mut noise = Noise::default();
     let mut rate = start.clamp(p.min_rate, p.max_rate);
     // The lowest rate the client could not drive (a client-bound step), and its CPU.
     let mut ceiling: Option<f64> = None;
@@ -287,9 +313,34 @@ pub fn knee<E>(
             // In doubt: a latency near the bound, or any fail the server was not
             // saturated for: a stall inflates one window's tail far more often than
             // luck deflates it, and a false fail would trap the search below the knee.
-            let doubt = m.verdict == RunVerdict::Ok
-                && ((m.latency_us - slo.bound_us).abs() <= BORDERLINE * slo.bound_us
-                    || !slo.meets(m.latency_us));
+            // How steeply latency rises with the rate across the bracket (d ln latency /
+            // d ln rate): a step whose latency is this close to the bound is within half
+            // the precision of the knee, and either answer there moves the knee by less
+            // than the precision, so it is not worth a second run.
+            let elasticity = match (lo, hi) {
+                (Some(l), Some(h)) if h > l && lo_lat > 0.0 && hi_lat.is_finite() => {
+                    (hi_lat / lo_lat).ln() / (h / l).ln()
+                }
+                _ => f64::NAN,
+            };
+            let doubt = m.verdict == RunVerdict::Ok && {
+                let gap = (m.latency_us / slo.bound_us).ln();
+                let sigma = noise.sigma();
+                if elasticity > 0.0 && gap.abs() < 0.5 * elasticity * p.precision {
+                    false
+                } else if slo.meets(m.latency_us) {
+                    -gap <= PASS_DOUBT * sigma
+                } else {
+                    gap <= FAIL_DOUBT * sigma
+                }
+            };
+            if let Some(prev) = steps.last()
+                && !votes.is_empty()
+                && matches!(prev.outcome, Outcome::Pass | Outcome::Fail)
+                && m.verdict == RunVerdict::Ok
+            {
+                noise.pair(prev.latency_us, m.latency_us);
+            }
             steps.push(Step {
                 rate,
                 outcome: o,
@@ -328,6 +379,22 @@ pub fn knee<E>(
                 break now;
             }
         };
+        // The latency at this rate: the median of its runs that agree with the decision.
+        let at_rate: Vec<f64> = steps
+            .iter()
+            .rev()
+            .take_while(|s| s.rate == rate)
+            .filter(|s| (s.outcome == Outcome::Pass) == (outcome == Outcome::Pass))
+            .map(|s| {
+                if s.outcome == Outcome::Saturated {
+                    f64::INFINITY
+                } else {
+                    s.latency_us
+                }
+            })
+            .collect();
+        let rate_lat = median(&at_rate);
+        let moved_lo = outcome == Outcome::Pass;
         match outcome {
             Outcome::ClientBound => {
                 // The client cannot drive this rate: it is a ceiling of the search, not a
@@ -353,14 +420,20 @@ pub fn knee<E>(
                 if hi.is_some_and(|h| rate >= h) {
                     hi = None;
                 }
-                lo = Some(lo.map_or(rate, |l: f64| l.max(rate)));
+                if lo.is_none_or(|l| rate >= l) {
+                    lo = Some(rate);
+                    lo_lat = rate_lat;
+                }
             }
             Outcome::Fail | Outcome::Saturated => {
                 // A confirmed fail at or below the highest pass: that pass was the noise.
                 if lo.is_some_and(|l| rate <= l) {
                     lo = None;
                 }
-                hi = Some(hi.map_or(rate, |h: f64| h.min(rate)));
+                if hi.is_none_or(|h| rate <= h) {
+                    hi = Some(rate);
+                    hi_lat = rate_lat;
+                }
             }
         }
         rate = match (lo, hi) {
@@ -379,7 +452,25 @@ pub fn knee<E>(
                         steps,
                     ));
                 }
-                (l * h).sqrt()
+                let interpolated = if same_side.0 >= SAME_SIDE_LIMIT {
+                    None
+                } else {
+                    next_rate(slo.bound_us, p.precision, (l, lo_lat), (h, hi_lat))
+                };
+                match interpolated {
+                    Some(r) => {
+                        same_side = if same_side.1 == moved_lo && same_side.0 > 0 {
+                            (same_side.0 + 1, moved_lo)
+                        } else {
+                            (1, moved_lo)
+                        };
+                        r
+                    }
+                    None => {
+                        same_side = (0, moved_lo);
+                        (l * h).sqrt()
+                    }
+                }
             }
             (Some(l), None) if ceiling.is_some() => {
                 let c = ceiling.expect("a ceiling");
@@ -457,6 +548,78 @@ pub fn knee<E>(
             }
         };
     }
+}
+
+/// The run-to-run noise of a step's log latency, from the pairs of runs at one rate:
+/// the difference of two runs' log latencies has variance 2σ²; the prior counts as one
+/// pair.
+#[derive(Debug, Clone, Copy)]
+struct Noise {
+    sum_sq: f64,
+    pairs: f64,
+}
+
+impl Default for Noise {
+    fn default() -> Self {
+        Noise {
+            sum_sq: PRIOR_NOISE * PRIOR_NOISE,
+            pairs: 1.0,
+        }
+    }
+}
+
+impl Noise {
+    fn pair(&mut self, a: f64, b: f64) {
+        let d = (a / b).ln();
+        if d.is_finite() {
+            self.sum_sq += d * d / 2.0;
+            self.pairs += 1.0;
+        }
+    }
+
+    fn sigma(&self) -> f64 {
+        (self.sum_sq / self.pairs).sqrt()
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => 0.5 * (v[n / 2 - 1] + v[n / 2]),
+    }
+}
+
+/// The next rate inside the bracket (l, h), from the latencies measured at its ends:
+/// the rate where the bound lies on the line through (rate, 1/latency) — a queue's
+/// latency grows as 1/(1 − ρ), so its inverse falls about linearly with the rate and
+/// reaches zero at saturation (a saturated end has 1/latency = 0). The step is placed
+/// just below the estimate when the bracket's low end is still far from it, else just
+/// above, so that the estimate's two neighbours close the bracket to the precision.
+/// None (bisect) when the latencies give no estimate inside the bracket.
+pub fn next_rate(bound: f64, precision: f64, lo: (f64, f64), hi: (f64, f64)) -> Option<f64> {
+    let ((l, ll), (h, hl)) = (lo, hi);
+    let (yl, yh, yb) = (1.0 / ll, 1.0 / hl, 1.0 / bound);
+    if !(yl.is_finite() && yh.is_finite()) || yl <= yb || yh >= yb || yl <= yh {
+        return None;
+    }
+    let est = l + (h - l) * (yl - yb) / (yl - yh);
+    // Keep each step a real cut of the bracket: at least a fifth of the precision from
+    // either end.
+    let margin = 1.0 + 0.2 * precision;
+    let (floor, ceil) = (l * margin, h / margin);
+    if floor >= ceil {
+        return None;
+    }
+    let below = est * (1.0 - 0.45 * precision);
+    let r = if below > l * (1.0 + 0.5 * precision) {
+        below
+    } else {
+        est * (1.0 + 0.45 * precision)
+    };
+    Some(r.clamp(floor, ceil))
 }
 
 /// The JSON of one step (schema `kvload/search/1`).
@@ -657,6 +820,25 @@ mod tests {
             assert!(l <= truth && truth <= h, "{l} {truth} {h}");
             assert!(h / l - 1.0 <= 0.02 + 1e-12);
         }
+    }
+
+    #[test]
+    fn the_next_rate_interpolates_the_inverse_latency() {
+        // 1/latency falls linearly from 1/200 at 50k to 1/800 at 100k: the bound 400 µs
+        // is at 83.3k; the step goes just below it (the low end is far), then, with
+        // the low end near the estimate, just above it.
+        let r = next_rate(400.0, 0.02, (50_000.0, 200.0), (100_000.0, 800.0)).unwrap();
+        let est = 50_000.0 + 50_000.0 * (1.0 / 200.0 - 1.0 / 400.0) / (1.0 / 200.0 - 1.0 / 800.0);
+        assert!((r / (est * 0.991) - 1.0).abs() < 1e-9, "{r} vs {est}");
+        let r = next_rate(400.0, 0.02, (est * 0.995, 399.0), (100_000.0, 800.0)).unwrap();
+        assert!(r > est && r < est * 1.01, "{r}");
+        // A saturated end (infinite latency) is 1/latency = 0.
+        assert!(next_rate(400.0, 0.02, (50_000.0, 200.0), (100_000.0, f64::INFINITY)).is_some());
+        // Latencies that do not straddle the bound give no estimate: bisect.
+        assert!(next_rate(400.0, 0.02, (50_000.0, 500.0), (100_000.0, 800.0)).is_none());
+        assert!(next_rate(400.0, 0.02, (50_000.0, f64::NAN), (100_000.0, 800.0)).is_none());
+        // A bracket already within the precision's margins gives none either.
+        assert!(next_rate(400.0, 0.02, (50_000.0, 200.0), (50_300.0, 800.0)).is_none());
     }
 
     #[test]

@@ -187,6 +187,13 @@ pub struct Cli {
     #[arg(long, value_name = "N")]
     pub max_steps: Option<usize>,
 
+    /// A simulated server in place of --server, for tests of the search against a known knee: an M/M/1 queue, service=RATE (its mean service rate), base=LATENCY (added to every response), jitter=SIGMA (the service rate's run-to-run log-normal spread), client=RATE (where kvload's own CPUs would be the limit). Nothing connects
+    #[arg(
+        long,
+        value_name = "service=RATE[,base=50us][,jitter=0.03][,client=RATE]"
+    )]
+    pub simulate: Option<String>,
+
     /// The latency-throughput curve: one open-loop step per rate from START to END by STEP (k and M suffixes), in shuffled order with :shuffle
     #[arg(long, value_name = "START:END:STEP[:shuffle]")]
     pub ramp: Option<String>,

@@ -89,6 +89,8 @@ pub struct Config {
     pub workload_file: Option<PathBuf>,
     /// --trace: the requests to replay in place of the generated ones.
     pub trace: Option<Arc<crate::workload::trace::Trace>>,
+    /// --simulate: a simulated server in place of `server` (engine/sim.rs).
+    pub simulate: Option<crate::engine::sim::SimServer>,
 }
 
 fn pick<T>(cli: Option<T>, file: Option<T>) -> Option<T> {
@@ -115,6 +117,23 @@ impl Config {
         let file = match &cli.workload {
             Some(p) => WorkloadFile::load(p)?,
             None => WorkloadFile::default(),
+        };
+        let simulate = match &cli.simulate {
+            Some(t) => {
+                if cli.server.is_some() || file.server.is_some() {
+                    return Err(Error::usage(
+                        "--simulate is a server of its own: not with --server",
+                    ));
+                }
+                if cli.trace.is_some() {
+                    return Err(Error::usage("--simulate does not replay a --trace"));
+                }
+                Some(
+                    crate::engine::sim::SimServer::parse(t)
+                        .map_err(|e| Error::usage(format!("--simulate: {e}")))?,
+                )
+            }
+            None => None,
         };
         let server_s = pick(cli.server, file.server).unwrap_or_else(|| "127.0.0.1:11211".into());
         let server = parse_server(&server_s)?;
@@ -151,6 +170,11 @@ impl Config {
             "arrival",
             Arrival::parse(&pick(cli.arrival, file.arrival).unwrap_or_else(|| "poisson".into())),
         )?;
+        if simulate.is_some() && !matches!(arrival, Arrival::Poisson) {
+            return Err(Error::usage(
+                "--simulate models Poisson arrivals (its knee is known for them): not with --arrival fixed or etc",
+            ));
+        }
         let connections = pick(cli.connections, file.connections).unwrap_or(4);
         let pipeline = pick(cli.pipeline, file.pipeline).unwrap_or(1);
         let max_outstanding =
@@ -307,6 +331,7 @@ impl Config {
             quiet: cli.quiet,
             workload_file: cli.workload,
             trace,
+            simulate,
         };
         cfg.validate()?;
         Ok(cfg)

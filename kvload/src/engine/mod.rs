@@ -3,6 +3,7 @@
 
 pub mod conn;
 pub mod preload;
+pub mod sim;
 pub mod sys;
 pub mod worker;
 
@@ -41,6 +42,9 @@ pub fn value_bytes(len: usize) -> Vec<u8> {
 const START_LEAD_NS: u64 = 20_000_000;
 
 pub fn run(cfg: Config) -> Result<RunResult, Error> {
+    if let Some(sim) = &cfg.simulate {
+        return sim::run(&cfg, sim);
+    }
     let cfg = Arc::new(cfg);
     // Connect everything first so that an unreachable server fails fast.
     let mut streams = Vec::with_capacity(cfg.connections);

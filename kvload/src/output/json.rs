@@ -29,8 +29,11 @@ pub fn config_echo(cfg: &Config) -> Value {
             })
         })
         .collect();
-    json!({
-        "server": cfg.server.to_string(),
+    let mut echo = json!({
+        "server": match &cfg.simulate {
+            Some(sim) => format!("simulated: {}", sim.text()),
+            None => cfg.server.to_string(),
+        },
         "protocol": cfg.protocol.name(),
         "mode": cfg.mode.name(),
         "rate": cfg.rate,
@@ -65,7 +68,15 @@ pub fn config_echo(cfg: &Config) -> Value {
             "speed": t.speed,
         })),
         "phases": phases,
-    })
+    });
+    if let (Some(sim), Some(o)) = (&cfg.simulate, echo.as_object_mut()) {
+        // The service rate of this run's simulated server (drawn from --seed).
+        o.insert(
+            "simulated_service_rate".into(),
+            json!(sim.server_rate(cfg.seed)),
+        );
+    }
+    echo
 }
 
 pub fn document(r: &Report) -> Value {

@@ -142,10 +142,12 @@ class Session:
         seed = self.spec.seed * 1_000_003 + self._rep_counter
         if isinstance(self.target, SimulatedTarget):
             try:
-                m = self.target.measure(config, self.rng)
+                m, raw = self.target.repetition(config, self.rng, self.spec.capacity)
             except TrialFailed as e:
-                return Repetition("failed", reason=e.reason, raw={"stderr": e.stderr})
-            return Repetition("ok", m, {"config": config, "seed": seed})
+                return Repetition("failed", reason=e.reason,
+                                  raw={"stderr": e.stderr, "config": config, **e.raw})
+            return Repetition("ok", m, {"config": config, "seed": seed, **raw},
+                              reason=str(m.get("verdict_reason") or ""))
         try:
             return self._measure_real(config, seed)
         except TrialFailed as e:

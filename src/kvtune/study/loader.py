@@ -209,6 +209,9 @@ def _registry_problems(spec: StudySpec, lines: Lines) -> list[str]:
         if key in spec.target.model_fields_set and key not in tc.spec_keys:
             problems.append(f"{where(('target', key), lines)}: {key} is not a key of the "
                             f"{spec.target.kind} target (it is the synthetic target's)")
+    if spec.capacity is not None and not tc.runs_server and not getattr(tc, "searches", False):
+        problems.append(f"{where(('objective',), lines)}: the {spec.target.kind} target "
+                        "cannot measure capacity (a knee search over open-loop rates)")
     if tc.runs_server and spec.load is None:
         problems.append(f"{where(('target',), lines)}: a {spec.target.kind} target needs a "
                         "load section")

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from kvtune.knobs.domain import Value
     from kvtune.knobs.knob import Knob
-    from kvtune.spec import TargetSpec
+    from kvtune.spec import CapacitySearch, TargetSpec
 
 
 @dataclass
@@ -134,10 +134,22 @@ class Target(ABC):
 class SimulatedTarget(Target):
     """A target without a process: nothing is started, applied to the host or loaded."""
 
+    # True for a target that measures `capacity` (a knee search at an SLO per repetition).
+    searches: ClassVar[bool] = False
+
     @abstractmethod
     def measure(self, params: dict[str, Value], rng: np.random.Generator) -> dict[str, Any]:
         """The metrics of one repetition of configuration `params`. Raises TrialFailed
         when the configuration fails."""
+
+    def repetition(self, params: dict[str, Value], rng: np.random.Generator,
+                   capacity: CapacitySearch | None = None) -> tuple[dict[str, Any],
+                                                                     dict[str, Any]]:
+        """The metrics and the raw data of one repetition; `capacity`: the repetition is
+        one knee search (only where `searches`). Raises TrialFailed when it fails."""
+        if capacity is not None:
+            raise UserError(f"the {self.kind} target cannot measure capacity")
+        return self.measure(params, rng), {}
 
 
 class ServerTarget(Target):

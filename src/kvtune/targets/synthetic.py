@@ -26,27 +26,47 @@ so minimising p99 leads to x = 0, one thread and mode c: p99 about −65% and th
 about −7% against the defaults, p50 about +65%; with `ops_per_sec >= 0.98 * baseline` the best
 is mode b instead (p99 about −40%). `SyntheticTarget.true_medians` gives the medians each
 reported change should be checked against.
+
+Capacity (`objective: {metric: capacity, slo: ...}`): each repetition is one knee search by
+kvload against a simulated server (`kvload --simulate`, an M/M/1 queue: docs/kvload.md),
+the same search and the same kvload/search/1 document as against a real server. The
+server's median service rate is `true(...)` above, each repetition's (a fresh server) is
+log-normal around it with the target's noise, each step's varies by 2% more, and every
+response carries a base latency
+    base_us(x, threads) = 40 µs * (1 + 0.08 * x) * (1 + 0.06 * (threads - 1))
+so the knee at an SLO `pq <= B` is known exactly (`true_capacity`):
+    capacity = true(...) - ln(1 / (1 - q)) / (B - base_us)      (req/s; B and base in s)
+A tight SLO rewards a short base latency as well as a fast server: the configuration of
+the highest capacity is not the one of the highest throughput.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kvtune.errors import TrialFailed, UserError
+from kvtune.errors import HarnessError, TrialFailed, UserError
 from kvtune.knobs.appliers.base import Applier, ApplyEnv, Availability, HostContext
 from kvtune.knobs.domain import Domain, Value
 from kvtune.knobs.knob import Knob
+from kvtune.metrics import SLO_METRICS
 from kvtune.targets.base import SimulatedTarget
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from kvtune.spec import TargetSpec
+    from kvtune.spec import CapacitySearch, Slo, TargetSpec
 
 BASE_RATE = 100_000.0
+# Each step of a simulated capacity search: a window of this length after this warm-up.
+SEARCH_WINDOW, SEARCH_WARMUP = "1s", "200ms"
+# The run-to-run noise of one simulated server's steps (its spread between fresh servers
+# is the target's noise_cov).
+STEP_NOISE = 0.02
 SURFACES = ("default", "tradeoff")
 
 
@@ -119,6 +139,31 @@ def true_p99(params: dict[str, Any]) -> float:
             * (0.55 if mode == "c" else 1.0))
 
 
+def base_latency_us(params: dict[str, Any]) -> float:
+    """The simulated server's constant latency (µs) under a capacity search."""
+    x = float(_get(params, "x"))
+    threads = int(_get(params, "threads"))
+    return 40.0 * (1 + 0.08 * x) * (1 + 0.06 * (threads - 1))
+
+
+def slo_quantile(slo: Slo) -> float:
+    """The quantile an SLO bounds (p99_us: 0.99)."""
+    label = SLO_METRICS[slo.metric].removeprefix("service.")
+    return float(label.removeprefix("p")) / 100
+
+
+def true_capacity(params: dict[str, Any], slo: Slo) -> float:
+    """The knee of the median repetition's latency curve at `slo` (req/s): NaN where the
+    configuration fails, 0 where even an idle server misses the SLO."""
+    mu = true_value(params)
+    if math.isnan(mu):
+        return math.nan
+    room = (slo.bound_us - base_latency_us(params)) * 1e-6
+    if room <= 0:
+        return 0.0
+    return max(0.0, mu - math.log(1 / (1 - slo_quantile(slo))) / room)
+
+
 def true_metrics(params: dict[str, Any], surface: str = "tradeoff") -> dict[str, float]:
     """The noiseless ops_per_sec, p50_us and p99_us of a configuration on `surface`."""
     v = true_value(params)
@@ -145,6 +190,7 @@ class SyntheticTarget(SimulatedTarget):
     """Measured, not started: `measure` returns the metrics of one repetition."""
 
     kind = "synthetic"
+    searches = True
     spec_keys = frozenset({"noise_cov", "surface"})
 
     def __init__(self, spec: TargetSpec) -> None:
@@ -198,3 +244,48 @@ class SyntheticTarget(SimulatedTarget):
             "service_p99_us": p99 * 0.8, "hit_ratio": 1.0, "errors": 0, "server_errors": 0,
             "verdict": "ok", "client_utilization": 0.2,
         }
+
+    def repetition(self, params: dict[str, Any], rng: np.random.Generator,
+                   capacity: CapacitySearch | None = None) -> tuple[dict[str, Any],
+                                                                     dict[str, Any]]:
+        if capacity is None:
+            return self.measure(params, rng), {}
+        return self.search(params, rng, capacity)
+
+    def search(self, params: dict[str, Any], rng: np.random.Generator,
+               capacity: CapacitySearch) -> tuple[dict[str, Any], dict[str, Any]]:
+        """One knee search by kvload against the simulated server of `params` (its metrics
+        and its kvload/search/1 document under "load")."""
+        from kvtune.load.kvload import find_kvload, search_result
+
+        v = true_value(params)
+        if math.isnan(v):
+            raise TrialFailed("synthetic server refuses to start: threads >= 14 with mode c",
+                              "FATAL: thread pool exhausted (synthetic)")
+        sim = (f"service={v:.6f},base={base_latency_us(params):.4f}us,"
+               f"jitter={self._sigma(params):.6f},noise={STEP_NOISE}")
+        argv = [find_kvload(), "--simulate", sim, "--search", capacity.slo.kvload(),
+                "--precision", f"{capacity.precision:g}", "--connections", "16",
+                "--duration", SEARCH_WINDOW, "--warmup", SEARCH_WARMUP,
+                "--seed", str(int(rng.integers(0, 2**62))), "--json", "-", "--quiet"]
+        if capacity.rates:
+            argv += ["--search-range", f"{capacity.rates[0]:g}:{capacity.rates[1]:g}"]
+        try:
+            ran = subprocess.run(argv, capture_output=True, text=True, timeout=120,
+                                 check=False)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise HarnessError(f"kvload --simulate did not run: {e}") from None
+        if ran.returncode != 0:
+            last = (ran.stderr.strip().splitlines() or [f"exit code {ran.returncode}"])[-1]
+            raise HarnessError(f"kvload --simulate failed: {last}")
+        try:
+            doc: dict[str, Any] = json.loads(ran.stdout)
+        except ValueError as e:
+            raise HarnessError(f"kvload --simulate wrote no readable JSON: {e}") from None
+        doc["argv"] = argv
+        doc["tool"] = "kvload"
+        metrics, note = search_result(doc)
+        metrics["verdict"] = "ok"
+        if note:
+            metrics["verdict_reason"] = note
+        return metrics, {"load": doc}
