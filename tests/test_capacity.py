@@ -301,3 +301,49 @@ def test_a_simulated_target_that_cannot_search_is_refused_capacity(
     with pytest.raises(UserError) as e:
         load_text(SYNTHETIC)
     assert "cannot measure capacity" in str(e.value) and "line" in str(e.value), e.value
+
+
+# -- kvtune sweep --knob load.rate: the latency–throughput curve -----------------------------
+
+RATE_STUDY = STUDY.replace(
+    'objective: {metric: capacity, slo: "p99_us <= 2000", precision: 0.1, rates: [2000, 2000000]}',
+    "objective: {metric: p99_us}").replace("  mode: open\n", "  mode: open\n  rate: 5000\n")
+
+
+def test_a_rate_sweep_draws_the_curve_on_memcached(tmp_path: Path, memcached_bin: str,
+                                                   kvload_bin: str) -> None:
+    """Each offered rate measured on fresh servers at the baseline: the achieved rate
+    follows the offered one, and no "best" rate is named."""
+    (tmp_path / "s.yaml").write_text(RATE_STUDY)
+    r = _kvtune("sweep", "s.yaml", "--knob", "load.rate", "--values", "2k,8k",
+                "--repetitions", "2", "--json", cwd=tmp_path, kvload=kvload_bin)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    res = json.loads(r.stdout)
+    assert [row["value"] for row in res["rows"]] == [2000.0, 8000.0]
+    for row in res["rows"]:
+        assert row["n"] == 2 and not row["failed"], row
+        assert abs(row["metrics"]["ops_per_sec"] / row["value"] - 1) < 0.2, row
+    show = _kvtune("show", "s.yaml", cwd=tmp_path, kvload=kvload_bin)
+    assert "latency–throughput curve" in show.stdout and "best load.rate" not in show.stdout
+
+
+@pytest.mark.parametrize("study,values,words", [
+    (RATE_STUDY, None, "needs --values"),
+    (RATE_STUDY, "2k,fast", "'fast' is not a rate"),
+    (RATE_STUDY, "2k,20M", "outside kvload's open-loop rates"),
+    (STUDY, "2k", "searches choose their own rates"),
+    (RATE_STUDY.replace("  mode: open\n  rate: 5000\n", "  mode: closed\n"), "2k",
+     "a closed loop has no rate"),
+    (SYNTHETIC.replace('{metric: capacity, slo: "p99_us <= 500"}', "{metric: ops_per_sec}"),
+     "2k", "has no load to sweep"),
+])
+def test_a_rate_sweep_refuses_what_it_cannot_measure(tmp_path: Path, kvload_bin: str,
+                                                     study: str, values: str | None,
+                                                     words: str) -> None:
+    (tmp_path / "s.yaml").write_text(study)
+    args = ["sweep", "s.yaml", "--knob", "load.rate"] + (["--values", values] if values
+                                                         else [])
+    r = _kvtune(*args, cwd=tmp_path, kvload=kvload_bin)
+    assert r.returncode == 2 and words in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    assert not list(tmp_path.rglob("*.db")), "nothing is written for a refused sweep"

@@ -240,7 +240,8 @@ def _objective_capacity(loaded: Loaded, slo: str) -> None:
 @app.command()
 def sweep(
     study_file: Annotated[Path, typer.Argument(help="the study file (YAML)")],
-    knob: Annotated[str, typer.Option(help="the knob to sweep")],
+    knob: Annotated[str, typer.Option(help="the knob to sweep, or load.rate (the open-loop "
+                                           "rate: the latency–throughput curve)")],
     values: Annotated[str | None, typer.Option(help="comma-separated values")] = None,
     repetitions: Annotated[int | None, typer.Option(help="repetitions per value")] = None,
     as_json: Annotated[bool, flag("--json", help="print JSON")] = False,
@@ -258,14 +259,22 @@ def sweep(
     t = Table(title=f"Sweep of {knob}: {res['metric']} ({res['direction']})")
     from kvtune.stats import ci_kind
 
-    for c in ("value", "median", "interval", "n", ""):
+    by_rate = knob == "load.rate"  # the latency–throughput curve: what was achieved too
+    for c in ("value", "median", "interval", "n", *(("achieved req/s",) if by_rate else ()),
+              ""):
         t.add_column(c)
     for r in res["rows"]:
         ci = r["ci"]
-        t.add_row(str(r["value"]), f"{r['median']:,.4g}" if r["median"] == r["median"] else "-",
+        achieved = r["metrics"].get("ops_per_sec") if by_rate else None
+        flags = sorted({v for v in r.get("verdicts", []) if v and v != "ok"})
+        t.add_row(f"{r['value']:,.0f}" if by_rate else str(r["value"]),
+                  f"{r['median']:,.4g}" if r["median"] == r["median"] else "-",
                   f"{ci_kind(int(r['n']))} {ci[0]:,.4g} … {ci[1]:,.4g}" if ci[0] == ci[0]
                   else "-", str(r["n"]),
+                  *((f"{achieved:,.0f}" if isinstance(achieved, int | float) else "-",)
+                    if by_rate else ()),
                   ("baseline" if r["value"] == res["baseline_value"] else "")
+                  + (f" {', '.join(flags)}" if flags else "")
                   + (f" failed: {r['failed']}" if r["failed"] else ""))
     out.print(t)
 

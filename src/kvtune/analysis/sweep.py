@@ -112,6 +112,13 @@ def analyse(result: dict[str, Any], alpha: float = ALPHA) -> SweepView:
     if not measured:
         view.notes.append("no value measured anything (every repetition failed)")
         return view
+    if view.knob == "load.rate":
+        # The latency–throughput curve: the offered rate is the question, not a setting.
+        view.notes.append(f"the latency–throughput curve: {view.metric} at each offered rate "
+                          "(the configuration at its baseline, fresh servers); a rate is not "
+                          "a setting, so no best value is named (for the highest rate within "
+                          "an SLO: objective capacity)")
+        return view
     # A tie with the default goes to the default (all-zero medians pick no "best" change).
     if view.direction == "maximize":
         view.best = max(measured, key=lambda p: (p.median, p.is_default))

@@ -1,5 +1,5 @@
-"""`kvtune sweep` (one knob at a time, the others at the baseline) and `kvtune run` (one
-configuration with repetitions)."""
+"""`kvtune sweep` (one knob at a time, the others at the baseline; or the load's rate: the
+latency–throughput curve) and `kvtune run` (one configuration with repetitions)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from kvtune.errors import UserError
 from kvtune.host.context import on_host
 from kvtune.knobs.knob import Knob
 from kvtune.knobs.resolve import build_knob
-from kvtune.spec import KnobSpec
+from kvtune.spec import MAX_RATE, KnobSpec
 from kvtune.study.loader import Loaded
 from kvtune.study.progress import jsonable, progress
 from kvtune.study.record import tell
@@ -38,8 +38,79 @@ def with_knobs(loaded: Loaded, names: list[str], option: str) -> Loaded:
     return Loaded(loaded.spec, knobs, loaded.path)
 
 
+# `kvtune sweep --knob load.rate`: not a knob of the server but the load's open-loop rate.
+LOAD_RATE = "load.rate"
+
+
+def parse_rates(values: list[str] | None) -> list[float]:
+    """`--values` of a rate sweep: requests/s, with k and M suffixes (20k, 1.5M)."""
+    if not values:
+        raise UserError("--knob load.rate needs --values, e.g. --values 20k,40k,60k")
+    rates = []
+    for v in values:
+        t = v.strip()
+        scale = {"k": 1e3, "K": 1e3, "M": 1e6}.get(t[-1:], 1.0)
+        try:
+            r = float(t[:-1] if scale != 1.0 else t) * scale
+        except ValueError:
+            raise UserError(f"--values: {v!r} is not a rate such as 50000, 50k or 1.5M") \
+                from None
+        if not 0 < r <= MAX_RATE:
+            raise UserError(f"--values: {v!r} is outside kvload's open-loop rates "
+                            f"(above 0, at most {MAX_RATE:,.0f} req/s)")
+        rates.append(r)
+    return rates
+
+
+def sweep_rate(loaded: Loaded, values: list[str] | None, repetitions: int | None,
+               console: Console, base_dir: Path | None = None) -> dict[str, Any]:
+    """The objective at each open-loop rate of `values`, the configuration at its baseline,
+    each repetition on a fresh server: the latency–throughput curve with CIs."""
+    from kvtune.load import driver_for
+
+    spec = loaded.spec
+    if spec.load is None:
+        raise UserError(f"--knob load.rate: the {spec.target.kind} target has no load to "
+                        "sweep")
+    if spec.load.mode != "open":
+        raise UserError("--knob load.rate: load.mode is closed, and a closed loop has no "
+                        "rate (set load.mode: open)")
+    if spec.capacity is not None:
+        raise UserError("--knob load.rate: the objective is capacity, whose searches choose "
+                        "their own rates (the report draws their curve); sweep the rate in "
+                        "a study with a latency objective, or run `kvload --ramp`")
+    rates = parse_rates(values)
+    run = StudyRun(loaded, console, base_dir)
+    space = run.preflight()
+    config = space.baseline_config()
+    n = repetitions or spec.repetitions
+    run.evaluator.study = f"{spec.study}.sweep.{LOAD_RATE}"
+    rows = []
+    console.print(f"[bold]Sweep[/] {LOAD_RATE} over {len(rates)} rates, {n} repetitions each "
+                  "(the configuration at its baseline)")
+    with on_host(run.session, spec.study), progress(console) as prog:
+        task = prog.add_task("sweep", total=len(rates) * n)
+        for r in rates:
+            # The rate as given: a workload file's rate_scale does not apply to it.
+            driver = driver_for(spec.load.model_copy(update={"rate": r, "rate_scale": None}))
+            driver.prepare()
+            run.session.load_driver = driver
+            ev = run.evaluator.evaluate(config, "sweep", None, n=n,
+                                        on_rep=lambda _e: prog.advance(task))
+            rows.append({"value": r, "metric": run.metric, "median": ev.value,
+                         "ci": list(ev.ci), "n": len(ev.reps), "failed": ev.failed,
+                         "metrics": ev.metrics, "values": ev.values,
+                         "verdicts": [rep.metrics.get("verdict") for rep in ev.reps]})
+    result = {"knob": LOAD_RATE, "metric": run.metric, "direction": run.direction,
+              "baseline_value": spec.load.rate, "rows": rows}
+    run.store.put_result(spec.study, f"sweep:{LOAD_RATE}", result)
+    return result
+
+
 def sweep(loaded: Loaded, knob_name: str, values: list[str] | None, repetitions: int | None,
           console: Console, base_dir: Path | None = None) -> dict[str, Any]:
+    if knob_name == LOAD_RATE:
+        return sweep_rate(loaded, values, repetitions, console, base_dir)
     spec = loaded.spec
     loaded = with_knobs(loaded, [knob_name], "--knob")
     run = StudyRun(loaded, console, base_dir)
