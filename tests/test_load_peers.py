@@ -146,3 +146,22 @@ def test_kvtune_run_with_a_peer_load_tool(in_tmp: Path, redis_bin: str) -> None:
     (in_tmp / "o.yaml").write_text(STUDY.format(mode="open\n  rate: 1000"))
     r = kvtune("run", "o.yaml", "--load-tool", "redis-benchmark", cwd=in_tmp)
     assert r.returncode == 2 and "closed-loop" in r.stderr
+
+
+@pytest.mark.parametrize("tool", ["redis-benchmark", "memaslap"])
+@pytest.mark.parametrize("key,value", [
+    ("workload_file", "model.json"),
+    ("rate_scale", 2.0),
+    ("workload", {"popularity": "zipf:0.99"}),
+])
+def test_peers_refuse_what_they_would_silently_drop(tool: str, key: str, value: object) -> None:
+    """A peer tool cannot replay a captured model, scale its rates or draw Zipf keys: a
+    study that asks for one is refused (exit 2, naming the key) instead of measured
+    without it; the defaults, and kvload, are accepted."""
+    spec = LoadSpec(tool=tool, mode="closed", **{key: value})  # type: ignore[arg-type]
+    shown = "workload.popularity" if key == "workload" else key
+    with pytest.raises(UserError, match=rf"cannot honour load\.{shown}"):
+        load.driver_for(spec)
+    load.driver_for(LoadSpec(tool=tool, mode="closed",
+                             workload={"popularity": "uniform"}))  # type: ignore[arg-type]
+    load.driver_for(LoadSpec(tool="kvload", mode="closed", **{key: value}))  # type: ignore[arg-type]

@@ -67,6 +67,9 @@ class LoadDriver(ABC):
     closed_loop: ClassVar[bool] = False
     # True for a driver that can measure `capacity` (a knee search at an SLO per run).
     searches: ClassVar[bool] = False
+    # The load keys (dotted, under `load.`) this tool has no way to honour: a study that
+    # sets one is refused (exit 2) rather than measured with the key silently dropped.
+    ignores: ClassVar[tuple[str, ...]] = ()
     # Set by `driver_for` when the study's objective is capacity: each run is then one
     # search, and its result's metrics carry `capacity` (req/s) and the figures of the knee.
     capacity: CapacitySearch | None = None
@@ -146,6 +149,23 @@ def driver_for(spec: LoadSpec, capacity: CapacitySearch | None = None) -> LoadDr
     if capacity is not None and not cls.searches:
         raise UserError(f"load.tool: {spec.tool} cannot measure capacity (a knee search "
                         "over open-loop rates); kvload can")
+    dropped = [key for key in cls.ignores if _is_set(spec, key)]
+    if dropped:
+        raise UserError(f"load.tool: {spec.tool} cannot honour "
+                        f"{', '.join('load.' + k for k in dropped)} (it would measure "
+                        "without it); use kvload, or remove the key")
     driver = cls(spec)
     driver.capacity = capacity
     return driver
+
+
+def _is_set(spec: LoadSpec, dotted: str) -> bool:
+    """Whether the study set `dotted` (e.g. "workload.popularity") to other than its
+    default."""
+    node: Any = spec
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        node = getattr(node, part)
+    if leaf not in node.model_fields_set:
+        return False
+    return bool(getattr(node, leaf) != type(node).model_fields[leaf].default)

@@ -71,6 +71,9 @@ class MemaslapDriver(LoadDriver):
 
     tool = "memaslap"
     closed_loop = True
+    # A captured model, its rate scale and a key popularity: the tool draws keys uniformly
+    # and has its own workload grammar.
+    ignores = ("workload_file", "rate_scale", "workload.popularity")
 
     def __init__(self, spec: LoadSpec) -> None:
         super().__init__(spec)
