@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """How close kvload's knee search lands to the capacity a dense sweep measures.
 
-In one run, interleaved (a search, then a sweep, then a search, ...), each on a fresh
-memcached pinned to the server CPU with kvload on the client CPU:
+In one run, interleaved (the sweeps spread evenly among the searches: the host's speed
+drifts), each on a fresh memcached pinned to the server CPU with kvload on the client CPU:
 - `--sweeps` dense sweeps (`kvload --ramp LO:HI:STEP:shuffle`): the SLO's percentile at
   every rate. The reference capacity is where the median over sweeps of that percentile
   crosses the bound (linear interpolation between the last rate whose median passes and
@@ -216,6 +216,11 @@ def main() -> None:
     t0 = time.time()
     sweeps: list[dict] = []
     searches: list[dict] = []
+    # The sweeps are spread evenly among the searches: this host's speed drifts over
+    # minutes (knees of 27k and of 50k an hour apart), and a reference measured only at the
+    # start would be another host's.
+    every = max(1, args.searches // max(args.sweeps, 1))
+    sweep_at = {min(args.searches - 1, every * k + every // 2) for k in range(args.sweeps)}
     for i in range(max(args.sweeps, args.searches)):
         if i < args.searches:
             d = one(args, ["--search", args.slo, "--precision", args.precision], 100 + i)
@@ -224,7 +229,7 @@ def main() -> None:
                   f"({len(d['steps'])} steps, {d['seconds']:.0f} s): " + " ".join(
                       f"{s['rate'] / 1000:.1f}k:{s['outcome'][0]}:{s['latency_us']:.0f}"
                       for s in d["steps"]), flush=True)
-        if i < args.sweeps:
+        if i in sweep_at or (i >= args.searches and len(sweeps) < args.sweeps):
             d = one(args, ["--ramp", f"{args.ramp}:shuffle"], 200 + i)
             sweeps.append(d)
             print(f"sweep {i + 1}: " + " ".join(

@@ -80,7 +80,28 @@ def search(binary: str, service: float, base: float, noise: float, slo: str,
     doc = kvload(binary, ["--simulate", f"service={service},base={base}us,noise={noise}",
                           "--search", slo, "--seed", str(seed)])
     return {"knee": doc["knee"], "verdict": doc["verdict"], "runs": len(doc["steps"]),
-            "rates": len({s["rate"] for s in doc["steps"]})}
+            "rates": len({s["rate"] for s in doc["steps"]}), "pairs": pair_diffs(doc["steps"])}
+
+
+def pair_diffs(steps: list[dict]) -> list[float]:
+    """The log differences of the SLO's latency between consecutive runs at one rate (a
+    step measured again), both unsaturated: their spread is the search's step noise
+    (variance 2σ²), comparable between this simulator and a real host
+    (bench/capacity/precision.py's traces)."""
+    out = []
+    for a, b in itertools.pairwise(steps):
+        if a["rate"] == b["rate"] and b.get("repeat") and "saturated" not in (
+                a["outcome"], b["outcome"]) and a["latency_us"] > 0 and b["latency_us"] > 0:
+            out.append(math.log(b["latency_us"] / a["latency_us"]))
+    return out
+
+
+def step_sigma(diffs: list[float]) -> float | None:
+    """σ of one run's log latency from pair differences (a robust scale: the median
+    absolute difference over 0.6745·√2, for the normal with variance 2σ²)."""
+    if not diffs:
+        return None
+    return statistics.median(abs(d) for d in diffs) / 0.6745 / math.sqrt(2)
 
 
 def scan(binary: str, service: float, base: float, noise: float, slo: str, seed: int,
@@ -218,6 +239,9 @@ def main() -> None:
             ks = [r["knee"] for r in rows if r["curve"] == c and r["knee"]]
             covs.append(statistics.stdev(ks) / statistics.mean(ks))
         summary["knee_cov"] = statistics.mean(covs)
+        summary["step_sigma_log_latency"] = step_sigma([d for r in rows for d in r["pairs"]])
+        for r in rows:
+            del r["pairs"]
         levels[f"{noise:g}"] = {"search": summary, "fixed_step_scan": summarize(scans)}
         print(f"noise {noise:g}: search {json.dumps(summary)}")
         print(f"          scan {json.dumps(levels[f'{noise:g}']['fixed_step_scan'])}")
