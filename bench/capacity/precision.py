@@ -9,7 +9,10 @@ drifts), each on a fresh memcached pinned to the server CPU with kvload on the c
   the first that fails, in log latency);
 - `--searches` knee searches (`kvload --search SLO`) with the same load.
 Reported: each search's knee against the reference (ratio − 1), the share within ±5%
-(the goal: ≥ 90%), the steps and seconds per search. Standard library only.
+(the goal: ≥ 90%), the steps and seconds per search. With `--compare OLD_KVLOAD` the
+searches alternate between two builds of kvload (same seeds pairwise), each scored against
+the same sweeps: a change of the search is judged side by side on one host's one hour.
+Standard library only.
 
     python3 bench/capacity/precision.py --ramp 20k:42k:2k --slo 'p99<=500us' \\
         --json bench/capacity/precision.json
@@ -56,8 +59,9 @@ def start_memcached(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], 
     raise SystemExit("bench: memcached did not start")
 
 
-def kvload(args: argparse.Namespace, port: int, extra: list[str], seed: int) -> dict:
-    argv = [args.kvload, "--server", f"127.0.0.1:{port}", "--cpus", args.client_cpus,
+def kvload(args: argparse.Namespace, port: int, extra: list[str], seed: int,
+           binary: str | None = None) -> dict:
+    argv = [binary or args.kvload, "--server", f"127.0.0.1:{port}", "--cpus", args.client_cpus,
             "--connections", str(args.connections), "--keys", str(args.keys),
             "--value-size", str(args.value_size), "--popularity", args.popularity,
             "--mix", args.mix, "--mget-size", str(args.mget_size), "--duration", args.duration, "--warmup", args.warmup,
@@ -68,10 +72,11 @@ def kvload(args: argparse.Namespace, port: int, extra: list[str], seed: int) -> 
     return json.loads(r.stdout)
 
 
-def one(args: argparse.Namespace, extra: list[str], seed: int) -> dict:
+def one(args: argparse.Namespace, extra: list[str], seed: int,
+        binary: str | None = None) -> dict:
     server, port = start_memcached(args)
     try:
-        return kvload(args, port, extra, seed)
+        return kvload(args, port, extra, seed, binary)
     finally:
         server.kill()
         server.wait()
@@ -179,7 +184,13 @@ def rescore(path: Path) -> None:
     doc["reference"]["first_crossing"] = doc["reference"].get("first_crossing", old)
     doc["reference"]["knee"] = isotonic_knee(
         [{"rate": float(r), "latency_us": v, "outcome": "ok"} for r, v in med.items()], bound)
-    doc["summary"] = score(doc["reference"]["knee"], doc["searches"], doc["summary"]["wall_s"])
+    rows = doc["searches"]
+    wall = (doc["summary"].get("kvload") or doc["summary"])["wall_s"]
+    doc["summary"] = score(doc["reference"]["knee"],
+                           [r for r in rows if r.get("binary", "kvload") == "kvload"], wall)
+    if any(r.get("binary") == "compare" for r in rows):
+        doc["summary"] = {"kvload": doc["summary"], "compare": score(
+            doc["reference"]["knee"], [r for r in rows if r.get("binary") == "compare"], wall)}
     path.write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc["summary"], indent=1))
 
@@ -205,6 +216,9 @@ def main() -> None:
     ap.add_argument("--duration", default="2s")
     ap.add_argument("--warmup", default="1s")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--compare", metavar="KVLOAD",
+                    help="another kvload binary (e.g. an earlier commit's): its searches "
+                         "alternate with --kvload's, scored against the same sweeps")
     ap.add_argument("--rescore", help="recompute the summary of a results file (no runs)")
     args = ap.parse_args()
     if args.rescore:
@@ -223,9 +237,16 @@ def main() -> None:
     sweep_at = {min(args.searches - 1, every * k + every // 2) for k in range(args.sweeps)}
     for i in range(max(args.sweeps, args.searches)):
         if i < args.searches:
-            d = one(args, ["--search", args.slo, "--precision", args.precision], 100 + i)
+            # With --compare, the two binaries alternate (same seed for a pair), in an
+            # order that alternates too, so that neither always runs first.
+            binary = args.kvload
+            if args.compare and (i // 2 + i) % 2 == 1:
+                binary = args.compare
+            d = one(args, ["--search", args.slo, "--precision", args.precision],
+                    100 + (i // 2 if args.compare else i), binary)
+            d["binary"] = "compare" if binary == args.compare else "kvload"
             searches.append(d)
-            print(f"search {i + 1}: {d['verdict']} knee {d['knee']} "
+            print(f"search {i + 1} ({d['binary']}): {d['verdict']} knee {d['knee']} "
                   f"({len(d['steps'])} steps, {d['seconds']:.0f} s): " + " ".join(
                       f"{s['rate'] / 1000:.1f}k:{s['outcome'][0]}:{s['latency_us']:.0f}"
                       for s in d["steps"]), flush=True)
@@ -238,7 +259,7 @@ def main() -> None:
     ref = reference(sweeps, label, bound)
     rows = []
     for d in searches:
-        rows.append({"verdict": d["verdict"], "knee": d.get("knee"),
+        rows.append({"binary": d["binary"], "verdict": d["verdict"], "knee": d.get("knee"),
                      "isotonic_knee": isotonic_knee(d["steps"], bound),
                      "bracket": d["bracket"], "steps": len(d["steps"]),
                      "repeats": sum(1 for s in d["steps"] if s["repeat"]),
@@ -246,16 +267,24 @@ def main() -> None:
                                for s in d["steps"]],
                      "closed_loop_rate": d["estimate"]["closed_loop_rate"],
                      "seconds": d["seconds"]})
-    summary = score(ref["knee"], rows, time.time() - t0)
+    wall = time.time() - t0
+    summary = score(ref["knee"], [r for r in rows if r["binary"] == "kvload"], wall)
+    if args.compare:
+        summary = {"kvload": summary,
+                   "compare": score(ref["knee"], [r for r in rows if r["binary"] == "compare"],
+                                    wall)}
     print(json.dumps(summary, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps({
             "what": "kvload --search knees against the median curve of dense sweeps, "
                     "interleaved, each on a fresh memcached",
             "command": " ".join(["python3", portable(__file__), *sys.argv[1:]]),
-            "kvload": portable(args.kvload), "python": interpreter(),
+            "kvload": portable(args.kvload),
+            "compare": portable(args.compare) if args.compare else None,
+            "python": interpreter(),
             "host": {"cpus": os.cpu_count(), "kernel": os.uname().release},
-            "settings": {k: v for k, v in vars(args).items() if k not in ("json", "kvload")},
+            "settings": {k: v for k, v in vars(args).items()
+                         if k not in ("json", "kvload", "compare")},
             "summary": summary, "reference": ref, "searches": rows,
         }, indent=1) + "\n")
 
