@@ -174,8 +174,12 @@ def test_kvtune_run_measures_capacity_on_memcached(tmp_path: Path, memcached_bin
     steps = rep["steps"]
     assert steps and any(s["rate"] == cap and s["outcome"] == "pass" for s in steps)
     above = [s for s in steps if s["rate"] > cap]
-    assert above and all(s["outcome"] != "pass" or s["repeat"] for s in above
-                         if s["rate"] == min(x["rate"] for x in above))
+    assert above
+    # The lowest rate above the knee was decided a fail: its runs (votes included) are
+    # mostly fails; a first run that passed there may have been outvoted.
+    nearest = [s for s in above if s["rate"] == min(x["rate"] for x in above)]
+    passes = sum(1 for s in nearest if s["outcome"] == "pass")
+    assert passes < len(nearest) - passes, nearest
 
 
 def test_a_capacity_study_confirms_and_reports_the_curve(tmp_path: Path, memcached_bin: str,

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from kvtune.report.summary import change_cell, collect, render
 from kvtune.spec import EvaluationSpec, parse_constraint
+from kvtune.stats import compare
 from kvtune.study import confirm as cf
 from kvtune.study.loader import load_study, parse_study
 from kvtune.study.run import StudyRun
@@ -230,3 +231,32 @@ def test_a_two_objective_study_confirms_and_reports_a_front(tmp_path: Path,
     page = render_html(load_data(run.store, "p"))
     assert "The confirmed front" in page and "plot-pareto" in page
     assert "Pareto study:" in page and f"trial {pick['trial']}" in page
+
+
+def test_the_objectives_ci_is_simultaneous_over_the_candidates() -> None:
+    """The recommendation is the candidate with the largest measured gain, so each
+    candidate's CI of the objective holds at 95% jointly over the candidates (Bonferroni):
+    wider than its own marginal CI, the same in the verdict line and the comparison table
+    (bench/evaluator/selection_coverage.py measures the coverage)."""
+    cands = [({"trial": i}, _arm(f"trial {i}", {"p99_us": _noisy(c, 0.03, 8, 10 + i)}))
+             for i, c in enumerate((800.0, 850.0, 990.0))]
+    res = cf.verdict(BASE, cands, "p99_us", "minimize", EV, 0)
+    for row in res["candidates"]:
+        comp = row["comparison"]
+        assert comp["ci_level"] == pytest.approx(1 - 0.05 / 3)
+        assert comp["ci_simultaneous_over"] == 3
+        marginal = compare(cands[row["trial"]][1].series("p99_us"), BASE.series("p99_us"),
+                           "minimize")
+        assert comp["ci_low"] < marginal.ci_low and comp["ci_high"] > marginal.ci_high
+        # The comparison table states the objective with the same interval.
+        assert row["changes"]["p99_us"]["ci"] == pytest.approx(
+            [comp["change_ci_low"], comp["change_ci_high"]])
+    assert res["recommended"]["trial"] == 0
+    alone = cf.verdict(BASE, cands[:1], "p99_us", "minimize", EV, 0)
+    comp = alone["candidates"][0]["comparison"]
+    assert comp["ci_level"] == pytest.approx(0.95)
+    single = compare(cands[0][1].series("p99_us"), BASE.series("p99_us"), "minimize")
+    assert [comp["ci_low"], comp["ci_high"]] == pytest.approx([single.ci_low, single.ci_high])
+    # The verdict line states the simultaneous interval.
+    ch = res["recommended"]["comparison"]
+    assert f"{ch['change_ci_low'] * 100:+.1f}%".replace("-", "\u2212") in res["verdict"]

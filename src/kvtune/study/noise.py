@@ -47,7 +47,10 @@ class NoiseFloor:
         c = robust.get(metric, math.nan)
         if math.isnan(c):
             c = noise.get(metric, math.nan)
-        detectable = detectable_improvement(c, ev.confirm_rounds, ev.alpha, ev.confirm_top)
+        # The recommendation's CI (two-sided, simultaneous over the candidates) must clear
+        # zero: one-sided alpha / (2 × candidates), the level the power is computed at.
+        detectable = detectable_improvement(c, ev.confirm_rounds, ev.alpha, ev.confirm_top,
+                                            two_sided=True)
         return cls(len(e.reps), noise, robust, e.flags, detectable)
 
     def as_dict(self) -> dict[str, Any]:
@@ -77,7 +80,8 @@ class NoiseFloor:
             + (" (drift checks will tell)" if ev.drift_every else
                " (drift checks are off: evaluation.drift_every is 0)"))
         if detectable > 2 * want:
-            need = rounds_needed(self.objective_cov(metric), want, ev.alpha, ev.confirm_top)
+            need = rounds_needed(self.objective_cov(metric), want, ev.alpha, ev.confirm_top,
+                                 two_sided=True)
             console.print(
                 f"  [yellow]warning:[/] smaller real gains may end as \"no significant "
                 f"improvement\"; to resolve {want:.0%}, set evaluation.confirm_rounds to about "
