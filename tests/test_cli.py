@@ -63,3 +63,16 @@ def test_export_with_nothing_in_the_formats_asked(in_tmp: Path) -> None:
     r = kvtune("export", "only", "--storage", url, cwd=in_tmp)
     assert r.returncode == 0 and "rollback/memcached/memcached.conf" in " ".join(
         r.stdout.split())
+
+
+def test_run_tables_print_figures_for_people(tmp_path: Path) -> None:
+    """`kvtune run` and `kvtune sweep` print figures with thousands separators, never in
+    exponent notation (a capacity of 55,090 req/s once read "5.509e+04")."""
+    study = tmp_path / "s.yaml"
+    study.write_text((Path(__file__).parents[1] / "examples" / "synthetic.yaml").read_text()
+                     .replace("storage: sqlite:///results/synthetic-demo.db", ""))
+    r = kvtune("run", str(study), "--repetitions", "6", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ops_per_sec" in r.stdout and not re.search(r"\de[+-]\d", r.stdout), r.stdout
+    assert re.search(r"ops_per_sec\s*│\s*\d{1,3},\d{3}\s*│\s*95% CI \d{1,3},\d{3}", r.stdout), \
+        r.stdout

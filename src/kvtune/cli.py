@@ -203,6 +203,8 @@ def run(
     if as_json:
         print(json.dumps(res, indent=1, default=str))
         return
+    from kvtune.present import number
+
     t = Table(title="Measured configuration")
     t.add_column("metric")
     t.add_column("median")
@@ -212,7 +214,7 @@ def run(
         if v is None:
             continue
         ci = res["metric_cis"].get(k, [None, None])
-        t.add_row(k, f"{v:,.4g}", f"{kind} {ci[0]:,.4g} … {ci[1]:,.4g}"
+        t.add_row(k, number(v), f"{kind} {number(ci[0])} … {number(ci[1])}"
                   if ci[0] is not None else "-")
     out.print(t)
     if res.get("failed"):
@@ -257,6 +259,7 @@ def sweep(
         print(json.dumps(res, indent=1, default=str))
         return
     t = Table(title=f"Sweep of {knob}: {res['metric']} ({res['direction']})")
+    from kvtune.present import number
     from kvtune.stats import ci_kind
 
     by_rate = knob == "load.rate"  # the latency–throughput curve: what was achieved too
@@ -268,8 +271,8 @@ def sweep(
         achieved = r["metrics"].get("ops_per_sec") if by_rate else None
         flags = sorted({v for v in r.get("verdicts", []) if v and v != "ok"})
         t.add_row(f"{r['value']:,.0f}" if by_rate else str(r["value"]),
-                  f"{r['median']:,.4g}" if r["median"] == r["median"] else "-",
-                  f"{ci_kind(int(r['n']))} {ci[0]:,.4g} … {ci[1]:,.4g}" if ci[0] == ci[0]
+                  number(r["median"]),
+                  f"{ci_kind(int(r['n']))} {number(ci[0])} … {number(ci[1])}" if ci[0] == ci[0]
                   else "-", str(r["n"]),
                   *((f"{achieved:,.0f}" if isinstance(achieved, int | float) else "-",)
                     if by_rate else ()),

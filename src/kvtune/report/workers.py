@@ -10,6 +10,7 @@ from typing import Any
 import optuna
 
 from kvtune.analysis.data import StudyData
+from kvtune.present import number
 
 
 def _engine(study: optuna.Study) -> Any:
@@ -36,7 +37,7 @@ def _e(v: Any) -> str:
 
 
 def _value(t: optuna.trial.FrozenTrial | None) -> str:
-    return "–" if t is None or t.value is None else f"{t.value:,.4g}"
+    return "–" if t is None or t.value is None else number(t.value)
 
 
 def html_section(data: StudyData) -> str:
