@@ -36,7 +36,6 @@ from kvtune.durations import parse_duration
 from kvtune.errors import UserError
 from kvtune.metrics import OBJECTIVES, SLO_METRICS, guess_direction, unknown_objective
 from kvtune.metrics import direction as objective_direction
-from kvtune.present import number
 from kvtune.safety import args as scan
 from kvtune.safety import values as safe
 from kvtune.safety import yamlload
@@ -293,11 +292,11 @@ class ObjectiveSpec(_Model):
         if v is not None:
             lo, hi = v
             if not 0 < lo < hi:
-                raise ValueError(f"rates [{number(lo)}, {number(hi)}] is not a range of "
-                                 "request rates (0 < low < high)")
+                raise ValueError(f"rates [{lo:g}, {hi:g}] is not a range of request rates "
+                                 "(0 < low < high)")
             if hi > MAX_RATE:
-                raise ValueError(f"rates: {number(hi)} req/s is above kvload's limit of "
-                                 f"{number(MAX_RATE)}")
+                raise ValueError(f"rates: {hi:g} req/s is above kvload's limit of "
+                                 f"{MAX_RATE:g}")
         return v
 
     @model_validator(mode="after")
@@ -577,8 +576,7 @@ class StudySpec(_Model):
                 and not rates[0] <= load.rate <= rates[1]:
             _raise_at(("load", "rate"), load.rate,
                       f"with objective capacity load.rate is the search's first rate: "
-                      f"{number(load.rate)} is outside objective.rates [{number(rates[0])}, "
-                      f"{number(rates[1])}]")
+                      f"{load.rate:g} is outside objective.rates [{rates[0]:g}, {rates[1]:g}]")
         return self
 
     @property
