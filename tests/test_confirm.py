@@ -6,6 +6,7 @@ verdict line."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -260,3 +261,17 @@ def test_the_objectives_ci_is_simultaneous_over_the_candidates() -> None:
     # The verdict line states the simultaneous interval.
     ch = res["recommended"]["comparison"]
     assert f"{ch['change_ci_low'] * 100:+.1f}%".replace("-", "\u2212") in res["verdict"]
+
+
+def test_a_failed_capacity_candidate_is_still_said_at_the_slo() -> None:
+    """A candidate whose every search failed (client-bound, no rate met the SLO) has no
+    capacity: its line still names the baseline's capacity and the SLO, and why."""
+    base = _arm("baseline", {"capacity": _noisy(40_000, 0.05, 8, 4)})
+    base.samples = base.series("capacity")
+    cand = cf.Arm("trial 4", {"k": "t4"}, failed="capacity search: the load generator "
+                  "was the limit, not the server")
+    res = cf.verdict(base, [({"trial": 4}, cand)], "capacity", "maximize", EV, 0,
+                     slo="p99_us <= 2000")
+    text = res["candidates"][0]["text"]
+    assert "req/s at p99_us <= 2000: no significant change" in text, text
+    assert re.search(r"capacity \d{2},\d{3} → - req/s", text) and res["recommended"] is None

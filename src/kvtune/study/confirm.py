@@ -389,7 +389,9 @@ def candidate_text(row: dict[str, Any], metric: str, changes: Mapping[str, Metri
     head = describe_change(label, comp["change"], metric_direction(metric), ci,
                            bool(row["objective_significant"]))
     if obj.change is None:
-        head = f"{metric}: {NO_SIGNIFICANT_CHANGE}"
+        # Still said at the SLO with the baseline's capacity when the candidate has none
+        # (every one of its searches failed: client-bound, no rate met the SLO).
+        head = f"{label.rstrip(',')}: {NO_SIGNIFICANT_CHANGE}"
     text = f"{row['name']}: {head}"
     if row["objective_significant"]:
         text += f" (Holm-adjusted p={row['p_adjusted']:.3g})"
