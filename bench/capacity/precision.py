@@ -195,15 +195,10 @@ def rescore(path: Path) -> None:
     print(json.dumps(doc["summary"], indent=1))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kvload", default=str(REPO / "kvload/target/release/kvload"))
-    ap.add_argument("--slo", default="p99<=500us")
-    ap.add_argument("--ramp", required=True, help="LO:HI:STEP of the dense sweeps")
-    ap.add_argument("--sweeps", type=int, default=5)
-    ap.add_argument("--searches", type=int, default=20)
-    ap.add_argument("--precision", default="2%")
+def add_server_and_load_args(ap: argparse.ArgumentParser, duration: str,
+                              warmup: str) -> None:
+    """The server and load settings `start_memcached` and `kvload` read (shared with
+    bench/capacity/observer.py)."""
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--server-cpus", default="0")
     ap.add_argument("--client-cpus", default="1")
@@ -213,8 +208,20 @@ def main() -> None:
     ap.add_argument("--popularity", default="zipf:0.99")
     ap.add_argument("--mix", default="mget:9,set:1")
     ap.add_argument("--mget-size", type=int, default=16)
-    ap.add_argument("--duration", default="2s")
-    ap.add_argument("--warmup", default="1s")
+    ap.add_argument("--duration", default=duration)
+    ap.add_argument("--warmup", default=warmup)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kvload", default=str(REPO / "kvload/target/release/kvload"))
+    ap.add_argument("--slo", default="p99<=500us")
+    ap.add_argument("--ramp", required=True, help="LO:HI:STEP of the dense sweeps")
+    ap.add_argument("--sweeps", type=int, default=5)
+    ap.add_argument("--searches", type=int, default=20)
+    ap.add_argument("--precision", default="2%")
+    add_server_and_load_args(ap, duration="2s", warmup="1s")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--compare", metavar="KVLOAD",
                     help="another kvload binary (e.g. an earlier commit's): its searches "

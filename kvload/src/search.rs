@@ -702,6 +702,19 @@ mod tests {
         }
     }
 
+    /// The median and p90 of the searches' |relative error|, printed with their median
+    /// runs (a search without a knee counts as an error of 1).
+    fn error_quantiles(what: &str, mut errors: Vec<f64>, mut runs: Vec<usize>) -> (f64, f64) {
+        errors.sort_by(f64::total_cmp);
+        runs.sort();
+        let (p50, p90) = (errors[errors.len() / 2], errors[errors.len() * 9 / 10]);
+        eprintln!(
+            "{what}: median |error| {p50:.3}, p90 {p90:.3}, median runs {}",
+            runs[runs.len() / 2]
+        );
+        (p50, p90)
+    }
+
     fn params() -> Params {
         Params {
             precision: 0.02,
@@ -785,21 +798,10 @@ mod tests {
                 Ok::<Measured, ()>(m)
             })
             .unwrap();
-            if let Some(est) = k.knee {
-                errors.push((est / truth - 1.0).abs());
-            } else {
-                errors.push(1.0);
-            }
+            errors.push(k.knee.map_or(1.0, |est| (est / truth - 1.0).abs()));
             steps.push(k.steps.len());
         }
-        errors.sort_by(f64::total_cmp);
-        steps.sort();
-        let p50 = errors[errors.len() / 2];
-        let p90 = errors[errors.len() * 9 / 10];
-        eprintln!(
-            "heavy noise: median |error| {p50:.3}, p90 {p90:.3}, median steps {}",
-            steps[steps.len() / 2]
-        );
+        let (p50, p90) = error_quantiles("heavy noise", errors, steps);
         assert!(p50 < 0.05, "median error {p50}");
         assert!(p90 < 0.12, "p90 error {p90}");
     }
@@ -891,13 +893,7 @@ mod tests {
             runs.push(k.steps.len());
             errors.push(k.knee.map_or(1.0, |est| (est / truth - 1.0).abs()));
         }
-        errors.sort_by(f64::total_cmp);
-        runs.sort();
-        let (p50, p90) = (errors[errors.len() / 2], errors[errors.len() * 9 / 10]);
-        eprintln!(
-            "stalls: median |error| {p50:.3}, p90 {p90:.3}, median runs {}",
-            runs[runs.len() / 2]
-        );
+        let (p50, p90) = error_quantiles("stalls", errors, runs);
         assert!(p50 < 0.02 && p90 < 0.15, "median error {p50}, p90 {p90}");
     }
 

@@ -258,9 +258,10 @@ def sweep(
     if as_json:
         print(json.dumps(res, indent=1, default=str))
         return
-    t = Table(title=f"Sweep of {knob}: {res['metric']} ({res['direction']})")
     from kvtune.present import number
     from kvtune.stats import ci_kind
+
+    t = Table(title=f"Sweep of {knob}: {res['metric']} ({res['direction']})")
 
     by_rate = knob == "load.rate"  # the latency–throughput curve: what was achieved too
     for c in ("value", "median", "interval", "n", *(("achieved req/s",) if by_rate else ()),
