@@ -28,4 +28,4 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The JSON schema identifier (see docs/kvload.md).
 pub const SCHEMA: &str = "kvload/1.1";
 /// The JSON schema of a --search or --ramp document (see docs/kvload.md).
-pub const SEARCH_SCHEMA: &str = "kvload/search/1";
+pub const SEARCH_SCHEMA: &str = "kvload/search/2";

@@ -1,5 +1,6 @@
 //! `--search` and `--ramp`: runs open-loop steps with the engine, one warm-up
-//! and window each, and writes the `kvload/search/1` document.
+//! and window each (cut into `--window` windows), and writes the `kvload/search/2`
+//! document.
 //!
 //! A step's rate is the window's mean offered rate: phases from a workload
 //! file keep their proportions (each phase's rate is scaled by the same
@@ -17,7 +18,12 @@ use crate::Error;
 use crate::config::{Cli, Config, Mode, phase_spans};
 use crate::engine;
 use crate::output::{Report, Verdict, json as doc};
-use crate::search::{self, Knee, Measured, Params, RunVerdict, Slo, Step};
+use crate::search::{
+    self, Knee, Measured, Params, Purpose, RunVerdict, Slo, Step, WindowFacts, WindowSample,
+};
+
+/// The windows a step is cut into when --window is not given.
+pub const DEFAULT_WINDOW_NS: u64 = 250_000_000;
 
 /// What the command line asked for beyond one run.
 #[derive(Debug, Clone)]
@@ -29,6 +35,8 @@ pub enum Plan {
         start: Option<f64>,
         /// Whether --search-range was given (its geometric middle is the start).
         ranged: bool,
+        /// --reference: Some(None) turns the host watch off; None: half the first rate.
+        reference: Option<Option<f64>>,
     },
     Ramp {
         rates: Vec<f64>,
@@ -79,6 +87,13 @@ impl Plan {
             ("--search-range", cli.search_range.is_some()),
             ("--max-steps", cli.max_steps.is_some()),
         ];
+        let only_search = [
+            only_search[0],
+            only_search[1],
+            only_search[2],
+            ("--runs-per-rate", cli.runs_per_rate.is_some()),
+            ("--reference", cli.reference.is_some()),
+        ];
         if cli.search.is_none()
             && let Some((flag, _)) = only_search.iter().find(|(_, given)| *given)
         {
@@ -126,6 +141,21 @@ impl Plan {
             if !(2..=100).contains(&max_steps) {
                 return usage("--max-steps must be between 2 and 100");
             }
+            let runs_per_rate = cli.runs_per_rate.unwrap_or(search::DEFAULT_RUNS_PER_RATE);
+            if !(1..=10).contains(&runs_per_rate) {
+                return usage("--runs-per-rate must be between 1 and 10");
+            }
+            let reference = match cli.reference.as_deref() {
+                None => None,
+                Some("off") => Some(None),
+                Some(r) => {
+                    let v = parse_rate(r).map_err(|e| Error::usage(format!("--reference: {e}")))?;
+                    if !(min_rate..=max_rate).contains(&v) {
+                        return usage(format!("--reference {r} is outside --search-range"));
+                    }
+                    Some(Some(v))
+                }
+            };
             if let Some(r) = cli.rate
                 && !(min_rate..=max_rate).contains(&r)
             {
@@ -140,9 +170,13 @@ impl Plan {
                     max_steps,
                     min_rate,
                     max_rate,
+                    runs_per_rate,
+                    reference: None,
+                    seed: cli.seed.unwrap_or(1),
                 },
                 start: cli.rate,
                 ranged: cli.search_range.is_some(),
+                reference,
             }));
         }
         if let Some(text) = &cli.ramp {
@@ -187,9 +221,12 @@ impl Plan {
     }
 }
 
-/// The configuration of one step at `rate` (the window's mean offered rate).
-fn at_rate(base: &Config, rate: f64, preload: bool) -> Config {
+/// The configuration of one step at `rate` (the window's mean offered rate); the `n`-th
+/// run draws its own arrivals and requests (seed + n), so that runs again at one rate
+/// are independent samples.
+fn at_rate(base: &Config, rate: f64, preload: bool, n: u64) -> Config {
     let mut c = base.clone();
+    c.seed = base.seed.wrapping_add(n);
     let spans = phase_spans(&base.phases, base.duration_ns);
     let mean: f64 = base
         .phases
@@ -207,8 +244,9 @@ fn at_rate(base: &Config, rate: f64, preload: bool) -> Config {
     c
 }
 
-/// One engine run at `cfg`: its verdict, the SLO's latency and its document
-/// (without the configuration echo, written once at the top).
+/// One engine run at `cfg`: its verdict, its windows judged against `slo` (the SLO's
+/// latency, and whether the host disturbed them) and its document (without the
+/// configuration echo, written once at the top).
 fn measure(cfg: &Config, slo: Option<&Slo>) -> Result<Measured, Error> {
     let result = engine::run(cfg.clone())?;
     let report = Report::new(cfg, &result);
@@ -217,30 +255,50 @@ fn measure(cfg: &Config, slo: Option<&Slo>) -> Result<Measured, Error> {
         Verdict::Saturated => RunVerdict::Saturated,
         Verdict::ClientBound => RunVerdict::ClientBound,
     };
-    let latency_us = match slo {
-        Some(s) => {
-            let h = if s.service {
-                result.metrics.total_service()
-            } else {
-                result.metrics.total_corrected()
-            };
-            if h.is_empty() {
-                f64::INFINITY
-            } else {
-                h.value_at_quantile(s.quantile) as f64 / 1000.0
-            }
-        }
-        None => f64::NAN,
+    let windows = match slo {
+        Some(s) => result
+            .metrics
+            .windows
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let late_ns = (search::LATE_SHARE_OF_BOUND * s.bound_us * 1000.0) as u64;
+                let late = if w.sent == 0 {
+                    0.0
+                } else {
+                    w.lag.len().saturating_sub(w.lag.count_between(0, late_ns)) as f64
+                        / w.sent as f64
+                };
+                let host = result.host.get(i);
+                let zero = |x: f64| if x.is_finite() { x } else { 0.0 };
+                let facts = WindowFacts {
+                    late_share: late,
+                    steal: host.map_or(0.0, |h| zero(h.steal_server).max(zero(h.steal_client))),
+                    others: host.map_or(0.0, |h| zero(h.others_server)),
+                };
+                WindowSample {
+                    latency: if s.service {
+                        w.service.clone()
+                    } else {
+                        w.corrected.clone()
+                    },
+                    disturbed: search::judge_window(s, &facts),
+                }
+            })
+            .collect(),
+        None => Vec::new(),
     };
     let mut figures = doc::document(&report);
     if let Some(o) = figures.as_object_mut() {
         o.remove("config");
         o.remove("schema");
         o.remove("kvload_version");
+        // Per-second series are for single runs; a step's windows say more.
+        o.remove("series");
     }
     Ok(Measured {
         verdict,
-        latency_us,
+        windows,
         figures,
     })
 }
@@ -293,7 +351,11 @@ fn step_line(cfg: &Config, n: usize, s: &Step, slo: Option<&Slo>) {
         s.rate, achieved
     );
     if let Some(slo) = slo {
-        let _ = write!(line, ", {} {:>8.1} us", slo.label, s.latency_us);
+        let _ = write!(
+            line,
+            ", {} {:>8.1} us (95% CI {:.0} … {:.0})",
+            slo.label, s.latency_us, s.ci.0, s.ci.1
+        );
     } else {
         let p99 = s
             .figures
@@ -302,14 +364,24 @@ fn step_line(cfg: &Config, n: usize, s: &Step, slo: Option<&Slo>) {
             .unwrap_or(0.0);
         let _ = write!(line, ", p99 {p99:>8.1} us");
     }
+    let dropped: usize = s.dropped.iter().sum();
     let _ = write!(
         line,
         ", client CPU {:>3.0}%: {}",
         util * 100.0,
         s.outcome.name()
     );
-    if s.repeat {
-        line.push_str(" (borderline, measured again)");
+    if s.doubtful {
+        line.push_str(" (in doubt: decided by the estimate)");
+    }
+    if s.run > 1 {
+        let _ = write!(line, " (run {} at this rate)", s.run);
+    }
+    if s.purpose == Purpose::Reference {
+        line.push_str(" [host watch]");
+    }
+    if dropped > 0 {
+        let _ = write!(line, " [{dropped} of {} windows disturbed]", s.windows);
     }
     say(cfg, &line);
 }
@@ -330,13 +402,33 @@ fn emit(cfg: &Config, body: &Value) -> Result<(), Error> {
     Ok(())
 }
 
-fn outcome_of(slo: Option<&Slo>, m: &Measured) -> search::Outcome {
-    match (m.verdict, slo) {
-        (RunVerdict::ClientBound, _) => search::Outcome::ClientBound,
-        (RunVerdict::Saturated, _) => search::Outcome::Saturated,
-        (RunVerdict::Ok, Some(s)) if !s.meets(m.latency_us) => search::Outcome::Fail,
-        (RunVerdict::Ok, _) => search::Outcome::Pass,
+/// The `knee` object of a search document: the answer, its interval, the shape of the
+/// curve, the host watch and the windows dropped.
+pub fn knee_json(k: &Knee) -> Value {
+    let (n, d) = k.windows();
+    let mut dropped = serde_json::Map::new();
+    for x in search::Disturbance::ALL {
+        dropped.insert(x.name().into(), json!(d[x as usize]));
     }
+    json!({
+        "verdict": k.verdict,
+        "reason": k.reason,
+        "knee": k.knee,
+        "ci": k.ci.map(|(a, b)| json!([a, b])),
+        "ci_level": search::LEVEL,
+        "bracket": {"highest_pass": k.highest_pass, "lowest_fail": k.lowest_fail},
+        "shape": {
+            "monotone": k.dips.is_empty(),
+            "dips": k.dips,
+        },
+        "reference": k.reference.iter().map(|v| json!({
+            "when": v.when,
+            "latency_us": v.latency_us,
+            "ci": [v.ci.0, v.ci.1],
+            "moved": v.moved,
+        })).collect::<Vec<_>>(),
+        "windows": {"total": n, "dropped": dropped},
+    })
 }
 
 /// Runs the plan against the server of `base` and reports it.
@@ -345,13 +437,22 @@ pub fn run(plan: &Plan, base: &Config) -> Result<(), Error> {
         return usage("--search and --ramp run open-loop steps: not with --mode closed");
     }
     let t0 = Instant::now();
+    let mut base = base.clone();
+    if base.window_ns.is_none() {
+        // Equal windows of about DEFAULT_WINDOW_NS: no short last window.
+        let n = ((base.duration_ns as f64 / DEFAULT_WINDOW_NS as f64).round() as u64).max(1);
+        base.window_ns = Some((base.duration_ns / n).max(crate::config::MIN_WINDOW_NS));
+    }
+    let base = &base;
     let mut preload = base.preload;
+    let mut runs = 0u64;
     match plan {
         Plan::Search {
             slo,
             params,
             start,
             ranged,
+            reference,
         } => {
             let (first, estimate) = match start {
                 Some(r) => (*r, None),
@@ -370,31 +471,36 @@ pub fn run(plan: &Plan, base: &Config) -> Result<(), Error> {
                 }
             };
             // Without --search-range, rates below a tenth of the burst's throughput are not
-            // searched: there a VM's idle CPUs add wake-up latency (p99 rises again at low
-            // rates), so the curve is not monotone and a stall could end the search in
-            // that region.
+            // searched: a capacity that low is not the server's (the range says so).
             let mut params = params.clone();
             if let Some(x) = estimate
                 && !*ranged
             {
                 params.min_rate = params.min_rate.max(search::LOW_FRACTION * x);
             }
+            params.reference = match reference {
+                Some(r) => *r,
+                None => Some(
+                    (search::REFERENCE_FRACTION * first).clamp(params.min_rate, params.max_rate),
+                ),
+            };
             let params = &params;
             let mut n = 0usize;
-            let k: Knee = search::knee(slo, params, first, |rate| {
-                let m = measure(&at_rate(base, rate, preload), Some(slo))?;
-                preload = false;
-                n += 1;
-                let s = Step {
-                    rate,
-                    outcome: outcome_of(Some(slo), &m),
-                    latency_us: m.latency_us,
-                    repeat: false,
-                    figures: m.figures.clone(),
-                };
-                step_line(base, n, &s, Some(slo));
-                Ok::<Measured, Error>(m)
-            })?;
+            let k: Knee = search::knee(
+                slo,
+                params,
+                first,
+                |rate, _purpose| {
+                    let m = measure(&at_rate(base, rate, preload, runs), Some(slo))?;
+                    preload = false;
+                    runs += 1;
+                    Ok::<Measured, Error>(m)
+                },
+                &mut |s| {
+                    n += 1;
+                    step_line(base, n, s, Some(slo));
+                },
+            )?;
             let seconds = t0.elapsed().as_secs_f64();
             let steps: Vec<Value> = k
                 .steps
@@ -402,40 +508,56 @@ pub fn run(plan: &Plan, base: &Config) -> Result<(), Error> {
                 .enumerate()
                 .map(|(i, s)| search::step_json(i + 1, s))
                 .collect();
-            match k.knee {
-                Some(knee) => say(
+            let (windows, dropped) = k.windows();
+            let dropped: usize = dropped.iter().sum();
+            match (k.knee, k.ci) {
+                (Some(knee), Some((lo, hi))) => say(
                     base,
                     &format!(
-                        "capacity: {knee:.0} req/s at {} ({}; {} steps, {seconds:.0} s)",
+                        "capacity: {knee:.0} req/s (95% CI {lo:.0} … {hi:.0}) at {} ({}; {} runs,                          {dropped} of {windows} windows disturbed, {seconds:.0} s)",
                         slo.text(),
                         k.reason,
                         k.steps.len()
                     ),
                 ),
-                None => say(base, &format!("no capacity: {} ({seconds:.0} s)", k.reason)),
+                _ => say(base, &format!("no capacity: {} ({seconds:.0} s)", k.reason)),
             }
-            emit(
-                base,
-                &json!({
-                    "schema": crate::SEARCH_SCHEMA,
-                    "kvload_version": crate::VERSION,
-                    "kind": "search",
-                    "config": doc::config_echo(base),
-                    "slo": {"text": slo.text(), "quantile": slo.quantile, "label": slo.label,
-                            "latency": if slo.service { "service" } else { "corrected" },
-                            "bound_us": slo.bound_us, "strict": slo.strict},
-                    "precision": params.precision,
-                    "range": [params.min_rate, params.max_rate],
-                    "max_steps": params.max_steps,
-                    "estimate": {"closed_loop_rate": estimate, "first_rate": first},
-                    "verdict": k.verdict,
-                    "reason": k.reason,
-                    "knee": k.knee,
-                    "bracket": {"highest_pass": k.highest_pass, "lowest_fail": k.lowest_fail},
-                    "seconds": seconds,
-                    "steps": steps,
-                }),
-            )
+            if !k.dips.is_empty() {
+                say(
+                    base,
+                    &format!(
+                        "the curve is not monotone: rates below the capacity missed the SLO                          ({})",
+                        k.dips
+                            .iter()
+                            .map(|r| format!("{r:.0}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                );
+            }
+            let mut body = json!({
+                "schema": crate::SEARCH_SCHEMA,
+                "kvload_version": crate::VERSION,
+                "kind": "search",
+                "config": doc::config_echo(base),
+                "slo": {"text": slo.text(), "quantile": slo.quantile, "label": slo.label,
+                        "latency": if slo.service { "service" } else { "corrected" },
+                        "bound_us": slo.bound_us, "strict": slo.strict},
+                "precision": params.precision,
+                "range": [params.min_rate, params.max_rate],
+                "max_steps": params.max_steps,
+                "runs_per_rate": params.runs_per_rate,
+                "estimate": {"closed_loop_rate": estimate, "first_rate": first,
+                             "reference_rate": params.reference},
+                "seconds": seconds,
+                "steps": steps,
+            });
+            if let (Some(o), Value::Object(kj)) = (body.as_object_mut(), knee_json(&k)) {
+                for (key, v) in kj {
+                    o.insert(key, v);
+                }
+            }
+            emit(base, &body)
         }
         Plan::Ramp { rates, shuffled } => {
             let mut order = rates.clone();
@@ -445,17 +567,29 @@ pub fn run(plan: &Plan, base: &Config) -> Result<(), Error> {
             }
             let mut steps = Vec::with_capacity(order.len());
             for (i, &rate) in order.iter().enumerate() {
-                let m = measure(&at_rate(base, rate, preload), None)?;
+                let m = measure(&at_rate(base, rate, preload, runs), None)?;
                 preload = false;
+                runs += 1;
+                let p99 = m
+                    .figures
+                    .pointer("/latency/total/corrected/p99_us")
+                    .and_then(Value::as_f64)
+                    .unwrap_or(f64::NAN);
                 let s = Step {
                     rate,
-                    outcome: outcome_of(None, &m),
-                    latency_us: m
-                        .figures
-                        .pointer("/latency/total/corrected/p99_us")
-                        .and_then(Value::as_f64)
-                        .unwrap_or(f64::NAN),
-                    repeat: false,
+                    purpose: Purpose::Search,
+                    outcome: match m.verdict {
+                        RunVerdict::ClientBound => search::Outcome::ClientBound,
+                        RunVerdict::Saturated => search::Outcome::Saturated,
+                        RunVerdict::Ok => search::Outcome::Pass,
+                    },
+                    doubtful: false,
+                    run: 1,
+                    run_latency_us: p99,
+                    latency_us: p99,
+                    ci: (f64::NAN, f64::NAN),
+                    windows: 0,
+                    dropped: [0; 3],
                     figures: m.figures,
                 };
                 step_line(base, i + 1, &s, None);
@@ -534,6 +668,7 @@ mod tests {
                 params,
                 start,
                 ranged,
+                ..
             }) => {
                 assert_eq!((slo.quantile, slo.bound_us), (0.999, 1000.0));
                 assert_eq!(
@@ -565,7 +700,7 @@ mod tests {
         .unwrap();
         let cli = Cli::try_parse_from(["kvload", "--workload", p.to_str().unwrap()]).unwrap();
         let base = Config::build(cli).unwrap();
-        let c = at_rate(&base, 4000.0, false);
+        let c = at_rate(&base, 4000.0, false, 0);
         let rates: Vec<f64> = c.phases.iter().map(|p| p.rate.unwrap()).collect();
         assert_eq!(rates, vec![2000.0, 6000.0]);
         assert!(!c.preload);

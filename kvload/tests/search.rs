@@ -24,6 +24,8 @@ fn a_search_whose_range_meets_the_slo_says_so_without_a_knee() {
         "200:400",
         "--duration",
         "300ms",
+        "--window",
+        "100ms",
         "--warmup",
         "100ms",
         "--connections",
@@ -31,18 +33,33 @@ fn a_search_whose_range_meets_the_slo_says_so_without_a_knee() {
         "--keys",
         "100",
     ]);
-    assert_eq!(doc["schema"], "kvload/search/1");
+    assert_eq!(doc["schema"], "kvload/search/2");
     assert_eq!(doc["kind"], "search");
     assert_eq!(doc["verdict"], "range_top", "{}", doc["reason"]);
-    assert!(doc["knee"].is_null());
+    assert!(doc["knee"].is_null() && doc["ci"].is_null());
     assert_eq!(doc["slo"]["bound_us"], 50_000.0);
     assert_eq!(doc["slo"]["latency"], "corrected");
-    let s = steps(&doc);
-    assert!(!s.is_empty() && s.iter().all(|x| x["outcome"] == "pass"));
-    // The first step is the geometric middle of the range; each later one is higher.
+    let all = steps(&doc);
+    assert!(!all.is_empty() && all.iter().all(|x| x["outcome"] == "pass"));
+    // The host watch's reference (half the first rate, within the range) runs first and
+    // last; the search's first step is the geometric middle of the range and each later
+    // one is higher.
+    assert_eq!(all[0]["purpose"], "reference");
+    assert_eq!(all[0]["rate"].as_f64().unwrap(), 200.0);
+    assert_eq!(all.last().unwrap()["purpose"], "reference");
+    assert_eq!(doc["reference"].as_array().unwrap().len(), 2);
+    let s: Vec<&Value> = all.iter().filter(|x| x["purpose"] == "search").collect();
     let first = s[0]["rate"].as_f64().unwrap();
     assert!((first - (200.0f64 * 400.0).sqrt()).abs() < 1e-6, "{first}");
     assert_eq!(s.last().unwrap()["rate"].as_f64().unwrap(), 400.0);
+    // Each run is judged by its windows (--window; about 250 ms by default).
+    for x in all {
+        assert!(x["windows"].as_u64().unwrap() >= 1);
+        let w = x["figures"]["windows"].as_array().unwrap();
+        assert_eq!(w.len() as u64, x["windows"].as_u64().unwrap());
+        assert!(x["ci"][0].as_f64().unwrap() <= x["latency_us"].as_f64().unwrap());
+    }
+    let s = all;
     // Each step carries a whole run's figures (not the config, echoed once at the top).
     let f = &s[0]["figures"];
     assert!(f["achieved_rate"].as_f64().unwrap() > 100.0);
@@ -61,12 +78,12 @@ fn a_search_whose_range_meets_the_slo_says_so_without_a_knee() {
 #[test]
 fn a_bound_no_rate_meets_is_no_pass() {
     let mc = memcached_tcp(&[]);
-    // A 1 µs p99 is below any loopback round trip.
+    // A 1 µs p99 of the service time is below any loopback round trip.
     let doc = run_json(&[
         "--server",
         &mc.addr,
         "--search",
-        "p99<=1us",
+        "service.p99<=1us",
         "--search-range",
         "300:1000",
         "--duration",
@@ -80,7 +97,15 @@ fn a_bound_no_rate_meets_is_no_pass() {
     ]);
     assert_eq!(doc["verdict"], "no_pass", "{}", doc["reason"]);
     assert!(doc["knee"].is_null() && doc["bracket"]["highest_pass"].is_null());
-    assert_eq!(steps(&doc).last().unwrap()["rate"].as_f64().unwrap(), 300.0);
+    // Said only after the rates from the range's bottom up to its top were tried.
+    let rates: Vec<f64> = steps(&doc)
+        .iter()
+        .map(|x| x["rate"].as_f64().unwrap())
+        .collect();
+    assert!(
+        rates.contains(&300.0) && rates.iter().any(|&r| r >= 1000.0 * 0.98),
+        "{rates:?}"
+    );
 }
 
 #[test]
@@ -101,6 +126,8 @@ fn a_search_converges_between_a_pass_and_a_fail() {
         "2000",
         "--duration",
         "300ms",
+        "--window",
+        "100ms",
         "--warmup",
         "100ms",
         "--connections",
@@ -117,12 +144,24 @@ fn a_search_converges_between_a_pass_and_a_fail() {
         assert!(doc["reason"].as_str().unwrap().contains("no knee"));
         return;
     }
+    // A host busy with other work may disturb it: said, never a knee.
+    if verdict.starts_with("host_") {
+        assert!(doc["knee"].is_null());
+        return;
+    }
     assert_eq!(verdict, "ok", "{}", doc["reason"]);
     let (lo, hi) = (
         doc["bracket"]["highest_pass"].as_f64().unwrap(),
         doc["bracket"]["lowest_fail"].as_f64().unwrap(),
     );
-    assert_eq!(doc["knee"].as_f64().unwrap(), lo);
+    // The knee is interpolated inside the bracket, within its interval.
+    let knee = doc["knee"].as_f64().unwrap();
+    assert!(lo <= knee && knee <= hi, "{lo} {knee} {hi}");
+    let (clo, chi) = (
+        doc["ci"][0].as_f64().unwrap(),
+        doc["ci"][1].as_f64().unwrap(),
+    );
+    assert!(clo <= knee && knee <= chi, "{clo} {knee} {chi}");
     assert!(hi > lo && hi / lo - 1.0 <= 0.1 + 1e-9, "{lo} {hi}");
     let s = steps(&doc);
     assert!(
@@ -172,4 +211,87 @@ fn a_ramp_runs_every_rate_in_the_order_asked() {
             "{achieved} vs {offered}"
         );
     }
+}
+
+#[test]
+fn a_cpu_hog_on_the_servers_cpu_ends_the_search_as_host_disturbed() {
+    // memcached on CPU 0 shares it with a busy loop: every window sees another task on
+    // the server's CPU, so the search must end "host disturbed", never with a knee.
+    let mc = memcached_tcp(&[]);
+    let pin = std::process::Command::new("taskset")
+        .args(["-a", "-p", "-c", "0", &mc.pid().to_string()])
+        .output()
+        .expect("taskset");
+    assert!(pin.status.success(), "{pin:?}");
+    let mut hog = std::process::Command::new("taskset")
+        .args(["-c", "0", "sh", "-c", "while :; do :; done"])
+        .spawn()
+        .expect("a busy loop");
+    let doc = run_json(&[
+        "--server",
+        &mc.addr,
+        "--search",
+        "p99<=50ms",
+        "--search-range",
+        "500:2000",
+        "--duration",
+        "500ms",
+        "--warmup",
+        "100ms",
+        "--connections",
+        "2",
+        "--keys",
+        "100",
+        "--cpus",
+        "1",
+        "--watch-cpus",
+        "0",
+        "--watch-pid",
+        &mc.pid().to_string(),
+    ]);
+    let _ = hog.kill();
+    let _ = hog.wait();
+    assert_eq!(doc["verdict"], "host_disturbed", "{}", doc["reason"]);
+    assert!(doc["knee"].is_null());
+    assert!(
+        doc["reason"]
+            .as_str()
+            .unwrap()
+            .contains("another task ran on the server's CPUs"),
+        "{}",
+        doc["reason"]
+    );
+    assert!(doc["windows"]["dropped"]["others"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn a_bound_tighter_than_the_generator_can_keep_is_not_measured() {
+    // A 1 µs corrected p99: kvload's own send delay exceeds a quarter of it in every
+    // window, so no window can judge the server; the search says why instead of a verdict
+    // on the server.
+    let mc = memcached_tcp(&[]);
+    let doc = run_json(&[
+        "--server",
+        &mc.addr,
+        "--search",
+        "p99<=1us",
+        "--search-range",
+        "300:1000",
+        "--duration",
+        "200ms",
+        "--warmup",
+        "100ms",
+        "--connections",
+        "2",
+        "--keys",
+        "100",
+    ]);
+    assert_eq!(doc["verdict"], "host_disturbed", "{}", doc["reason"]);
+    assert!(
+        doc["reason"]
+            .as_str()
+            .unwrap()
+            .contains("tighter than this host")
+    );
+    assert!(doc["knee"].is_null());
 }

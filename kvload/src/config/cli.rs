@@ -32,7 +32,7 @@ highest rate whose latency meets the SLO, with its bracket (highest pass,
 lowest fail) and every step; with --ramp, one step per rate. A step where the
 client is the limit ends the search without a knee (verdict client_bound).
 
-The JSON schemas (kvload/1.1 for a run, kvload/search/1 for --search and
+The JSON schemas (kvload/1.1 for a run, kvload/search/2 for --search and
 --ramp) and the workload file format are documented in docs/kvload.md.";
 
 const AFTER: &str = "\
@@ -183,9 +183,17 @@ pub struct Cli {
     #[arg(long, value_name = "LOW:HIGH")]
     pub search_range: Option<String>,
 
-    /// --search: at most this many runs (votes on steps in doubt included) [default: 20]
+    /// --search: at most this many runs (runs again at a rate in doubt and the host watch's included) [default: 24]
     #[arg(long, value_name = "N")]
     pub max_steps: Option<usize>,
+
+    /// --search: runs at one rate whose percentile's interval straddles the bound, at most; then the estimate decides [default: 2]
+    #[arg(long, value_name = "N")]
+    pub runs_per_rate: Option<usize>,
+
+    /// --search: the host watch's reference rate, measured at the start, halfway and at the end (a move beyond its interval ends the search "host changed"), or off [default: half the first rate]
+    #[arg(long, value_name = "RATE|off")]
+    pub reference: Option<String>,
 
     /// A simulated server in place of --server, for tests of the search against a known knee: an M/M/1 queue, service=RATE (its mean service rate), base=LATENCY (added to every response), jitter=SIGMA (the service rate's run-to-run log-normal spread), client=RATE (where kvload's own CPUs would be the limit). Nothing connects
     #[arg(
@@ -193,6 +201,18 @@ pub struct Cli {
         value_name = "service=RATE[,base=50us][,jitter=0.03][,client=RATE]"
     )]
     pub simulate: Option<String>,
+
+    /// Also measure the window in short windows of this length (by intended send time): per-window latency, schedule lag and host activity in the JSON's `windows`. --search and --ramp judge a rate by its windows [default: off; 250ms with --search and --ramp]
+    #[arg(long, value_name = "DURATION")]
+    pub window: Option<String>,
+
+    /// Watch the server process PID during the run: the CPU time others used on --watch-cpus (a task other than the server on its CPUs) marks a window as disturbed
+    #[arg(long, value_name = "PID")]
+    pub watch_pid: Option<u32>,
+
+    /// The server's CPUs, watched for steal time and for other tasks (with --watch-pid) in each window [default: none]
+    #[arg(long, value_name = "LIST")]
+    pub watch_cpus: Option<String>,
 
     /// The latency-throughput curve: one open-loop step per rate from START to END by STEP (k and M suffixes), in shuffled order with :shuffle
     #[arg(long, value_name = "START:END:STEP[:shuffle]")]

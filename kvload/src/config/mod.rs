@@ -91,7 +91,18 @@ pub struct Config {
     pub trace: Option<Arc<crate::workload::trace::Trace>>,
     /// --simulate: a simulated server in place of `server` (engine/sim.rs).
     pub simulate: Option<crate::engine::sim::SimServer>,
+    /// --window: the measured window is also kept in windows of this length.
+    pub window_ns: Option<u64>,
+    /// --watch-pid and --watch-cpus: the server watched for host disturbance per window.
+    pub watch_pid: Option<u32>,
+    pub watch_cpus: Vec<usize>,
 }
+
+/// The shortest and longest `--window`.
+pub const MIN_WINDOW_NS: u64 = 50_000_000;
+pub const MAX_WINDOW_NS: u64 = 60_000_000_000;
+/// At most this many windows in one run.
+pub const MAX_WINDOWS: u64 = 10_000;
 
 fn pick<T>(cli: Option<T>, file: Option<T>) -> Option<T> {
     cli.or(file)
@@ -332,6 +343,15 @@ impl Config {
             workload_file: cli.workload,
             trace,
             simulate,
+            window_ns: match cli.window {
+                Some(w) => Some(flag("window", spec::parse_duration(&w))?),
+                None => None,
+            },
+            watch_pid: cli.watch_pid,
+            watch_cpus: match cli.watch_cpus {
+                Some(s) => flag("watch-cpus", spec::parse_cpus(&s))?,
+                None => Vec::new(),
+            },
         };
         cfg.validate()?;
         Ok(cfg)
@@ -408,6 +428,19 @@ impl Config {
         }
         if self.timeout_ns < 1_000_000 {
             return u("--timeout must be at least 1ms".into());
+        }
+        if let Some(w) = self.window_ns {
+            if !(MIN_WINDOW_NS..=MAX_WINDOW_NS).contains(&w) {
+                return u("--window must be between 50ms and 60s".into());
+            }
+            if self.duration_ns.div_ceil(w) > MAX_WINDOWS {
+                return u(format!(
+                    "--window: --duration holds more than {MAX_WINDOWS} windows of it"
+                ));
+            }
+        }
+        if self.watch_pid == Some(0) {
+            return u("--watch-pid must be a process id (1 or more)".into());
         }
         if let Some(r) = self.rate
             && !(r.is_finite() && r > 0.0)

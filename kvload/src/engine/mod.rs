@@ -5,6 +5,7 @@ pub mod conn;
 pub mod preload;
 pub mod sim;
 pub mod sys;
+pub mod watch;
 pub mod worker;
 
 use std::sync::Arc;
@@ -31,6 +32,8 @@ pub struct RunResult {
     pub arrivals: Vec<(usize, i64, i64)>,
     /// The run's absolute times (CLOCK_MONOTONIC ns): first send, window start, window end.
     pub timeline: (u64, u64, u64),
+    /// `--window`: what the host did in each window (engine/watch.rs); empty without.
+    pub host: Vec<watch::HostWindow>,
 }
 
 /// The bytes that values are cut from (printable, so captures stay readable).
@@ -69,6 +72,7 @@ pub fn run(cfg: Config) -> Result<RunResult, Error> {
         window_end: start + cfg.warmup_ns + cfg.duration_ns,
     };
     let abort = Arc::new(AtomicBool::new(false));
+    let watch = watch::start(&cfg, tl.window_start);
     let mut handles = Vec::with_capacity(threads);
     for (t, streams) in per_thread.into_iter().enumerate() {
         let w = Worker::new(
@@ -99,6 +103,14 @@ pub fn run(cfg: Config) -> Result<RunResult, Error> {
             }
         }
     }
+    let host = match watch {
+        Some(w) => w.finish(
+            cfg.window_ns
+                .map_or(0, |w| cfg.duration_ns.div_ceil(w) as usize),
+            first_err.is_some(),
+        ),
+        None => Vec::new(),
+    };
     if let Some(e) = first_err {
         return Err(e);
     }
@@ -135,5 +147,6 @@ pub fn run(cfg: Config) -> Result<RunResult, Error> {
         preload,
         arrivals,
         timeline: (tl.start, tl.window_start, tl.window_end),
+        host,
     })
 }

@@ -22,6 +22,16 @@
 //! percentile carries both the run-to-run and the sampling noise of a real one. `client=RATE` makes kvload's own CPUs the limit: a run's
 //! client utilization is its offered rate over RATE, so the verdict is
 //! `client_bound` from 90% of it (as on a real host).
+//!
+//! Three more keys model what a noisy VM does to a measurement, so that the search's
+//! windows, intervals and host watch are tested against a known truth:
+//! `wnoise=SIGMA` draws the service rate again for every `--window` (a host whose speed
+//! wanders within a run); `stall=P:MS[:SEEN]` stops the server for MS ms at a random
+//! time of a window with probability P per window, a share SEEN of the stalls being
+//! visible to the host watch (as steal time: those windows are disturbed);
+//! `wake=US` is the idle path: a request that finds the server idle for more than
+//! `HALT_NS` waits an exponential wake-up of mean US µs first, so low rates can be slower
+//! than moderate ones (the curve falls before it rises).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,7 +61,17 @@ pub struct SimServer {
     pub noise: f64,
     /// The rate at which kvload's own CPUs would be saturated (None: never).
     pub client: Option<f64>,
+    /// Log-normal spread of the service rate from window to window of one run.
+    pub wnoise: f64,
+    /// Per window: the probability of a stall, its length (ns) and the share of stalls
+    /// the host watch sees.
+    pub stall: (f64, u64, f64),
+    /// Mean wake-up latency (µs) of a request that finds the server idle.
+    pub wake_us: f64,
 }
+
+/// An idle server halts after this long without work (`wake=`).
+pub const HALT_NS: f64 = 500_000.0;
 
 /// Distinct runs of one process draw distinct noise (the steps of a search share
 /// `--seed`).
@@ -70,11 +90,15 @@ impl SimServer {
             jitter: 0.0,
             noise: 0.0,
             client: None,
+            wnoise: 0.0,
+            stall: (0.0, 0, 0.0),
+            wake_us: 0.0,
         };
+        const KEYS: &str = "service=, base=, jitter=, noise=, client=, wnoise=, stall=, wake=";
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (k, v) = part.split_once('=').ok_or_else(|| {
-                format!("'{part}' is not KEY=VALUE (service=, base=, jitter=, noise=, client=)")
-            })?;
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("'{part}' is not KEY=VALUE ({KEYS})"))?;
             match k.trim() {
                 "service" => s.service = rate(k, v)?,
                 "client" => s.client = Some(rate(k, v)?),
@@ -95,7 +119,41 @@ impl SimServer {
                     }
                     s.base_us = b * scale;
                 }
-                "jitter" | "noise" => {
+                "wake" => {
+                    let w: f64 =
+                        v.trim().trim_end_matches("us").parse().map_err(|_| {
+                            format!("wake: '{v}' is not a latency in µs such as 500us")
+                        })?;
+                    if !(w.is_finite() && (0.0..=1e6).contains(&w)) {
+                        return Err(format!("wake: '{v}' is outside 0..1 s"));
+                    }
+                    s.wake_us = w;
+                }
+                "stall" => {
+                    let parts: Vec<&str> = v.trim().split(':').collect();
+                    let num = |x: &str| x.trim().parse::<f64>().ok().filter(|f| f.is_finite());
+                    let (p, ms, seen) = match parts.as_slice() {
+                        [p, ms] => (num(p), num(ms), Some(0.0)),
+                        [p, ms, seen] => (num(p), num(ms), num(seen)),
+                        _ => (None, None, None),
+                    };
+                    match (p, ms, seen) {
+                        (Some(p), Some(ms), Some(seen))
+                            if (0.0..=1.0).contains(&p)
+                                && (0.0..=10_000.0).contains(&ms)
+                                && (0.0..=1.0).contains(&seen) =>
+                        {
+                            s.stall = (p, (ms * 1e6) as u64, seen);
+                        }
+                        _ => {
+                            return Err(format!(
+                                "stall: '{v}' is not P:MS[:SEEN] (a probability per window, \
+                                 a length in ms up to 10 s, the share the host watch sees)"
+                            ));
+                        }
+                    }
+                }
+                "jitter" | "noise" | "wnoise" => {
                     let j: f64 = v
                         .trim()
                         .parse()
@@ -103,16 +161,14 @@ impl SimServer {
                     if !(j.is_finite() && (0.0..=1.0).contains(&j)) {
                         return Err(format!("{k}: {v} is outside 0..1"));
                     }
-                    if k.trim() == "jitter" {
-                        s.jitter = j;
-                    } else {
-                        s.noise = j;
+                    match k.trim() {
+                        "jitter" => s.jitter = j,
+                        "noise" => s.noise = j,
+                        _ => s.wnoise = j,
                     }
                 }
                 other => {
-                    return Err(format!(
-                        "unknown key '{other}' (service=, base=, jitter=, noise=, client=)"
-                    ));
+                    return Err(format!("unknown key '{other}' ({KEYS})"));
                 }
             }
         }
@@ -132,6 +188,20 @@ impl SimServer {
         );
         if let Some(c) = self.client {
             t.push_str(&format!(",client={c}"));
+        }
+        if self.wnoise > 0.0 {
+            t.push_str(&format!(",wnoise={}", self.wnoise));
+        }
+        if self.stall.0 > 0.0 {
+            t.push_str(&format!(
+                ",stall={}:{}:{}",
+                self.stall.0,
+                self.stall.1 as f64 / 1e6,
+                self.stall.2
+            ));
+        }
+        if self.wake_us > 0.0 {
+            t.push_str(&format!(",wake={}us", self.wake_us));
         }
         t
     }
@@ -179,6 +249,38 @@ pub fn run(cfg: &Config, sim: &SimServer) -> Result<RunResult, Error> {
     let seconds = cfg.duration_ns.div_ceil(1_000_000_000).max(1) as usize;
     let mut metrics = Metrics::new(seconds);
     let (ws, we) = (cfg.warmup_ns, cfg.warmup_ns + cfg.duration_ns);
+    // --window: each window's speed (wnoise) and stalls, drawn up front.
+    let win_ns = cfg.window_ns.unwrap_or(cfg.duration_ns).max(1);
+    let n_win = cfg.duration_ns.div_ceil(win_ns).max(1) as usize;
+    if cfg.window_ns.is_some() {
+        metrics = metrics.with_windows(n_win, win_ns);
+    }
+    let speed: Vec<f64> = (0..n_win)
+        .map(|_| {
+            let z: f64 = StandardNormal.sample(&mut rng);
+            (sim.wnoise * z).exp()
+        })
+        .collect();
+    let mut stalls: Vec<(f64, f64)> = Vec::new();
+    let mut host = Vec::new();
+    for k in 0..n_win {
+        let mut seen = false;
+        if sim.stall.0 > 0.0 && rng.random::<f64>() < sim.stall.0 {
+            let at = ws as f64 + (k as f64 + rng.random::<f64>()) * win_ns as f64;
+            stalls.push((at, at + sim.stall.1 as f64));
+            seen = rng.random::<f64>() < sim.stall.2;
+        }
+        if cfg.window_ns.is_some() {
+            host.push(super::watch::HostWindow {
+                steal_server: if seen { 0.5 } else { 0.0 },
+                steal_client: 0.0,
+                others_server: 0.0,
+                server_busy: f64::NAN,
+            });
+        }
+    }
+    let window_of = |a: u64| (((a - ws) / win_ns) as usize).min(n_win - 1);
+    let wake = Exp::new(1.0 / sim.wake_us.max(1e-9) * 1e-3).ok();
     let drain_end = we + cfg.timeout_ns;
     let sec_of = |t: u64| ((t - ws) / 1_000_000_000) as usize;
     let ok = Outcome::ok();
@@ -230,29 +332,58 @@ pub fn run(cfg: &Config, sim: &SimServer) -> Result<RunResult, Error> {
                     in_flight.pop_front();
                 }
                 let in_window = a >= ws;
+                let wi = in_window.then(|| window_of(a));
                 if in_window {
                     metrics.counters.scheduled += 1;
+                    if let Some(w) = wi.and_then(|i| metrics.windows.get_mut(i)) {
+                        w.scheduled += 1;
+                    }
                 }
                 if in_flight.len() >= limit {
                     if in_window {
                         metrics.counters.skipped += 1;
+                        if let Some(w) = wi.and_then(|i| metrics.windows.get_mut(i)) {
+                            w.skipped += 1;
+                        }
                     }
                     continue;
                 }
-                let start = t.max(last_done);
-                last_done = start + service.sample(&mut rng) * 1e9;
+                let mut start = t.max(last_done);
+                // The idle path: a server idle for long has halted and wakes up first.
+                if sim.wake_us > 0.0
+                    && t > last_done + HALT_NS
+                    && let Some(w) = &wake
+                {
+                    start = t + w.sample(&mut rng);
+                }
+                if let Some(&(_, end)) = stalls.iter().find(|&&(s0, s1)| start >= s0 && start < s1)
+                {
+                    start = end;
+                }
+                let k = wi.unwrap_or_else(|| if a >= ws { window_of(a) } else { 0 });
+                let factor = if a >= ws { speed[k] } else { 1.0 };
+                last_done = start + service.sample(&mut rng) * 1e9 / factor;
                 let done = last_done as u64 + base_ns;
                 in_flight.push_back(done);
                 if !in_window {
                     continue;
                 }
                 metrics.record_lag(sec_of(a), 0);
+                if let Some(w) = wi.and_then(|i| metrics.windows.get_mut(i)) {
+                    w.sent += 1;
+                    w.lag.saturating_record(0);
+                }
                 if done > drain_end {
                     metrics.counters.timeouts += 1;
                     continue;
                 }
                 let lat = done - a;
                 metrics.record_response(Verb::Get, lat, Some(lat), &ok);
+                if let Some(w) = wi.and_then(|i| metrics.windows.get_mut(i)) {
+                    w.completed += 1;
+                    w.corrected.saturating_record(lat);
+                    w.service.saturating_record(lat);
+                }
                 if done < we {
                     metrics.record_second(sec_of(done), lat, false);
                 }
@@ -296,6 +427,7 @@ pub fn run(cfg: &Config, sim: &SimServer) -> Result<RunResult, Error> {
         preload: None,
         arrivals: Vec::new(),
         timeline: (0, ws, we),
+        host,
     })
 }
 
@@ -363,46 +495,152 @@ mod tests {
         assert!((x / 1e5 - 1.0).abs() < 0.03, "{x}");
     }
 
-    #[test]
-    fn the_search_recovers_the_known_knee() {
-        // The same search kvload runs against a server, against windows of the
-        // simulated queue: within the precision plus the window's sampling noise.
-        let sim = SimServer::parse("service=100k,base=50us,noise=0.02").unwrap();
-        let slo = Slo::parse("p99<=500us").unwrap();
-        let truth = sim.knee(0.99, 500.0).unwrap();
-        let c = cfg(&["--rate", "80000", "--duration", "1s", "--warmup", "200ms"]);
-        let p = Params {
-            precision: 0.02,
-            max_steps: search::DEFAULT_MAX_STEPS,
-            min_rate: 1000.0,
-            max_rate: search::MAX_RATE,
-        };
-        let mut errs = Vec::new();
-        for _ in 0..20 {
-            let k = search::knee(&slo, &p, 80_000.0, |rate| {
+    /// One search against the simulated server, as `steps` runs it (windows judged by
+    /// `search::judge_window`, the host watch at half the first rate).
+    pub fn sim_search(
+        sim: &SimServer,
+        slo: &Slo,
+        p: &Params,
+        start: f64,
+        seed: u64,
+    ) -> search::Knee {
+        let c = cfg(&[
+            "--rate",
+            "80000",
+            "--duration",
+            "1500ms",
+            "--warmup",
+            "300ms",
+            "--window",
+            "250ms",
+            "--seed",
+            &seed.to_string(),
+        ]);
+        let mut n = 0u64;
+        search::knee(
+            slo,
+            p,
+            start,
+            |rate, _| {
                 let mut c = c.clone();
+                c.seed = seed.wrapping_add(n);
+                n += 1;
                 c.rate = Some(rate);
                 for ph in &mut c.phases {
                     ph.rate = Some(rate);
                 }
-                let r = run(&c, &sim)?;
+                let r = run(&c, sim)?;
                 let rep = Report::new(&c, &r);
                 let v = match rep.verdict {
                     Verdict::Ok => RunVerdict::Ok,
                     Verdict::Saturated => RunVerdict::Saturated,
                     Verdict::ClientBound => RunVerdict::ClientBound,
                 };
-                let lat = r.metrics.total_corrected().value_at_quantile(0.99) as f64 / 1e3;
+                let windows = r
+                    .metrics
+                    .windows
+                    .iter()
+                    .zip(&r.host)
+                    .map(|(w, h)| search::WindowSample {
+                        latency: w.corrected.clone(),
+                        disturbed: search::judge_window(
+                            slo,
+                            &search::WindowFacts {
+                                late_share: 0.0,
+                                steal: h.steal_server,
+                                others: 0.0,
+                            },
+                        ),
+                    })
+                    .collect();
                 Ok::<Measured, Error>(Measured {
                     verdict: v,
-                    latency_us: lat,
+                    windows,
                     figures: serde_json::Value::Null,
                 })
-            })
-            .unwrap();
-            errs.push((k.knee.unwrap() / truth - 1.0).abs());
+            },
+            &mut |_| {},
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_search_recovers_the_known_knee() {
+        // The same search kvload runs against a server, against windows of the
+        // simulated queue: the knee within a few % and its interval holding the truth.
+        // (With a speed that varies from window to window the pooled curve is no longer
+        // the median speed's: bench/capacity/truth.py finds that truth by dense sweeps.)
+        let sim = SimServer::parse("service=100k,base=50us").unwrap();
+        let slo = Slo::parse("p99<=500us").unwrap();
+        let truth = sim.knee(0.99, 500.0).unwrap();
+        let mut p = Params::new(1000.0, search::MAX_RATE);
+        p.reference = Some(40_000.0);
+        // The interval's coverage is checked where the truth is the pooled curve itself
+        // (search::tests, bench/capacity/truth.py); here the truth is the steady state of
+        // an infinite run, which short windows of a queue at 90% load estimate 0.5% low.
+        let mut errs = Vec::new();
+        for seed in 0..20 {
+            p.seed = seed;
+            let k = sim_search(&sim, &slo, &p, 80_000.0, seed * 1000);
+            assert!(
+                matches!(k.verdict, "ok" | "imprecise"),
+                "{} {}",
+                k.verdict,
+                k.reason
+            );
+            let est = k.knee.unwrap();
+            let (lo, hi) = k.ci.unwrap();
+            assert!(lo <= est && est <= hi && hi / lo < 1.1, "{lo} {est} {hi}");
+            errs.push((est / truth - 1.0).abs());
         }
         errs.sort_by(f64::total_cmp);
-        assert!(errs[17] < 0.05, "{errs:?}");
+        assert!(errs[17] < 0.02, "{errs:?}");
+    }
+
+    #[test]
+    fn seen_stalls_are_dropped_and_a_stalling_host_ends_the_search() {
+        let slo = Slo::parse("p99<=500us").unwrap();
+        let mut p = Params::new(1000.0, search::MAX_RATE);
+        p.reference = Some(40_000.0);
+        // Every window stalls for 20 ms and the host watch sees it: no knee.
+        let sim = SimServer::parse("service=100k,base=50us,stall=1:20:1").unwrap();
+        let k = sim_search(&sim, &slo, &p, 80_000.0, 7);
+        assert_eq!(k.verdict, "host_disturbed", "{}", k.reason);
+        assert!(
+            k.knee.is_none() && k.reason.contains("steal"),
+            "{}",
+            k.reason
+        );
+        // One window in ten stalls, always seen: dropped, the knee is the server's.
+        let sim = SimServer::parse("service=100k,base=50us,stall=0.1:20:1").unwrap();
+        let truth = sim.knee(0.99, 500.0).unwrap();
+        let k = sim_search(&sim, &slo, &p, 80_000.0, 9);
+        assert!(
+            (k.knee.unwrap() / truth - 1.0).abs() < 0.05,
+            "{:?} vs {truth}",
+            k.knee
+        );
+        assert!(k.windows().1[1] > 0);
+    }
+
+    #[test]
+    fn the_idle_path_makes_low_rates_fail_and_the_search_still_finds_the_knee() {
+        // A 3 ms wake-up for requests finding the server idle: p99 misses 1 ms at low
+        // rates, meets it at moderate ones, misses it again near saturation.
+        let sim = SimServer::parse("service=50k,base=50us,wake=3000us").unwrap();
+        let slo = Slo::parse("p99<=1ms").unwrap();
+        let mut p = Params::new(1000.0, search::MAX_RATE);
+        p.reference = Some(4_000.0);
+        // Started low, in the region the idle path fails.
+        let k = sim_search(&sim, &slo, &p, 5_000.0, 3);
+        assert!(
+            matches!(k.verdict, "ok" | "imprecise"),
+            "{} {}",
+            k.verdict,
+            k.reason
+        );
+        let knee = k.knee.unwrap();
+        assert!(knee > 40_000.0 && knee < 50_000.0, "{knee}");
+        assert!(!k.dips.is_empty() && k.dips[0] < 10_000.0, "{:?}", k.dips);
     }
 }

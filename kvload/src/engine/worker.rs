@@ -142,7 +142,11 @@ impl Worker {
             schedule: Schedule::new(&cfg, self.thread, self.tl.start, self.tl.window_start),
             workload: Workload::new(&cfg, self.thread),
             req: Request::with_capacity(cfg.mget_size),
-            metrics: Metrics::new(seconds.max(1)),
+            metrics: match cfg.window_ns {
+                Some(w) => Metrics::new(seconds.max(1))
+                    .with_windows(cfg.duration_ns.div_ceil(w).max(1) as usize, w),
+                None => Metrics::new(seconds.max(1)),
+            },
             conns,
             dirty: Vec::new(),
             rr: 0,
@@ -357,14 +361,21 @@ impl Loop {
     fn dispatch_open(&mut self) {
         let t = self.schedule.peek();
         let measured = self.tl.in_window(t);
+        let ws = self.tl.window_start;
         if measured {
             self.metrics.counters.scheduled += 1;
+            if let Some(w) = self.metrics.window_of(t - ws) {
+                w.scheduled += 1;
+            }
         }
         let n = self.conns.len();
         let mut chosen = None;
         if self.all_full {
             if measured {
                 self.metrics.counters.skipped += 1;
+                if let Some(w) = self.metrics.window_of(t - ws) {
+                    w.skipped += 1;
+                }
             }
             return;
         }
@@ -380,6 +391,9 @@ impl Loop {
             self.all_full = true;
             if measured {
                 self.metrics.counters.skipped += 1;
+                if let Some(w) = self.metrics.window_of(t - ws) {
+                    w.skipped += 1;
+                }
             }
             return;
         };
@@ -449,10 +463,18 @@ impl Loop {
                 e.sent = now;
                 if open {
                     if e.measured {
-                        self.metrics.record_lag(
-                            self.tl.second(now.max(self.tl.window_start)),
-                            now.saturating_sub(e.intended),
-                        );
+                        let lag = now.saturating_sub(e.intended);
+                        self.metrics
+                            .record_lag(self.tl.second(now.max(self.tl.window_start)), lag);
+                        if let Some(w) = self
+                            .metrics
+                            .window_of(e.intended.saturating_sub(self.tl.window_start))
+                        {
+                            w.sent += 1;
+                            w.lag_sum_ns += lag;
+                            w.lag_max_ns = w.lag_max_ns.max(lag);
+                            w.lag.saturating_record(lag);
+                        }
                         if self.dump {
                             self.arrivals.push((e.intended, now));
                         }
@@ -463,6 +485,10 @@ impl Loop {
                     if in_window {
                         self.metrics.counters.scheduled += 1;
                         self.metrics.counters.sent += 1;
+                        if let Some(w) = self.metrics.window_of(now - self.tl.window_start) {
+                            w.scheduled += 1;
+                            w.sent += 1;
+                        }
                     }
                 }
             }
@@ -531,6 +557,17 @@ impl Loop {
                 let svc = if open { Some(service) } else { None };
                 self.metrics
                     .record_response(head.verb, corrected, svc, &outcome);
+                if let Some(w) = self
+                    .metrics
+                    .window_of(head.intended.saturating_sub(self.tl.window_start))
+                {
+                    w.completed += 1;
+                    w.errors += outcome.error.is_some() as u64;
+                    w.corrected.saturating_record(corrected);
+                    if open {
+                        w.service.saturating_record(service);
+                    }
+                }
                 if !head.timed_out && service > timeout {
                     self.metrics.counters.timeouts += 1;
                 }

@@ -17,7 +17,7 @@ pub fn histogram() -> Histogram<u64> {
 }
 
 /// The per-second series uses 2 significant digits to stay small.
-fn coarse_histogram() -> Histogram<u64> {
+pub fn coarse_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, HIST_MAX_NS, 2).expect("valid histogram bounds")
 }
 
@@ -103,6 +103,79 @@ pub struct Second {
     pub lag_count: u64,
 }
 
+/// One short window of the measured window (`--window`): the requests whose intended
+/// send time fell in it, so that the windows of a run partition its requests and their
+/// histograms pool to the run's. A capacity search judges a rate by many of them.
+#[derive(Debug, Clone)]
+pub struct Window {
+    /// Arrivals intended in this window (open mode) or sent in it (closed).
+    pub scheduled: u64,
+    /// Of those, the ones written to a connection (skipped ones never are).
+    pub sent: u64,
+    pub skipped: u64,
+    /// Responses to this window's requests.
+    pub completed: u64,
+    pub errors: u64,
+    /// Schedule lag (actual minus intended send time) of this window's requests.
+    pub lag_sum_ns: u64,
+    pub lag_max_ns: u64,
+    /// Schedule lag of this window's requests, 2 significant digits.
+    pub lag: Histogram<u64>,
+    /// Latency from the intended send time, 2 significant digits.
+    pub corrected: Histogram<u64>,
+    /// Latency from the actual send time, 2 significant digits.
+    pub service: Histogram<u64>,
+}
+
+impl Window {
+    pub fn new() -> Self {
+        Window {
+            scheduled: 0,
+            sent: 0,
+            skipped: 0,
+            completed: 0,
+            errors: 0,
+            lag_sum_ns: 0,
+            lag_max_ns: 0,
+            lag: coarse_histogram(),
+            corrected: coarse_histogram(),
+            service: coarse_histogram(),
+        }
+    }
+
+    pub fn add(&mut self, o: &Window) {
+        self.scheduled += o.scheduled;
+        self.sent += o.sent;
+        self.skipped += o.skipped;
+        self.completed += o.completed;
+        self.errors += o.errors;
+        self.lag_sum_ns += o.lag_sum_ns;
+        self.lag_max_ns = self.lag_max_ns.max(o.lag_max_ns);
+        self.lag.add(&o.lag).expect("histograms of equal bounds");
+        self.corrected
+            .add(&o.corrected)
+            .expect("histograms of equal bounds");
+        self.service
+            .add(&o.service)
+            .expect("histograms of equal bounds");
+    }
+
+    /// Mean schedule lag of the window's sent requests, µs.
+    pub fn lag_mean_us(&self) -> f64 {
+        if self.sent == 0 {
+            0.0
+        } else {
+            self.lag_sum_ns as f64 / self.sent as f64 / 1000.0
+        }
+    }
+}
+
+impl Default for Window {
+    fn default() -> Self {
+        Window::new()
+    }
+}
+
 /// Everything one thread measured.
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -116,6 +189,9 @@ pub struct Metrics {
     pub lag: Histogram<u64>,
     pub counters: Counters,
     pub series: Vec<Second>,
+    /// `--window`: the measured window cut into windows of `window_ns` (empty without).
+    pub windows: Vec<Window>,
+    pub window_ns: u64,
 }
 
 impl Metrics {
@@ -135,7 +211,26 @@ impl Metrics {
                     lag_count: 0,
                 })
                 .collect(),
+            windows: Vec::new(),
+            window_ns: 0,
         }
+    }
+
+    /// Also keeps `n` windows of `window_ns` each (`--window`).
+    pub fn with_windows(mut self, n: usize, window_ns: u64) -> Self {
+        self.windows = (0..n).map(|_| Window::new()).collect();
+        self.window_ns = window_ns;
+        self
+    }
+
+    /// The window of an intended send time `since_start` ns after the window start.
+    #[inline]
+    pub fn window_of(&mut self, since_start: u64) -> Option<&mut Window> {
+        if self.window_ns == 0 {
+            return None;
+        }
+        let i = (since_start / self.window_ns) as usize;
+        self.windows.get_mut(i)
     }
 
     /// Records one completed window request. `service` is `None` in closed
@@ -208,12 +303,22 @@ impl Metrics {
             a.lag_sum_ns += b.lag_sum_ns;
             a.lag_count += b.lag_count;
         }
+        if self.windows.len() < o.windows.len() {
+            self.windows.resize_with(o.windows.len(), Window::new);
+            self.window_ns = o.window_ns;
+        }
+        for (a, b) in self.windows.iter_mut().zip(&o.windows) {
+            a.add(b);
+        }
     }
 
     /// Closed mode: service time is the corrected latency (the intended send
     /// time is the send time), recorded once per request on the hot path.
     pub fn service_from_corrected(&mut self) {
         self.service = self.corrected.clone();
+        for w in &mut self.windows {
+            w.service = w.corrected.clone();
+        }
     }
 
     /// Corrected latency over all verbs.

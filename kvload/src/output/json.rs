@@ -68,6 +68,8 @@ pub fn config_echo(cfg: &Config) -> Value {
             "speed": t.speed,
         })),
         "phases": phases,
+        "window_s": cfg.window_ns.map(|w| w as f64 / 1e9),
+        "watch": json!({"pid": cfg.watch_pid, "cpus": cfg.watch_cpus}),
     });
     if let (Some(sim), Some(o)) = (&cfg.simulate, echo.as_object_mut()) {
         // The service rate of this run's simulated server (drawn from --seed).
@@ -153,7 +155,56 @@ pub fn document(r: &Report) -> Value {
             "seconds": p.seconds,
         })),
         "series": series,
+        "windows": windows(r),
         "verdict": r.verdict.name(),
         "verdict_reason": r.verdict_reason,
     })
+}
+
+/// `--window`: one object per window (null without): its requests, schedule lag,
+/// latency percentiles and what the host did (engine/watch.rs; null where unmeasured).
+fn windows(r: &Report) -> Value {
+    let m = &r.run.metrics;
+    if m.window_ns == 0 {
+        return Value::Null;
+    }
+    let fin = |x: f64| if x.is_finite() { json!(x) } else { Value::Null };
+    let q = |h: &hdrhistogram::Histogram<u64>, q: f64| {
+        if h.is_empty() {
+            Value::Null
+        } else {
+            json!(h.value_at_quantile(q) as f64 / 1000.0)
+        }
+    };
+    Value::Array(
+        m.windows
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let h = r.run.host.get(i);
+                json!({
+                    "t_s": (i as u64 * m.window_ns) as f64 / 1e9,
+                    "scheduled": w.scheduled,
+                    "sent": w.sent,
+                    "skipped": w.skipped,
+                    "completed": w.completed,
+                    "errors": w.errors,
+                    "lag_mean_us": w.lag_mean_us(),
+                    "lag_max_us": w.lag_max_ns as f64 / 1000.0,
+                    "lag_p99_us": q(&w.lag, 0.99),
+                    "lag_p999_us": q(&w.lag, 0.999),
+                    "p50_us": q(&w.corrected, 0.5),
+                    "p99_us": q(&w.corrected, 0.99),
+                    "p999_us": q(&w.corrected, 0.999),
+                    "service_p99_us": q(&w.service, 0.99),
+                    "host": h.map(|h| json!({
+                        "steal_server": fin(h.steal_server),
+                        "steal_client": fin(h.steal_client),
+                        "others_server": fin(h.others_server),
+                        "server_busy": fin(h.server_busy),
+                    })),
+                })
+            })
+            .collect(),
+    )
 }

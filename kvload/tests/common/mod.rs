@@ -17,6 +17,12 @@ pub struct Server {
     pub dir: PathBuf,
 }
 
+impl Server {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
