@@ -29,3 +29,5 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const SCHEMA: &str = "kvload/1.1";
 /// The JSON schema of a --search or --ramp document (see docs/kvload.md).
 pub const SEARCH_SCHEMA: &str = "kvload/search/2";
+/// The JSON schema of `--profile`.
+pub const PROFILE_SCHEMA: &str = "kvload/profile/1";

@@ -560,6 +560,22 @@ pub fn small_sample_widening(n: usize) -> f64 {
     t / z * (n as f64 / df).sqrt()
 }
 
+/// One run's percentile and 95% interval over its undisturbed windows (after `spill`),
+/// with how many windows counted and were dropped by kind: what `--profile` reports.
+pub fn run_figures(slo: &Slo, windows: &[WindowSample], seed: u64) -> (f64, (f64, f64), usize, [usize; 3]) {
+    let mut dropped = [0usize; 3];
+    let mut good = Vec::new();
+    for w in &spill(windows) {
+        match w.disturbed {
+            Some(d) => dropped[d.index()] += 1,
+            None => good.push(w.latency.clone()),
+        }
+    }
+    let pool = Pool::of(&good.iter().collect::<Vec<_>>());
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+    (pool.estimate(slo.quantile), pool.interval(slo.quantile, &mut rng), good.len(), dropped)
+}
+
 fn percentiles(sorted: &[f64]) -> (f64, f64) {
     let a = (1.0 - LEVEL) / 2.0;
     let at =

@@ -42,7 +42,17 @@ pub enum Plan {
         rates: Vec<f64>,
         shuffled: bool,
     },
+    /// --profile: the host's floor, the server's peak and the client's cost.
+    Profile {
+        slo: Slo,
+        floor_rate: f64,
+    },
 }
+
+/// The floor's rate when --profile is given no --rate, req/s.
+pub const PROFILE_FLOOR_RATE: f64 = 1000.0;
+/// The floor is measured this long (at least), the half-peak step as long as --duration.
+pub const PROFILE_FLOOR_NS: u64 = 3_000_000_000;
 
 fn usage<T>(m: impl Into<String>) -> Result<T, Error> {
     Err(Error::usage(m))
@@ -99,8 +109,21 @@ impl Plan {
         {
             return usage(format!("{flag} needs --search"));
         }
-        if cli.search.is_some() && cli.ramp.is_some() {
-            return usage("give --search or --ramp, not both");
+        if [cli.search.is_some(), cli.ramp.is_some(), cli.profile.is_some()]
+            .iter()
+            .filter(|&&x| x)
+            .count()
+            > 1
+        {
+            return usage("give one of --search, --ramp and --profile");
+        }
+        if let Some(text) = &cli.profile {
+            let slo = Slo::parse(text).map_err(|e| Error::usage(format!("--profile: {e}")))?;
+            let floor_rate = cli.rate.unwrap_or(PROFILE_FLOOR_RATE);
+            if cli.dump_arrivals.is_some() {
+                return usage("--dump-arrivals records one run: not with --profile");
+            }
+            return Ok(Some(Plan::Profile { slo, floor_rate }));
         }
         if (cli.search.is_some() || cli.ramp.is_some()) && cli.dump_arrivals.is_some() {
             return usage("--dump-arrivals records one run: not with --search or --ramp");
@@ -217,6 +240,7 @@ impl Plan {
                 start.unwrap_or((params.min_rate * params.max_rate).sqrt())
             }
             Plan::Ramp { rates, .. } => rates[0],
+            Plan::Profile { floor_rate, .. } => *floor_rate,
         }
     }
 }
@@ -402,6 +426,99 @@ fn emit(cfg: &Config, body: &Value) -> Result<(), Error> {
     Ok(())
 }
 
+/// One profile step's figures: the SLO's percentile with its interval over the good
+/// windows, p50, the client's CPU and the windows dropped.
+fn profile_step(cfg: &Config, slo: &Slo, m: &Measured) -> Value {
+    let (est, ci, good, dropped) = search::run_figures(slo, &m.windows, cfg.seed);
+    let fin = |x: f64| if x.is_finite() { json!(x) } else { Value::Null };
+    let f = &m.figures;
+    let mut d = serde_json::Map::new();
+    for x in search::Disturbance::ALL {
+        d.insert(x.name().into(), json!(dropped[x as usize]));
+    }
+    json!({
+        "rate": cfg.rate,
+        "achieved_rate": f.get("achieved_rate"),
+        "verdict": f.get("verdict"),
+        "latency_us": fin(est),
+        "ci": [fin(ci.0), fin(ci.1)],
+        "p50_us": f.pointer("/latency/total/corrected/p50_us"),
+        "schedule_lag_p99_us": f.pointer("/schedule_lag/p99_us"),
+        "client_utilization": f.pointer("/client_cpu/utilization"),
+        "windows": m.windows.len(),
+        "good_windows": good,
+        "dropped": d,
+    })
+}
+
+/// `--profile`: what the host can show for `slo` before a search (docs/kvload.md).
+fn profile(base: &Config, slo: &Slo, floor_rate: f64, preload: bool) -> Result<(), Error> {
+    let t0 = Instant::now();
+    let x = burst(base)?;
+    let mut floor_cfg = at_rate(base, floor_rate, false, 1);
+    floor_cfg.duration_ns = floor_cfg.duration_ns.max(PROFILE_FLOOR_NS);
+    for p in &mut floor_cfg.phases {
+        p.duration_ns = floor_cfg.duration_ns;
+    }
+    let _ = preload; // the burst preloaded the keyspace
+    let floor = measure(&floor_cfg, Some(slo))?;
+    let mid_rate = 0.5 * x;
+    let mid_cfg = at_rate(base, mid_rate, false, 2);
+    let mid = measure(&mid_cfg, Some(slo))?;
+    let floor_j = profile_step(&floor_cfg, slo, &floor);
+    let mid_j = profile_step(&mid_cfg, slo, &mid);
+    // The client's CPU cost of one request in the open loop at half the peak, and the
+    // rate its CPUs would reach at 90% busy.
+    let util = mid_j["client_utilization"].as_f64().unwrap_or(f64::NAN);
+    let achieved = mid_j["achieved_rate"].as_f64().unwrap_or(f64::NAN);
+    let cpus = base.threads as f64;
+    let cost_us = util * cpus * 1e6 / achieved;
+    let limit = if cost_us > 0.0 && cost_us.is_finite() {
+        crate::output::CLIENT_BOUND_UTILIZATION * cpus * 1e6 / cost_us
+    } else {
+        f64::NAN
+    };
+    let fin = |x: f64| if x.is_finite() { json!(x) } else { Value::Null };
+    let seconds = t0.elapsed().as_secs_f64();
+    say(
+        base,
+        &format!(
+            "profile: peak {x:.0} req/s (closed loop); {} floor {} us (95% CI {} … {}) at \
+             {floor_rate:.0} req/s; {} {} us at {mid_rate:.0} req/s; client {:.1} us of CPU per \
+             request, limit about {limit:.0} req/s ({seconds:.0} s)",
+            slo.label,
+            fmt_us(&floor_j["latency_us"]),
+            fmt_us(&floor_j["ci"][0]),
+            fmt_us(&floor_j["ci"][1]),
+            slo.label,
+            fmt_us(&mid_j["latency_us"]),
+            cost_us
+        ),
+    );
+    emit(
+        base,
+        &json!({
+            "schema": crate::PROFILE_SCHEMA,
+            "kvload_version": crate::VERSION,
+            "kind": "profile",
+            "config": doc::config_echo(base),
+            "slo": {"text": slo.text(), "quantile": slo.quantile, "label": slo.label,
+                    "latency": if slo.service { "service" } else { "corrected" },
+                    "bound_us": slo.bound_us, "strict": slo.strict},
+            "burst_rate": x,
+            "floor": floor_j,
+            "mid": mid_j,
+            "client": {"cpus": base.threads, "cost_us_per_request": fin(cost_us),
+                       "limit_rate": fin(limit)},
+            "seconds": seconds,
+        }),
+    )
+}
+
+fn fmt_us(v: &Value) -> String {
+    v.as_f64().map_or("-".into(), |x| format!("{x:.0}"))
+}
+
 /// The `knee` object of a search document: the answer, its interval, the shape of the
 /// curve, the host watch and the windows dropped.
 pub fn knee_json(k: &Knee) -> Value {
@@ -559,6 +676,7 @@ pub fn run(plan: &Plan, base: &Config) -> Result<(), Error> {
             }
             emit(base, &body)
         }
+        Plan::Profile { slo, floor_rate } => profile(base, slo, *floor_rate, preload),
         Plan::Ramp { rates, shuffled } => {
             let mut order = rates.clone();
             if *shuffled {

@@ -175,6 +175,10 @@ pub struct Cli {
     #[arg(long, value_name = "SLO")]
     pub search: Option<String>,
 
+    /// What this host can show for SLO (e.g. p99<=1ms), before a search: a closed-loop burst (the server's peak), the latency floor at a low rate (--rate, default 1000 req/s) and the latency and the client's CPU cost per request at half the peak, each judged by its windows; JSON schema kvload/profile/1
+    #[arg(long, value_name = "SLO")]
+    pub profile: Option<String>,
+
     /// --search: stop when the highest pass and the lowest fail are this close, e.g. 2% or 0.02 [default: 2%]
     #[arg(long, value_name = "PCT")]
     pub precision: Option<String>,
