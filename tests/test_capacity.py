@@ -1,6 +1,9 @@
-"""Capacity at an SLO (issue 20): the `capacity` metric is one kvload knee search per
-repetition; a search without a knee is a failed measurement, never a value; the verdict
-says the capacity with both figures and the SLO; the report draws the curve."""
+"""Capacity at an SLO (issues 20 and 35): the `capacity` metric is one kvload knee search
+per repetition, with its own 95% interval; a search without a knee is a failed
+measurement, never a value, and one the host spoiled is said and skipped; searches are
+pooled with their intervals; the verdict says the capacity with both figures and the SLO;
+the report draws the curve. Tests on real servers choose their SLO from the host profile
+(never a host's figures), and accept a disturbed host as an outcome they check is said."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import pytest
 
 from kvtune.errors import TrialFailed, UserError
 from kvtune.load import driver_for
-from kvtune.load.kvload import build_argv, search_result, search_steps
+from kvtune.load.kvload import build_argv, search_ci, search_result, search_steps
 from kvtune.spec import StudySpec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,19 +36,22 @@ objective: {objective or '{metric: capacity, slo: "p99_us <= 200", precision: 0.
     return StudySpec.model_validate(doc)
 
 
-def _step(n: int, rate: float, outcome: str, lat: float, **fig: Any) -> dict[str, Any]:
+def _step(n: int, rate: float, outcome: str, lat: float, purpose: str = "search",
+          **fig: Any) -> dict[str, Any]:
     figures = {"achieved_rate": rate * 0.99, "verdict": "ok",
                "latency": {"total": {"corrected": {"p50_us": lat / 3, "p99_us": lat}}},
                "client_cpu": {"utilization": 0.4}, "hit_ratio": 1.0, **fig}
-    return {"n": n, "rate": rate, "outcome": outcome, "latency_us": lat, "repeat": False,
-            "figures": figures}
+    return {"n": n, "rate": rate, "purpose": purpose, "outcome": outcome, "latency_us": lat,
+            "ci": [lat * 0.9, lat * 1.1], "run": 1, "repeat": False, "windows": 6,
+            "dropped": {"client_late": 1, "steal": 0, "others": 0}, "figures": figures}
 
 
-def _doc(verdict: str, knee: float | None, steps: list[dict[str, Any]],
-         reason: str = "r") -> dict[str, Any]:
-    return {"schema": "kvload/search/1", "kind": "search", "verdict": verdict,
-            "reason": reason, "knee": knee, "steps": steps,
-            "bracket": {"highest_pass": knee, "lowest_fail": None}}
+def _doc(verdict: str, knee: float | None, steps: list[dict[str, Any]], reason: str = "r",
+         hp: float | None = None, ci: list[float] | None = None) -> dict[str, Any]:
+    return {"schema": "kvload/search/2", "kind": "search", "verdict": verdict,
+            "reason": reason, "knee": knee, "ci": ci, "steps": steps,
+            "bracket": {"highest_pass": hp, "lowest_fail": None},
+            "windows": {"total": 6 * len(steps), "dropped": {"client_late": len(steps)}}}
 
 
 def test_a_capacity_repetition_is_one_search_at_the_slo() -> None:
@@ -64,6 +70,16 @@ def test_a_capacity_repetition_is_one_search_at_the_slo() -> None:
     assert argv[argv.index("--search") + 1] == "p99.9<=1000us"
     assert argv[argv.index("--search-range") + 1] == "1000:90000"
     assert argv[argv.index("--rate") + 1] == "5000"  # the first step
+    # The server's PID and CPUs: watched for host disturbance in each window.
+    argv = build_argv("kvload", spec.load, "127.0.0.1:1", "memcache", 1, "-", None, cap,
+                      (4242, "0"))
+    assert argv[argv.index("--watch-pid") + 1] == "4242"
+    assert argv[argv.index("--watch-cpus") + 1] == "0"
+    # The host profile: --profile with the SLO, the floor at the range's bottom.
+    argv = build_argv("kvload", ranged.load, "127.0.0.1:1", "memcache", 1, "-", None, None,
+                      None, ranged.capacity)
+    assert argv[argv.index("--profile") + 1] == "p99.9<=1000us"
+    assert argv[argv.index("--rate") + 1] == "1000" and "--search" not in argv
     # Not a capacity study: no search.
     plain = _spec(", rate: 5000", "p99_us")
     assert plain.capacity is None
@@ -71,19 +87,24 @@ def test_a_capacity_repetition_is_one_search_at_the_slo() -> None:
                                         "-")
 
 
-def test_the_knee_is_the_value_and_the_other_metrics_are_the_knee_steps() -> None:
-    doc = _doc("ok", 150_000.0, [_step(1, 120_000, "pass", 150), _step(2, 150_000, "pass", 190),
-                                 _step(3, 153_000, "fail", 230)])
+def test_the_knee_is_the_value_and_the_other_metrics_are_the_highest_pass() -> None:
+    steps = [_step(1, 60_000, "pass", 120, "reference"), _step(2, 120_000, "pass", 150),
+             _step(3, 150_000, "pass", 190), _step(4, 153_000, "fail", 230),
+             _step(5, 60_000, "pass", 125, "reference")]
+    doc = _doc("ok", 151_200.0, steps, hp=150_000.0, ci=[149_000.0, 152_500.0])
     metrics, note = search_result(doc)
-    assert metrics["capacity"] == 150_000.0
+    assert metrics["capacity"] == 151_200.0  # interpolated inside the bracket
     assert metrics["p99_us"] == 190 and metrics["ops_per_sec"] == pytest.approx(148_500)
     assert note == ""
-    metrics, note = search_result({**_doc("imprecise", 150_000.0, doc["steps"]),
-                                   "reason": "16 steps ran out"})
-    assert metrics["capacity"] == 150_000.0 and note == "16 steps ran out"
-    steps = search_steps(doc)
-    assert [s["rate"] for s in steps] == [120_000, 150_000, 153_000]
-    assert steps[2]["outcome"] == "fail" and steps[1]["p99_us"] == 190
+    assert search_ci(doc) == (149_000.0, 152_500.0)
+    assert search_ci({**doc, "ci": None}) is None and search_ci(None) is None
+    metrics, note = search_result({**doc, "verdict": "imprecise", "reason": "24 runs ran out"})
+    assert metrics["capacity"] == 151_200.0 and note == "24 runs ran out"
+    got = search_steps(doc)
+    assert [s["rate"] for s in got] == [60_000, 120_000, 150_000, 153_000, 60_000]
+    assert got[0]["purpose"] == "reference" and got[3]["outcome"] == "fail"
+    assert got[2]["p99_us"] == 190 and got[2]["dropped"] == 1
+    assert got[2]["ci"] == pytest.approx([171, 209])
     assert search_steps({"schema": "kvload/1.1"}) == []
 
 
@@ -91,6 +112,8 @@ def test_the_knee_is_the_value_and_the_other_metrics_are_the_knee_steps() -> Non
     ("client_bound", "the load generator was the limit"),
     ("no_pass", "no rate met the SLO"),
     ("range_top", "every rate met the SLO"),
+    ("host_disturbed", "the host disturbed the measurement"),
+    ("host_changed", "the host changed during the search"),
 ])
 def test_a_search_without_a_knee_is_a_failed_measurement(verdict: str, words: str) -> None:
     doc = _doc(verdict, None, [_step(1, 100_000, "client_bound", 400,
@@ -99,6 +122,8 @@ def test_a_search_without_a_knee_is_a_failed_measurement(verdict: str, words: st
     with pytest.raises(TrialFailed) as e:
         search_result(doc)
     assert words in e.value.reason and "97% busy" in e.value.reason
+    # Only what the host caused is transient: the next repetition may not see it.
+    assert e.value.raw["transient"] == verdict.startswith("host_")
     if verdict == "client_bound":  # how to keep the server the limit, in the study's keys
         for remedy in ("placement.cpu_quota_pct", "target.cpus", "load.cpus", "load.host"):
             assert remedy in e.value.reason
@@ -129,19 +154,22 @@ def test_the_verdict_says_both_capacities_and_the_slo() -> None:
 
 # -- on a real memcached ---------------------------------------------------------------------
 
+# The study's SLO is chosen from the host profile (SLO_PLACEHOLDER is replaced): never a
+# host's figures.
 STUDY = """
 study: cap-it
 target: {kind: memcached, binary: memcached, port: 0, cpus: "0", args: ["-m", "64"]}
 load:
   mode: open
   connections: 4
-  duration: 400ms
+  duration: 600ms
   warmup: 200ms
+  window: 100ms
   cpus: "1"
   workload: {keys: 2000, value_size: 200, mix: "mget:9,set:1", mget_size: 16}
 knobs:
   - {name: memcached.threads, range: [1, 2]}
-objective: {metric: capacity, slo: "p99_us <= 2000", precision: 0.1, rates: [2000, 2000000]}
+objective: {metric: capacity, slo: "SLO_PLACEHOLDER", precision: 0.1}
 budget: {trials: 1}
 repetitions: 1
 evaluation: {noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 4, ablation: false,
@@ -156,50 +184,169 @@ def _kvtune(*args: str, cwd: Path, kvload: str) -> subprocess.CompletedProcess[s
                           capture_output=True, text=True, timeout=900)
 
 
+@pytest.fixture(scope="module")
+def host_slo(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """An SLO this host can show for STUDY's workload, from its own profile (kvload
+    --profile on a fresh memcached pinned like the study): three times the worse of the
+    floor and the latency at half the peak, so that the knee lies between half the peak
+    and saturation (a host whose client is the limit first gets client_bound searches,
+    which the tests check are said)."""
+    import shutil
+    import socket
+    import time
+
+    from conftest import KVLOAD
+
+    d = tmp_path_factory.mktemp("profile")
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    mc = subprocess.Popen(["taskset", "-c", "0", shutil.which("memcached") or "memcached",
+                           "-u", "nobody", "-m", "64", "-l", "127.0.0.1", "-p", str(port),
+                           "-U", "0"])
+    try:
+        for _ in range(200):
+            with socket.socket() as sk:
+                if sk.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.02)
+        r = subprocess.run([str(KVLOAD), "--server", f"127.0.0.1:{port}", "--cpus", "1",
+                            "--connections", "4", "--keys", "2000", "--value-size", "200",
+                            "--mix", "mget:9,set:1", "--mget-size", "16", "--duration",
+                            "600ms", "--warmup", "200ms", "--profile", "p99<=1ms",
+                            "--watch-cpus", "0", "--watch-pid", str(mc.pid),
+                            "--json", str(d / "p.json"), "--quiet"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+    finally:
+        mc.terminate()
+        mc.wait()
+    doc = json.loads((d / "p.json").read_text())
+    lat = [x for x in (doc["floor"]["latency_us"], doc["mid"]["latency_us"]) if x]
+    assert lat, doc
+    bound = max(1000.0, 3 * max(lat))
+    return f"p99_us <= {bound:.0f}"
+
+
+def _spoiled(rep: dict[str, Any]) -> bool:
+    """A repetition the host spoiled, said as such (the expected outcome on a busy host)."""
+    s = rep.get("search") or {}
+    if rep["status"] != "failed" or not s.get("transient"):
+        return False
+    assert s["verdict"] in ("host_disturbed", "host_changed"), s
+    assert "host" in rep["reason"], rep["reason"]
+    return True
+
+
 def test_kvtune_run_measures_capacity_on_memcached(tmp_path: Path, memcached_bin: str,
-                                                    kvload_bin: str) -> None:
-    """`kvtune run --capacity`: metrics.capacity is the knee of a real search, the steps
-    are under the repetition, and the knee is a pass with a fail above it."""
-    (tmp_path / "s.yaml").write_text(STUDY)
-    r = _kvtune("run", "s.yaml", "--capacity", "p99_us <= 2000", "--repetitions", "1",
-                "--json", cwd=tmp_path, kvload=kvload_bin)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+                                                    kvload_bin: str, host_slo: str) -> None:
+    """`kvtune run --capacity`: each search is a knee with its own interval, between its
+    highest pass and a fail above it; the searches are pooled with their intervals; the
+    host profile comes first. A search the host spoiled is said, not counted."""
+    (tmp_path / "s.yaml").write_text(STUDY.replace("SLO_PLACEHOLDER", host_slo))
+    r = _kvtune("run", "s.yaml", "--capacity", host_slo, "--repetitions", "2", "--json",
+                cwd=tmp_path, kvload=kvload_bin)
+    assert r.returncode in (0, 1), r.stdout[-2000:] + r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
     doc = json.loads(r.stdout)
-    rep = doc["repetitions"][0]
-    if rep["status"] == "failed":  # a host whose client is the limit must say so
-        assert "load generator was the limit" in rep["reason"], rep["reason"]
-        pytest.skip(f"the client was the limit on this host: {rep['reason']}")
-    cap = doc["metrics"]["capacity"]
-    assert cap > 2000, doc["metrics"]
-    steps = rep["steps"]
-    assert steps and any(s["rate"] == cap and s["outcome"] == "pass" for s in steps)
-    above = [s for s in steps if s["rate"] > cap]
-    assert above
-    # The lowest rate above the knee was decided a fail: its runs (votes included) are
-    # mostly fails; a first run that passed there may have been outvoted.
-    nearest = [s for s in above if s["rate"] == min(x["rate"] for x in above)]
-    passes = sum(1 for s in nearest if s["outcome"] == "pass")
-    assert passes < len(nearest) - passes, nearest
+    cap = doc["capacity"]
+    assert cap["slo"] == host_slo and cap["searches"] == 2
+    prof = cap["host_profile"]["kvload"]
+    assert prof["schema"] == "kvload/profile/1" and prof["burst_rate"] > 0
+    assert "Host profile" in r.stderr and "floor" in r.stderr
+    knees = []
+    for rep in doc["repetitions"]:
+        if _spoiled(rep):
+            continue
+        if rep["status"] == "failed":  # a client that is the limit must say so
+            assert "load generator was the limit" in rep["reason"], rep["reason"]
+            continue
+        s = rep["search"]
+        knee, (lo, hi) = s["knee"], s["ci"]
+        assert lo <= knee <= hi, s
+        steps = [x for x in rep["steps"] if x["purpose"] == "search"]
+        passes = [x["rate"] for x in steps if x["outcome"] == "pass"]
+        assert passes and max(passes) <= knee, (passes, knee)
+        above = [x for x in steps if x["rate"] > max(passes)
+                 and x["outcome"] in ("fail", "saturated")]
+        assert above, steps
+        # Every run was judged by its windows; the host watch looked at least twice.
+        assert all(x["windows"] >= 1 for x in rep["steps"])
+        assert len(s["reference"]) >= 2
+        knees.append(knee)
+    if not knees:
+        assert r.returncode == 1 and "spoiled by the host" in doc["failed"], doc["failed"]
+        return
+    assert r.returncode == 0
+    value, (lo, hi) = cap["value"], cap["ci"]
+    assert cap["with_knee"] == len(knees) and lo <= value <= hi
+    assert min(knees) * 0.5 < value < max(knees) * 2
+    # The terminal says the same, search by search.
+    r = _kvtune("run", "s.yaml", "--capacity", host_slo, "--repetitions", "1",
+                cwd=tmp_path, kvload=kvload_bin)
+    assert f"Capacity at {host_slo}" in r.stdout, r.stdout[-2000:]
+    assert "search 1:" in r.stdout
+
+
+def test_a_cpu_hog_on_the_servers_cpu_spoils_every_search_and_the_run_says_so(
+        tmp_path: Path, memcached_bin: str, kvload_bin: str, host_slo: str) -> None:
+    """Another task on the server's CPU for the whole run: every search ends "host
+    disturbed", none is counted, and `kvtune run` says so (exit 1), never a capacity."""
+    (tmp_path / "s.yaml").write_text(STUDY.replace("SLO_PLACEHOLDER", host_slo))
+    hog = subprocess.Popen(["taskset", "-c", "0", "sh", "-c", "while :; do :; done"])
+    try:
+        r = _kvtune("run", "s.yaml", "--capacity", host_slo, "--repetitions", "2", "--json",
+                    cwd=tmp_path, kvload=kvload_bin)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert "spoiled by the host" in doc["failed"], doc["failed"]
+    assert "another task ran on the server's CPUs" in doc["failed"], doc["failed"]
+    assert doc["capacity"]["value"] is None and doc["capacity"]["with_knee"] == 0
+    assert len(doc["skipped"]) == 2
+    # The profile saw it too.
+    assert "disturbed" in (doc["capacity"]["host_profile"]["warning"] or "")
+
+
+def test_an_slo_below_the_hosts_floor_is_refused_with_its_figures(
+        tmp_path: Path, memcached_bin: str, kvload_bin: str) -> None:
+    """1 µs is below any host's floor: refused after the profile, with the figures, before
+    any search (exit 2)."""
+    (tmp_path / "s.yaml").write_text(STUDY.replace("SLO_PLACEHOLDER", "p99_us <= 1"))
+    r = _kvtune("run", "s.yaml", "--repetitions", "1", cwd=tmp_path, kvload=kvload_bin)
+    if r.returncode == 1 and "the host disturbed" in r.stderr:
+        # Another task on the server's CPU spoiled the profile: said, and no capacity.
+        assert "no capacity" in r.stdout, r.stdout[-2000:]
+        return
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "this host cannot show p99 <= 1 µs" in r.stderr, r.stderr[-2000:]
+    assert "req/s" in r.stderr and "Traceback" not in r.stderr
+    assert "search 1" not in r.stdout
 
 
 def test_a_capacity_study_confirms_and_reports_the_curve(tmp_path: Path, memcached_bin: str,
-                                                         kvload_bin: str) -> None:
+                                                         kvload_bin: str, host_slo: str) -> None:
     """A whole (tiny) capacity study: the verdict names the capacities and the SLO, and the
-    report draws the latency–throughput curve with the SLO."""
-    (tmp_path / "s.yaml").write_text(STUDY)
+    report draws the latency–throughput curve with the SLO. A host that spoiled the
+    baseline's every search says so (exit 2, the baseline failed)."""
+    (tmp_path / "s.yaml").write_text(STUDY.replace("SLO_PLACEHOLDER", host_slo))
     r = _kvtune("tune", "s.yaml", cwd=tmp_path, kvload=kvload_bin)
-    assert r.returncode in (0, 1), r.stdout[-3000:] + r.stderr[-3000:]
     assert "Traceback" not in r.stderr
+    if r.returncode == 2 and "spoiled by the host" in r.stderr:
+        return  # said: a disturbed host is an outcome, not a capacity
+    assert r.returncode in (0, 1), r.stdout[-3000:] + r.stderr[-3000:]
     out = r.stdout
-    assert "req/s at p99_us <= 2000" in out, out[-3000:]
+    assert f"req/s at {host_slo}" in out, out[-3000:]
     rep = _kvtune("report", "cap-it", "-o", str(tmp_path / "r.html"), cwd=tmp_path,
                   kvload=kvload_bin)
     assert rep.returncode == 0, rep.stderr[-2000:]
     page = (tmp_path / "r.html").read_text()
     # The figure, its SLO line (plotly escapes "<" in its JSON) and both configurations.
     assert 'id="plot-capacity"' in page, page[:2000]
-    assert "SLO p99_us \\u003c= 2000" in page or "SLO p99_us <= 2000" in page
-    assert "baseline: steps of" in page
+    assert f"SLO {host_slo}".replace("<", "\\u003c") in page or f"SLO {host_slo}" in page
+    assert "baseline: runs of" in page
 
 
 # -- the synthetic target's capacity surface: a known knee ----------------------------------
@@ -310,7 +457,7 @@ def test_a_simulated_target_that_cannot_search_is_refused_capacity(
 # -- kvtune sweep --knob load.rate: the latency–throughput curve -----------------------------
 
 RATE_STUDY = STUDY.replace(
-    'objective: {metric: capacity, slo: "p99_us <= 2000", precision: 0.1, rates: [2000, 2000000]}',
+    'objective: {metric: capacity, slo: "SLO_PLACEHOLDER", precision: 0.1}',
     "objective: {metric: p99_us}").replace("  mode: open\n", "  mode: open\n  rate: 5000\n")
 
 
@@ -335,7 +482,8 @@ def test_a_rate_sweep_draws_the_curve_on_memcached(tmp_path: Path, memcached_bin
     (RATE_STUDY, None, "needs --values"),
     (RATE_STUDY, "2k,fast", "'fast' is not a rate"),
     (RATE_STUDY, "2k,20M", "outside kvload's open-loop rates"),
-    (STUDY, "2k", "searches choose their own rates"),
+    (STUDY.replace("SLO_PLACEHOLDER", "p99_us <= 2000"), "2k",
+     "searches choose their own rates"),
     (RATE_STUDY.replace("  mode: open\n  rate: 5000\n", "  mode: closed\n"), "2k",
      "a closed loop has no rate"),
     (SYNTHETIC.replace('{metric: capacity, slo: "p99_us <= 500"}', "{metric: ops_per_sec}"),

@@ -237,19 +237,21 @@ pub struct WindowFacts {
     pub others: f64,
 }
 
-/// Whether the host disturbed a window, and how. A window counts unless the generator
-/// was late for more than half of the requests the SLO's tail is made of, or steal time
-/// or another task took more than `HOST_SHARE` of the server's CPUs.
+/// Whether the host disturbed a window, and how. A window counts unless another task or
+/// steal time took more than `HOST_SHARE` of the server's CPUs, or the generator was late
+/// for more than half of the requests the SLO's tail is made of.
 ///
 /// A service-latency SLO (`service.`) is measured from the actual send, so the
 /// generator's lateness does not enter it and is not checked.
 pub fn judge_window(slo: &Slo, f: &WindowFacts) -> Option<Disturbance> {
-    if !slo.service && f.late_share > (1.0 - slo.quantile) / 2.0 {
-        Some(Disturbance::ClientLate)
+    // The host's own signals first: a task on the server's CPUs or steal time also makes
+    // kvload late, and the cause is what is said.
+    if f.others > HOST_SHARE {
+        Some(Disturbance::Others)
     } else if f.steal > HOST_SHARE {
         Some(Disturbance::Steal)
-    } else if f.others > HOST_SHARE {
-        Some(Disturbance::Others)
+    } else if !slo.service && f.late_share > (1.0 - slo.quantile) / 2.0 {
+        Some(Disturbance::ClientLate)
     } else {
         None
     }
@@ -562,7 +564,11 @@ pub fn small_sample_widening(n: usize) -> f64 {
 
 /// One run's percentile and 95% interval over its undisturbed windows (after `spill`),
 /// with how many windows counted and were dropped by kind: what `--profile` reports.
-pub fn run_figures(slo: &Slo, windows: &[WindowSample], seed: u64) -> (f64, (f64, f64), usize, [usize; 3]) {
+pub fn run_figures(
+    slo: &Slo,
+    windows: &[WindowSample],
+    seed: u64,
+) -> (f64, (f64, f64), usize, [usize; 3]) {
     let mut dropped = [0usize; 3];
     let mut good = Vec::new();
     for w in &spill(windows) {
@@ -573,7 +579,12 @@ pub fn run_figures(slo: &Slo, windows: &[WindowSample], seed: u64) -> (f64, (f64
     }
     let pool = Pool::of(&good.iter().collect::<Vec<_>>());
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
-    (pool.estimate(slo.quantile), pool.interval(slo.quantile, &mut rng), good.len(), dropped)
+    (
+        pool.estimate(slo.quantile),
+        pool.interval(slo.quantile, &mut rng),
+        good.len(),
+        dropped,
+    )
 }
 
 fn percentiles(sorted: &[f64]) -> (f64, f64) {

@@ -202,8 +202,15 @@ def run(
     res = run_config(loaded, _parse_sets(set_ or []), repetitions, err)
     if as_json:
         print(json.dumps(res, indent=1, default=str))
+        if res.get("failed"):
+            raise typer.Exit(1)
         return
     from kvtune.present import number
+
+    if res.get("capacity"):
+        _print_capacity_run(res)
+        if res["capacity"].get("value") is None:
+            raise typer.Exit(1)
 
     t = Table(title="Measured configuration")
     t.add_column("metric")
@@ -222,6 +229,51 @@ def run(
         if res.get("stderr"):
             out.print(f"server stderr:\n{res['stderr']}", markup=False, highlight=False)
         raise typer.Exit(1)
+
+
+def _print_capacity_run(res: dict[str, Any]) -> None:
+    """`kvtune run` of a capacity objective: the SLO, each search's knee with its interval
+    (or why it has none), the pooled capacity and whether the searches agree; the other
+    metrics follow in the table."""
+    from rich.markup import escape
+
+    from kvtune.present import number
+
+    cap = res["capacity"]
+    out.print(f"[bold]Capacity at {escape(cap['slo'])}[/]")
+    for i, r in enumerate(res.get("repetitions") or [], 1):
+        s = r.get("search") or {}
+        what = (f"{number(s.get('runs'))} runs, {number(s.get('dropped'))} of "
+                f"{number(s.get('windows'))} windows disturbed")
+        if s.get("knee") is not None and s.get("ci"):
+            lo, hi = s["ci"]
+            line = (f"  search {i}: {number(s['knee'])} req/s (95% CI {number(lo)} … "
+                    f"{number(hi)}), {what}")
+            if s.get("verdict") == "imprecise":
+                line += " [imprecise: the runs ran out]"
+            out.print(line, highlight=False)
+            if s.get("dips"):
+                out.print("    the curve falls before it rises: rates below the capacity "
+                          "missed the SLO (" + ", ".join(number(d) for d in s["dips"])
+                          + " req/s)", highlight=False)
+        else:
+            tag = "spoiled by the host" if s.get("transient") else "no capacity"
+            out.print(f"  search {i}: [yellow]{tag}[/]: {escape(str(r.get('reason') or ''))}"
+                      f" ({what})", highlight=False)
+    n, k = cap["searches"], cap["with_knee"]
+    if cap.get("value") is not None:
+        lo, hi = cap["ci"]
+        agree = ""
+        if k > 1 and cap.get("heterogeneity_p") is not None:
+            p = cap["heterogeneity_p"]
+            agree = ("; the searches agree within their intervals" if p >= 0.05 else
+                     "; [yellow]the searches disagree beyond their intervals[/] (heterogeneity"
+                     f" p = {p:.3f}): the interval includes that spread")
+        out.print(f"[bold]capacity {number(cap['value'])} req/s (95% CI {number(lo)} … "
+                  f"{number(hi)})[/] from {k} of {n} search(es){agree}", highlight=False)
+    else:
+        out.print(f"[red]no capacity[/]: none of the {n} search(es) found one")
+    out.print("The other metrics are the knee runs' (each search's highest passing rate).")
 
 
 def _objective_capacity(loaded: Loaded, slo: str) -> None:

@@ -134,6 +134,9 @@ class LoadSpec(_Model):
     pipeline: int = Field(default=1, ge=1, le=1024)
     duration: float = 5.0
     warmup: float = 1.0
+    # kvload's --window: each run's measured window is also judged in windows this long
+    # (a capacity search decides a rate by them; default about 250 ms).
+    window: float | None = None
     cpus: str | None = None
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     workload_file: str | None = None
@@ -159,6 +162,16 @@ class LoadSpec(_Model):
     def load_host(self) -> LoadHost | None:
         """`host` parsed, or None when the load runs on this host."""
         return None if self.host is None else parse_load_host(self.host)
+
+    @field_validator("window", mode="before")
+    @classmethod
+    def _window(cls, v: Any) -> float | None:
+        if v is None:
+            return None
+        w = parse_duration(v)
+        if not 0.05 <= w <= 60:
+            raise ValueError("a window is between 50ms and 60s")
+        return w
 
     @field_validator("duration", "warmup", mode="before")
     @classmethod
@@ -193,6 +206,9 @@ class LoadSpec(_Model):
 
     @model_validator(mode="after")
     def _rate(self) -> LoadSpec:
+        if self.window is not None and self.window > self.duration:
+            raise ValueError(f"load.window {self.window:g}s is longer than load.duration "
+                             f"{self.duration:g}s: a run is cut into windows")
         if self.remote_binary is not None and self.host is None:
             raise ValueError("load.remote_binary is a path on the load host: it needs load.host")
         return self

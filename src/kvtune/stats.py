@@ -36,6 +36,52 @@ def bootstrap_ci(values: Sequence[float], statistic: str = "median", level: floa
     return float(lo), float(hi)
 
 
+@dataclass(frozen=True)
+class Pooled:
+    """Independent estimates pooled: the value, its 95% CI, how many, the between-estimate
+    spread τ (log scale) and the heterogeneity test's p (small: they disagree beyond their
+    own intervals)."""
+
+    value: float
+    ci: tuple[float, float]
+    n: int
+    tau: float
+    heterogeneity_p: float
+
+
+def pool_intervals(estimates: Sequence[float], cis: Sequence[tuple[float, float]],
+                   level: float = 0.95) -> Pooled:
+    """Random-effects pooling (DerSimonian–Laird) of positive estimates that each carry
+    their own `level` interval (capacity searches, each on a fresh server), on the log
+    scale where such intervals are about symmetric: each interval gives its standard error;
+    Cochran's Q measures how much more the estimates disagree than their errors say, and
+    the between-estimate variance τ² it implies widens the pooled interval. One estimate is
+    its own interval. The pooled interval uses the normal quantile, so with few and
+    disagreeing estimates it leans narrow (bench/capacity/repeatability.py measures it)."""
+    from scipy import stats as sps
+
+    z = float(sps.norm.ppf((1 + level) / 2))
+    y = np.log(np.asarray(estimates, dtype=float))
+    lo = np.log(np.asarray([c[0] for c in cis], dtype=float))
+    hi = np.log(np.asarray([c[1] for c in cis], dtype=float))
+    se = np.maximum((hi - lo) / (2 * z), 1e-6)
+    k = len(y)
+    if k == 1:
+        return Pooled(float(estimates[0]), (float(cis[0][0]), float(cis[0][1])), 1, 0.0,
+                      math.nan)
+    w = 1 / se**2
+    fixed = float(np.sum(w * y) / np.sum(w))
+    q = float(np.sum(w * (y - fixed) ** 2))
+    denom = float(np.sum(w) - np.sum(w**2) / np.sum(w))
+    tau2 = max(0.0, (q - (k - 1)) / denom) if denom > 0 else 0.0
+    ws = 1 / (se**2 + tau2)
+    mu = float(np.sum(ws * y) / np.sum(ws))
+    half = z * math.sqrt(1 / float(np.sum(ws)))
+    p = float(sps.chi2.sf(q, k - 1))
+    return Pooled(math.exp(mu), (math.exp(mu - half), math.exp(mu + half)), k,
+                  math.sqrt(tau2), p)
+
+
 # A trial's interval is a 95% CI only from this many values on: the distribution-free
 # order-statistic interval of the median reaches 95% coverage at n = 6 ([min, max] covers
 # 1 - 2/2^n: 93.8% at n = 5, 96.9% at n = 6), and the percentile bootstrap kvtune used

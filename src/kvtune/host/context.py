@@ -5,6 +5,7 @@ SIGHUP)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 from collections.abc import Iterator
 from types import FrameType
@@ -45,7 +46,34 @@ def on_host(session: Session, study: str) -> Iterator[None]:
     if not session.on_host:
         yield
         return
-    with _signals(), Journal(study=study) as journal:
+    with _signals(), Journal(study=study) as journal, _beside_the_load(session):
         session.journal = journal
         session.setup_host()
         yield
+
+
+@contextlib.contextmanager
+def _beside_the_load(session: Session) -> Iterator[None]:
+    """kvtune's own threads (telemetry, the server's stats sampler) run on the load's CPUs
+    while the study measures, not on the server's: there they would be the other task that
+    disturbs the server's windows. The process's affinity is put back afterwards."""
+    load = session.spec.load
+    # Only when the server is pinned too (target.cpus): a server started without taskset
+    # inherits kvtune's affinity.
+    pinned = bool(session.spec.target.cpus)
+    cpus = load.cpus if load is not None and not load.host and pinned else None
+    before: set[int] | None = None
+    if cpus:
+        from kvtune.cpulist import parse_cpus
+
+        try:
+            before = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, set(parse_cpus(cpus)))
+        except (OSError, ValueError):
+            before = None
+    try:
+        yield
+    finally:
+        if before is not None:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, before)

@@ -30,8 +30,15 @@ _SRC = Path(__file__).resolve().parents[2]
 CHECKOUT: Path | None = _SRC.parent if (_SRC.name == "src" and (
     _SRC.parent / "kvload" / "Cargo.toml").is_file()) else None
 
-# The most steps of one capacity search (kvload --max-steps): each is a warm-up and a window.
-MAX_STEPS = 20
+# The most runs of one capacity search (kvload --max-steps): each is a warm-up and a window
+# (the host watch's last looks may add up to three).
+MAX_STEPS = 24
+# The kvload JSON schemas kvtune reads.
+SEARCH_SCHEMA = "kvload/search/2"
+PROFILE_SCHEMA = "kvload/profile/1"
+# Search verdicts the host, not the configuration, caused: the repetition failed, and the
+# next one may not.
+HOST_VERDICTS = ("host_disturbed", "host_changed")
 
 # load.extra_args may hold only these kvload flags: they change how the load is measured,
 # never where it goes (--server), what it writes (--json, --dump-arrivals) or what it
@@ -79,13 +86,17 @@ def find_kvload() -> str:
 
 def build_argv(binary: str, load: LoadSpec, server: str, protocol: str, seed: int,
                json_path: str, workload_path: str | None = None,
-               capacity: CapacitySearch | None = None) -> list[str]:
+               capacity: CapacitySearch | None = None,
+               watch: tuple[int, str] | None = None,
+               profile: CapacitySearch | None = None) -> list[str]:
     """kvload's command line (`workload_path`: the workload file where kvload runs, when
     that is not this host). Without a workload file every setting is passed (kvtune's
     defaults are the study's). With one, the file's own keys win over kvtune's defaults:
     only what the study file sets explicitly is passed (pydantic's `model_fields_set`),
     since kvload's command line overrides the file. `capacity`: one knee search
-    (`--search`, docs/kvload.md), load.rate being its first rate when given."""
+    (`--search`, docs/kvload.md), load.rate being its first rate when given. `watch`: the
+    server's PID and CPUs, watched for host disturbance in each window (this host only).
+    `profile`: the host profile for the capacity SLO (`--profile`) instead of a run."""
     w = load.workload
     file = bool(load.workload_file)
     lset, wset = load.model_fields_set, w.model_fields_set
@@ -114,19 +125,27 @@ def build_argv(binary: str, load: LoadSpec, server: str, protocol: str, seed: in
                 argv += [flag, text]
         if given("preload", wset):
             argv.append("--preload" if w.preload else "--no-preload")
-    if load.mode == "open" and load.rate is not None and given("rate", lset):
+    if load.mode == "open" and load.rate is not None and given("rate", lset) and not profile:
         argv += ["--rate", f"{load.rate:g}"]
     if load.rate_scale is not None:
         argv += ["--rate-scale", f"{load.rate_scale:g}"]
     if load.cpus:
         argv += ["--cpus", load.cpus]
+    if load.window is not None:
+        argv += ["--window", f"{load.window * 1000:g}ms"]
     if load.workload_file:
         argv += ["--workload", workload_path or load.workload_file]
-    if capacity is not None:
+    if profile is not None:
+        argv += ["--profile", profile.slo.kvload()]
+        if profile.rates:
+            argv += ["--rate", f"{profile.rates[0]:g}"]
+    elif capacity is not None:
         argv += ["--search", capacity.slo.kvload(), "--precision", f"{capacity.precision:g}",
                  "--max-steps", str(MAX_STEPS)]
         if capacity.rates:
             argv += ["--search-range", f"{capacity.rates[0]:g}:{capacity.rates[1]:g}"]
+    if watch is not None:
+        argv += ["--watch-pid", str(watch[0]), "--watch-cpus", watch[1]]
     argv += list(load.extra_args)
     return argv
 
@@ -162,7 +181,9 @@ def file_duration(load: LoadSpec) -> float:
 def run(load: LoadSpec, server: str, protocol: str, seed: int,
         binary: str | None = None, transport: Transport | None = None,
         workload_path: str | None = None,
-        capacity: CapacitySearch | None = None) -> dict[str, Any]:
+        capacity: CapacitySearch | None = None,
+        watch: tuple[int, str] | None = None,
+        profile: CapacitySearch | None = None) -> dict[str, Any]:
     """Run kvload once (on this host, or through `transport` where it runs) and return its
     JSON document, which kvload writes to stdout (`capacity`: one knee search, its
     kvload/search/1 document).
@@ -171,10 +192,11 @@ def run(load: LoadSpec, server: str, protocol: str, seed: int,
     missing."""
     transport = transport or LocalTransport()
     binary = binary or find_kvload()
-    argv = build_argv(binary, load, server, protocol, seed, "-", workload_path, capacity)
+    argv = build_argv(binary, load, server, protocol, seed, "-", workload_path, capacity,
+                      watch, profile)
     budget = file_duration(load) + load.warmup + 120
-    if capacity is not None:  # a closed-loop burst, then at most MAX_STEPS runs
-        budget += (MAX_STEPS + 1) * (file_duration(load) + load.warmup + 2)
+    if capacity is not None:  # a closed-loop burst, then at most MAX_STEPS + 3 runs
+        budget += (MAX_STEPS + 4) * (file_duration(load) + load.warmup + 2)
     ran = transport.run(argv, budget, load.cpus)
     err = ran.stderr.strip().splitlines()
     last = err[-1] if err else f"exit code {ran.returncode}"
@@ -217,16 +239,19 @@ def metrics_from(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def search_result(doc: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """The metrics of a capacity search (a kvload/search/1 document): `capacity` is the
-    knee, every other metric is the knee step's (its last passing run at that rate), and
-    the reason says when the search ran out of steps. A search without a knee
-    (client-bound, no rate met the SLO, the range's top met it) is a failed measurement,
-    never a value: TrialFailed with kvload's reason, the steps kept in its raw data."""
+    """The metrics of a capacity search (a kvload/search/2 document): `capacity` is the
+    knee (its 95% interval is the document's `ci`), every other metric is the highest
+    passing run's, and the reason says when the search ran out of runs. A search without
+    a knee (client-bound, no rate met the SLO, the range's top met it, the host disturbed
+    it or changed during it) is a failed measurement, never a value: TrialFailed with
+    kvload's reason (`transient` when the host caused it), the runs kept in its raw data."""
     verdict, reason = str(doc.get("verdict")), str(doc.get("reason") or "")
     knee = doc.get("knee")
     if knee is None or verdict not in ("ok", "imprecise"):
         what = {"client_bound": "the load generator was the limit, not the server",
                 "no_pass": "no rate met the SLO", "range_top": "every rate met the SLO",
+                "host_disturbed": "the host disturbed the measurement",
+                "host_changed": "the host changed during the search",
                 }.get(verdict, f"verdict {verdict}")
         if verdict == "client_bound":
             last = (doc.get("steps") or [{}])[-1]
@@ -238,28 +263,48 @@ def search_result(doc: dict[str, Any]) -> tuple[dict[str, Any], str]:
                       "placement.cpu_quota_pct, e.g. `{name: placement.cpu_quota_pct, fixed: "
                       "50}`), fewer server CPUs (target.cpus), more load CPUs (load.cpus), or a "
                       "load host (load.host)")
-        raise TrialFailed(f"capacity search: {what}: {reason}", raw={"load": doc})
-    steps = [s for s in doc.get("steps") or []
-             if s.get("outcome") == "pass" and s.get("rate") == knee]
-    if not steps:
-        raise HarnessError("kvload's search reported a knee without a passing step at it")
-    metrics = metrics_from(steps[-1].get("figures") or {})
+        raise TrialFailed(f"capacity search: {what}: {reason}",
+                          raw={"load": doc, "transient": verdict in HOST_VERDICTS})
+    passes = [s for s in doc.get("steps") or []
+              if s.get("outcome") == "pass" and s.get("purpose", "search") == "search"
+              and s.get("rate") == (doc.get("bracket") or {}).get("highest_pass")]
+    if not passes:
+        passes = [s for s in doc.get("steps") or [] if s.get("outcome") == "pass"]
+    if not passes:
+        raise HarnessError("kvload's search reported a knee without a passing run")
+    metrics = metrics_from(passes[-1].get("figures") or {})
     metrics["capacity"] = float(knee)
     return metrics, (reason if verdict == "imprecise" else "")
 
 
+def search_ci(doc: dict[str, Any] | None) -> tuple[float, float] | None:
+    """The knee's 95% interval of one search (kvload/search/2), None without one."""
+    ci = (doc or {}).get("ci")
+    if (isinstance(ci, list) and len(ci) == 2
+            and all(isinstance(x, int | float) and x == x and x > 0 for x in ci)):
+        return float(ci[0]), float(ci[1])
+    return None
+
+
 def search_steps(load_raw: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The steps of a capacity search or ramp (kvload/search/1) in the order they ran, each
-    as {n, rate, outcome, latency_us, repeat, achieved_rate, p50_us, p99_us, verdict,
-    client_utilization}; [] for any other document."""
+    """The runs of a capacity search or ramp (kvload/search/2) in the order they ran, each
+    as {n, rate, purpose, outcome, doubtful, latency_us, ci, run, repeat, windows, dropped,
+    achieved_rate, p50_us, p99_us, verdict, client_utilization}; [] for any other
+    document."""
     if not load_raw or not str(load_raw.get("schema", "")).startswith("kvload/search/"):
         return []
     out = []
     for s in load_raw.get("steps") or []:
         f = s.get("figures") or {}
         corr = ((f.get("latency") or {}).get("total") or {}).get("corrected") or {}
-        out.append({"n": s.get("n"), "rate": s.get("rate"), "outcome": s.get("outcome"),
-                    "latency_us": s.get("latency_us"), "repeat": bool(s.get("repeat")),
+        dropped = s.get("dropped") or {}
+        out.append({"n": s.get("n"), "rate": s.get("rate"),
+                    "purpose": s.get("purpose", "search"), "outcome": s.get("outcome"),
+                    "doubtful": bool(s.get("doubtful")),
+                    "latency_us": s.get("latency_us"), "ci": s.get("ci"),
+                    "run": s.get("run", 1), "repeat": bool(s.get("repeat")),
+                    "windows": s.get("windows"),
+                    "dropped": sum(v for v in dropped.values() if isinstance(v, int)),
                     "achieved_rate": f.get("achieved_rate"), "p50_us": corr.get("p50_us"),
                     "p99_us": corr.get("p99_us"), "verdict": f.get("verdict"),
                     "client_utilization": (f.get("client_cpu") or {}).get("utilization")})
@@ -291,6 +336,8 @@ class KvloadDriver(LoadDriver):
         self.transport = transport_for(spec)
         self.binary: str | None = None
         self.workload_path: str | None = None
+        # The server's PID and CPUs for the next run (set by the session; this host only).
+        self.watch: tuple[int, str] | None = None
 
     def prepare(self) -> None:
         self.binary = self.transport.prepare(self.tool, find_kvload(), self.spec.cpus)
@@ -300,12 +347,13 @@ class KvloadDriver(LoadDriver):
     def run(self, address: str, protocol: str, seed: int) -> LoadResult:
         if self.binary is None:
             self.prepare()
+        watch = self.watch if isinstance(self.transport, LocalTransport) else None
         doc = run(self.spec, address, protocol, seed, self.binary, self.transport,
-                  self.workload_path, self.capacity)
+                  self.workload_path, self.capacity, watch)
         if self.capacity is not None:
-            if doc.get("schema") != "kvload/search/1":
+            if doc.get("schema") != SEARCH_SCHEMA:
                 raise HarnessError(f"kvload answered a search with schema {doc.get('schema')!r}"
-                                   " (expected kvload/search/1): an older kvload?")
+                                   f" (expected {SEARCH_SCHEMA}): an older kvload?")
             metrics, note = search_result(doc)
             return LoadResult(metrics, "ok", note, doc)
         verdict = str(doc.get("verdict") or "ok")
@@ -313,3 +361,17 @@ class KvloadDriver(LoadDriver):
             raise HarnessError(f"kvload reported an unknown verdict {verdict!r}")
         return LoadResult(metrics_from(doc), verdict, str(doc.get("verdict_reason") or ""),
                           doc)
+
+
+def profile(load: LoadSpec, capacity: CapacitySearch, server: str, protocol: str, seed: int,
+            binary: str, transport: Transport, workload_path: str | None,
+            watch: tuple[int, str] | None) -> dict[str, Any]:
+    """The host profile for a capacity study (kvload --profile: the server's peak, the
+    latency floor at a low rate, the latency at half the peak, the client's cost per
+    request), its kvload/profile/1 document. TrialFailed/HarnessError as `run`."""
+    doc = run(load, server, protocol, seed, binary, transport, workload_path, None, watch,
+              profile=capacity)
+    if doc.get("schema") != PROFILE_SCHEMA:
+        raise HarnessError(f"kvload answered --profile with schema {doc.get('schema')!r} "
+                           f"(expected {PROFILE_SCHEMA}): an older kvload?")
+    return doc

@@ -19,7 +19,16 @@ from typing import Any
 
 from kvtune.measure.session import Config, Repetition, Session
 from kvtune.spec import METRICS, Constraint, EvaluationSpec
-from kvtune.stats import CI_95, RANGE, bootstrap_ci, centre, ci_kind, order_statistic_ci
+from kvtune.stats import (
+    CI_95,
+    RANGE,
+    Pooled,
+    bootstrap_ci,
+    centre,
+    ci_kind,
+    order_statistic_ci,
+    pool_intervals,
+)
 from kvtune.store import Store, config_key
 
 
@@ -33,6 +42,9 @@ class Evaluation:
     reps: list[Repetition] = field(default_factory=list)
     failed: str | None = None
     failed_stderr: str = ""
+    # Repetitions the host spoiled (a capacity search it disturbed or changed under):
+    # their reasons; the evaluation went on without them.
+    skipped: list[str] = field(default_factory=list)
     stopped_early: bool = False
     value: float = math.nan
     ci: tuple[float, float] = (math.nan, math.nan)
@@ -60,7 +72,24 @@ class Evaluation:
             "violations": self.violations, "flags": self.flags, "failed": self.failed,
             "stderr": self.failed_stderr[-2000:],
             "stopped_early": self.stopped_early, "values": self.values,
+            "skipped": self.skipped,
         }
+
+
+def pooled_capacity(reps: list[Repetition]) -> Pooled | None:
+    """The capacity of repetitions that each carry a search's knee and 95% interval
+    (kvload/search/2), pooled by `stats.pool_intervals`; None when any lacks an interval."""
+    from kvtune.load.kvload import search_ci
+
+    knees, cis = [], []
+    for r in reps:
+        v = r.metrics.get("capacity")
+        ci = search_ci(r.raw.get("load"))
+        if not isinstance(v, int | float) or ci is None:
+            return None
+        knees.append(float(v))
+        cis.append(ci)
+    return pool_intervals(knees, cis) if knees else None
 
 
 class Policy:
@@ -167,6 +196,14 @@ class Policy:
         e.ci = e.metric_cis.get(self.metric, (math.nan, math.nan))
         e.ci_kind = self.interval_kind(sum(
             1 for r in measured if isinstance(r.metrics.get(self.metric), int | float)))
+        pooled = pooled_capacity(measured) if self.metric == "capacity" else None
+        if pooled is not None:
+            # Each search carries its own 95% interval: they are pooled (random effects),
+            # so one search already has a CI and the searches' disagreement widens it.
+            e.value = pooled.value
+            e.metrics["capacity"] = pooled.value
+            e.ci = e.metric_cis["capacity"] = pooled.ci
+            e.ci_kind = CI_95
         e.flags = sorted({f for r in ok for f in r.flags})
         violations = []
         for c in self.constraints:
@@ -231,10 +268,12 @@ class Evaluator:
         n = n or self.repetitions
         e = Evaluation(config, self.metric)
         for i in range(n):
-            if not self.add(e, kind, trial_number):
+            if not self.add(e, kind, trial_number, planned=n):
                 return e
             if on_rep:
                 on_rep(e)
+            if not any(r.status != "failed" for r in e.reps):
+                continue  # every repetition so far was spoiled by the host
             if (i == 0 and n > 1 and self.ev.early_stop and incumbent is not None
                     and self.policy.stop_early(e, incumbent, self.noise_cov)):
                 e.stopped_early = True
@@ -248,10 +287,25 @@ class Evaluator:
                     on_rep(e)
         return e
 
-    def add(self, e: Evaluation, kind: str, trial_number: int | None) -> bool:
-        """One more repetition of `e` (summarised); False when it failed."""
+    def add(self, e: Evaluation, kind: str, trial_number: int | None,
+            planned: int | None = None) -> bool:
+        """One more repetition of `e` (summarised); False when it failed. A repetition the
+        host spoiled (`transient`: a capacity search the host disturbed or changed under)
+        is said in `e.skipped` and the evaluation goes on; when none of the `planned`
+        repetitions (the study's by default) is left, the configuration failed with every
+        reason."""
         rep = self.run_one(e.config, kind, trial_number)
         e.reps.append(rep)
+        if rep.status == "failed" and rep.raw.get("transient"):
+            e.skipped.append(rep.reason)
+            if any(r.status != "failed" for r in e.reps):
+                return True
+            if len(e.reps) < (planned or self.repetitions):
+                return True
+            e.failed = (f"all {len(e.reps)} repetitions were spoiled by the host: "
+                        + "; ".join(dict.fromkeys(e.skipped)))
+            e.failed_stderr = str(rep.raw.get("stderr", ""))
+            return False
         if rep.status == "failed":
             e.failed = rep.reason
             e.failed_stderr = str(rep.raw.get("stderr", ""))

@@ -23,6 +23,7 @@ from kvtune.host.sched import describe as sched_describe
 from kvtune.knobs.appliers.base import ApplyEnv, Launch
 from kvtune.knobs.knob import Knob
 from kvtune.measure import preflight as checks
+from kvtune.measure.hostprofile import HostProfile
 from kvtune.space import Config, Space, build_space
 from kvtune.spec import StudySpec
 from kvtune.targets import context_for, make_target
@@ -137,6 +138,49 @@ class Session:
                 except ValueError as e:
                     raise TrialFailed(f"knob {k.name}: the write did not take: {e}") from None
 
+    def prepare_start(self, config: Config) -> Launch:
+        """Apply `config`'s host knobs and cgroup files; the launch its server starts with."""
+        self.apply_host(config)
+        launch = self.launch_for(config)
+        if self.cgroup is not None:
+            for (controller, filename), value in launch.cgroup_files.items():
+                try:
+                    self.cgroup.write(controller, filename, value)
+                except (OSError, ValueError) as e:
+                    raise TrialFailed(f"cgroup {controller}/{filename}={value}: "
+                                      f"{getattr(e, 'strerror', None) or e}") from None
+        return launch
+
+    def profile(self, config: Config) -> HostProfile | None:
+        """The host profile of a capacity study (kvtune.measure.hostprofile) on a fresh
+        server at `config`; None when there is nothing to profile here (no capacity
+        objective, a simulated target, a load tool that cannot search). Raises TrialFailed
+        when the server or kvload failed."""
+        from kvtune.load import kvload
+
+        cap = self.spec.capacity
+        if (cap is None or not self.on_host or self.spec.load is None
+                or not isinstance(self.load_driver, kvload.KvloadDriver)):
+            return None
+        assert isinstance(self.target, ServerTarget)
+        target, driver = self.target, self.load_driver
+        if driver.binary is None:
+            driver.prepare()
+        assert driver.binary is not None
+        launch = self.prepare_start(config)
+        dirs = self.cgroup.unique_dirs() if self.cgroup else []
+        server = target.start(launch, self.journal, dirs)
+        cpus = launch.server_cpus or self.spec.target.cpus
+        local = isinstance(driver.transport, kvload.LocalTransport)
+        try:
+            doc = kvload.profile(self.spec.load, cap, target.address, target.protocol,
+                                 self.spec.seed, driver.binary, driver.transport,
+                                 driver.workload_path,
+                                 (server.pid, cpus) if cpus and local else None)
+        finally:
+            target.stop(server, self.journal)
+        return HostProfile(doc)
+
     def measure(self, config: Config) -> Repetition:
         self._rep_counter += 1
         seed = self.spec.seed * 1_000_003 + self._rep_counter
@@ -157,15 +201,7 @@ class Session:
     def _measure_real(self, config: Config, seed: int) -> Repetition:
         assert isinstance(self.target, ServerTarget) and self.spec.load is not None
         target = self.target
-        self.apply_host(config)
-        launch = self.launch_for(config)
-        if self.cgroup is not None:
-            for (controller, filename), value in launch.cgroup_files.items():
-                try:
-                    self.cgroup.write(controller, filename, value)
-                except (OSError, ValueError) as e:
-                    raise TrialFailed(f"cgroup {controller}/{filename}={value}: "
-                                      f"{getattr(e, 'strerror', None) or e}") from None
+        launch = self.prepare_start(config)
         dirs = self.cgroup.unique_dirs() if self.cgroup else []
         server = target.start(launch, self.journal, dirs)
         raw: dict[str, Any] = {"config": config, "argv": server.argv, "seed": seed,
@@ -186,6 +222,11 @@ class Session:
                 sampler.start()
             if self.load_driver is None:
                 self.load_driver = load.driver_for(self.spec.load, self.spec.capacity)
+            server_cpus = launch.server_cpus or self.spec.target.cpus
+            if hasattr(self.load_driver, "watch"):
+                # kvload watches the server's CPUs for other tasks and steal, window by
+                # window (docs/kvload.md, "How a capacity search copes with noise").
+                self.load_driver.watch = (server.pid, server_cpus) if server_cpus else None
             result = self.load_driver.run(target.address, target.protocol, seed)
             tele = probe.stop()
             if sampler is not None:

@@ -1,7 +1,8 @@
-"""The latency–throughput curve of a capacity study: every step of the knee searches of
+"""The latency–throughput curve of a capacity study: every run of the knee searches of
 the baseline and of the compared configuration (the recommendation, or the best
-candidate), the SLO as a line and each configuration's capacity (the median knee of its
-repetitions) marked. Data only and the figure; html.py places it on the page."""
+candidate) with its rate's 95% interval, the SLO as a line and each configuration's
+capacity (its searches' knees pooled with their intervals) marked with its interval.
+Data only and the figure; html.py places it on the page."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from typing import Any
 import plotly.graph_objects as go
 
 from kvtune.analysis.data import StudyData
-from kvtune.load.kvload import search_steps
+from kvtune.load.kvload import search_ci, search_steps
 from kvtune.present import number
 from kvtune.report.compare import load_raw
 from kvtune.spec import parse_slo
+from kvtune.stats import pool_intervals
 from kvtune.store import config_key
 
 COLORS = {"baseline": "#777", "other": "#2a7"}
@@ -41,15 +43,19 @@ def curves(data: StudyData, cmp: dict[str, Any]) -> list[dict[str, Any]]:
         reps = [r for r in data.reps if r["config_key"] == key]
         reps = [r for r in reps if r["kind"] == "confirm"] or reps
         steps = [s for r in reps for s in search_steps(load_raw(r["raw"]))]
-        knees = sorted(float(r["metrics"]["capacity"]) for r in reps
-                       if r["status"] != "failed"
-                       and isinstance((r.get("metrics") or {}).get("capacity"), int | float))
+        knees, cis = [], []
+        for r in reps:
+            v = (r.get("metrics") or {}).get("capacity")
+            ci = search_ci(load_raw(r["raw"]))
+            if r["status"] != "failed" and isinstance(v, int | float) and ci is not None:
+                knees.append(float(v))
+                cis.append(ci)
         if not steps:
             continue
-        mid = len(knees) // 2
-        capacity = (knees[mid] if len(knees) % 2 else (knees[mid - 1] + knees[mid]) / 2) \
-            if knees else None
-        out.append({"name": name, "steps": steps, "capacity": capacity, "n": len(reps)})
+        pooled = pool_intervals(knees, cis) if knees else None
+        capacity = pooled.value if pooled else None
+        out.append({"name": name, "steps": steps, "capacity": capacity,
+                    "ci": pooled.ci if pooled else None, "n": len(reps)})
     return out
 
 
@@ -65,16 +71,31 @@ def figure(data: StudyData, cmp: dict[str, Any]) -> tuple[go.Figure | None, str]
     fig = go.Figure()
     for i, c in enumerate(found):
         color = COLORS["baseline"] if i == 0 else COLORS["other"]
-        steps = sorted(c["steps"], key=lambda s: s["rate"] or 0)
+        # Runs with a latency (a disturbed or saturated run has none to draw).
+        steps = sorted((s for s in c["steps"] if isinstance(s.get("latency_us"), int | float)),
+                       key=lambda s: s["rate"] or 0)
+
+        def ci(s: dict[str, Any], side: int) -> float:
+            b = (s.get("ci") or [None, None])[side]
+            return abs(float(b) - float(s["latency_us"])) if isinstance(b, int | float) else 0.0
+
         fig.add_trace(go.Scatter(
             x=[s["rate"] for s in steps], y=[s["latency_us"] for s in steps],
-            mode="markers", name=f"{c['name']}: steps of {c['n']} searches",
+            mode="markers", name=f"{c['name']}: runs of {c['n']} searches",
+            error_y={"type": "data", "symmetric": False, "array": [ci(s, 1) for s in steps],
+                     "arrayminus": [ci(s, 0) for s in steps], "thickness": 1,
+                     "color": color},
             marker={"color": color, "size": 8,
                     "symbol": ["circle" if s["outcome"] == "pass" else "x" for s in steps]},
-            text=[f"{s['outcome']}, {number(s['rate'])} req/s offered, "
-                  f"{number(s['achieved_rate'])} achieved" for s in steps],
+            text=[f"{s['outcome']}{' (host watch)' if s.get('purpose') == 'reference' else ''}"
+                  f", {number(s['rate'])} req/s offered, {number(s['achieved_rate'])} "
+                  "achieved" for s in steps],
             hovertemplate="%{text}<br>%{y:.1f} µs<extra></extra>"))
         if c["capacity"] is not None:
+            band = c.get("ci")
+            if band:
+                fig.add_vrect(x0=band[0], x1=band[1], fillcolor=color, opacity=0.12,
+                              line_width=0)
             fig.add_vline(x=c["capacity"], line={"color": color, "dash": "dot"},
                           annotation_text=f"{c['name']}: {number(c['capacity'])} req/s",
                           annotation_position="top left" if i == 0 else "top right")
@@ -82,7 +103,8 @@ def figure(data: StudyData, cmp: dict[str, Any]) -> tuple[go.Figure | None, str]
                   annotation_text=f"SLO {slo_text}", annotation_position="bottom right")
     fig.update_layout(xaxis_title="offered rate (req/s)",
                       yaxis_title=f"{slo.metric} (µs)", yaxis_type="log", height=440)
-    note = (f"Every step of the knee searches (circles met the SLO, crosses missed it or "
-            f"saturated the server); the dotted lines are the capacities, the median knee "
-            f"of each configuration's repetitions; the dashed line is the SLO, {slo_text}.")
+    note = (f"Every run of the knee searches with its rate's 95% interval over undisturbed "
+            f"windows (circles met the SLO, crosses missed it); the dotted lines are the "
+            f"capacities, each configuration's searches pooled, the shaded bands their 95% "
+            f"intervals; the dashed line is the SLO, {slo_text}.")
     return fig, note

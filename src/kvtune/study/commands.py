@@ -161,14 +161,48 @@ def run_config(loaded: Loaded, overrides: dict[str, str], repetitions: int | Non
         raise UserError("bad --set value(s); nothing was applied", problems)
     n = repetitions or spec.repetitions
     run.evaluator.study = f"{spec.study}.runs"
-    with on_host(run.session, spec.study), progress(console) as prog:
-        task = prog.add_task("run", total=n)
-        ev = run.evaluator.evaluate(config, "run", None, n=n,
-                                    on_rep=lambda _e: prog.advance(task))
-    from kvtune.load.kvload import search_steps
+    with on_host(run.session, spec.study):
+        profile = run.profile_host(config)
+        if spec.capacity is not None:
+            console.print(f"[bold]Capacity[/] at {spec.capacity.slo}: {n} search(es), each "
+                          "on a fresh server")
+        with progress(console) as prog:
+            task = prog.add_task("run", total=n)
+            ev = run.evaluator.evaluate(config, "run", None, n=n,
+                                        on_rep=lambda _e: prog.advance(task))
+    from kvtune.load.kvload import search_ci, search_steps
+    from kvtune.measure.evaluator import pooled_capacity
 
-    # Each repetition: its status and metrics, and a capacity search's steps (the curve).
-    reps = [{"status": r.status, "reason": r.reason, "flags": r.flags,
-             "metrics": r.metrics, "steps": search_steps(r.raw.get("load"))}
-            for r in ev.reps]
-    return {"config": config, **jsonable(ev.summary()), "repetitions": jsonable(reps)}
+    # Each repetition: its status and metrics, and a capacity search's knee, interval,
+    # verdict and runs (the curve).
+    reps = []
+    for r in ev.reps:
+        row: dict[str, Any] = {"status": r.status, "reason": r.reason, "flags": r.flags,
+                               "metrics": r.metrics, "steps": search_steps(r.raw.get("load"))}
+        doc = r.raw.get("load")
+        if spec.capacity is not None and isinstance(doc, dict):
+            ci = search_ci(doc)
+            windows = doc.get("windows") or {}
+            row["search"] = {
+                "verdict": doc.get("verdict"), "reason": doc.get("reason"),
+                "knee": doc.get("knee"), "ci": list(ci) if ci else None,
+                "transient": bool(r.raw.get("transient")),
+                "runs": len(doc.get("steps") or []),
+                "windows": windows.get("total"),
+                "dropped": sum((windows.get("dropped") or {}).values()),
+                "dips": (doc.get("shape") or {}).get("dips") or [],
+                "reference": doc.get("reference") or []}
+        reps.append(row)
+    out: dict[str, Any] = {"config": config, **jsonable(ev.summary()),
+                           "repetitions": jsonable(reps)}
+    if spec.capacity is not None:
+        ok = [r for r in ev.reps if r.status != "failed"]
+        pooled = pooled_capacity(ok) if ok else None
+        out["capacity"] = {
+            "slo": str(spec.capacity.slo), "searches": len(ev.reps), "with_knee": len(ok),
+            "value": pooled.value if pooled else None,
+            "ci": list(pooled.ci) if pooled else None,
+            "heterogeneity_p": pooled.heterogeneity_p if pooled else None,
+            "tau": pooled.tau if pooled else None,
+            "host_profile": profile}
+    return jsonable(out)

@@ -97,6 +97,8 @@ class Arm:
     samples: list[float] = field(default_factory=list)
     metrics: list[dict[str, Any]] = field(default_factory=list)
     failed: str | None = None
+    # Rounds the host spoiled for this arm (status "skipped"): said, not measured.
+    skipped: list[str] = field(default_factory=list)
 
     def series(self, metric: str) -> list[float]:
         """This arm's samples of `metric`, one per measured round."""
@@ -110,7 +112,8 @@ class Arm:
         return {k: self.series(k) for k in keys}
 
 
-# One repetition of a configuration: (status, reason, metrics), as Evaluator.run_one gives.
+# One repetition of a configuration: (status, reason, metrics), as Evaluator.run_one gives;
+# status "skipped" for a repetition the host spoiled (the arm is measured again next round).
 Measure = Callable[[dict[str, Any]], tuple[str, str, dict[str, Any]]]
 
 
@@ -129,6 +132,9 @@ def interleave(arms: list[Arm], rounds: int, metric: str | None, measure: Measur
             if a.failed is not None:
                 continue
             status, reason, metrics = measure(a.config)
+            if status == "skipped":
+                a.skipped.append(reason)
+                continue
             if status == "failed":
                 a.failed = reason
                 continue

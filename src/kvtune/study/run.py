@@ -11,13 +11,14 @@ from typing import Any
 
 import optuna
 from rich.console import Console
+from rich.markup import escape
 
 from kvtune.errors import UserError
 from kvtune.fleet.claims import Fleet, Heartbeat, fail_stale, worker_id
 from kvtune.host import fingerprint as fpmod
 from kvtune.host.context import on_host
 from kvtune.measure.evaluator import Evaluation, Evaluator, Policy
-from kvtune.measure.session import Session
+from kvtune.measure.session import Repetition, Session
 from kvtune.optimizer import make_sampler
 from kvtune.space import Space
 from kvtune.store import open_store
@@ -265,6 +266,7 @@ class StudyRun:
         self.strategy.announce()
         with on_host(self.session, self.spec.study):
             if self.baseline_eval is None:
+                self.profile_host(space.baseline_config())
                 self.baseline_eval = self.strategy.baseline(study, space)
                 if self.incumbent is None:
                     self.incumbent = self.baseline_eval
@@ -276,6 +278,35 @@ class StudyRun:
             # file and the command line), and this process ran the confirmation.
             if ablation and self.spec.evaluation.ablation and self.strategy.confirmed(result):
                 self.ablate(result)
+        return result
+
+    def profile_host(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        """Before a capacity study's first search: the host profile at `config` (its floor,
+        the server's peak, the client's cost; kvtune.measure.hostprofile), printed and kept
+        as the study's "host_profile" result. An SLO the host cannot show is refused
+        (UserError, exit 2); one within twice the floor is warned about."""
+        from kvtune.errors import TrialFailed
+        from kvtune.measure.hostprofile import judge
+
+        if self.spec.capacity is None or not self.session.on_host:
+            return None
+        self.console.print("[bold]Host profile[/] (the defaults, a fresh server): the "
+                           "server's peak, the latency floor and kvload's cost")
+        try:
+            prof = self.session.profile(config)
+        except TrialFailed as e:
+            raise UserError(f"the host profile failed on the defaults: {e.reason}") from None
+        if prof is None:
+            return None
+        for line in prof.lines():
+            self.console.print(f"  {line}", markup=False, highlight=False)
+        verdict = judge(prof)
+        result = {**prof.as_dict(), "refused": verdict.refuse, "warning": verdict.warn}
+        self.store.put_result(self.spec.study, "host_profile", result)
+        if verdict.refuse:
+            raise UserError(verdict.refuse)
+        if verdict.warn:
+            self.console.print(f"  [yellow]warning:[/] {escape(verdict.warn)}")
         return result
 
     def measure_baseline(self, study: optuna.Study, space: Space) -> Evaluation:
@@ -325,7 +356,7 @@ class StudyRun:
 
         def measure(config: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
             rep = self.evaluator.run_one(config, "confirm", None)
-            return rep.status, rep.reason, rep.metrics
+            return _status(rep), rep.reason, rep.metrics
 
         with progress(self.console) as prog:
             task = prog.add_task("confirm", total=None)
@@ -364,7 +395,7 @@ class StudyRun:
 
         def measure(config: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
             rep = self.evaluator.run_one(config, "ablation", None)
-            return rep.status, rep.reason, rep.metrics
+            return _status(rep), rep.reason, rep.metrics
 
         first = ablation.first_rounds(ev)
         with progress(self.console) as prog:
@@ -464,3 +495,9 @@ class Solo(Strategy):
 
     def leave(self) -> None:
         self.run.fleet.release("tune")
+
+
+def _status(rep: Repetition) -> str:
+    """A repetition's status for the interleaved phases: "skipped" when the host spoiled it
+    (the arm is measured again next round), else its own."""
+    return "skipped" if rep.status == "failed" and rep.raw.get("transient") else rep.status

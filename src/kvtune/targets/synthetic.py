@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 
 BASE_RATE = 100_000.0
 # Each step of a simulated capacity search: a window of this length after this warm-up.
-SEARCH_WINDOW, SEARCH_WARMUP = "1s", "200ms"
+SEARCH_WINDOW, SEARCH_WARMUP, SEARCH_WINDOWS = "1500ms", "200ms", "250ms"
 # The run-to-run noise of one simulated server's steps (its spread between fresh servers
 # is the target's noise_cov).
 STEP_NOISE = 0.02
@@ -255,7 +255,7 @@ class SyntheticTarget(SimulatedTarget):
     def search(self, params: dict[str, Any], rng: np.random.Generator,
                capacity: CapacitySearch) -> tuple[dict[str, Any], dict[str, Any]]:
         """One knee search by kvload against the simulated server of `params` (its metrics
-        and its kvload/search/1 document under "load")."""
+        and its kvload/search/2 document under "load")."""
         from kvtune.load.kvload import find_kvload, search_result
 
         v = true_value(params)
@@ -267,6 +267,7 @@ class SyntheticTarget(SimulatedTarget):
         argv = [find_kvload(), "--simulate", sim, "--search", capacity.slo.kvload(),
                 "--precision", f"{capacity.precision:g}", "--connections", "16",
                 "--duration", SEARCH_WINDOW, "--warmup", SEARCH_WARMUP,
+                "--window", SEARCH_WINDOWS,
                 "--seed", str(int(rng.integers(0, 2**62))), "--json", "-", "--quiet"]
         if capacity.rates:
             argv += ["--search-range", f"{capacity.rates[0]:g}:{capacity.rates[1]:g}"]
