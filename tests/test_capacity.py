@@ -223,6 +223,8 @@ def host_slo(tmp_path_factory: pytest.TempPathFactory) -> str:
         mc.wait()
     doc = json.loads((d / "p.json").read_text())
     lat = [x for x in (doc["floor"]["latency_us"], doc["mid"]["latency_us"]) if x]
+    if not lat:  # the host disturbed every window of the profile: from the medians then
+        lat = [10 * x for x in (doc["floor"]["p50_us"], doc["mid"]["p50_us"]) if x]
     assert lat, doc
     bound = max(1000.0, 3 * max(lat))
     return f"p99_us <= {bound:.0f}"

@@ -43,7 +43,7 @@ def measure(args: argparse.Namespace, extra: list[str], seed: int, perf: bool) -
                                          str(server.pid), "-o", "/dev/null"],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(0.3)
-        return precision.kvload(args, port, extra, seed)
+        return precision.kvload(args, port, server.pid, extra, seed)
     finally:
         if attached is not None:
             attached.send_signal(signal.SIGINT)

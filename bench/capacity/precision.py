@@ -1,30 +1,37 @@
 #!/usr/bin/env python3
-"""How close kvload's knee search lands to the capacity a dense sweep measures.
+"""How well one capacity search answers on this host, against dense sweeps, in one run.
 
-In one run, interleaved (the sweeps spread evenly among the searches: the host's speed
-drifts), each on a fresh memcached pinned to the server CPU with kvload on the client CPU:
-- `--sweeps` dense sweeps (`kvload --ramp LO:HI:STEP:shuffle`): the SLO's percentile at
-  every rate. The reference capacity is where the median over sweeps of that percentile
-  crosses the bound (linear interpolation between the last rate whose median passes and
-  the first that fails, in log latency);
-- `--searches` knee searches (`kvload --search SLO`) with the same load.
-Reported: each search's knee against the reference (ratio − 1), the share within ±5%
-(the goal: ≥ 90%), the steps and seconds per search. With `--compare OLD_KVLOAD` the
-searches alternate between two builds of kvload (same seeds pairwise), each scored against
-the same sweeps: a change of the search is judged side by side on one host's one hour.
-Standard library only.
+Interleaved (the sweeps spread evenly among the searches: the host's speed drifts), each
+on a fresh memcached pinned to the server CPU with kvload on the client CPU and watching
+the server (`--watch-cpus`, `--watch-pid`):
 
-    python3 bench/capacity/precision.py --ramp 20k:42k:2k --slo 'p99<=500us' \\
+- `--sweeps` dense sweeps (`kvload --ramp LO:HI:STEP:shuffle --ramp-slo SLO`): each rate's
+  percentile over its undisturbed windows. The **reference** capacity is the last
+  up-crossing of the bound by the curve through the per-rate medians over the sweeps
+  (interpolated in 1/latency, saturated rates at infinite latency: the search's own
+  definition), with a bootstrap interval over the sweeps;
+- `--searches` knee searches (`kvload --search SLO`) with the same load, each giving a
+  knee and its 95% interval, or a verdict without one (host disturbed or changed,
+  client-bound, no pass).
+
+Scored against the issue's goals: how often a search's 95% interval holds the reference
+(≥ 90%), how often its knee is within ±10% of it (≥ 90%), the knees' CoV (≤ 10%), and the
+cost in load-seconds (warm-up + window of every run, the burst included) against one set
+of dense sweeps (≤ a quarter). Also each rate's window-to-window noise (σ of log p99
+between undisturbed windows at one rate), the input of the simulator's benchmark
+(bench/capacity/truth.py). Standard library only.
+
+    python3 bench/capacity/precision.py --ramp 4k:48k:4k --slo 'p99<=2ms' \\
         --json bench/capacity/precision.json
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -59,12 +66,14 @@ def start_memcached(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], 
     raise SystemExit("bench: memcached did not start")
 
 
-def kvload(args: argparse.Namespace, port: int, extra: list[str], seed: int,
-           binary: str | None = None) -> dict:
+def kvload(args: argparse.Namespace, port: int, pid: int, extra: list[str], seed: int,
+           binary: str | None = None, duration: str | None = None) -> dict:
     argv = [binary or args.kvload, "--server", f"127.0.0.1:{port}", "--cpus", args.client_cpus,
             "--connections", str(args.connections), "--keys", str(args.keys),
             "--value-size", str(args.value_size), "--popularity", args.popularity,
-            "--mix", args.mix, "--mget-size", str(args.mget_size), "--duration", args.duration, "--warmup", args.warmup,
+            "--mix", args.mix, "--mget-size", str(args.mget_size),
+            "--duration", duration or args.duration, "--warmup", args.warmup,
+            "--watch-cpus", args.server_cpus, "--watch-pid", str(pid),
             "--seed", str(seed), "--json", "-", "--quiet", *extra]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
     if r.returncode != 0:
@@ -72,133 +81,162 @@ def kvload(args: argparse.Namespace, port: int, extra: list[str], seed: int,
     return json.loads(r.stdout)
 
 
-def one(args: argparse.Namespace, extra: list[str], seed: int,
-        binary: str | None = None) -> dict:
+def one(args: argparse.Namespace, extra: list[str], seed: int, binary: str | None = None,
+        duration: str | None = None) -> dict:
     server, port = start_memcached(args)
     try:
-        return kvload(args, port, extra, seed, binary)
+        return kvload(args, port, server.pid, extra, seed, binary, duration)
     finally:
         server.kill()
         server.wait()
 
 
-def step_latency(step: dict, label: str) -> float:
-    key = {"p50": "p50_us", "p90": "p90_us", "p99": "p99_us", "p99.9": "p999_us",
-           "p99.99": "p9999_us"}[label]
-    f = step["figures"]
-    if f.get("verdict") == "saturated":
+def seconds(text: str) -> float:
+    t = text.strip()
+    for unit, f in (("ms", 1e-3), ("us", 1e-6), ("s", 1.0), ("m", 60.0)):
+        if t.endswith(unit):
+            return float(t[: -len(unit)]) * f
+    return float(t)
+
+
+def crossing(curve: list[tuple[float, float]], alpha: float) -> float | None:
+    """The last up-crossing of `alpha` by the curve (rate, share of requests over the
+    bound) sorted by rate, interpolated in the log of the share toward the next rate (a
+    share of zero counts as 1e-6, a saturated rate as 1). None when no rate meets it
+    (kvload/src/search.rs `crossing`)."""
+    idx = [i for i, (_, e) in enumerate(curve) if e <= alpha]
+    if not idx:
+        return None
+    i = idx[-1]
+    if i + 1 == len(curve):
+        return curve[i][0]
+    (ri, ei), (rj, ej) = curve[i], curve[i + 1]
+    yi, yj, ya = math.log(max(ei, 1e-6)), math.log(max(ej, 1e-6)), math.log(alpha)
+    if yj <= yi:
+        return ri
+    return min(rj, max(ri, ri + (rj - ri) * (ya - yi) / (yj - yi)))
+
+
+def step_share(step: dict) -> float | None:
+    """A sweep step's share of requests over the bound in its undisturbed windows; 1 when
+    saturated; None when the host disturbed it (no undisturbed window)."""
+    if (step.get("figures") or {}).get("verdict") == "saturated":
+        return 1.0
+    v = step.get("exceed")
+    return float(v) if isinstance(v, int | float) else None
+
+
+def step_latency(step: dict) -> float | None:
+    if (step.get("figures") or {}).get("verdict") == "saturated":
         return math.inf
-    return float(f["latency"]["total"]["corrected"][key])
+    v = step.get("latency_us")
+    return float(v) if isinstance(v, int | float) else None
 
 
-def isotonic_knee(steps: list[dict], bound: float) -> float | None:
-    """The rate where a monotone (isotonic, pool-adjacent-violators) fit of log latency
-    against rate, over every run of a search, crosses `bound` (linear between fitted
-    points); saturated runs count as far above the bound, client-bound ones not at all."""
-    pts = sorted((float(s["rate"]), math.log(s["latency_us"]) if s["outcome"] != "saturated"
-                  and math.isfinite(s["latency_us"]) and s["latency_us"] > 0
-                  else math.log(bound) + 5) for s in steps if s["outcome"] != "client_bound")
-    if not pts:
-        return None
-    blocks: list[list[float]] = []  # [sum, count, first rate, last rate]
-    for r, y in pts:
-        blocks.append([y, 1.0, r, r])
-        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
-            b = blocks.pop()
-            blocks[-1][0] += b[0]
-            blocks[-1][1] += b[1]
-            blocks[-1][3] = b[3]
-    fit = [((b[2] + b[3]) / 2, b[0] / b[1]) for b in blocks]
-    lb = math.log(bound)
-    if fit[0][1] > lb:
-        return None
-    for (r0, y0), (r1, y1) in itertools.pairwise(fit):
-        if y0 <= lb < y1:
-            return r0 + (r1 - r0) * (lb - y0) / (y1 - y0)
-    return None
+def reference(sweeps: list[dict], alpha: float, seed: int = 1) -> dict:
+    """The reference capacity: the crossing of the per-rate mean share over the bound
+    across the sweeps (equal windows: the pooled share), and its bootstrap interval over
+    the sweeps (which sweeps were measured)."""
+    rates = sorted({float(s["rate"]) for d in sweeps for s in d["steps"]})
+
+    def curve(ds: list[dict]) -> list[tuple[float, float]]:
+        out = []
+        for r in rates:
+            vals = [v for d in ds for s in d["steps"] if float(s["rate"]) == r
+                    and (v := step_share(s)) is not None]
+            if vals:
+                out.append((r, statistics.mean(vals)))
+        return out
+
+    knee = crossing(curve(sweeps), alpha)
+    rng = random.Random(seed)
+    boot = []
+    for _ in range(400):
+        k = crossing(curve([rng.choice(sweeps) for _ in sweeps]), alpha)
+        if k is not None:
+            boot.append(k)
+    boot.sort()
+    ci = [boot[int(0.025 * (len(boot) - 1))], boot[int(0.975 * (len(boot) - 1))]] \
+        if boot else None
+    lat = {}
+    for r in rates:
+        vals = [v for d in sweeps for s in d["steps"] if float(s["rate"]) == r
+                and (v := step_latency(s)) is not None]
+        if vals:
+            lat[f"{r:g}"] = statistics.median(vals)
+    return {"knee": knee, "ci": ci, "share_over_bound": dict(
+                (f"{r:g}", e) for r, e in curve(sweeps)),
+            "median_latency_us": lat,
+            "dips": [r for r, e in curve(sweeps) if knee and r < knee and e > alpha]}
 
 
-def reference(sweeps: list[dict], label: str, bound: float) -> dict:
-    """The rate where the median (over sweeps) of the SLO's percentile crosses `bound`."""
-    by_rate: dict[float, list[float]] = {}
-    client_bound: dict[float, int] = {}
-    for doc in sweeps:
-        for s in doc["steps"]:
-            by_rate.setdefault(float(s["rate"]), []).append(step_latency(s, label))
-            if s["figures"].get("verdict") == "client_bound":
-                client_bound[float(s["rate"])] = client_bound.get(float(s["rate"]), 0) + 1
-    rates = sorted(by_rate)
-    med = {r: statistics.median(by_rate[r]) for r in rates}
-    first = None  # the first crossing of the raw medians (noise may cross early)
-    for lo, hi in itertools.pairwise(rates):
-        if med[lo] <= bound < med[hi]:
-            first = lo if math.isinf(med[hi]) else lo + (hi - lo) * (
-                math.log(bound) - math.log(med[lo])) / (math.log(med[hi]) - math.log(med[lo]))
-            break
-    # The reference: where the monotone (isotonic) fit of the medians crosses the bound.
-    knee = isotonic_knee([{"rate": r, "latency_us": med[r], "outcome": "ok"}
-                          for r in rates], bound)
-    return {"knee": knee, "first_crossing": first, "median_latency_us": {f"{r:g}": med[r] for r in rates},
-            "client_bound_steps": {f"{r:g}": n for r, n in client_bound.items()},
-            "all_pass": all(med[r] <= bound for r in rates),
-            "none_pass": all(med[r] > bound for r in rates)}
+def window_noise(sweeps: list[dict]) -> dict:
+    """Each rate's window-to-window σ of log p99 over undisturbed windows of unsaturated
+    steps (the simulator's `wnoise`), the share of windows dropped, and the median."""
+    sigmas, dropped, total = [], 0, 0
+    for d in sweeps:
+        for s in d["steps"]:
+            f = s.get("figures") or {}
+            total += s.get("windows") or 0
+            dropped += sum((s.get("dropped") or {}).values())
+            if f.get("verdict") != "ok":
+                continue
+            logs = [math.log(w["p99_us"]) for w in f.get("windows") or []
+                    if w.get("p99_us")]
+            if len(logs) >= 4:
+                sigmas.append(statistics.stdev(logs))
+    return {"median_sigma_log_p99": statistics.median(sigmas) if sigmas else None,
+            "windows": total, "dropped": dropped,
+            "dropped_share": dropped / total if total else None}
 
 
-def score(ref_knee: float | None, rows: list[dict], wall_s: float) -> dict:
+def load_seconds(doc: dict, args: argparse.Namespace) -> float:
+    """Seconds of load a document cost: warm-up + window of every run, plus the burst."""
+    runs = len(doc.get("steps") or [])
+    per = seconds(args.duration) + seconds(args.warmup)
+    burst = min(seconds(args.duration), 1.0) + min(seconds(args.warmup), 0.5) \
+        if doc.get("kind") == "search" else 0.0
+    return runs * per + burst
+
+
+def score(ref: dict, rows: list[dict], sweep_cost: float) -> dict:
+    knee = ref["knee"]
+    with_knee = [r for r in rows if r["knee"] is not None and r["ci"]]
+    covered = [r for r in with_knee if knee is not None and r["ci"][0] <= knee <= r["ci"][1]]
+    errors = [r["knee"] / knee - 1 for r in with_knee] if knee else []
+    knees = [r["knee"] for r in with_knee]
+    verdicts: dict[str, int] = {}
     for r in rows:
-        for key, est in (("error", r["knee"]), ("isotonic_error", r.get("isotonic_knee"))):
-            r[key] = (est / ref_knee - 1) if (est and ref_knee) else None
-    ok = [r for r in rows if r["error"] is not None]
-    iso_ok = [r for r in rows if r["isotonic_error"] is not None]
-    within = sum(1 for r in ok if abs(r["error"]) <= 0.05)
-    knees = sorted(r["knee"] for r in ok)
+        verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
+    costs = sorted(r["load_seconds"] for r in rows)
     return {
-        "reference_knee": ref_knee,
-        "searches": len(rows), "with_knee": len(ok),
-        "within_5pct": within, "share_within_5pct": within / len(rows) if rows else None,
-        "within_10pct": sum(1 for r in ok if abs(r["error"]) <= 0.10),
-        "within_20pct": sum(1 for r in ok if abs(r["error"]) <= 0.20),
-        "median_abs_error": statistics.median(abs(r["error"]) for r in ok) if ok else None,
-        "knee_median": statistics.median(knees) if knees else None,
-        # Repeatability: the searches are of one configuration on fresh servers.
+        "reference_knee": knee, "reference_ci": ref["ci"],
+        "searches": len(rows), "with_knee": len(with_knee), "verdicts": verdicts,
+        "ci_holds_reference": len(covered),
+        "share_ci_holds": len(covered) / len(with_knee) if with_knee else None,
+        "within_10pct": sum(1 for e in errors if abs(e) <= 0.10),
+        "share_within_10pct": (sum(1 for e in errors if abs(e) <= 0.10) / len(with_knee)
+                               if with_knee else None),
+        "within_5pct": sum(1 for e in errors if abs(e) <= 0.05),
+        "median_error": statistics.median(errors) if errors else None,
+        "median_abs_error": statistics.median(abs(e) for e in errors) if errors else None,
         "knee_cov": statistics.stdev(knees) / statistics.mean(knees) if len(knees) > 1
         else None,
-        "steps_at_most_8": sum(1 for r in rows if r["steps"] <= 8),
-        "knee_iqr": [knees[len(knees) // 4], knees[(3 * len(knees)) // 4]] if knees else None,
-        "isotonic": {
-            "within_5pct": sum(1 for r in iso_ok if abs(r["isotonic_error"]) <= 0.05),
-            "median_abs_error": statistics.median(abs(r["isotonic_error"]) for r in iso_ok)
-            if iso_ok else None},
-        "median_steps": statistics.median(r["steps"] for r in rows) if rows else None,
+        "median_ci_half_width": statistics.median((r["ci"][1] - r["ci"][0]) / 2 / r["knee"]
+                                                  for r in with_knee) if with_knee else None,
+        "median_runs": statistics.median(r["runs"] for r in rows) if rows else None,
+        "median_load_seconds": statistics.median(costs) if costs else None,
+        "dense_sweeps_load_seconds": sweep_cost,
+        "cost_share": (statistics.median(costs) / sweep_cost) if costs and sweep_cost
+        else None,
         "median_seconds": statistics.median(r["seconds"] for r in rows) if rows else None,
-        "wall_s": wall_s,
     }
-
-
-def rescore(path: Path) -> None:
-    """The summary of a results file again, against the isotonic reference of its medians."""
-    doc = json.loads(path.read_text())
-    bound = float(doc["settings"]["slo"].split("=")[-1].removesuffix("us"))
-    med = doc["reference"]["median_latency_us"]
-    old = doc["reference"]["knee"]
-    doc["reference"]["first_crossing"] = doc["reference"].get("first_crossing", old)
-    doc["reference"]["knee"] = isotonic_knee(
-        [{"rate": float(r), "latency_us": v, "outcome": "ok"} for r, v in med.items()], bound)
-    rows = doc["searches"]
-    wall = (doc["summary"].get("kvload") or doc["summary"])["wall_s"]
-    doc["summary"] = score(doc["reference"]["knee"],
-                           [r for r in rows if r.get("binary", "kvload") == "kvload"], wall)
-    if any(r.get("binary") == "compare" for r in rows):
-        doc["summary"] = {"kvload": doc["summary"], "compare": score(
-            doc["reference"]["knee"], [r for r in rows if r.get("binary") == "compare"], wall)}
-    path.write_text(json.dumps(doc, indent=1) + "\n")
-    print(json.dumps(doc["summary"], indent=1))
 
 
 def add_server_and_load_args(ap: argparse.ArgumentParser, duration: str,
                               warmup: str) -> None:
     """The server and load settings `start_memcached` and `kvload` read (shared with
-    bench/capacity/observer.py)."""
+    bench/capacity/observer.py and disturbance.py)."""
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--server-cpus", default="0")
     ap.add_argument("--client-cpus", default="1")
@@ -212,86 +250,78 @@ def add_server_and_load_args(ap: argparse.ArgumentParser, duration: str,
     ap.add_argument("--warmup", default=warmup)
 
 
+def search_row(d: dict, args: argparse.Namespace) -> dict:
+    return {"verdict": d["verdict"], "reason": d["reason"], "knee": d.get("knee"),
+            "ci": d.get("ci"), "bracket": d["bracket"], "runs": len(d["steps"]),
+            "dips": (d.get("shape") or {}).get("dips"),
+            "windows": d.get("windows"), "reference": d.get("reference"),
+            "trace": [[round(s["rate"]), s["purpose"][0], s["outcome"],
+                       None if s["latency_us"] is None else round(s["latency_us"])]
+                      for s in d["steps"]],
+            "closed_loop_rate": d["estimate"]["closed_loop_rate"],
+            "load_seconds": load_seconds(d, args), "seconds": d["seconds"]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kvload", default=str(REPO / "kvload/target/release/kvload"))
-    ap.add_argument("--slo", default="p99<=500us")
+    ap.add_argument("--slo", default="p99<=2ms")
     ap.add_argument("--ramp", required=True, help="LO:HI:STEP of the dense sweeps")
     ap.add_argument("--sweeps", type=int, default=5)
     ap.add_argument("--searches", type=int, default=20)
-    ap.add_argument("--precision", default="2%")
-    add_server_and_load_args(ap, duration="2s", warmup="1s")
+    ap.add_argument("--precision", default="3%")
+    ap.add_argument("--sweep-duration", default="3s",
+                    help="each sweep step's window (longer than a search's)")
+    add_server_and_load_args(ap, duration="1500ms", warmup="500ms")
     ap.add_argument("--json", help="write the results here")
-    ap.add_argument("--compare", metavar="KVLOAD",
-                    help="another kvload binary (e.g. an earlier commit's): its searches "
-                         "alternate with --kvload's, scored against the same sweeps")
-    ap.add_argument("--rescore", help="recompute the summary of a results file (no runs)")
     args = ap.parse_args()
-    if args.rescore:
-        rescore(Path(args.rescore))
-        return
-    label, bound_s = args.slo.replace("<", " ").replace("=", " ").split()[:2]
-    bound = float(bound_s.removesuffix("us"))
+    label = args.slo.split("<")[0].strip()
+    alpha = 1 - {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p99.9": 0.999, "p999": 0.999,
+                 "p99.99": 0.9999}[label]
 
     t0 = time.time()
     sweeps: list[dict] = []
     searches: list[dict] = []
-    # The sweeps are spread evenly among the searches: this host's speed drifts over
-    # minutes (knees of 27k and of 50k an hour apart), and a reference measured only at the
-    # start would be another host's.
     every = max(1, args.searches // max(args.sweeps, 1))
     sweep_at = {min(args.searches - 1, every * k + every // 2) for k in range(args.sweeps)}
     for i in range(max(args.sweeps, args.searches)):
         if i < args.searches:
-            # With --compare, the two binaries alternate (same seed for a pair), in an
-            # order that alternates too, so that neither always runs first.
-            binary = args.kvload
-            if args.compare and (i // 2 + i) % 2 == 1:
-                binary = args.compare
-            d = one(args, ["--search", args.slo, "--precision", args.precision],
-                    100 + (i // 2 if args.compare else i), binary)
-            d["binary"] = "compare" if binary == args.compare else "kvload"
+            d = one(args, ["--search", args.slo, "--precision", args.precision], 100 + i)
             searches.append(d)
-            print(f"search {i + 1} ({d['binary']}): {d['verdict']} knee {d['knee']} "
-                  f"({len(d['steps'])} steps, {d['seconds']:.0f} s): " + " ".join(
-                      f"{s['rate'] / 1000:.1f}k:{s['outcome'][0]}:{s['latency_us']:.0f}"
-                      for s in d["steps"]), flush=True)
+            ci = d.get("ci") or [None, None]
+            print(f"search {i + 1}: {d['verdict']} knee {d.get('knee')} CI {ci} "
+                  f"({len(d['steps'])} runs, {d['seconds']:.0f} s, "
+                  f"{sum(d['windows']['dropped'].values())}/{d['windows']['total']} windows "
+                  "disturbed)", flush=True)
         if i in sweep_at or (i >= args.searches and len(sweeps) < args.sweeps):
-            d = one(args, ["--ramp", f"{args.ramp}:shuffle"], 200 + i)
+            d = one(args, ["--ramp", f"{args.ramp}:shuffle", "--ramp-slo", args.slo],
+                    200 + i, duration=args.sweep_duration)
             sweeps.append(d)
-            print(f"sweep {i + 1}: " + " ".join(
-                f"{s['rate'] / 1000:g}k:{step_latency(s, label):.0f}"
+            print(f"sweep {len(sweeps)}: " + " ".join(
+                f"{s['rate'] / 1000:g}k:{step_latency(s) or 0:.0f}"
                 for s in sorted(d["steps"], key=lambda s: s["rate"])), flush=True)
-    ref = reference(sweeps, label, bound)
-    rows = []
-    for d in searches:
-        rows.append({"binary": d["binary"], "verdict": d["verdict"], "knee": d.get("knee"),
-                     "isotonic_knee": isotonic_knee(d["steps"], bound),
-                     "bracket": d["bracket"], "steps": len(d["steps"]),
-                     "repeats": sum(1 for s in d["steps"] if s["repeat"]),
-                     "trace": [[round(s["rate"]), s["outcome"], round(s["latency_us"])]
-                               for s in d["steps"]],
-                     "closed_loop_rate": d["estimate"]["closed_loop_rate"],
-                     "seconds": d["seconds"]})
-    wall = time.time() - t0
-    summary = score(ref["knee"], [r for r in rows if r["binary"] == "kvload"], wall)
-    if args.compare:
-        summary = {"kvload": summary,
-                   "compare": score(ref["knee"], [r for r in rows if r["binary"] == "compare"],
-                                    wall)}
+    ref = reference(sweeps, alpha)
+    rows = [search_row(d, args) for d in searches]
+    per_sweep = sum(len(d["steps"]) for d in sweeps) / max(len(sweeps), 1)
+    sweep_cost = per_sweep * len(sweeps) * (seconds(args.sweep_duration)
+                                            + seconds(args.warmup))
+    summary = score(ref, rows, sweep_cost)
+    summary["window_noise"] = window_noise(sweeps)
+    summary["wall_s"] = time.time() - t0
+    half = len(rows) // 2
+    summary["first_half_cov"] = score(ref, rows[:half], sweep_cost)["knee_cov"]
+    summary["second_half_cov"] = score(ref, rows[half:], sweep_cost)["knee_cov"]
     print(json.dumps(summary, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "what": "kvload --search knees against the median curve of dense sweeps, "
-                    "interleaved, each on a fresh memcached",
+            "what": "kvload --search knees and intervals against dense sweeps, interleaved, "
+                    "each on a fresh memcached",
             "command": " ".join(["python3", portable(__file__), *sys.argv[1:]]),
             "kvload": portable(args.kvload),
-            "compare": portable(args.compare) if args.compare else None,
             "python": interpreter(),
             "host": {"cpus": os.cpu_count(), "kernel": os.uname().release},
-            "settings": {k: v for k, v in vars(args).items()
-                         if k not in ("json", "kvload", "compare")},
+            "settings": {k: v for k, v in vars(args).items() if k not in ("json", "kvload")},
             "summary": summary, "reference": ref, "searches": rows,
         }, indent=1) + "\n")
 

@@ -48,6 +48,7 @@
 
 use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng};
+use rand_distr::{Distribution, Gamma};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde_json::{Value, json};
 
@@ -276,6 +277,9 @@ pub fn spill(windows: &[WindowSample]) -> Vec<WindowSample> {
 pub struct WindowSample {
     pub latency: Histogram<u64>,
     pub disturbed: Option<Disturbance>,
+    /// Arrivals intended in the window, and those skipped (every connection full).
+    pub scheduled: u64,
+    pub skipped: u64,
 }
 
 /// One run at one rate.
@@ -355,6 +359,10 @@ pub struct Step {
     /// interval.
     pub latency_us: f64,
     pub ci: (f64, f64),
+    /// The share of those windows' requests over the bound, and its 95% interval: what
+    /// decides the rate (pass when the whole interval is at most 1 − q).
+    pub exceed: f64,
+    pub exceed_ci: (f64, f64),
     pub windows: usize,
     /// Windows dropped, by `Disturbance`.
     pub dropped: [usize; 3],
@@ -437,13 +445,115 @@ impl Knee {
 }
 
 /// The windows of one rate, pooled: distinct bucket values and each window's counts,
-/// so that a resample's percentile is a weighted scan.
+/// so that a resample's percentile is a weighted scan; and each window's requests over
+/// the SLO's bound and in all, so that a resample's share over the bound is a ratio of
+/// sums.
 struct Pool {
     values: Vec<u64>,
     counts: Vec<Vec<u64>>,
+    over: Vec<u64>,
+    total: Vec<u64>,
+}
+
+/// The requests of `h` over the SLO's bound (at or over it for a strict `<`).
+fn over_bound(slo: &Slo, h: &Histogram<u64>) -> u64 {
+    let b = (slo.bound_us * 1000.0) as u64;
+    let within = if slo.strict {
+        h.count_between(0, b.saturating_sub(1))
+    } else {
+        h.count_between(0, b)
+    };
+    h.len().saturating_sub(within)
 }
 
 impl Pool {
+    fn with_bound(windows: &[&Histogram<u64>], slo: &Slo) -> Pool {
+        let mut p = Pool::of(windows);
+        p.over = windows.iter().map(|h| over_bound(slo, h)).collect();
+        p.total = windows.iter().map(|h| h.len()).collect();
+        p
+    }
+
+    /// The share of requests over the bound of the windows taken `mult[w]` times each.
+    fn exceed(&self, mult: &[u32]) -> f64 {
+        let (mut a, mut n) = (0u64, 0u64);
+        for ((&o, &t), &m) in self.over.iter().zip(&self.total).zip(mult) {
+            a += m as u64 * o;
+            n += m as u64 * t;
+        }
+        if n == 0 {
+            f64::NAN
+        } else {
+            a as f64 / n as f64
+        }
+    }
+
+    fn exceed_estimate(&self) -> f64 {
+        self.exceed(&vec![1; self.len()])
+    }
+
+    /// The requests over the bound and in all, and the overdispersion φ of the windows'
+    /// counts over the bound (their variance over the binomial one, at least 1): events
+    /// over a bound come in bursts (a queue's busy period, a stall), so the windows' own
+    /// spread says how many independent events the count is worth.
+    fn counts(&self) -> (f64, f64, f64) {
+        let x: u64 = self.over.iter().sum();
+        let n: u64 = self.total.iter().sum();
+        let (x, n) = (x as f64, n as f64);
+        let w = self.total.iter().filter(|&&t| t > 0).count();
+        if n == 0.0 || x == 0.0 || w < 2 {
+            return (x, n, 1.0);
+        }
+        let e = x / n;
+        let chi2: f64 = self
+            .over
+            .iter()
+            .zip(&self.total)
+            .filter(|(_, t)| **t > 0)
+            .map(|(&a, &t)| {
+                let m = e * t as f64;
+                (a as f64 - m).powi(2) / (m * (1.0 - e)).max(1e-12)
+            })
+            .sum();
+        (x, n, (chi2 / (w - 1) as f64).max(1.0))
+    }
+
+    /// One draw of the share over the bound from what the windows say of it: the windows
+    /// resampled (their own spread, bad windows included as often as they were seen),
+    /// then Jeffreys' posterior of a Poisson rate for the resample's count, Gamma(x/φ + ½,
+    /// n/φ), counting the events a bursty process is worth (`counts`): a share of zero
+    /// requests over the bound still has an upper end, and a few bursts a wide interval.
+    fn draw_exceed(&self, rng: &mut Xoshiro256PlusPlus) -> f64 {
+        let (_, n, phi) = self.counts();
+        if n == 0.0 {
+            return f64::NAN;
+        }
+        let m = if self.len() >= 2 {
+            self.resample(rng)
+        } else {
+            vec![1; self.len()]
+        };
+        let (mut x, mut n) = (0.0, 0.0);
+        for ((&o, &t), &k) in self.over.iter().zip(&self.total).zip(&m) {
+            x += (k as u64 * o) as f64;
+            n += (k as u64 * t) as f64;
+        }
+        let g = Gamma::new(x / phi + 0.5, phi / n.max(1.0)).expect("a positive shape and scale");
+        g.sample(rng).min(1.0)
+    }
+
+    /// The 95% interval of the share over the bound: the percentiles of `draw_exceed`.
+    fn exceed_interval(&self, rng: &mut Xoshiro256PlusPlus) -> (f64, f64) {
+        if self.len() == 0 {
+            return (f64::NAN, f64::NAN);
+        }
+        let est = self.exceed_estimate();
+        let mut v: Vec<f64> = (0..BOOTSTRAP * 5).map(|_| self.draw_exceed(rng)).collect();
+        v.sort_by(f64::total_cmp);
+        let (lo, hi) = percentiles(&v);
+        (lo.min(est), hi.max(est))
+    }
+
     fn of(windows: &[&Histogram<u64>]) -> Pool {
         let mut values: Vec<u64> = windows
             .iter()
@@ -463,7 +573,12 @@ impl Pool {
                 c
             })
             .collect();
-        Pool { values, counts }
+        Pool {
+            values,
+            counts,
+            over: Vec::new(),
+            total: Vec::new(),
+        }
     }
 
     fn len(&self) -> usize {
@@ -562,13 +677,21 @@ pub fn small_sample_widening(n: usize) -> f64 {
     t / z * (n as f64 / df).sqrt()
 }
 
-/// One run's percentile and 95% interval over its undisturbed windows (after `spill`),
-/// with how many windows counted and were dropped by kind: what `--profile` reports.
-pub fn run_figures(
-    slo: &Slo,
-    windows: &[WindowSample],
-    seed: u64,
-) -> (f64, (f64, f64), usize, [usize; 3]) {
+/// One run's figures over its undisturbed windows (after `spill`): what `--profile` and
+/// `--ramp --ramp-slo` report.
+#[derive(Debug, Clone, Copy)]
+pub struct RunFigures {
+    pub latency_us: f64,
+    pub ci: (f64, f64),
+    pub exceed: f64,
+    pub exceed_ci: (f64, f64),
+    pub good: usize,
+    pub dropped: [usize; 3],
+}
+
+/// The percentile and the share over the bound, each with its 95% interval, of one run's
+/// undisturbed windows, and how many windows counted and were dropped by kind.
+pub fn run_figures(slo: &Slo, windows: &[WindowSample], seed: u64) -> RunFigures {
     let mut dropped = [0usize; 3];
     let mut good = Vec::new();
     for w in &spill(windows) {
@@ -577,14 +700,16 @@ pub fn run_figures(
             None => good.push(w.latency.clone()),
         }
     }
-    let pool = Pool::of(&good.iter().collect::<Vec<_>>());
+    let pool = Pool::with_bound(&good.iter().collect::<Vec<_>>(), slo);
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
-    (
-        pool.estimate(slo.quantile),
-        pool.interval(slo.quantile, &mut rng),
-        good.len(),
+    RunFigures {
+        latency_us: pool.estimate(slo.quantile),
+        ci: pool.interval(slo.quantile, &mut rng),
+        exceed: pool.exceed_estimate(),
+        exceed_ci: pool.exceed_interval(&mut rng),
+        good: good.len(),
         dropped,
-    )
+    }
 }
 
 fn percentiles(sorted: &[f64]) -> (f64, f64) {
@@ -609,30 +734,29 @@ impl RateData {
     }
 }
 
-/// The last up-crossing of the bound by the curve through `pts` (rate, latency), sorted
-/// by rate, infinite latency at saturation: the highest rate that meets the bound,
-/// interpolated in 1/latency toward the next rate above it. None when no rate meets it.
-fn crossing(slo: &Slo, pts: &[(f64, f64)]) -> Option<f64> {
-    let i = pts
-        .iter()
-        .rposition(|&(_, l)| l.is_finite() && slo.meets(l))?;
-    let Some(&(rj, lj)) = pts.get(i + 1) else {
+/// The last up-crossing of the curve through `pts` (rate, share of requests over the
+/// bound), sorted by rate (a saturated rate's share is 1), over `alpha` = 1 − q: the
+/// highest rate whose share is at most alpha, interpolated in the log of the share toward
+/// the next rate above it (exact for an M/M/1 queue, whose share over a bound B is
+/// exp(−(μ − λ)·B)). Shares of zero count as half a request (`floor`, per rate). None
+/// when no rate meets it.
+fn crossing(alpha: f64, pts: &[(f64, f64, f64)]) -> Option<f64> {
+    let i = pts.iter().rposition(|&(_, e, _)| e <= alpha)?;
+    let Some(&(rj, ej, fj)) = pts.get(i + 1) else {
         return Some(pts[i].0);
     };
-    let (ri, li) = pts[i];
-    let (yi, yj, yb) = (
-        1.0 / li,
-        if lj.is_finite() { 1.0 / lj } else { 0.0 },
-        1.0 / slo.bound_us,
-    );
-    if yi <= yj {
+    let (ri, ei, fi) = pts[i];
+    let (yi, yj, ya) = (ei.max(fi).ln(), ej.max(fj).ln(), alpha.ln());
+    if yj <= yi {
         return Some(ri);
     }
-    Some((ri + (rj - ri) * (yi - yb) / (yi - yj)).clamp(ri, rj))
+    Some((ri + (rj - ri) * (ya - yi) / (yj - yi)).clamp(ri, rj))
 }
 
 /// A run's good windows (None: the host disturbed it), its verdict and its step.
 type RunResult = (Option<Vec<Histogram<u64>>>, RunVerdict, Step);
+/// A rate's (percentile, its interval) and (share over the bound, its interval).
+type Judged = ((f64, (f64, f64)), (f64, (f64, f64)));
 
 struct Search<'a, E, M: FnMut(f64, Purpose) -> Result<Measured, E>> {
     slo: &'a Slo,
@@ -677,16 +801,19 @@ impl<E, M: FnMut(f64, Purpose) -> Result<Measured, E>> Search<'_, E, M> {
         self.steps.len() >= self.budget
     }
 
-    /// The rate's pooled percentile (infinite when saturated, NaN when unmeasured).
-    fn estimate_at(&self, rate: f64) -> f64 {
+    /// The rate's pooled share over the bound (1 when saturated, NaN when unmeasured),
+    /// at least half a request.
+    fn exceed_at(&self, rate: f64) -> f64 {
         self.rates
             .iter()
             .find(|d| d.rate == rate)
             .map(|d| {
                 if d.saturated() {
-                    f64::INFINITY
+                    1.0
                 } else {
-                    Pool::of(&d.good.iter().collect::<Vec<_>>()).estimate(self.slo.quantile)
+                    let pool = Pool::with_bound(&d.good.iter().collect::<Vec<_>>(), self.slo);
+                    let n: u64 = pool.total.iter().sum();
+                    pool.exceed_estimate().max(0.5 / n.max(1) as f64)
                 }
             })
             .unwrap_or(f64::NAN)
@@ -705,7 +832,20 @@ impl<E, M: FnMut(f64, Purpose) -> Result<Measured, E>> Search<'_, E, M> {
             }
         }
         let n = m.windows.len();
-        let counted = m.verdict == RunVerdict::Saturated
+        // A run said saturated because of what a disturbed window did (a stall's backlog
+        // filled every connection): its undisturbed windows say whether the server kept
+        // up.
+        let mut verdict = m.verdict;
+        if verdict == RunVerdict::Saturated && dropped.iter().sum::<usize>() > 0 {
+            let (sched, skip) = spill(&m.windows)
+                .iter()
+                .filter(|w| w.disturbed.is_none())
+                .fold((0u64, 0u64), |(a, b), w| (a + w.scheduled, b + w.skipped));
+            if sched > 0 && (skip as f64) <= crate::output::SATURATED_SKIP_FRACTION * sched as f64 {
+                verdict = RunVerdict::Ok;
+            }
+        }
+        let counted = verdict == RunVerdict::Saturated
             || (n > 0 && good.len() as f64 >= MIN_GOOD_SHARE * n as f64 && !good.is_empty());
         let own = if good.is_empty() {
             f64::NAN
@@ -721,15 +861,18 @@ impl<E, M: FnMut(f64, Purpose) -> Result<Measured, E>> Search<'_, E, M> {
             run_latency_us: own,
             latency_us: f64::NAN,
             ci: (f64::NAN, f64::NAN),
+            exceed: f64::NAN,
+            exceed_ci: (f64::NAN, f64::NAN),
             windows: n,
             dropped,
             figures: m.figures,
         };
-        Ok((counted.then_some(good), m.verdict, step))
+        Ok((counted.then_some(good), verdict, step))
     }
 
-    /// The rate's percentile and interval over its good windows.
-    fn judge(&mut self, rate: f64) -> (f64, (f64, f64)) {
+    /// The rate's percentile and share over the bound, with their intervals, over its
+    /// good windows.
+    fn judge(&mut self, rate: f64) -> Judged {
         let q = self.slo.quantile;
         let d = self
             .rates
@@ -737,10 +880,14 @@ impl<E, M: FnMut(f64, Purpose) -> Result<Measured, E>> Search<'_, E, M> {
             .find(|d| d.rate == rate)
             .expect("measured");
         if d.saturated() {
-            return (f64::INFINITY, (f64::INFINITY, f64::INFINITY));
+            let inf = f64::INFINITY;
+            return ((inf, (inf, inf)), (1.0, (1.0, 1.0)));
         }
-        let pool = Pool::of(&d.good.iter().collect::<Vec<_>>());
-        (pool.estimate(q), pool.interval(q, &mut self.rng))
+        let pool = Pool::with_bound(&d.good.iter().collect::<Vec<_>>(), self.slo);
+        (
+            (pool.estimate(q), pool.interval(q, &mut self.rng)),
+            (pool.exceed_estimate(), pool.exceed_interval(&mut self.rng)),
+        )
     }
 
     /// Runs at `rate` until its answer is known (or in doubt after `runs_per_rate`
@@ -784,14 +931,17 @@ impl<E, M: FnMut(f64, Purpose) -> Result<Measured, E>> Search<'_, E, M> {
                 d.good.extend(good.iter().cloned());
             }
             seen.extend(good);
-            let (est, ci) = self.judge(rate);
+            let ((est, ci), (ex, ex_ci)) = self.judge(rate);
             step.latency_us = est;
             step.ci = ci;
+            step.exceed = ex;
+            step.exceed_ci = ex_ci;
+            let alpha = 1.0 - self.slo.quantile;
             let outcome = if est.is_infinite() {
                 Outcome::Saturated
-            } else if self.slo.meets(ci.1) {
+            } else if ex_ci.1 <= alpha {
                 Outcome::Pass
-            } else if !self.slo.meets(ci.0) {
+            } else if ex_ci.0 > alpha {
                 Outcome::Fail
             } else {
                 Outcome::Doubt
@@ -921,10 +1071,10 @@ pub fn knee<E>(
                     None
                 } else {
                     next_rate(
-                        slo.bound_us,
+                        1.0 - slo.quantile,
                         p.precision,
-                        (l, s.estimate_at(l)),
-                        (h, s.estimate_at(h)),
+                        (l, s.exceed_at(l)),
+                        (h, s.exceed_at(h)),
                     )
                 };
                 match interpolated {
@@ -1206,65 +1356,70 @@ fn finish<E, M: FnMut(f64, Purpose) -> Result<Measured, E>>(
             ),
         };
     }
-    // The curve: every rate's pooled percentile (infinite when saturated).
-    let mut pts: Vec<(f64, f64, Pool, bool)> = s
+    // The curve: every rate's pooled share over the bound (1 when saturated).
+    let alpha = 1.0 - slo.quantile;
+    let mut pts: Vec<(f64, Pool, bool)> = s
         .rates
         .iter()
-        .filter(|d| d.runs > 0)
+        .filter(|d| d.runs > 0 && (d.saturated() || !d.good.is_empty()))
         .map(|d| {
-            let pool = Pool::of(&d.good.iter().collect::<Vec<_>>());
-            let sat = d.saturated();
-            let est = if sat {
-                f64::INFINITY
-            } else {
-                pool.estimate(slo.quantile)
-            };
-            (d.rate, est, pool, sat)
+            (
+                d.rate,
+                Pool::with_bound(&d.good.iter().collect::<Vec<_>>(), slo),
+                d.saturated(),
+            )
         })
-        .filter(|(_, est, _, _)| !est.is_nan())
         .collect();
     pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let curve: Vec<(f64, f64, f64)> = pts
+        .iter()
+        .map(|(r, pool, sat)| {
+            let n: u64 = pool.total.iter().sum();
+            let e = if *sat { 1.0 } else { pool.exceed_estimate() };
+            (*r, e, 0.5 / n.max(1) as f64)
+        })
+        .collect();
     let has_knee = matches!(verdict, "ok" | "imprecise") && hp.is_some() && lf.is_some();
     let (knee, ci) = if has_knee {
-        let curve: Vec<(f64, f64)> = pts.iter().map(|(r, l, _, _)| (*r, *l)).collect();
-        let k = crossing(slo, &curve);
-        let mut boot: Vec<f64> = (0..BOOTSTRAP)
+        let k = crossing(alpha, &curve);
+        // Every rate's share drawn from what its windows say of it (`draw_exceed`), the
+        // crossing of each draw: its percentiles are the knee's interval.
+        let mut boot: Vec<f64> = (0..BOOTSTRAP * 2)
             .map(|_| {
-                let c: Vec<(f64, f64)> = pts
+                let c: Vec<(f64, f64, f64)> = pts
                     .iter()
-                    .map(|(r, l, pool, sat)| {
-                        if *sat {
-                            (*r, *l)
+                    .map(|(r, pool, sat)| {
+                        let n: u64 = pool.total.iter().sum();
+                        let e = if *sat {
+                            1.0
                         } else {
-                            let m = pool.resample(&mut s.rng);
-                            (*r, pool.quantile(&m, slo.quantile))
-                        }
+                            pool.draw_exceed(&mut s.rng)
+                        };
+                        (*r, e, 0.5 / n.max(1) as f64)
                     })
                     .collect();
-                crossing(slo, &c).unwrap_or(0.0)
+                crossing(alpha, &c).unwrap_or(0.0)
             })
             .collect();
         boot.sort_by(f64::total_cmp);
         let ci = percentiles(&boot);
-        // Widened for the fewest windows among the rates that bracket the crossing.
+        // Widened as a mean of few windows is (`small_sample_widening`), by the fewest
+        // windows of the two rates that bracket the crossing.
         let n = k
             .and_then(|k| {
                 let below = pts.iter().rev().find(|(r, ..)| *r <= k)?;
                 let above = pts.iter().find(|(r, ..)| *r > k);
                 Some(match above {
-                    Some(a) if !a.3 => below.2.len().min(a.2.len()),
-                    _ => below.2.len(),
+                    Some(a) if !a.2 => below.1.len().min(a.1.len()),
+                    _ => below.1.len(),
                 })
             })
             .unwrap_or(2);
         let w = small_sample_widening(n);
-        let ci = k.map(|k| ((k - w * (k - ci.0)).min(k), (k + w * (ci.1 - k)).max(k)));
-        // Windows too few to show how they vary: the bracket is all that is known.
-        let ci = match (ci, hp, lf) {
-            (Some((a, b)), Some(l), Some(h)) if n < 2 => Some((a.min(l), b.max(h))),
-            (c, ..) => c,
-        };
-        (k, ci)
+        (
+            k,
+            k.map(|k| ((k - w * (k - ci.0)).min(k), (k + w * (ci.1 - k)).max(k))),
+        )
     } else {
         (None, None)
     };
@@ -1282,20 +1437,23 @@ fn finish<E, M: FnMut(f64, Purpose) -> Result<Measured, E>>(
     })
 }
 
-/// The next rate inside the bracket (l, h), from the latencies measured at its ends:
-/// the rate where the bound lies on the line through (rate, 1/latency) — a queue's
-/// latency grows as 1/(1 − ρ), so its inverse falls about linearly with the rate and
-/// reaches zero at saturation (a saturated end has 1/latency = 0). The step is placed
-/// just below the estimate when the bracket's low end is still far from it, else just
-/// above, so that the estimate's two neighbours close the bracket to the precision.
-/// None (bisect) when the latencies give no estimate inside the bracket.
-pub fn next_rate(bound: f64, precision: f64, lo: (f64, f64), hi: (f64, f64)) -> Option<f64> {
-    let ((l, ll), (h, hl)) = (lo, hi);
-    let (yl, yh, yb) = (1.0 / ll, 1.0 / hl, 1.0 / bound);
-    if !(yl.is_finite() && yh.is_finite()) || yl <= yb || yh >= yb || yl <= yh {
+/// The next rate inside the bracket (l, h), from the shares of requests over the bound
+/// measured at its ends: the rate where `alpha` lies on the line through (rate, log
+/// share) — exact for a queue, whose share over a bound falls exponentially with the
+/// spare capacity (a saturated end has share 1). The step is placed just below the
+/// estimate when the bracket's low end is still far from it, else just above, so that the
+/// estimate's two neighbours close the bracket to the precision. None (bisect) when the
+/// shares give no estimate inside the bracket.
+pub fn next_rate(alpha: f64, precision: f64, lo: (f64, f64), hi: (f64, f64)) -> Option<f64> {
+    let ((l, el), (h, eh)) = (lo, hi);
+    if !(el > 0.0 && eh > 0.0) {
         return None;
     }
-    let est = l + (h - l) * (yl - yb) / (yl - yh);
+    let (yl, yh, ya) = (el.ln(), eh.ln(), alpha.ln());
+    if !(yl.is_finite() && yh.is_finite()) || yl >= ya || yh <= ya || yl >= yh {
+        return None;
+    }
+    let est = l + (h - l) * (ya - yl) / (yh - yl);
     // Keep each step a real cut of the bracket: at least a fifth of the precision from
     // either end.
     let margin = 1.0 + 0.2 * precision;
@@ -1329,6 +1487,8 @@ pub fn step_json(n: usize, s: &Step) -> Value {
         "repeat": s.run > 1,
         "latency_us": if s.latency_us.is_infinite() { Value::Null } else { fin(s.latency_us) },
         "ci": [fin(s.ci.0), fin(s.ci.1)],
+        "exceed": fin(s.exceed),
+        "exceed_ci": [fin(s.exceed_ci.0), fin(s.exceed_ci.1)],
         "run_latency_us": fin(s.run_latency_us),
         "windows": s.windows,
         "dropped": dropped,
@@ -1339,7 +1499,7 @@ pub fn step_json(n: usize, s: &Step) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand_distr::{Distribution, Exp1, StandardNormal};
+    use rand_distr::{Exp1, StandardNormal};
 
     fn slo(bound: f64) -> Slo {
         Slo::parse(&format!("p99<={bound}us")).unwrap()
@@ -1404,6 +1564,8 @@ mod tests {
                     WindowSample {
                         latency: h,
                         disturbed,
+                        scheduled: 1000,
+                        skipped: 0,
                     }
                 })
                 .collect();
@@ -1488,26 +1650,48 @@ mod tests {
 
     #[test]
     fn the_crossing_is_the_last_one_up() {
-        let s = slo(1000.0);
-        // Fails low (the idle path), passes in the middle, fails high: the last pass and
-        // the fail above it bracket the answer, interpolated in 1/latency.
+        // Shares over the bound (alpha 1%): too many fail low (the idle path), few in the
+        // middle, too many high: the last pass and the fail above it bracket the answer,
+        // interpolated in the log of the share.
+        let f = 1e-6;
         let pts = [
-            (2000.0, 3000.0),
-            (8000.0, 800.0),
-            (16000.0, 500.0),
-            (20000.0, 2000.0),
+            (2000.0, 0.05, f),
+            (8000.0, 0.004, f),
+            (16000.0, 0.002, f),
+            (20000.0, 0.04, f),
         ];
-        let k = crossing(&s, &pts).unwrap();
-        let want = 16000.0 + 4000.0 * (1.0 / 500.0 - 1.0 / 1000.0) / (1.0 / 500.0 - 1.0 / 2000.0);
+        let k = crossing(0.01, &pts).unwrap();
+        let want =
+            16000.0 + 4000.0 * (0.01f64.ln() - 0.002f64.ln()) / (0.04f64.ln() - 0.002f64.ln());
         assert!((k - want).abs() < 1e-6, "{k} vs {want}");
-        // A saturated end is 1/latency = 0.
-        let k = crossing(&s, &[(1000.0, 500.0), (2000.0, f64::INFINITY)]).unwrap();
-        assert!((k - 1500.0).abs() < 1e-6, "{k}");
-        assert!(crossing(&s, &[(1000.0, 5000.0)]).is_none());
+        // A saturated end is a share of 1; a share of zero counts as its floor.
+        let k = crossing(0.01, &[(1000.0, 0.0, 1e-4), (2000.0, 1.0, f)]).unwrap();
+        let want = 1000.0 + 1000.0 * (0.01f64.ln() - 1e-4f64.ln()) / (0.0 - 1e-4f64.ln());
+        assert!((k - want).abs() < 1e-6, "{k} vs {want}");
+        assert!(crossing(0.01, &[(1000.0, 0.5, f)]).is_none());
         assert_eq!(
-            crossing(&s, &[(1000.0, 500.0), (2000.0, 600.0)]),
+            crossing(0.01, &[(1000.0, 0.001, f), (2000.0, 0.002, f)]),
             Some(2000.0)
         );
+    }
+
+    #[test]
+    fn a_share_over_the_bound_is_pooled_and_its_interval_holds_it() {
+        let s = slo(1000.0);
+        // Two windows: one with 2 of 1000 requests over 1 ms, one with 30 of 1000.
+        let mut a = crate::metrics::coarse_histogram();
+        let mut b = crate::metrics::coarse_histogram();
+        for i in 0..1000u64 {
+            a.record(if i < 2 { 5_000_000 } else { 100_000 }).unwrap();
+            b.record(if i < 30 { 5_000_000 } else { 100_000 }).unwrap();
+        }
+        let pool = Pool::with_bound(&[&a, &b], &s);
+        assert!((pool.exceed_estimate() - 0.016).abs() < 1e-12);
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(1);
+        let (lo, hi) = pool.exceed_interval(&mut rng);
+        assert!(lo <= 0.016 && (0.016..=1.0).contains(&hi), "{lo} {hi}");
+        assert_eq!(over_bound(&s, &a), 2);
+        assert_eq!(over_bound(&Slo::parse("p99<4ms").unwrap(), &b), 30);
     }
 
     #[test]
@@ -1656,12 +1840,18 @@ mod tests {
     }
 
     #[test]
-    fn the_next_rate_interpolates_the_inverse_latency() {
-        let r = next_rate(400.0, 0.02, (50_000.0, 200.0), (100_000.0, 800.0)).unwrap();
-        let est = 50_000.0 + 50_000.0 * (1.0 / 200.0 - 1.0 / 400.0) / (1.0 / 200.0 - 1.0 / 800.0);
-        assert!((r / (est * 0.991) - 1.0).abs() < 1e-9, "{r} vs {est}");
-        assert!(next_rate(400.0, 0.02, (50_000.0, 200.0), (100_000.0, f64::INFINITY)).is_some());
-        assert!(next_rate(400.0, 0.02, (50_000.0, 500.0), (100_000.0, 800.0)).is_none());
-        assert!(next_rate(400.0, 0.02, (50_000.0, 200.0), (50_300.0, 800.0)).is_none());
+    fn the_next_rate_interpolates_the_log_share() {
+        // The log share over the bound rises linearly from 0.1% at 50k to 10% at 100k:
+        // 1% is at 75k; the step goes just below it (the low end is far).
+        let r = next_rate(0.01, 0.02, (50_000.0, 0.001), (100_000.0, 0.1)).unwrap();
+        assert!((r / (75_000.0 * 0.991) - 1.0).abs() < 1e-9, "{r}");
+        let r = next_rate(0.01, 0.02, (74_700.0, 0.0099), (100_000.0, 0.1)).unwrap();
+        assert!(r > 75_000.0 && r < 76_000.0, "{r}");
+        // A saturated end is a share of 1.
+        assert!(next_rate(0.01, 0.02, (50_000.0, 0.001), (100_000.0, 1.0)).is_some());
+        // Shares that do not straddle alpha give no estimate: bisect.
+        assert!(next_rate(0.01, 0.02, (50_000.0, 0.02), (100_000.0, 0.1)).is_none());
+        assert!(next_rate(0.01, 0.02, (50_000.0, f64::NAN), (100_000.0, 0.1)).is_none());
+        assert!(next_rate(0.01, 0.02, (50_000.0, 0.001), (50_300.0, 0.1)).is_none());
     }
 }

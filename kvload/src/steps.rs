@@ -44,12 +44,11 @@ pub enum Plan {
     Ramp {
         rates: Vec<f64>,
         shuffled: bool,
+        /// --ramp-slo: each step judged by its windows against it.
+        slo: Option<Slo>,
     },
     /// --profile: the host's floor, the server's peak and the client's cost.
-    Profile {
-        slo: Slo,
-        floor_rate: f64,
-    },
+    Profile { slo: Slo, floor_rate: f64 },
 }
 
 /// The floor's rate when --profile is given no --rate, req/s.
@@ -107,6 +106,9 @@ impl Plan {
             ("--runs-per-rate", cli.runs_per_rate.is_some()),
             ("--reference", cli.reference.is_some()),
         ];
+        if cli.ramp.is_none() && cli.ramp_slo.is_some() {
+            return usage("--ramp-slo needs --ramp");
+        }
         if cli.search.is_none()
             && let Some((flag, _)) = only_search.iter().find(|(_, given)| *given)
         {
@@ -234,7 +236,17 @@ impl Plan {
                 return usage("--ramp: END is above 10M requests/s");
             }
             let rates = (0..n).map(|i| start + step * i as f64).collect();
-            return Ok(Some(Plan::Ramp { rates, shuffled }));
+            let slo = match &cli.ramp_slo {
+                Some(t) => {
+                    Some(Slo::parse(t).map_err(|e| Error::usage(format!("--ramp-slo: {e}")))?)
+                }
+                None => None,
+            };
+            return Ok(Some(Plan::Ramp {
+                rates,
+                shuffled,
+                slo,
+            }));
         }
         Ok(None)
     }
@@ -314,6 +326,8 @@ fn measure(cfg: &Config, slo: Option<&Slo>) -> Result<Measured, Error> {
                         w.corrected.clone()
                     },
                     disturbed: search::judge_window(s, &facts),
+                    scheduled: w.scheduled,
+                    skipped: w.skipped,
                 }
             })
             .collect(),
@@ -448,13 +462,19 @@ fn profile_step(cfg: &Config, slo: &Slo, m: &Measured) -> Value {
         .windows
         .iter()
         .map(|w| WindowSample {
-            latency: w.latency.clone(),
             disturbed: w
                 .disturbed
                 .filter(|d| *d != search::Disturbance::ClientLate),
+            ..w.clone()
         })
         .collect();
-    let (est, ci, good, dropped) = search::run_figures(slo, &windows, cfg.seed);
+    let search::RunFigures {
+        latency_us: est,
+        ci,
+        good,
+        dropped,
+        ..
+    } = search::run_figures(slo, &windows, cfg.seed);
     let fin = |x: f64| if x.is_finite() { json!(x) } else { Value::Null };
     let f = &m.figures;
     let mut d = serde_json::Map::new();
@@ -656,7 +676,7 @@ pub fn run(plan: &Plan, base: &Config) -> Result<(), Error> {
                 (Some(knee), Some((lo, hi))) => say(
                     base,
                     &format!(
-                        "capacity: {knee:.0} req/s (95% CI {lo:.0} … {hi:.0}) at {} ({}; {} runs,                          {dropped} of {windows} windows disturbed, {seconds:.0} s)",
+                        "capacity: {knee:.0} req/s (95% CI {lo:.0} … {hi:.0}) at {} ({}; {} runs, {dropped} of {windows} windows disturbed, {seconds:.0} s)",
                         slo.text(),
                         k.reason,
                         k.steps.len()
@@ -668,7 +688,7 @@ pub fn run(plan: &Plan, base: &Config) -> Result<(), Error> {
                 say(
                     base,
                     &format!(
-                        "the curve is not monotone: rates below the capacity missed the SLO                          ({})",
+                        "the curve is not monotone: rates below the capacity missed the SLO ({})",
                         k.dips
                             .iter()
                             .map(|r| format!("{r:.0}"))
@@ -702,7 +722,11 @@ pub fn run(plan: &Plan, base: &Config) -> Result<(), Error> {
             emit(base, &body)
         }
         Plan::Profile { slo, floor_rate } => profile(base, slo, *floor_rate, preload),
-        Plan::Ramp { rates, shuffled } => {
+        Plan::Ramp {
+            rates,
+            shuffled,
+            slo,
+        } => {
             let mut order = rates.clone();
             if *shuffled {
                 let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(base.seed);
@@ -710,7 +734,7 @@ pub fn run(plan: &Plan, base: &Config) -> Result<(), Error> {
             }
             let mut steps = Vec::with_capacity(order.len());
             for (i, &rate) in order.iter().enumerate() {
-                let m = measure(&at_rate(base, rate, preload, runs), None)?;
+                let m = measure(&at_rate(base, rate, preload, runs), slo.as_ref())?;
                 preload = false;
                 runs += 1;
                 let p99 = m
@@ -718,24 +742,39 @@ pub fn run(plan: &Plan, base: &Config) -> Result<(), Error> {
                     .pointer("/latency/total/corrected/p99_us")
                     .and_then(Value::as_f64)
                     .unwrap_or(f64::NAN);
+                // With --ramp-slo the step's percentile is the pooled one of its
+                // undisturbed windows, with its interval, as a search judges a rate.
+                let nan2 = (f64::NAN, f64::NAN);
+                let (latency, ci, exceed, exceed_ci, dropped) = match slo {
+                    Some(s) => {
+                        let f = search::run_figures(s, &m.windows, base.seed.wrapping_add(runs));
+                        (f.latency_us, f.ci, f.exceed, f.exceed_ci, f.dropped)
+                    }
+                    None => (p99, nan2, f64::NAN, nan2, [0; 3]),
+                };
                 let s = Step {
                     rate,
                     purpose: Purpose::Search,
                     outcome: match m.verdict {
                         RunVerdict::ClientBound => search::Outcome::ClientBound,
                         RunVerdict::Saturated => search::Outcome::Saturated,
-                        RunVerdict::Ok => search::Outcome::Pass,
+                        RunVerdict::Ok => match slo {
+                            Some(s) if exceed > 1.0 - s.quantile => search::Outcome::Fail,
+                            _ => search::Outcome::Pass,
+                        },
                     },
                     doubtful: false,
                     run: 1,
-                    run_latency_us: p99,
-                    latency_us: p99,
-                    ci: (f64::NAN, f64::NAN),
-                    windows: 0,
-                    dropped: [0; 3],
+                    run_latency_us: latency,
+                    latency_us: latency,
+                    ci,
+                    exceed,
+                    exceed_ci,
+                    windows: m.windows.len(),
+                    dropped,
                     figures: m.figures,
                 };
-                step_line(base, i + 1, &s, None);
+                step_line(base, i + 1, &s, slo.as_ref());
                 steps.push(search::step_json(i + 1, &s));
             }
             let seconds = t0.elapsed().as_secs_f64();
@@ -751,6 +790,7 @@ pub fn run(plan: &Plan, base: &Config) -> Result<(), Error> {
                     "kind": "ramp",
                     "config": doc::config_echo(base),
                     "order": if *shuffled { "shuffled" } else { "ascending" },
+                    "slo": slo.as_ref().map(|s| s.text()),
                     "rates": rates,
                     "seconds": seconds,
                     "steps": steps,
@@ -824,7 +864,9 @@ mod tests {
             other => panic!("{other:?}"),
         }
         match plan(&["--ramp", "20k:100k:20k:shuffle"]).unwrap() {
-            Some(Plan::Ramp { rates, shuffled }) => {
+            Some(Plan::Ramp {
+                rates, shuffled, ..
+            }) => {
                 assert_eq!(rates, vec![2e4, 4e4, 6e4, 8e4, 1e5]);
                 assert!(shuffled);
             }

@@ -218,6 +218,10 @@ pub struct Cli {
     #[arg(long, value_name = "LIST")]
     pub watch_cpus: Option<String>,
 
+    /// --ramp: judge each step's windows against SLO (e.g. p99<=1ms) and report its percentile over the undisturbed windows with a 95% interval, as a search does
+    #[arg(long, value_name = "SLO")]
+    pub ramp_slo: Option<String>,
+
     /// The latency-throughput curve: one open-loop step per rate from START to END by STEP (k and M suffixes), in shuffled order with :shuffle
     #[arg(long, value_name = "START:END:STEP[:shuffle]")]
     pub ramp: Option<String>,

@@ -29,12 +29,13 @@
 //! wanders within a run); `stall=P:MS[:SEEN]` stops the server for MS ms at a random
 //! time of a window with probability P per window, a share SEEN of the stalls being
 //! visible to the host watch (as steal time: those windows are disturbed);
+//! `lnoise=SIGMA` stretches every latency of a window by a log-normal factor drawn per
+//! window (delays a host adds whatever the load);
 //! `wake=US` is the idle path: a request that finds the server idle for more than
 //! `HALT_NS` waits an exponential wake-up of mean US µs first, so low rates can be slower
 //! than moderate ones (the curve falls before it rises).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Exp, StandardNormal};
@@ -63,6 +64,9 @@ pub struct SimServer {
     pub client: Option<f64>,
     /// Log-normal spread of the service rate from window to window of one run.
     pub wnoise: f64,
+    /// Log-normal spread of every latency from window to window (a host whose wake-ups
+    /// and interrupts add more or less delay, whatever the load).
+    pub lnoise: f64,
     /// Per window: the probability of a stall, its length (ns) and the share of stalls
     /// the host watch sees.
     pub stall: (f64, u64, f64),
@@ -72,10 +76,6 @@ pub struct SimServer {
 
 /// An idle server halts after this long without work (`wake=`).
 pub const HALT_NS: f64 = 500_000.0;
-
-/// Distinct runs of one process draw distinct noise (the steps of a search share
-/// `--seed`).
-static RUNS: AtomicU64 = AtomicU64::new(0);
 
 fn rate(key: &str, v: &str) -> Result<f64, String> {
     crate::steps::parse_rate(v).map_err(|e| format!("{key}: {e}"))
@@ -91,10 +91,12 @@ impl SimServer {
             noise: 0.0,
             client: None,
             wnoise: 0.0,
+            lnoise: 0.0,
             stall: (0.0, 0, 0.0),
             wake_us: 0.0,
         };
-        const KEYS: &str = "service=, base=, jitter=, noise=, client=, wnoise=, stall=, wake=";
+        const KEYS: &str =
+            "service=, base=, jitter=, noise=, client=, wnoise=, lnoise=, stall=, wake=";
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (k, v) = part
                 .split_once('=')
@@ -153,7 +155,7 @@ impl SimServer {
                         }
                     }
                 }
-                "jitter" | "noise" | "wnoise" => {
+                "jitter" | "noise" | "wnoise" | "lnoise" => {
                     let j: f64 = v
                         .trim()
                         .parse()
@@ -164,6 +166,7 @@ impl SimServer {
                     match k.trim() {
                         "jitter" => s.jitter = j,
                         "noise" => s.noise = j,
+                        "lnoise" => s.lnoise = j,
                         _ => s.wnoise = j,
                     }
                 }
@@ -191,6 +194,9 @@ impl SimServer {
         }
         if self.wnoise > 0.0 {
             t.push_str(&format!(",wnoise={}", self.wnoise));
+        }
+        if self.lnoise > 0.0 {
+            t.push_str(&format!(",lnoise={}", self.lnoise));
         }
         if self.stall.0 > 0.0 {
             t.push_str(&format!(
@@ -238,10 +244,8 @@ impl SimServer {
 /// the report, the verdict and the search treat it alike. Instant: no clock is
 /// waited for.
 pub fn run(cfg: &Config, sim: &SimServer) -> Result<RunResult, Error> {
-    let n = RUNS.fetch_add(1, Ordering::Relaxed);
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(
-        cfg.seed ^ n.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
-    );
+    // Each run draws from its own --seed (a search's runs get seed + n): reproducible.
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let z: f64 = StandardNormal.sample(&mut rng);
     let mu = sim.server_rate(cfg.seed) * (sim.noise * z).exp();
     let service = Exp::new(mu).map_err(|e| Error::runtime(format!("--simulate: {e}")))?;
@@ -259,6 +263,12 @@ pub fn run(cfg: &Config, sim: &SimServer) -> Result<RunResult, Error> {
         .map(|_| {
             let z: f64 = StandardNormal.sample(&mut rng);
             (sim.wnoise * z).exp()
+        })
+        .collect();
+    let stretch: Vec<f64> = (0..n_win)
+        .map(|_| {
+            let z: f64 = StandardNormal.sample(&mut rng);
+            (sim.lnoise * z).exp()
         })
         .collect();
     let mut stalls: Vec<(f64, f64)> = Vec::new();
@@ -377,7 +387,7 @@ pub fn run(cfg: &Config, sim: &SimServer) -> Result<RunResult, Error> {
                     metrics.counters.timeouts += 1;
                     continue;
                 }
-                let lat = done - a;
+                let lat = ((done - a) as f64 * stretch[k]) as u64;
                 metrics.record_response(Verb::Get, lat, Some(lat), &ok);
                 if let Some(w) = wi.and_then(|i| metrics.windows.get_mut(i)) {
                     w.completed += 1;
@@ -542,6 +552,8 @@ mod tests {
                     .iter()
                     .zip(&r.host)
                     .map(|(w, h)| search::WindowSample {
+                        scheduled: w.scheduled,
+                        skipped: w.skipped,
                         latency: w.corrected.clone(),
                         disturbed: search::judge_window(
                             slo,
