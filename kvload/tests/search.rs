@@ -13,17 +13,18 @@ fn steps(doc: &Value) -> &Vec<Value> {
 #[test]
 fn a_search_whose_range_meets_the_slo_says_so_without_a_knee() {
     let mc = memcached_tcp(&[]);
-    // 200..400 req/s with a 50 ms p99 bound: every step passes, so the capacity is above
-    // the range (range_top), and no knee is claimed.
+    // 2000..4000 req/s with a 50 ms p99 bound: every step passes, so the capacity is above
+    // the range (range_top), and no knee is claimed. (A p99 needs a few hundred requests
+    // to be shown within a bound: fewer than 300 leave the share over it in doubt.)
     let doc = run_json(&[
         "--server",
         &mc.addr,
         "--search",
         "p99<=50ms",
         "--search-range",
-        "200:400",
+        "2000:4000",
         "--duration",
-        "300ms",
+        "500ms",
         "--window",
         "100ms",
         "--warmup",
@@ -45,13 +46,18 @@ fn a_search_whose_range_meets_the_slo_says_so_without_a_knee() {
     // last; the search's first step is the geometric middle of the range and each later
     // one is higher.
     assert_eq!(all[0]["purpose"], "reference");
-    assert_eq!(all[0]["rate"].as_f64().unwrap(), 200.0);
+    assert_eq!(all[0]["rate"].as_f64().unwrap(), 2000.0);
     assert_eq!(all.last().unwrap()["purpose"], "reference");
-    assert_eq!(doc["reference"].as_array().unwrap().len(), 2);
+    // Start and end; the end looked at again when it seemed to move (a busy host).
+    let looks = doc["reference"].as_array().unwrap();
+    assert!(looks.len() == 2 || (looks.len() == 3 && looks[1]["moved"] == true));
     let s: Vec<&Value> = all.iter().filter(|x| x["purpose"] == "search").collect();
     let first = s[0]["rate"].as_f64().unwrap();
-    assert!((first - (200.0f64 * 400.0).sqrt()).abs() < 1e-6, "{first}");
-    assert_eq!(s.last().unwrap()["rate"].as_f64().unwrap(), 400.0);
+    assert!(
+        (first - (2000.0f64 * 4000.0).sqrt()).abs() < 1e-6,
+        "{first}"
+    );
+    assert_eq!(s.last().unwrap()["rate"].as_f64().unwrap(), 4000.0);
     // Each run is judged by its windows (--window; about 250 ms by default).
     for x in all {
         assert!(x["windows"].as_u64().unwrap() >= 1);
@@ -62,7 +68,7 @@ fn a_search_whose_range_meets_the_slo_says_so_without_a_knee() {
     let s = all;
     // Each step carries a whole run's figures (not the config, echoed once at the top).
     let f = &s[0]["figures"];
-    assert!(f["achieved_rate"].as_f64().unwrap() > 100.0);
+    assert!(f["achieved_rate"].as_f64().unwrap() > 1000.0);
     assert!(
         f["latency"]["total"]["corrected"]["p99_us"]
             .as_f64()
