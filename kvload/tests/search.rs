@@ -36,6 +36,11 @@ fn a_search_whose_range_meets_the_slo_says_so_without_a_knee() {
     ]);
     assert_eq!(doc["schema"], "kvload/search/2");
     assert_eq!(doc["kind"], "search");
+    // A host busy with other work moves the reference rate's latency: said, no knee.
+    if doc["verdict"].as_str().unwrap().starts_with("host_") {
+        assert!(doc["knee"].is_null() && doc["reason"].as_str().unwrap().contains("host"));
+        return;
+    }
     assert_eq!(doc["verdict"], "range_top", "{}", doc["reason"]);
     assert!(doc["knee"].is_null() && doc["ci"].is_null());
     assert_eq!(doc["slo"]["bound_us"], 50_000.0);
