@@ -1,6 +1,8 @@
 """The ablation of a recommendation on the synthetic surface, whose truth is known: the
-gain goes to the knobs that carry it, a change without effect is called noise, and the
-minimal configuration keeps only what matters."""
+gain goes to the knobs that carry it, a change without effect is shown not to carry it,
+each change's share, verdict and words come from one interval, and the minimal
+configuration (only what carries) is measured and recommended unless the full one is
+significantly better."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import math
 from typing import Any
 
 import numpy as np
+import pytest
 
 from kvtune.spec import EvaluationSpec
 from kvtune.study import ablation
@@ -44,15 +47,25 @@ def test_ablation_names_the_knob_that_carries_the_gain() -> None:
     m = _measure()
     res = ablation.ablate(_confirmation(rec), BASELINE, "ops_per_sec", "maximize", ev, 0, m)
     assert res["carries"] == ["synthetic.x"], res["text"]
-    assert res["noise"] == ["synthetic.threads"]
+    assert res["small"] == ["synthetic.threads"] and res["noise"] == ["synthetic.threads"]
     assert res["minimal_changes"] == {"synthetic.x": 7.0}
     assert res["minimal_config"] == {**BASELINE, "synthetic.x": 7.0}
     x = res["knobs"][0]
     assert x["knob"] == "synthetic.x" and x["share_ci"][0] < 1.0 < x["share_ci"][1] + 0.05
-    assert res["measurements"] == m.count["n"] == (2 + 2) * 7
+    # the ablation's rounds, then the minimal configuration, the full one and the
+    # baseline interleaved for 7 more rounds
+    assert res["measurements"] == m.count["n"] >= (2 + 2) * 7 + 3 * 7
     assert res["gain"]["verdict"] == "better" and res["gain"]["change"] > 0.2
     assert "synthetic.x 2 → 7 (share" in res["text"]
-    assert "reverting the other change: no significant change" in res["text"]
+    assert "the other change does not carry it (each below 10% of the gain)" in res["text"]
+    choice = res["choice"]
+    assert choice["chosen"] == "minimal", choice["text"]
+    assert choice["config"] == {**BASELINE, "synthetic.x": 7.0}
+    assert choice["changes"] == {"synthetic.x": 7.0}
+    assert [x["knob"] for x in choice["left_out"]] == ["synthetic.threads"]
+    assert choice["text"].startswith("recommends only synthetic.x 2.0 → 7.0")
+    assert "left out: synthetic.threads (share" in choice["text"]
+    assert choice["minimal_gain"]["verdict"] == "better"
 
 
 def test_ablation_two_carriers_and_minimize() -> None:
@@ -154,14 +167,15 @@ def test_rounds_grow_with_noise_and_the_gain_stays_with_its_carriers() -> None:
         assert set(res["carries"]) == {"synthetic.x", "synthetic.flag"}, res["text"]
         assert "synthetic.threads" in res["noise"]
     assert lo["planned_rounds"] == lo["rounds"] == 5
-    assert lo["measurements"] == quiet.count["n"] == (3 + 2) * 5
+    # every change but threads carries: the minimal configuration is measured too
+    assert lo["measurements"] == quiet.count["n"] == (3 + 2) * 5 + 3 * 5
     assert hi["planned_rounds"] > 10 and hi["rounds"] > 5
     assert hi["measurements"] == noisy.count["n"] > lo["measurements"]
     rows = {r["knob"]: r for r in hi["knobs"]}
     assert rows["synthetic.x"]["rounds"] == 5  # a 30% effect is clear at the first look
     assert rows["synthetic.flag"]["rounds"] > 5
     # only the ambiguous arms and the recommendation ran the extra rounds
-    assert hi["measurements"] < (3 + 2) * hi["rounds"]
+    assert hi["measurements"] - 3 * 5 < (3 + 2) * hi["rounds"]
     assert len(hi["baseline_samples"]) == 5
     assert sum(hi["levels"]) <= ev.alpha + 1e-12
     # capped below what the noise asks for: the ablation says what it could not resolve
@@ -174,3 +188,58 @@ def test_rounds_grow_with_noise_and_the_gain_stays_with_its_carriers() -> None:
     assert "still ambiguous after 6 rounds" in capped["text"]
     assert "evaluation.ablation_max_rounds = 6" in capped["text"]
     assert ablation.max_cost(conf, BASELINE, EvaluationSpec()) == 5 * 5 + 4 * 25
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_changes_share_verdict_and_words_come_from_one_interval(seed: int) -> None:
+    """The class of 'share −45% (95% CI −98% … −3%), reverting it: no significant change':
+    whatever the noise, a change said to carry has its whole share interval above 0, one
+    said to hurt below 0, one said not to carry below the share threshold; an interval
+    wholly on one side is never called ambiguous; the revert's words match."""
+    rec = {**BASELINE, "synthetic.x": 7.0, "synthetic.flag": True, "synthetic.threads": 5,
+           "synthetic.mode": "c"}
+    res = ablation.ablate(_confirmation(rec), BASELINE, "ops_per_sec", "maximize",
+                          EvaluationSpec(confirm_rounds=4, ablation_max_rounds=8), seed,
+                          _measure(cov=0.06, seed=seed))
+    for r in res["knobs"]:
+        lo, hi = r["share_ci"]
+        if r["effect"] == "carries":
+            assert lo > 0 and r["revert"]["verdict"] == "worse", r
+        elif r["effect"] == "hurts":
+            assert hi < 0 and r["revert"]["verdict"] == "better", r
+        elif r["effect"] == "does not carry":
+            assert hi < res["share_threshold"], r
+            assert r["revert"]["verdict"] == "no significant change", r
+        else:
+            assert r["effect"] == "ambiguous" and lo <= 0 <= hi, r
+        assert "no significant change" not in r["revert"]["text"] or not (lo > 0 or hi < 0)
+
+
+def test_the_choice_keeps_the_full_recommendation_when_it_is_significantly_better() -> None:
+    """`choose` measures the minimal configuration against the full one: when the left-out
+    change adds a clear 10%, the full one is kept and the line says why; when it adds
+    nothing, only the carriers are recommended."""
+    base = {"a": 0, "b": 0}
+    full = {"a": 1, "b": 1}
+    res = {"changes": {"a": {"baseline": 0, "recommended": 1},
+                       "b": {"baseline": 0, "recommended": 1}},
+           "carries": ["a"],
+           "knobs": [{"knob": "a", "share": 0.8, "share_ci": [0.6, 1.0], "effect": "carries"},
+                     {"knob": "b", "share": 0.2, "share_ci": [-0.1, 0.5],
+                      "effect": "ambiguous"}]}
+    for adds, chosen in ((0.10, "full"), (0.0, "minimal")):
+        rng = np.random.default_rng(3)
+
+        def measure(cfg: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+            v = 100.0 * (1.3 if cfg["a"] else 1.0) * (1 + adds if cfg["b"] else 1.0)
+            return "ok", "", {"ops_per_sec": v * float(rng.lognormal(0, 0.01))}
+
+        out = ablation.choose(res, ablation.Arm("trial 1", full), ablation.Arm("baseline", base),
+                              full, base, "ops_per_sec", "maximize",
+                              EvaluationSpec(confirm_rounds=5), 0, measure)
+        assert out["chosen"] == chosen, out["text"]
+        if chosen == "full":
+            assert out["config"] == full and out["extra"]["verdict"] == "better"
+            assert out["text"].startswith("the full recommendation is kept")
+        else:
+            assert out["config"] == {"a": 1, "b": 0} and out["left_out"][0]["knob"] == "b"

@@ -525,6 +525,17 @@ class EvaluationSpec(_Model):
     ablation: bool = True
     ablation_effect: float = Field(default=0.05, gt=0, le=10)
     ablation_max_rounds: int = Field(default=30, ge=0, le=1000)
+    # A change whose share of the gain is shown below this (its whole interval) does not
+    # carry it: its test stops, and the minimal configuration leaves it out.
+    ablation_share: float = Field(default=0.10, gt=0, lt=1)
+    # At most this long for the ablation's looks after the first (seconds; None: no limit).
+    ablation_time: float | None = None
+
+    @field_validator("ablation_time", mode="before")
+    @classmethod
+    def _ablation_time(cls, v: Any) -> float | None:
+        return None if v is None else safe.check_duration(parse_duration(v),
+                                                          safe.MAX_BUDGET_TIME)
 
 
 class StudySpec(_Model):

@@ -255,7 +255,8 @@ def ablation(res: dict[str, Any] | None) -> go.Figure | None:
     rows = [r for r in res["knobs"] if _finite(r.get("share"))][::-1]
     if not rows:
         return None
-    color = {"carries": GREEN, "hurts": RED, "noise": GREY}
+    color = {"carries": GREEN, "hurts": RED, "does not carry": GREY, "ambiguous": GREY,
+             "noise": GREY}
     lo = [r["share"] - r["share_ci"][0] if _finite(r["share_ci"][0]) else 0 for r in rows]
     hi = [r["share_ci"][1] - r["share"] if _finite(r["share_ci"][1]) else 0 for r in rows]
     fig = go.Figure(go.Bar(
@@ -267,8 +268,9 @@ def ablation(res: dict[str, Any] | None) -> go.Figure | None:
                  "color": "#444"}))
     fig.update_layout(**{**_LAYOUT, "height": max(240, 100 + 45 * len(rows)),
                          "margin": {"l": 260, "r": 30, "t": 70, "b": 60}},
-                      title="Ablation: each change's share of the gain (95% CI)<br><sup>green "
-                            "carries the gain, grey is within noise, red hurts</sup>",
+                      title="Ablation: each change's share of the gain (the interval its "
+                            "verdict was decided by)<br><sup>green carries the gain, grey does "
+                            "not carry it or is still ambiguous, red hurts it</sup>",
                       xaxis_title="share of the gain", xaxis_tickformat=".0%")
     fig.add_vline(x=0, line={"color": "#888"})
     return fig

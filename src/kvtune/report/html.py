@@ -367,7 +367,7 @@ def _ablation(data: StudyData, a: Analysis) -> str:
 
     head = lines(res)[0]
     rows = ["<table><tr><th>change</th><th>share of the gain (95% CI)</th>"
-            "<th>reverting it</th><th>Holm p</th><th>verdict</th></tr>"]
+            "<th>reverting it</th><th>p (Bonferroni)</th><th>verdict</th></tr>"]
     for r in res.get("knobs", []):
         lo, hi = r["share_ci"]
         ci = "" if not (isinstance(lo, float) and math.isfinite(lo)) else \
@@ -379,10 +379,19 @@ def _ablation(data: StudyData, a: Analysis) -> str:
                     f"<td>{r.get('p_adjusted', math.nan):.3g}</td>"
                     f'<td class="{cls}">{_e(r["effect"])}</td></tr>')
     rows.append("</table>")
-    minimal = res.get("minimal_changes") or {}
-    mini = ("<p>Minimal configuration (only the changes that carry the gain): <code>"
-            + _e(", ".join(f"{k}={v}" for k, v in minimal.items()) or "none") + "</code>"
-            " — derived from the ablation, not measured on its own.</p>")
+    choice = res.get("choice") or {}
+    if choice:
+        left = choice.get("left_out") or []
+        mini = (f'<p><b>Recommendation:</b> {_e(choice.get("text", ""))}</p>'
+                + ("<p>Left out of it: " + "; ".join(
+                    f"{_e(x['knob'])} {_f(x['baseline'])} → {_f(x['recommended'])} (share "
+                    + (f"{x['share']:.0%}" if _finite(x.get("share")) else "–")
+                    + f", {_e(x['effect'])})" for x in left) + "</p>" if left else ""))
+    else:
+        minimal = res.get("minimal_changes") or {}
+        mini = ("<p>Minimal configuration (only the changes that carry the gain): <code>"
+                + _e(", ".join(f"{k}={v}" for k, v in minimal.items()) or "none")
+                + "</code></p>")
     leads = [c for c in a.correlations if c.telemetry and c.lead()][:6]
     lead_txt = ""
     if leads:
@@ -391,6 +400,10 @@ def _ablation(data: StudyData, a: Analysis) -> str:
                         f"{_e(c.metric)} ({_e(c.unit)}) ρ={c.rho:+.2f}" for c in leads)
                     + ".</p>")
     return (f'<div class="verdict good">{_e(head)}</div>' + "".join(rows) + mini + lead_txt)
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x)
 
 
 def _slabs(data: StudyData, tables: dict[str, list[dict[str, float]]],

@@ -54,9 +54,9 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from kvtune.present import MINUS, NO_SIGNIFICANT_CHANGE, change_fraction, change_record, number
+from kvtune.present import MINUS, change_fraction, change_record, number
 from kvtune.spec import EvaluationSpec
-from kvtune.stats import detectable_improvement, holm, rounds_needed
+from kvtune.stats import detectable_improvement, rounds_needed
 from kvtune.study.confirm import Arm, Measure, interleave
 
 SCHEMA_VERSION = 2
@@ -188,37 +188,18 @@ def plan(sd: float, effect: float, alpha: float, m: int, first: int, cap: int) -
 
 @dataclass
 class Decision:
-    """How one changed knob's test ended: its p-value and Holm-adjusted p at the look
-    that decided, that look's level and why it stopped."""
+    """How one changed knob's test ended at the look that decided: what the change is
+    worth on the log scale (`worth`: > 0 helps the objective) with its interval at that
+    look's level over the open changes (Bonferroni), the gain it is a share of, the
+    Welch p-value, and why it stopped."""
 
     p: float
     p_adj: float
     level: float
-    stopped: str
+    stopped: str  # "carries" | "hurts" | "below share" | "last look" | "failed"
     rounds: int
-
-
-def _shares(rec: list[float], base: list[float], ablated: list[float],
-            rng: np.random.Generator, resamples: int) -> tuple[float, float, float]:
-    """The share of the gain on the log scale, (log rec − log without) / (log rec − log
-    baseline) over the arms' mean logarithms (the scale of the test; independent
-    multiplicative effects add up to 100%), with a percentile bootstrap CI (every arm
-    resampled on its own)."""
-    r, b, a = _logs(rec), _logs(base), _logs(ablated)
-    if not (len(r) and len(b) and len(a)):
-        return math.nan, math.nan, math.nan
-    gain = r.mean() - b.mean()
-    share = float((r.mean() - a.mean()) / gain) if gain else math.nan
-    rs = r[rng.integers(0, len(r), (resamples, len(r)))].mean(axis=1)
-    bs = b[rng.integers(0, len(b), (resamples, len(b)))].mean(axis=1)
-    as_ = a[rng.integers(0, len(a), (resamples, len(a)))].mean(axis=1)
-    g = rs - bs
-    ok = g != 0
-    if not ok.any():
-        return share, math.nan, math.nan
-    boot = (rs[ok] - as_[ok]) / g[ok]
-    lo, hi = np.percentile(boot, [2.5, 97.5])
-    return share, float(lo), float(hi)
+    worth: tuple[float, float, float] = (math.nan, math.nan, math.nan)
+    gain: float = math.nan
 
 
 def _paired(rec: Arm, arm: Arm) -> list[float]:
@@ -226,92 +207,127 @@ def _paired(rec: Arm, arm: Arm) -> list[float]:
     return rec.samples[:len(arm.samples)] if arm.samples else rec.samples
 
 
-def look_at(rec: Arm, arms: list[tuple[str, Arm]], level: float, effect: float,
-              last: bool) -> dict[str, Decision]:
-    """One look over the arms still open: Holm over them at `level`; an arm stops when
-    significant, when its effect's CI lies within ±effect, or at the last look."""
-    pvals = [_p_value(a.samples, _paired(rec, a)) for _, a in arms]
+def _worth(rec: list[float], arm: list[float], sign: float,
+           level: float) -> tuple[float, float, float]:
+    """What a change is worth: sign × (mean log recommendation − mean log without it),
+    with its Welch CI at confidence `level` (> 0: the change helps the objective)."""
+    xa, xr = _logs(arm), _logs(rec)
+    if len(xa) < 1 or len(xr) < 1:
+        return math.nan, math.nan, math.nan
+    d = float(xr.mean() - xa.mean())
+    lo, hi = _log_ci(rec, arm, level)
+    if sign < 0:
+        d, lo, hi = -d, -hi, -lo
+    return d, lo, hi
+
+
+def _gain_log(rec: list[float], base: list[float], sign: float) -> float:
+    xr, xb = _logs(rec), _logs(base)
+    if not (len(xr) and len(xb)):
+        return math.nan
+    return sign * float(xr.mean() - xb.mean())
+
+
+def look_at(rec: Arm, arms: list[tuple[str, Arm]], level: float, share: float,
+            gain: float, sign: float, last: bool) -> dict[str, Decision]:
+    """One look over the arms still open, one interval per change at `level` / (open
+    changes) (Bonferroni): the change hurts when its interval is wholly below zero, does
+    not carry the gain when it is wholly below `share` of the gain (whatever it is worth,
+    not worth shipping), carries it when wholly above zero; otherwise it stays open (and
+    at the last look is said ambiguous). Its share, its verdict and its words all come
+    from this one interval."""
+    m = max(len(arms), 1)
+    conf = 1 - level / m
     out: dict[str, Decision] = {}
-    bound = math.log1p(effect)
-    for (knob, arm), p, p_adj in zip(arms, pvals, holm(pvals), strict=True):
+    for knob, arm in arms:
         n = len(arm.samples)
+        paired = _paired(rec, arm)
+        p = _p_value(arm.samples, paired)
+        w = _worth(paired, arm.samples, sign, conf)
+        _, lo, hi = w
         if arm.failed is not None:
-            out[knob] = Decision(p, p_adj, level, "failed", n)
-        elif p_adj < level:
-            out[knob] = Decision(p, p_adj, level, "significant", n)
-        else:
-            lo, hi = _log_ci(arm.samples, _paired(rec, arm), 1 - 2 * EQUIVALENCE_ALPHA)
-            if -bound < lo and hi < bound:
-                out[knob] = Decision(p, p_adj, level, "within effect", n)
-            elif last:
-                out[knob] = Decision(p, p_adj, level, "last look", n)
+            out[knob] = Decision(p, min(1.0, p * m), level, "failed", n, w, gain)
+        elif hi < 0:
+            out[knob] = Decision(p, min(1.0, p * m), level, "hurts", n, w, gain)
+        elif gain > 0 and hi < share * gain:
+            # Whatever it is worth, less than `share` of the gain: not worth shipping.
+            out[knob] = Decision(p, min(1.0, p * m), level, "below share", n, w, gain)
+        elif lo > 0:
+            out[knob] = Decision(p, min(1.0, p * m), level, "carries", n, w, gain)
+        elif last:
+            out[knob] = Decision(p, min(1.0, p * m), level, "last look", n, w, gain)
     return out
+
+
+# The words for each way a change's test can end.
+EFFECTS = {"carries": "carries", "hurts": "hurts", "below share": "does not carry",
+           "last look": "ambiguous", "failed": "ambiguous"}
 
 
 def analyse(rec_arm: Arm, base_arm: Arm, arms: list[tuple[str, Arm]],
             recommended: dict[str, Any], baseline: dict[str, Any], metric: str,
             direction: str, alpha: float, seed: int = 0,
-            resamples: int = 4000, decisions: dict[str, Decision] | None = None,
-            effect: float = 0.05, first_rounds: int | None = None,
-            final_level: float | None = None) -> dict[str, Any]:
-    """Shares, CIs and effects from measured arms (`arms`: (knob, reverted arm)).
-    `decisions`: how each knob's sequential test ended (`ablate`, whose last look tests at
-    `final_level`); without them, one look at `alpha` over every arm as measured."""
+            decisions: dict[str, Decision] | None = None, share: float = 0.10,
+            first_rounds: int | None = None) -> dict[str, Any]:
+    """Shares, intervals and verdicts from measured arms (`arms`: (knob, reverted arm)).
+    `decisions`: how each knob's sequential test ended (`ablate`); without them, one last
+    look at `alpha` over every arm as measured."""
     sign = 1.0 if direction == "maximize" else -1.0
-    rng = np.random.default_rng(seed)
     if decisions is None:
-        decisions = look_at(rec_arm, arms, alpha, effect, last=True)
+        g = _gain_log(rec_arm.samples, base_arm.samples, sign)
+        decisions = look_at(rec_arm, arms, alpha, share, g, sign, last=True)
     n0 = first_rounds or len(base_arm.samples)
     base = base_arm.samples
     rows: list[dict[str, Any]] = []
     for knob, arm in arms:
         d = decisions[knob]
-        rec = _paired(rec_arm, arm)
-        share, lo, hi = _shares(rec, base, arm.samples, rng, resamples)
-        # what reverting it does: the ratio of geometric means (the test's scale)
-        la, lr = _logs(arm.samples), _logs(rec)
-        rev = float(math.expm1(la.mean() - lr.mean())) if len(la) and len(lr) else None
-        rlo, rhi = _log_ci(arm.samples, rec, 0.95)
-        effect_ = "noise"
-        if d.stopped == "significant" and rev is not None and rev != 0:
-            # the test decided that it matters; the direction says which way
-            effect_ = "carries" if sign * rev < 0 else "hurts"
+        worth, lo, hi = d.worth
+        g = d.gain
+        ok = g > 0 and not math.isnan(g)
+        effect = EFFECTS[d.stopped]
+        significant = effect in ("carries", "hurts")
+        # what reverting it does to the metric: the ratio of geometric means, and its
+        # interval: the same interval as the verdict's, on the metric's scale
+        rev = None if math.isnan(worth) else float(math.expm1(-sign * worth))
+        rev_ci = sorted(math.expm1(-sign * x) for x in (lo, hi)) if not math.isnan(lo) \
+            else [math.nan, math.nan]
         rows.append({"knob": knob, "baseline": baseline[knob],
-                     "recommended": recommended[knob], "samples": arm.samples,
-                     "median": _med(arm.samples), "rounds": d.rounds, "share": share,
-                     "share_ci": [lo, hi], "p_value": d.p, "p_adjusted": d.p_adj,
-                     "level": d.level, "stopped": d.stopped,
-                     "revert_ci": [math.expm1(rlo), math.expm1(rhi)], "effect": effect_,
+                     "recommended": recommended[knob], "samples": list(arm.samples),
+                     "median": _med(arm.samples), "rounds": d.rounds,
+                     "share": worth / g if ok else math.nan,
+                     "share_ci": [lo / g, hi / g] if ok else [math.nan, math.nan],
+                     "p_value": d.p, "p_adjusted": d.p_adj, "level": d.level,
+                     "confidence": 1 - d.level / max(len(arms), 1),
+                     "stopped": d.stopped, "revert_ci": rev_ci, "effect": effect,
                      "failed": arm.failed,
-                     "revert": change_record(metric, rev, direction,
-                                             significant=effect_ != "noise")})
+                     "revert": change_record(metric, rev, direction, ci=tuple(rev_ci),
+                                             significant=significant)})
     rows.sort(key=lambda r: -(r["share"] if not math.isnan(r["share"]) else -math.inf))
     gain = change_fraction(_med(base), _med(rec_arm.samples[:n0]))
     carries = [r["knob"] for r in rows if r["effect"] == "carries"]
     minimal = {k: recommended[k] for k in carries}
     shares = [r["share"] for r in rows if not math.isnan(r["share"])]
-    noise = [r["knob"] for r in rows if r["effect"] == "noise"]
+    small = [r["knob"] for r in rows if r["effect"] == "does not carry"]
+    unresolved = [r["knob"] for r in rows if r["effect"] == "ambiguous"]
     out = {
         "schema": SCHEMA_VERSION, "metric": metric, "direction": direction, "alpha": alpha,
-        "effect": effect,
+        "share_threshold": share,
         "changes": {r["knob"]: {"baseline": r["baseline"], "recommended": r["recommended"]}
                     for r in rows},
         "gain": change_record(metric, gain, direction),
-        "baseline_samples": base, "recommended_samples": rec_arm.samples,
+        "baseline_samples": list(base), "recommended_samples": list(rec_arm.samples),
         "knobs": rows, "carries": carries,
         "hurts": [r["knob"] for r in rows if r["effect"] == "hurts"],
-        "noise": noise,
-        "unresolved": [r["knob"] for r in rows if r["effect"] == "noise"
-                       and r["stopped"] == "last look"],
+        "small": small, "unresolved": unresolved,
+        "noise": small + unresolved,  # neither carries nor hurts
         "shares_sum": float(sum(shares)) if shares else None,
         "minimal_changes": minimal, "minimal_config": {**baseline, **minimal},
         "skipped": None,
     }
-    final = alpha if final_level is None else final_level
-    reached = max((r["rounds"] for r in rows if r["effect"] == "noise"),
+    reached = max((r["rounds"] for r in rows if r["effect"] == "ambiguous"),
                   default=max((r["rounds"] for r in rows), default=n0))
     out["resolution"] = resolution([base, rec_arm.samples, *(a.samples for _, a in arms)],
-                                   len(arms), final, rounds=reached)
+                                   len(arms), alpha, rounds=reached)
     out["text"] = explain(out)
     return out
 
@@ -342,17 +358,21 @@ def _change(row: dict[str, Any]) -> str:
 
 
 def explain(res: dict[str, Any]) -> str:
-    """One line: "memcached.threads 4 → 1 carries the gain (share 98%, 95% CI 91% … 104%);
-    reverting the other 3 changes makes no significant change"."""
+    """One line: "memcached.threads 4 → 1 carries the gain (share 98%, 95% CI 91% …
+    104%); the other 3 changes do not carry it (each below 10% of the gain)". A change's
+    words and its interval are the same test's."""
     if res.get("skipped"):
         return f"ablation skipped: {res['skipped']}"
     rows = {r["knob"]: r for r in res["knobs"]}
-    parts = []
-    for k in res["carries"]:
-        r = rows[k]
+
+    def ci(r: dict[str, Any]) -> str:
         lo, hi = r["share_ci"]
-        parts.append(f"{_change(r)} (share {_share(r['share'])}, 95% CI {_share(lo)} … "
-                     f"{_share(hi)})")
+        if math.isnan(lo):
+            return ""
+        return f", {_level(r.get('confidence', 0.95))} CI {_share(lo)} … {_share(hi)}"
+
+    parts = [f"{_change(rows[k])} (share {_share(rows[k]['share'])}{ci(rows[k])})"
+             for k in res["carries"]]
     n = len(rows)
     if parts:
         verb = "carries" if len(parts) == 1 else "carry"
@@ -360,29 +380,21 @@ def explain(res: dict[str, Any]) -> str:
     else:
         text = "no single change carries the gain measurably"
     for k in res["hurts"]:
-        text += f"; reverting {_change(rows[k])} improves {res['metric']} " \
-                f"({rows[k]['revert']['text']})"
-    noise = res["noise"]
-    if noise:
-        if parts and len(noise) == n - len(parts) and not res["hurts"]:
-            other = "the other change" if len(noise) == 1 else \
-                f"the other {len(noise)} changes"
+        text += (f"; {_change(rows[k])} hurts it (share {_share(rows[k]['share'])}"
+                 f"{ci(rows[k])}: reverting it {rows[k]['revert']['text']})")
+    small = res.get("small") or []
+    thr = res.get("share_threshold", 0.10)
+    if small:
+        if parts and len(small) == n - len(parts) and not res["hurts"]:
+            other = "the other change does" if len(small) == 1 else \
+                f"the other {len(small)} changes do"
         else:
-            other = ", ".join(noise)
-        text += f"; reverting {other}: {NO_SIGNIFICANT_CHANGE}"
-        eff = res.get("effect")
-        small = [k for k in noise if rows[k].get("stopped") == "within effect"]
-        if eff and small and len(small) == len(noise):
-            text += f" (each worth less than {eff:.0%} of {res['metric']}, 90% CI)"
+            other = ", ".join(small) + (" does" if len(small) == 1 else " do")
+        text += f"; {other} not carry it (each below {thr:.0%} of the gain)"
     unresolved = res.get("unresolved") or []
     r = res.get("resolution")
     if unresolved:
-        cis = []
-        for k in unresolved:
-            lo, hi = rows[k].get("revert_ci", [math.nan, math.nan])
-            ci = "" if math.isnan(lo) else \
-                f" (reverting it: {_pct(lo)} … {_pct(hi)})"
-            cis.append(f"{k}{ci}")
+        cis = [f"{k} (share {_share(rows[k]['share'])}{ci(rows[k])})" for k in unresolved]
         at = res.get("rounds") or "these"
         text += (f"; still ambiguous after {at} rounds: {', '.join(cis)}"
                  + (f" — at this noise a change worth less than about {r:.0%} of "
@@ -391,11 +403,22 @@ def explain(res: dict[str, Any]) -> str:
         cap = res.get("max_rounds")
         if cap and res.get("rounds") == cap:
             text += f" (the cap, evaluation.ablation_max_rounds = {cap})"
+        if res.get("out_of_time"):
+            text += " (the time limit, evaluation.ablation_time)"
     s = res.get("shares_sum")
     if s is not None and n > 1 and parts and not 0.5 <= s <= 1.5:
         text += (f" (the shares add up to {s:.0%}: the changes interact, so the minimal "
-                 "configuration is a lead to confirm)")
+                 "configuration is confirmed against the full one)")
     return text
+
+
+def _level(c: float) -> str:
+    """A confidence level as people write it: 95%, 97.5%, 99.5%, 99.95%."""
+    for digits in range(0, 4):
+        text = f"{c * 100:.{digits}f}"
+        if abs(float(text) - c * 100) < 1e-9 or digits == 3:
+            return text.rstrip("0").rstrip(".") + "%"
+    return f"{c:.1%}"
 
 
 def _pct(x: float) -> str:
@@ -426,18 +449,22 @@ def single(confirmation: dict[str, Any], recommended: dict[str, Any],
                                  significant=True),
            "baseline_samples": base,
            "recommended_samples": rec["samples"], "knobs": [row], "carries": [knob],
-           "hurts": [], "noise": [], "unresolved": [], "shares_sum": 1.0,
+           "hurts": [], "noise": [], "small": [], "unresolved": [], "shares_sum": 1.0,
            "minimal_changes": {knob: recommended[knob]},
            "minimal_config": {**baseline, knob: recommended[knob]}, "skipped": None,
            "note": "one change: the confirmation measured it against the baseline"}
     out["text"] = explain(out)
+    out["choice"] = {"chosen": "full", "config": recommended,
+                     "changes": {knob: recommended[knob]}, "left_out": [], "measured": False,
+                     "text": "one change: it is the whole recommendation"}
     return out
 
 
 def skipped(reason: str, metric: str, direction: str) -> dict[str, Any]:
     return {"schema": SCHEMA_VERSION, "metric": metric, "direction": direction,
             "measurements": 0, "knobs": [], "carries": [], "hurts": [], "noise": [],
-            "unresolved": [], "changes": {}, "minimal_changes": {}, "minimal_config": {},
+            "small": [], "unresolved": [], "changes": {}, "minimal_changes": {},
+            "minimal_config": {},
             "shares_sum": None, "skipped": reason, "text": f"ablation skipped: {reason}"}
 
 
@@ -474,10 +501,13 @@ def ablate(confirmation: dict[str, Any], baseline: dict[str, Any], metric: str,
            direction: str, ev: EvaluationSpec, seed: int, measure: Measure,
            on_start: Callable[[int], None] | None = None,
            on_rep: Callable[[], None] | None = None,
-           on_look: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """The whole ablation of a confirmation's recommendation; the result as stored.
+           on_look: Callable[[int, int], None] | None = None,
+           clock: Callable[[], float] | None = None) -> dict[str, Any]:
+    """The whole ablation of a confirmation's recommendation, then the choice between
+    the minimal configuration and the full one (`choose`); the result as stored.
     `on_look(rounds, arms)` is called before each look after the first that measures more
-    (the rounds it adds, the arms still ambiguous)."""
+    (the rounds it adds, the arms still open). `clock` (seconds) enforces
+    `evaluation.ablation_time`."""
     rec = confirmation.get("recommended")
     if not rec:
         return skipped("the confirmation recommended nothing", metric, direction)
@@ -488,6 +518,7 @@ def ablate(confirmation: dict[str, Any], baseline: dict[str, Any], metric: str,
     if len(changed) == 1:
         return single(confirmation, recommended, baseline, changed[0], metric, direction,
                       ev.alpha)
+    sign = 1.0 if direction == "maximize" else -1.0
     rec_arm = Arm(rec["name"], recommended)
     base_arm = Arm("baseline", baseline)
     arms = [(k, Arm(f"without {k}", {**recommended, k: baseline[k]})) for k in changed]
@@ -495,6 +526,7 @@ def ablate(confirmation: dict[str, Any], baseline: dict[str, Any], metric: str,
         on_start(len(changed))
     first = first_rounds(ev)
     count = {"n": 0}
+    started = clock() if clock else 0.0
 
     def counted(cfg: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
         count["n"] += 1
@@ -506,14 +538,25 @@ def ablate(confirmation: dict[str, Any], baseline: dict[str, Any], metric: str,
         return skipped(f"the {'recommendation' if rec_arm.failed else 'baseline'} failed: "
                        f"{rec_arm.failed or base_arm.failed}", metric, direction)
     sd = pooled_sd([base_arm.samples, rec_arm.samples, *(a.samples for _, a in arms)])
-    planned = plan(sd, ev.ablation_effect, ev.alpha, len(arms), first,
-                   ev.ablation_max_rounds)
+    gain = _gain_log(rec_arm.samples, base_arm.samples, sign)
+    planned = plan(sd, ev.ablation_share * gain if gain > 0 else math.log1p(
+        ev.ablation_effect), ev.alpha, len(arms), first, ev.ablation_max_rounds)
     schedule = looks(first, planned)
     lv = levels(ev.alpha, len(schedule))
     decisions: dict[str, Decision] = {}
+    out_of_time = False
     for i, n in enumerate(schedule):
         open_ = [(k, a) for k, a in arms if k not in decisions]
         if i:
+            per_rep = ((clock() - started) / count["n"]) if clock and count["n"] else 0.0
+            more = (n - schedule[i - 1]) * (len(open_) + 1)
+            if (clock and ev.ablation_time is not None
+                    and clock() - started + more * per_rep > ev.ablation_time):
+                out_of_time = True
+                decisions.update(look_at(rec_arm, open_, lv[-1], ev.ablation_share,
+                                         _gain_log(rec_arm.samples, base_arm.samples, sign),
+                                         sign, last=True))
+                break
             if on_look:
                 on_look(n - schedule[i - 1], len(open_))
             interleave([rec_arm, *(a for _, a in open_)], n - schedule[i - 1], metric,
@@ -521,21 +564,95 @@ def ablate(confirmation: dict[str, Any], baseline: dict[str, Any], metric: str,
             if rec_arm.failed:
                 return skipped(f"the recommendation failed: {rec_arm.failed}", metric,
                                direction)
-        decisions.update(look_at(rec_arm, open_, lv[i], ev.ablation_effect,
-                                   last=i == len(schedule) - 1))
+        g = _gain_log(rec_arm.samples, base_arm.samples, sign)
+        decisions.update(look_at(rec_arm, open_, lv[i], ev.ablation_share, g, sign,
+                                 last=i == len(schedule) - 1))
         if len(decisions) == len(arms):
             break
     out = analyse(rec_arm, base_arm, arms, recommended, baseline, metric, direction,
-                  ev.alpha, seed, decisions=decisions, effect=ev.ablation_effect,
-                  first_rounds=first, final_level=lv[-1])
+                  ev.alpha, seed, decisions=decisions, share=ev.ablation_share,
+                  first_rounds=first)
     out.update({"recommended": rec["name"], "rounds": len(rec_arm.samples),
                 "first_rounds": first, "planned_rounds": planned,
                 "max_rounds": ev.ablation_max_rounds,
                 "noise_sd": None if math.isnan(sd) else sd,
                 "looks": [n for n in schedule if n <= len(rec_arm.samples)],
-                "levels": lv, "measurements": count["n"]})
+                "levels": lv, "out_of_time": out_of_time})
     out["text"] = explain(out)
+    out["choice"] = choose(out, rec_arm, base_arm, recommended, baseline, metric,
+                           direction, ev, seed, counted, on_rep)
+    out["measurements"] = count["n"]
     return out
+
+
+def choose(res: dict[str, Any], rec_arm: Arm, base_arm: Arm, recommended: dict[str, Any],
+           baseline: dict[str, Any], metric: str, direction: str, ev: EvaluationSpec,
+           seed: int, measure: Measure,
+           on_rep: Callable[[], None] | None = None) -> dict[str, Any]:
+    """The recommendation kvtune makes after the ablation: the minimal configuration
+    (the baseline plus only the changes that carry the gain), measured in
+    `first_rounds(ev)` new rounds interleaved with the full recommendation and the
+    baseline, unless the full one is significantly better than it (Welch on the logs, at
+    the study's alpha): fewer changes are less to review, ship and verify. Without a
+    carrier, or when every change carries, nothing is measured: the full recommendation
+    is kept and the line says why."""
+    sign = 1.0 if direction == "maximize" else -1.0
+    changes = res["changes"]
+    carries = res["carries"]
+    rows = {r["knob"]: r for r in res["knobs"]}
+
+    def left(knobs: list[str]) -> list[dict[str, Any]]:
+        return [{"knob": k, "baseline": changes[k]["baseline"],
+                 "recommended": changes[k]["recommended"], "share": rows[k]["share"],
+                 "share_ci": rows[k]["share_ci"], "effect": rows[k]["effect"]}
+                for k in knobs]
+
+    full = {"chosen": "full", "config": recommended,
+            "changes": {k: v["recommended"] for k, v in changes.items()}, "left_out": [],
+            "measured": False}
+    if not carries:
+        return {**full, "text": "the full recommendation is kept: no change carries the "
+                                "gain alone (they act together, or each is too small to show)"}
+    rest = [k for k in changes if k not in carries]
+    if not rest:
+        return {**full, "text": "every change carries the gain: the recommendation is "
+                                "already minimal"}
+    minimal = {**baseline, **{k: changes[k]["recommended"] for k in carries}}
+    min_arm = Arm("minimal", minimal)
+    nb, nr = len(base_arm.samples), len(rec_arm.samples)
+    rounds = first_rounds(ev)
+    interleave([base_arm, rec_arm, min_arm], rounds, metric, measure, seed + 101, on_rep)
+    if min_arm.failed:
+        return {**full, "measured": True,
+                "text": f"the full recommendation is kept: the minimal configuration "
+                        f"failed ({min_arm.failed})"}
+    base_s, rec_s = base_arm.samples[nb:], rec_arm.samples[nr:]
+    mins = min_arm.samples
+    # The full recommendation against the minimal one: what the left-out changes add.
+    worth, lo, hi = _worth(rec_s, mins, sign, 1 - ev.alpha)
+    extra = change_record(metric, math.expm1(sign * worth) if not math.isnan(worth) else None,
+                          direction, ci=(math.expm1(sign * lo), math.expm1(sign * hi))
+                          if not math.isnan(lo) else (None, None),
+                          significant=lo > 0)
+    g, glo, ghi = _worth(mins, base_s, sign, 1 - ev.alpha)
+    gain = change_record(metric, math.expm1(sign * g) if not math.isnan(g) else None,
+                         direction, ci=(math.expm1(sign * glo), math.expm1(sign * ghi))
+                         if not math.isnan(glo) else (None, None), significant=glo > 0)
+    names = ", ".join(f"{k} {changes[k]['baseline']} → {changes[k]['recommended']}"
+                      for k in carries)
+    out_names = ", ".join(f"{x['knob']} (share {_share(x['share'])})" for x in left(rest))
+    common = {"rounds": rounds, "measured": True, "extra": extra, "minimal_gain": gain,
+              "minimal_samples": mins, "full_samples": rec_s, "baseline_samples": base_s}
+    if lo > 0:
+        return {**full, **common,
+                "text": f"the full recommendation is kept: it is better than only {names} "
+                        f"({extra['text']}), so the other changes add to the gain"}
+    return {"chosen": "minimal", "config": minimal,
+            "changes": {k: changes[k]["recommended"] for k in carries},
+            "left_out": left(rest), **common,
+            "text": f"recommends only {names} (the changes that carry the gain: "
+                    f"{gain['text']} against the defaults); the full recommendation is not "
+                    f"significantly better ({extra['text']}); left out: {out_names}"}
 
 
 def _rounds_text(res: dict[str, Any]) -> str:
@@ -546,7 +663,9 @@ def _rounds_text(res: dict[str, Any]) -> str:
 
 
 def lines(res: dict[str, Any] | None) -> list[str]:
-    """The ablation for the terminal: its verdict, then one line per changed knob."""
+    """The ablation for the terminal: its verdict, one line per changed knob (its share
+    with the interval it was decided by, what reverting it does, its verdict), then the
+    recommendation kvtune chose and what it left out."""
     if not res:
         return []
     rounds = _rounds_text(res)
@@ -555,9 +674,13 @@ def lines(res: dict[str, Any] | None) -> list[str]:
            f"{res.get('measurements', 0)} extra repetitions): {res['text']}"]
     for r in res["knobs"]:
         lo, hi = r["share_ci"]
-        ci = "" if math.isnan(lo) else f" (95% CI {_share(lo)} … {_share(hi)})"
+        ci = "" if math.isnan(lo) else \
+            f" ({_level(r.get('confidence', 0.95))} CI {_share(lo)} … {_share(hi)})"
         rounds = f" [{r['rounds']} rounds]" if res.get("first_rounds") and r.get(
             "rounds", 0) > res["first_rounds"] else ""
         out.append(f"  {_change(r)}: share of the gain {_share(r['share'])}{ci}; reverting it: "
                    f"{r['revert']['text']}; {r['effect']}{rounds}")
+    choice = res.get("choice")
+    if choice:
+        out.append(f"Recommendation: {choice['text']}")
     return out
