@@ -37,18 +37,18 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 def _version(value: bool) -> None:
     if value:
-        import subprocess
-
         from kvtune import __version__
-        from kvtune.errors import HarnessError
         from kvtune.load.kvload import find_kvload
+        from kvtune.safety import programs
 
-        try:
+        try:  # only a kvload kvtune may execute (kvtune.safety.programs)
             kvload = find_kvload()
-            ran = subprocess.run([kvload, "--version"], capture_output=True, text=True,
-                                 timeout=10, stdin=subprocess.DEVNULL)
+            ran = programs.run([kvload, "--version"], "kvload", capture_output=True,
+                               text=True, timeout=10)
             found = f"{ran.stdout.strip() or 'kvload ?'} at {kvload}"
-        except (HarnessError, OSError, subprocess.TimeoutExpired) as e:
+        except programs.Untrusted as e:
+            found = f"kvload not run: {e}"
+        except (KvtuneError, OSError, programs.TimeoutExpired) as e:
             found = f"kvload not found: {e}"
         print(f"kvtune {__version__} ({found})")
         raise typer.Exit()
