@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from kvtune.errors import KvtuneError, UserError
+from kvtune.safety.text import Console
+from kvtune.safety.text import for_markup as escape
 
 if TYPE_CHECKING:
     from kvtune.study.loader import Loaded
@@ -50,7 +51,9 @@ def _version(value: bool) -> None:
             found = f"kvload not run: {e}"
         except (KvtuneError, OSError, programs.TimeoutExpired) as e:
             found = f"kvload not found: {e}"
-        print(f"kvtune {__version__} ({found})")
+        from kvtune.safety.text import one_line
+
+        print(f"kvtune {__version__} ({one_line(found)})")
         raise typer.Exit()
 
 
@@ -94,7 +97,7 @@ def _load(study_file: Path, allow_inline_host_knobs: bool, command: str = "") ->
     if command:
         _need_root(command, loaded)
     for note in loaded.notes:
-        err.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+        err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     return loaded
 
 
@@ -218,7 +221,7 @@ def run(
                   if ci[0] is not None else "-")
     out.print(t)
     if res.get("failed"):
-        out.print(f"[red]failed:[/] {res['failed']}")
+        out.print(f"[red]failed:[/] {escape(res['failed'])}")
         if res.get("stderr"):
             out.print(f"server stderr:\n{res['stderr']}", markup=False, highlight=False)
         raise typer.Exit(1)
@@ -338,16 +341,17 @@ def restore(
     existed = path.exists()
     results = restore_from_file(path, servers=servers)
     if not results and existed:
-        out.print(f"Nothing to restore: {path} recorded no change still in place (the server "
-                  "processes it names have exited); the journal is removed.")
+        out.print(f"Nothing to restore: {escape(path)} recorded no change still in place (the "
+                  "server processes it names have exited); the journal is removed.")
     elif not results:
-        out.print(f"Nothing to restore ({path} is absent: the host is as kvtune found it).")
+        out.print(f"Nothing to restore ({escape(path)} is absent: the host is as kvtune found "
+                  "it).")
         return
     failed = False
     for r in results:
         mark = "[green]ok[/]" if r.ok else "[red]FAILED[/]"
         failed |= not r.ok
-        out.print(f"{mark} {r.what}: {r.detail}")
+        out.print(f"{mark} {escape(r.what)}: {escape(r.detail)}")
     if failed:
         raise typer.Exit(1)
 
@@ -399,12 +403,12 @@ def knobs(
     for c in ("knob", "range", "unit", "default", "current", "restart", "available"):
         t.add_column(c)
     for d in data:
-        avail = "[green]yes[/]" if d["available"] else f"[red]no[/]: {d['reason']}"
+        avail = "[green]yes[/]" if d["available"] else f"[red]no[/]: {escape(d['reason'])}"
         if d["tags"]:
             avail += " [dim](" + ", ".join(d["tags"]) + ")[/]"
         t.add_row(d["name"], d["domain"], d["unit"], str(d["default"] if d["default"] is not None
                                                          else "(host)"),
-                  str(d["current"] if d["current"] is not None else "-"),
+                  escape(d["current"] if d["current"] is not None else "-"),
                   "yes" if d["restart"] else "no", avail)
     out.print(t)
     if aliases:
@@ -457,7 +461,7 @@ def export(
     formats = format_ or list(ex.EXPORTERS)
     target = out_dir or Path.cwd() / "export" / name
     made = ex.write(rec, formats, target)
-    out.print(f"[bold]{name}[/]: {rec.source}", highlight=False)
+    out.print(f"[bold]{escape(name)}[/]: {escape(rec.source)}", highlight=False)
     if not made:
         have = ex.with_content(rec)
         err.print(f"Nothing to export for --format {', '.join(formats)}: "
@@ -467,13 +471,14 @@ def export(
     for fmt, f in made:
         back = (f"rollback {target / f.rollback_path}" if f.rollback_path else
                 "no rollback file")
-        out.print(f"[green]{fmt}[/] {target / f.path}\n    {back}\n    {f.install}",
+        out.print(f"[green]{fmt}[/] {escape(target / f.path)}\n    {escape(back)}\n    "
+                  f"{escape(f.install)}",
                   highlight=False)
-    for w in ex.warnings(made):
-        err.print(f"[yellow]warning:[/] {w}", highlight=False)
+    for w in [*ex.warnings(made), *rec.refused]:
+        err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
     conditions = rec.conditions()
     for c in conditions:
-        out.print(f"[yellow]condition:[/] {c}", highlight=False)
+        out.print(f"[yellow]condition:[/] {escape(c)}", highlight=False)
     if conditions and "systemd" not in {m for m, _ in made}:
         can = "systemd" in ex.with_content(rec)
         err.print("[yellow]warning:[/] the recommendation depends on its placement and "
@@ -513,7 +518,7 @@ def verify(
     name, url = _storage_for(study, storage)
     rec = ex.recommendation(Store(url), name, best_in_search, minimal=minimal, trial=trial)
     checks, notes = run_verify(rec, pid, host_only)
-    out.print(f"[bold]{name}[/]: {rec.source}", highlight=False)
+    out.print(f"[bold]{escape(name)}[/]: {escape(rec.source)}", highlight=False)
     for n in notes:
         out.print(n, highlight=False, markup=False)
     for c in checks:
@@ -564,11 +569,11 @@ def report(
             raise
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(page, encoding="utf-8")
-        out.print(f"wrote {output} (sweeps only)")
+        out.print(f"wrote {escape(output)} (sweeps only)")
         return
     path = write(data, output, within, analyse(data, within, importance))
     size = path.stat().st_size / 1e6
-    out.print(f"wrote {path} ({size:.1f} MB, self-contained; open it in any browser)")
+    out.print(f"wrote {escape(path)} ({size:.1f} MB, self-contained; open it in any browser)")
 
 
 @app.command()
@@ -595,7 +600,7 @@ def dashboard(
         known = ", ".join(st.study_names()) or "none"
         raise UserError(f"no study named {name!r} in {st.url} (studies there: {known})") \
             from None
-    err.print(f"optuna-dashboard for {name}: http://127.0.0.1:{port}/dashboard/studies/"
+    err.print(f"optuna-dashboard for {escape(name)}: http://127.0.0.1:{port}/dashboard/studies/"
               f"{study_id}  (Ctrl-C stops it)")
     try:
         run_server(st.storage, host="127.0.0.1", port=port)
@@ -662,7 +667,7 @@ def workload_capture(
 
     for line in lines(doc):
         out.print(line, highlight=False, markup=False)
-    out.print(f"wrote {output}", highlight=False)
+    out.print(f"wrote {escape(output)}", highlight=False)
 
 
 @workload_app.command("import")
@@ -709,7 +714,7 @@ def workload_import(
     write_model(path, doc)
     for line in lines(doc):
         out.print(line, highlight=False, markup=False)
-    out.print(f"wrote {output}", highlight=False)
+    out.print(f"wrote {escape(output)}", highlight=False)
 
 
 @workload_app.command("describe")
@@ -729,7 +734,7 @@ def workload_describe(
         out.print(line, highlight=False, markup=False)
     if html is not None:
         write_html(doc, html)
-        out.print(f"wrote {html}", highlight=False)
+        out.print(f"wrote {escape(html)}", highlight=False)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -739,11 +744,9 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv)
     except PermissionError as e:
         # A file kvtune needs is root's: one line, never a traceback (exit 2: how it was run).
-        err.print(f"[red]kvtune: error:[/] permission denied: {e.filename or e}: this needs "
-                  "root (run kvtune as root, or with sudo)", highlight=False, soft_wrap=True)
+        err.print(f"[red]kvtune: error:[/] permission denied: {escape(e.filename or e)}: this "
+                  "needs root (run kvtune as root, or with sudo)", highlight=False, soft_wrap=True)
         sys.exit(2)
     except KvtuneError as e:
-        from rich.markup import escape
-
         err.print(f"[red]kvtune: error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)

@@ -184,34 +184,40 @@ def make_plan(path: str | Path, allow_inline_host_knobs: bool = False) -> Plan:
 
 
 def render(plan: Plan, console: Any) -> None:
+    """The plan for people. Everything but kvtune's own words is escaped for rich (a
+    config line, a path or a server's answer may hold `[/bold]` or an ESC sequence)."""
     from rich.table import Table
 
+    from kvtune.safety.text import for_markup as esc
+
     head = "[green]runnable[/]" if plan.runnable else "[red]NOT runnable[/]"
-    console.print(f"[bold]kvtune check[/] {plan.path}: study {plan.study or '?'} "
-                  f"({plan.target or '?'}): {head}")
+    console.print(f"[bold]kvtune check[/] {esc(plan.path)}: study {esc(plan.study or '?')} "
+                  f"({esc(plan.target or '?')}): {head}")
     if plan.knobs:
         t = Table(title="Knobs")
         for c in ("knob", "scope", "domain", "baseline", "available", "where"):
             t.add_column(c)
         for k in plan.knobs:
-            t.add_row(k.name, k.scope, k.domain, "-" if k.baseline is None else str(k.baseline),
-                      "[green]yes[/]" if k.available else f"[red]no[/]: {k.reason}", k.where)
+            t.add_row(esc(k.name), esc(k.scope), esc(k.domain),
+                      "-" if k.baseline is None else esc(k.baseline),
+                      "[green]yes[/]" if k.available else f"[red]no[/]: {esc(k.reason)}",
+                      esc(k.where))
         console.print(t)
     console.print("Host files the study would write (each journaled, restored after):")
     for w in plan.host_writes or ["none"]:
-        console.print(f"  {w}", highlight=False)
+        console.print(f"  {esc(w)}", highlight=False)
     if plan.rules:
         console.print("Rules between its knobs:")
         for r in plan.rules:
-            console.print(f"  {r}", highlight=False)
+            console.print(f"  {esc(r)}", highlight=False)
     if plan.estimate:
         e = plan.estimate
         console.print(f"Estimated wall time: {e.low_s / 60:.1f}–{e.high_s / 60:.1f} min "
-                      f"({e.how})", highlight=False)
+                      f"({esc(e.how)})", highlight=False)
     for n in dict.fromkeys(plan.notes):
-        console.print(f"[dim]note: {n}[/]", highlight=False)
+        console.print(f"[dim]note: {esc(n)}[/]", highlight=False)
     for p in plan.problems:
-        console.print(f"[red]problem:[/] {p}", highlight=False)
+        console.print(f"[red]problem:[/] {esc(p)}", highlight=False)
 
 
 def main(path: str, as_json: bool, console: Any, allow_inline_host_knobs: bool = False) -> int:
