@@ -219,7 +219,8 @@ def test_only_the_runner_starts_programs() -> None:
 
 
 def test_the_runner_check_sees_every_way_to_start_a_program() -> None:
-    for snippet in ("import subprocess", "from subprocess import run", "import os\nos.execvp('x', [])",
+    for snippet in ("import subprocess", "from subprocess import run",
+                    "import os\nos.execvp('x', [])",
                     "import os\nos.system('x')", "import os\nos.posix_spawn('x', [], {})",
                     "from os import execv", "import shutil\nshutil.which('perf')",
                     "import asyncio\nasyncio.create_subprocess_exec('x')", "import pty",

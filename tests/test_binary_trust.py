@@ -226,7 +226,7 @@ def _check_as_nobody(mine: Path, theirs: Path) -> None:
                        capture_output=True, text=True, timeout=60,
                        env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
-    got = eval(r.stdout)  # noqa: S307 - our own repr of a list of str | None
+    got = eval(r.stdout)  # our own repr of a list of str | None
     assert got[0] is None, got
     assert got[1] is not None and "uid 12345" in got[1] and "root or uid 65534" in got[1], got
     assert got[2] is None, got

@@ -567,8 +567,10 @@ def report(
         page = sweep_only_page(Store(url), name)
         if page is None:
             raise
+        from kvtune.safety.files import write_file
+
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(page, encoding="utf-8")
+        write_file(output, page, what="-o")
         out.print(f"wrote {escape(output)} (sweeps only)")
         return
     path = write(data, output, within, analyse(data, within, importance))
@@ -689,17 +691,19 @@ def workload_import(
 ) -> None:
     """Turn a public cache trace (Twitter OSDI'20, Meta kvcache) into a workload model, as a
     stream (constant memory). Malformed lines are skipped and counted."""
+    from kvtune.safety.files import note_input
     from kvtune.workload.capture import check_output, check_trace_output, write_model
     from kvtune.workload.describe import lines
     from kvtune.workload.trace import TraceWriter
     from kvtune.workload.traces import import_trace
 
+    # The trace is this run's input: -o and --keep-trace may not name it, however spelled
+    # (compared by device and inode: sub/../x.csv, a link, a hard link).
+    note_input(str(trace))
     path = check_output(str(output))
     trace_path = check_trace_output(str(keep_trace) if keep_trace else None, path)
     if not 0 <= max_bad < 1:
         raise UserError(f"--max-bad {max_bad}: a fraction in [0, 1)")
-    if trace_path and str(trace.absolute()) == trace_path:
-        raise UserError("--keep-trace names the trace being imported")
     # Both formats stamp whole seconds.
     writer = TraceWriter(trace_path, whole_seconds=True) if trace_path else None
     try:

@@ -102,6 +102,7 @@ class Recommendation:
     ctx: HostContext = field(default_factory=_host_context)
     spec: Mapping[str, Any] = field(default_factory=dict)  # the study file, as stored
     previous: Path | None = None  # the host's config file before the export (--from)
+    previous_text: str | None = None  # its text, read once and checked (server_config)
     tuned_include: str | None = None  # TuneD profile to include (None: the recommended)
     # Entries left out because the host-write deny-list refuses them (one line each).
     refused: list[str] = field(default_factory=list)

@@ -5,11 +5,11 @@ server starts. Its `server` key is refused: load goes to the server kvtune start
 from __future__ import annotations
 
 import json
-import os
-import stat
 import tomllib
 from pathlib import Path
 from typing import Any
+
+from kvtune.safety.files import ReadRefused, read_input
 
 MAX_BYTES = 1 << 20
 TOP_KEYS = {
@@ -22,28 +22,18 @@ PHASE_KEYS = {"duration", "rate", "value_size", "popularity", "mix"}
 MAX_PHASES = 1000
 
 
-def check_workload_file(name: str) -> None:
-    """Raises ValueError naming what is wrong (never the file's content)."""
+def check_workload_file(name: str) -> dict[str, Any]:
+    """The workload file `name`, parsed, when kvload may read it: a regular file outside
+    /proc, /sys and /dev of at most MAX_BYTES (read with that bound), with known keys and
+    values kvload reads within their bounds. Raises ValueError naming what is wrong (never
+    the file's content)."""
     if not name or any(c in name for c in "\x00\n\r") or len(name) > 4096:
         raise ValueError("not a file name")
     p = Path(name)
     try:
-        st = p.stat()
-    except OSError as e:
-        raise ValueError(f"{name}: {e.strerror}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise ValueError(f"{name} is a directory")
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"{name} is not a regular file")
-    if st.st_size > MAX_BYTES:
-        raise ValueError(f"{name}: {st.st_size} bytes; a workload file may hold at most "
-                         f"{MAX_BYTES // 1024} KiB")
-    try:
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
-    except OSError as e:
-        raise ValueError(f"{name}: {e.strerror}") from None
+        data = read_input(name, MAX_BYTES, "workload file")
+    except ReadRefused as e:
+        raise ValueError(str(e).removeprefix("workload file: ")) from None
     try:
         text = data.decode("utf-8")
         doc: Any = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
@@ -76,6 +66,7 @@ def check_workload_file(name: str) -> None:
             problem = value_problem(str(key), value)
             if problem:
                 raise ValueError(f"{name}: phases[{i}].{key}: {problem}")
+    return doc
 
 
 # The values kvload reads, each to the grammar kvload parses (docs/kvload.md), so that a bad

@@ -29,6 +29,7 @@ import os
 import re
 import secrets
 import socket
+import stat
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -698,19 +699,45 @@ def _commandstats(info: dict[str, str]) -> dict[str, float]:
 
 
 def check_output(path: str) -> str:
-    """The model's file: a new or regular file in an existing directory. Checked before
-    anything connects; written once, at the end."""
+    """The model's file: a new or regular file in an existing directory, not a link and not
+    one of the run's inputs however it is spelled (kvtune.safety.files, by device and
+    inode). Checked before anything connects or is read; written once, at the end,
+    atomically."""
+    from kvtune.safety.files import is_input
+
     if not path or "\x00" in path:
         raise UserError("-o: not a file name")
     p = os.path.abspath(path)
     parent = os.path.dirname(p)
     if not os.path.isdir(parent):
         raise UserError(f"-o {path}: the directory {parent} does not exist")
-    if os.path.islink(p):
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return p
+    except OSError as e:
+        raise UserError(f"-o {path}: {e.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
         raise UserError(f"-o {path} is a symbolic link; name the file itself")
-    if os.path.exists(p) and not os.path.isfile(p):
+    if not stat.S_ISREG(st.st_mode):
         raise UserError(f"-o {path} exists and is not a regular file")
+    source = is_input(st)
+    if source is not None:
+        raise UserError(f"-o {path} is {source}, an input of this run: kvtune never "
+                        "overwrites what it reads (name another file)")
     return p
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two output names are one file: the same device and inode when both exist,
+    else the same resolved directory and name."""
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+        return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+    except OSError:
+        pass
+    return (os.path.realpath(os.path.dirname(a)), os.path.basename(a)) == \
+        (os.path.realpath(os.path.dirname(b)), os.path.basename(b))
 
 
 def check_trace_output(keep_trace: str | None, model_path: str) -> str | None:
@@ -721,18 +748,18 @@ def check_trace_output(keep_trace: str | None, model_path: str) -> str | None:
         p = check_output(keep_trace)
     except UserError as e:
         raise UserError(str(e).replace("-o ", "--keep-trace ", 1)) from None
-    if p == model_path:
+    if _same_file(p, model_path):
         raise UserError("--keep-trace names the model's own file (-o)")
     return p
 
 
 def write_model(path: str, doc: dict[str, Any]) -> None:
+    """The model, written atomically without following a link (kvtune.safety.files)."""
     import json
 
-    data = (json.dumps(doc, indent=1) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
+    from kvtune.safety.files import write_file
+
+    write_file(path, json.dumps(doc, indent=1) + "\n", what="-o")
 
 
 def capture(url: str, duration: float | None, out: str, *, max_events: int,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -12,17 +11,12 @@ from kvtune.workload.model import parse_weighted
 
 
 def load_model(path: str) -> dict[str, Any]:
+    """The workload model `path`, read once, with the bounds and checks of a study's
+    load.workload_file (kvtune.safety.workload)."""
     try:
-        check_workload_file(path)
+        return check_workload_file(path)
     except ValueError as e:
         raise UserError(f"workload file: {e}") from None
-    if path.endswith(".toml"):
-        import tomllib
-
-        doc: dict[str, Any] = tomllib.loads(Path(path).read_text())
-    else:
-        doc = json.loads(Path(path).read_text())
-    return doc
 
 
 def _mean(spec: str) -> float | None:
@@ -163,7 +157,9 @@ def html(doc: dict[str, Any], path: Path) -> None:
     text = "<br>".join(lines(doc))
     page = fig.to_html(include_plotlyjs=True, full_html=True)
     page = page.replace("<body>", f"<body><pre style='font-size:13px'>{_esc(text)}</pre>", 1)
-    path.write_text(page, encoding="utf-8")
+    from kvtune.safety.files import write_file
+
+    write_file(path, page, what="--html")
 
 
 def _esc(s: str) -> str:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from kvtune.errors import UserError
+from kvtune.safety.files import note_input
 from kvtune.workload.model import ModelBuilder
 
 FORMATS = ("twitter", "meta")
@@ -65,6 +66,7 @@ def _open(path: str) -> IO[bytes]:
         f = open(path, "rb")  # noqa: SIM115 (returned, closed by the caller)
     except OSError as e:
         raise UserError(f"{path}: {e.strerror}") from None
+    note_input(f.fileno())  # no output of this run may replace it
     head = f.read(4)
     f.seek(0)
     if head == ZSTD_MAGIC or path.endswith(".zst"):
