@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import sysconfig
 from pathlib import Path
@@ -287,7 +288,17 @@ class KvloadDriver(LoadDriver):
                     "the output files and the workload come from the study file's typed keys")
             return SAFE_EXTRA_ARGS[flag]
 
-        scan.check_flag_list(args, refuse)
+        def bounded(value: str, pattern: str, what: str) -> bool:
+            # --max-item-size sizes kvload's value buffer: bounded before anything runs.
+            from kvtune.safety.workload import size_problem
+
+            if what.endswith("--max-item-size") and re.fullmatch(pattern, value):
+                problem = size_problem("max_item_size", value)
+                if problem:
+                    raise ValueError(f"{what}: {problem}")
+            return False
+
+        scan.check_flag_list(args, refuse, bounded)
 
     def __init__(self, spec: LoadSpec) -> None:
         super().__init__(spec)

@@ -94,6 +94,37 @@ _INTS = {"connections": (1, 100_000), "pipeline": (1, 65536), "max_outstanding":
          "keys": (1, 10**12), "mget_size": (1, 1024), "seed": (0, 2**64 - 1),
          "spin_us": (0, 10**6)}
 MAX_TTL = 30 * 24 * 3600  # memcached reads larger values as absolute Unix times
+# Sizes kvload allocates from (its value buffer, its keys): the same bounds kvload checks
+# before it allocates (kvload/src/config, MAX_ITEM_BYTES and MAX_KEY_BYTES).
+MAX_ITEM_BYTES = 1 << 30  # memcached's -I tops out at 1 GiB; Redis bulk strings at 512 MiB
+MAX_KEY_BYTES = 65535
+MAX_TABLE_KEYS = 10**12
+
+
+def size_problem(key: str, text: str) -> str | None:
+    """A size out of its bound in a value kvload reads (`value_size`, `key_size`,
+    `max_item_size`, a popularity table's key counts), named with the bound; None when
+    every size is within it. `text` already matches the grammar."""
+    if key in ("value_size", "max_item_size"):
+        bound, what = MAX_ITEM_BYTES, "1 GiB (kvload's item bound)"
+    elif key == "key_size":
+        bound, what = MAX_KEY_BYTES, f"{MAX_KEY_BYTES} bytes (kvload's key bound)"
+    elif key == "popularity" and text.startswith("table:"):
+        total = sum(_size(p.split(":")[0]) for p in text[6:].split(","))
+        if total > MAX_TABLE_KEYS:
+            return f"a table of {total} keys: more than kvload's bound of {MAX_TABLE_KEYS}"
+        return None
+    else:
+        return None
+    if text in ("etc", "fb_key", "fb_value"):
+        return None
+    body = text[5:] if text.startswith("list:") else text
+    sizes = [_size(p.split(":")[0]) for p in body.split(",")] if text.startswith("list:") \
+        else [_size(p) for p in body.split("-")]
+    top = max(sizes)
+    if top > bound:
+        return f"{top} bytes: more than {what}"
+    return None
 
 
 def value_problem(key: str, value: Any) -> str | None:
@@ -132,7 +163,7 @@ def value_problem(key: str, value: Any) -> str | None:
                       text.startswith("list:") else [int(text)])
             if top > MAX_TTL:
                 return "a TTL beyond 30 days (memcached reads it as an absolute time)"
-        return None
+        return size_problem(key, text)
     return None
 
 
