@@ -506,21 +506,29 @@ def verify(
         "--pid", help="the server process to check (default: the one running)")] = None,
     host_only: Annotated[bool, flag(
         "--host-only", help="check the host knobs only, not a running server")] = False,
+    port: Annotated[int | None, typer.Option(
+        "--port", help="the TCP port the server listens on (default: the study's "
+                       "target.port, else the port its config names, else 11211 or 6379)")]
+    = None,
 ) -> None:
     """Is the exported recommendation in effect on this host? Read-only, like `tuned-adm
     verify`: the host knobs it changes (sysctls, THP, ...) read back, and the running
-    server's flags, options, CPU affinity and CPU quota. One line per check; exit 0 when
-    all hold, 1 when any differs or cannot be checked."""
+    server's flags, options, CPU affinity and CPU quota — once the process is shown to be
+    the server (it runs the trusted server binary, is owned by root or the service's user
+    and listens on the study's port). One line per check; exit 0 when all hold, 1 when any
+    differs or cannot be checked, 2 for a --pid that is no process."""
     from kvtune import export as ex
     from kvtune.store import Store
     from kvtune.verify import verify as run_verify
 
     name, url = _storage_for(study, storage)
     rec = ex.recommendation(Store(url), name, best_in_search, minimal=minimal, trial=trial)
-    checks, notes = run_verify(rec, pid, host_only)
+    if port is not None and not 0 < port < 65536:
+        raise UserError(f"--port: {port} is not a TCP port")
+    checks, notes = run_verify(rec, pid, host_only, port)
     out.print(f"[bold]{escape(name)}[/]: {escape(rec.source)}", highlight=False)
     for n in notes:
-        out.print(n, highlight=False, markup=False)
+        out.print(n, highlight=False, markup=False)  # a process's argv: stripped by out
     for c in checks:
         out.print(c.line(), highlight=False, markup=False)
     bad = [c for c in checks if not c.ok]
