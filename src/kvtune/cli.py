@@ -15,6 +15,7 @@ from kvtune.safety.text import Console
 from kvtune.safety.text import for_markup as escape
 
 if TYPE_CHECKING:
+    from kvtune.spec import StudySpec
     from kvtune.study.loader import Loaded
 
 
@@ -91,32 +92,27 @@ def _load(study_file: Path, allow_inline_host_knobs: bool, command: str = "") ->
     """The study file, read once and checked before Optuna and SciPy are imported (a
     refused file fails in well under a second); its deprecation notes on stderr. With
     `command`, a study that manages this host needs root (one line why, exit 2)."""
-    from kvtune.study.loader import load_study
+    from kvtune.study.loader import load_text, parse_study, read_study
 
-    loaded = load_study(study_file, allow_inline_host_knobs)
-    if command:
-        _need_root(command, loaded)
+    text = read_study(study_file)
+    base = study_file.resolve().parent
+    if command:  # before the target's config is read or any binary probed
+        _need_root(command, parse_study(text, str(study_file), base_dir=base).spec)
+    loaded = load_text(text, str(study_file), base_dir=base,
+                       allow_inline_host_knobs=allow_inline_host_knobs, path=study_file)
     for note in loaded.notes:
         err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     return loaded
 
 
-def _need_root(command: str, loaded: Loaded) -> None:
-    """A study whose target runs on this host needs root: say what and why, exit 2."""
-    import os
+def _need_root(command: str, spec: StudySpec) -> None:
+    """A study whose target runs on this host needs root: say what and why in one line,
+    exit 2, before anything is read beyond the study file or started."""
+    from kvtune.study.check import root_reason
 
-    from kvtune.targets import target_class
-
-    if os.geteuid() == 0 or not target_class(loaded.spec.target.kind).runs_server:
-        return
-    host_knobs = any(k.scope in ("host", "cgroup") for k in loaded.knobs)
-    raise UserError(
-        f"kvtune {command} needs root for study {loaded.spec.study!r}: it starts "
-        f"{loaded.spec.target.kind} fresh for every repetition under kvtune's host lock and "
-        "journal (/run/kvtune, /var/lib/kvtune), so that `kvtune restore` can stop it after "
-        "a crash" + (", and writes kernel settings (/proc/sys, /sys, cgroups)" if host_knobs
-                     else "") + "; run it as root (sudo). `kvtune check`, `show`, `report` "
-        "and `export` need no root")
+    why = root_reason(spec, command)
+    if why:
+        raise UserError(why)
 
 
 @app.command()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kvtune.errors import KvtuneError, UserError
 
@@ -50,6 +50,7 @@ class Plan:
     estimate: Estimate | None = None
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    needs_root: str = ""  # as another user: what needs root, in one line ("" as root)
 
     @property
     def runnable(self) -> bool:
@@ -120,6 +121,33 @@ def estimate(spec: Any, n_knobs: int | None = None) -> Estimate | None:
     return Estimate(rep, lo, hi, rep * lo, min(rep * hi, limit) if limit else rep * hi, how)
 
 
+def root_reason(spec: Any, command: str = "tune, run and sweep") -> str:
+    """Why `kvtune COMMAND` of this study needs root, in one line ("" when it does not,
+    or when kvtune runs as root): a target that runs a server on this host is started
+    under the host lock and journal, and host knobs write kernel files."""
+    import os
+
+    from kvtune.knobs import catalog
+    from kvtune.targets import target_class
+
+    if os.geteuid() == 0 or not target_class(spec.target.kind).runs_server:
+        return ""
+    names = [e if isinstance(e, str) else e.name for e in spec.knobs]
+    if spec.preset:  # every knob of the preset (no host context: nothing is probed)
+        names += catalog.preset_names(spec.preset, cast(Any, None), available_only=False)
+    inline = any(not isinstance(e, str) and e.applier is not None
+                 and (e.applier.sysctl or e.applier.sysfs) for e in spec.knobs)
+    host = inline or any((k := catalog.lookup(n)) is not None and k.scope in ("host", "cgroup")
+                         for n in names)
+    verb, it = ("need", "each starts") if " and " in command else ("needs", "it starts")
+    return (f"kvtune {command} {verb} root for study {spec.study!r}: {it} "
+            f"{spec.target.kind} fresh for every repetition under kvtune's host lock and "
+            "journal (/run/kvtune, /var/lib/kvtune), so that `kvtune restore` can stop it "
+            "after a crash" + (", and writes kernel settings (/proc/sys, /sys, cgroups)"
+                               if host else "") + "; run it as root (sudo). `kvtune check`, "
+            "`show`, `report` and `export` need no root")
+
+
 def make_plan(path: str | Path, allow_inline_host_knobs: bool = False) -> Plan:
     """The plan of the study in `path`; nothing is applied and no server is started."""
     from kvtune.host.plan import plan_for
@@ -139,6 +167,7 @@ def make_plan(path: str | Path, allow_inline_host_knobs: bool = False) -> Plan:
     spec = loaded.spec
     plan.notes += loaded.notes
     plan.valid = True
+    plan.needs_root = root_reason(spec)
     plan.study, plan.target = spec.study, spec.target.kind
     try:
         target = make_target(spec.target)
@@ -216,6 +245,9 @@ def render(plan: Plan, console: Any) -> None:
                       f"({esc(e.how)})", highlight=False)
     for n in dict.fromkeys(plan.notes):
         console.print(f"[dim]note: {esc(n)}[/]", highlight=False)
+    if plan.needs_root:
+        console.print(f"[yellow]needs root:[/] {esc(plan.needs_root)}", highlight=False,
+                      soft_wrap=True)
     for p in plan.problems:
         console.print(f"[red]problem:[/] {esc(p)}", highlight=False)
 
