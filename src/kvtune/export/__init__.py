@@ -82,6 +82,11 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
     from kvtune.report.summary import collect
 
     data = collect(store, name)
+    if "trials" not in data:  # a study that only ran `kvtune sweep`: nothing was tuned
+        raise NoRecommendation(f"study {name!r} has only sweeps (kvtune sweep measures, it "
+                               "recommends nothing): nothing to export or verify; `kvtune "
+                               "report` shows the sweeps, `kvtune tune` makes a "
+                               "recommendation")
     study = optuna.load_study(study_name=name, storage=store.storage)
     spec = dict(study.user_attrs.get("spec") or {})
     target = (spec.get("target") or {}).get("kind")

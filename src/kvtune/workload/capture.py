@@ -60,21 +60,30 @@ class Target:
         return f"{self.kind}://{host}:{self.port}"
 
 
+def shown_url(url: str) -> str:
+    """The URL for a message: a password (`user:secret@`) and a query replaced by ***,
+    control characters dropped (the URL is echoed back to who typed it, and to logs)."""
+    text = re.sub(r"[\x00-\x1f\x7f]", "", url)
+    text = re.sub(r"(//[^/@:]*):[^@/]*@", r"\1:***@", text)
+    return re.sub(r"\?.*$", "?***", text)
+
+
 def parse_url(url: str, allow_remote: bool = False) -> Target:
     """memcached://HOST:PORT or redis://HOST:PORT; a non-loopback host only when the
-    user says so (--remote). Raises UserError (exit 2)."""
+    user says so (--remote). Raises UserError (exit 2), never echoing a password."""
+    shown = shown_url(url)
     try:
         u = urlsplit(url)
         port = u.port
     except ValueError as e:
-        raise UserError(f"capture URL {url!r}: {e}") from None
+        raise UserError(f"capture URL {shown!r}: {e}") from None
     if u.scheme not in ("memcached", "redis"):
-        raise UserError(f"capture URL {url!r}: the scheme must be memcached:// or redis://")
+        raise UserError(f"capture URL {shown!r}: the scheme must be memcached:// or redis://")
     if not u.hostname or port is None:
-        raise UserError(f"capture URL {url!r}: give the host and the port, e.g. "
+        raise UserError(f"capture URL {shown!r}: give the host and the port, e.g. "
                         f"{u.scheme or 'memcached'}://127.0.0.1:11211")
     if u.path not in ("", "/") or u.query or u.fragment or u.username or u.password:
-        raise UserError(f"capture URL {url!r}: only SCHEME://HOST:PORT is taken (no path, "
+        raise UserError(f"capture URL {shown!r}: only SCHEME://HOST:PORT is taken (no path, "
                         "user, password or query)")
     host = u.hostname
     try:
@@ -82,7 +91,7 @@ def parse_url(url: str, allow_remote: bool = False) -> Target:
     except ValueError:
         loop = host == "localhost"
     if not loop and not allow_remote:
-        raise UserError(f"capture URL {url!r}: {host} is not a loopback address; name a "
+        raise UserError(f"capture URL {shown!r}: {host} is not a loopback address; name a "
                         "remote server explicitly with --remote")
     return Target(u.scheme, host, port)
 
