@@ -230,3 +230,23 @@ def _check_as_nobody(mine: Path, theirs: Path) -> None:
     assert got[0] is None, got
     assert got[1] is not None and "uid 12345" in got[1] and "root or uid 65534" in got[1], got
     assert got[2] is None, got
+
+
+def test_an_env_script_judges_the_program_env_would_find(tmp_path: Path) -> None:
+    """`#!/usr/bin/env NAME` runs the NAME first on PATH: that one is judged too."""
+    marker = tmp_path / "ran"
+    evil = tmp_path / "evil"
+    _script(evil / "python9", marker)
+    os.chown(evil, NOBODY, NOBODY)
+    script = tmp_path / "bin" / "tool"
+    script.parent.mkdir()
+    script.write_text("#!/usr/bin/env python9\nprint('hi')\n")
+    script.chmod(0o755)
+    old = os.environ["PATH"]
+    os.environ["PATH"] = f"{evil}:{old}"
+    try:
+        why = untrusted(str(script))
+    finally:
+        os.environ["PATH"] = old
+    assert why is not None and "interpreter" in why and "65534" in why, why
+    assert untrusted(str(script)) is None  # python9 found nowhere else: env would fail

@@ -132,38 +132,47 @@ def _walk(path: str) -> str:
     raise ValueError(f"{path} is a directory, not a program")
 
 
-def _interpreter(real: str) -> str | None:
-    """A `#!` script's interpreter (the kernel runs it with the script), or None."""
+def _interpreter(real: str) -> list[str]:
+    """A `#!` script's interpreter (the kernel runs it with the script) and, for
+    `#!/usr/bin/env NAME`, the NAME env will find on PATH; [] for a binary."""
     try:
         fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
-        return None
+        return []
     try:
         head = os.read(fd, 256)
     finally:
         os.close(fd)
     if not head.startswith(b"#!"):
-        return None
-    line = head[2:].split(b"\n", 1)[0].strip()
-    word = line.split(None, 1)[0] if line else b""
-    return word.decode(errors="replace") or None
+        return []
+    words = [w.decode(errors="replace") for w in head[2:].split(b"\n", 1)[0].split()]
+    if not words:
+        return []
+    out = [words[0]]
+    if os.path.basename(words[0]) == "env":
+        name = next((w for w in words[1:] if not w.startswith("-") and "=" not in w), None)
+        found = which(name) if name else None
+        if found:
+            out.append(found)
+    return out
 
 
 def check(path: str) -> str:
     """The real path of the program `path` when kvtune may execute it; ValueError naming
     the first file, link or directory another user could change otherwise."""
     real = _walk(path)
-    seen = real
-    for _ in range(MAX_INTERPRETERS):
-        interp = _interpreter(seen)
-        if interp is None:
-            return real
-        try:
-            seen = _walk(interp)
-        except ValueError as e:
-            raise ValueError(f"{path} is a script whose interpreter is refused: {e}") \
-                from None
-    raise ValueError(f"{path}: scripts nested more than {MAX_INTERPRETERS} deep")
+    todo, depth = [real], 0
+    while todo:
+        depth += 1
+        if depth > MAX_INTERPRETERS * 2:
+            raise ValueError(f"{path}: scripts nested more than {MAX_INTERPRETERS} deep")
+        for interp in _interpreter(todo.pop()):
+            try:
+                todo.append(_walk(interp))
+            except ValueError as e:
+                raise ValueError(f"{path} is a script whose interpreter is refused: {e}") \
+                    from None
+    return real
 
 
 def untrusted(path: str) -> str | None:
