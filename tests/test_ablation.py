@@ -228,9 +228,10 @@ def test_the_choice_keeps_the_full_recommendation_when_it_is_significantly_bette
                      {"knob": "b", "share": 0.2, "share_ci": [-0.1, 0.5],
                       "effect": "ambiguous"}]}
     for adds, chosen in ((0.10, "full"), (0.0, "minimal")):
-        rng = np.random.default_rng(3)
+        noise = np.random.default_rng(3)
 
-        def measure(cfg: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+        def measure(cfg: dict[str, Any], adds: float = adds,
+                    rng: np.random.Generator = noise) -> tuple[str, str, dict[str, Any]]:
             v = 100.0 * (1.3 if cfg["a"] else 1.0) * (1 + adds if cfg["b"] else 1.0)
             return "ok", "", {"ops_per_sec": v * float(rng.lognormal(0, 0.01))}
 

@@ -154,3 +154,77 @@ def test_tune_reads_the_study_file_once(in_tmp: Path, monkeypatch: pytest.Monkey
         cli.main(["tune", str(study)])
     assert done.value.code in (0, 1, None)
     assert reads == [str(study)]
+
+
+# -- one way to run a program (issue 29) ----------------------------------------------------
+
+RUNNER = "kvtune.safety.programs"
+_START_MODULES = ("subprocess", "pty", "multiprocessing", "popen2", "commands")
+_OS_STARTS = ("system", "popen", "fork", "forkpty", "posix_spawn", "posix_spawnp")
+_OS_PREFIXES = ("exec", "spawn")
+
+
+def _starts(source: str) -> list[str]:
+    """Where `source` could start a program other than through the runner: an import of
+    subprocess (or pty, multiprocessing), os.exec*/os.spawn*/os.system/os.popen/os.fork/
+    os.posix_spawn*, shutil.which (a found binary must come from the runner, judged), and
+    asyncio's subprocess functions. TYPE_CHECKING imports (annotations) are allowed."""
+    found: list[str] = []
+
+    def os_name(name: str) -> bool:
+        return name in _OS_STARTS or name.startswith(_OS_PREFIXES)
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for sub in child.orelse:
+                    visit(sub)
+                continue
+            line = getattr(child, "lineno", 0)
+            if isinstance(child, ast.Import):
+                for a in child.names:
+                    if a.name.split(".")[0] in _START_MODULES:
+                        found.append(f"line {line}: import {a.name}")
+            elif isinstance(child, ast.ImportFrom) and child.module:
+                top = child.module.split(".")[0]
+                if top in _START_MODULES:
+                    found.append(f"line {line}: from {child.module} import ...")
+                for a in child.names:
+                    if (top == "os" and os_name(a.name)) or (
+                            top == "shutil" and a.name == "which") or (
+                            child.module == "asyncio" and "subprocess" in a.name):
+                        found.append(f"line {line}: from {child.module} import {a.name}")
+            elif isinstance(child, ast.Attribute) and isinstance(child.value, ast.Name):
+                mod, attr = child.value.id, child.attr
+                if (mod == "os" and os_name(attr)) or (mod == "shutil" and attr == "which") \
+                        or (mod == "asyncio" and "subprocess" in attr):
+                    found.append(f"line {line}: {mod}.{attr}")
+            visit(child)
+
+    visit(ast.parse(source))
+    return found
+
+
+def test_only_the_runner_starts_programs() -> None:
+    """Every program kvtune runs goes through kvtune.safety.programs, which judges the file
+    and every directory on its path before each start (docs/security.md)."""
+    offenders = {}
+    for p in PKG.rglob("*.py"):
+        if _module(p) == RUNNER:
+            continue
+        found = _starts(p.read_text())
+        if found:
+            offenders[_module(p)] = found
+    assert not offenders, offenders
+
+
+def test_the_runner_check_sees_every_way_to_start_a_program() -> None:
+    for snippet in ("import subprocess", "from subprocess import run",
+                    "import os\nos.execvp('x', [])",
+                    "import os\nos.system('x')", "import os\nos.posix_spawn('x', [], {})",
+                    "from os import execv", "import shutil\nshutil.which('perf')",
+                    "import asyncio\nasyncio.create_subprocess_exec('x')", "import pty",
+                    "import os\nos.spawnv(0, 'x', [])", "import os\nos.popen('x')"):
+        assert _starts(snippet), snippet
+    assert not _starts("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                       "    import subprocess\nimport os\nos.environ.get('X')")

@@ -8,11 +8,27 @@ A corpus file's header says what to expect:
     # also: run         run `kvtune run FILE` too (besides `kvtune tune FILE`)
     # flags: ...        extra command-line flags
     # absent: TEXT      the output must not contain TEXT (a password)
+
+Issue 29 adds the other commands and the files they read: each file of
+tests/bad-inputs/commands/ is a case whose header gives the whole command line
+    # argv: ...         kvtune's arguments ({cwd}: the sandbox's directory), or kvload's with
+    # program: kvload   (the checkout's build, run directly)
+    # exit: N           the exit code (2 unless said)
+    # setup: NAME ...   fixtures made in the sandbox first (SETUPS below)
+    # env: K=V          environment ({cwd} and relative paths made absolute)
+    # path: DIR         prepended to PATH (relative to the sandbox's directory)
+    # unopened: PATH    a file kvtune must never open (an include's target, a secret)
+and every case, study file or command, also runs under an audit hook (sys.addaudithook)
+that records every program kvtune starts and every watched file it opens, and the whole
+sandbox is compared before and after: nothing started but a version probe of a trusted
+binary, nothing watched opened, nothing written, changed or left behind.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -31,6 +47,10 @@ SRC = REPO / "src"
 # 5 s limit failed at 5.2 s while other jobs loaded both CPUs).
 LIMIT_S = 30.0
 WRAPPED = ("memcached", "redis-server", "kvload", "taskset")
+# kvtune's own read-only probe of debugfs (its Python, a fixed script, in a private mount
+# namespace), run when the catalog is first imported to learn this kernel's scheduler
+# features: the one program a refused input may see start besides a version probe.
+DEBUGFS_PROBE = "import errno, json, os, stat, sys"
 VERSION_PROBES = ("-V", "--version")
 
 
@@ -42,10 +62,19 @@ class Case:
     absent: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     commands: list[str] = field(default_factory=lambda: ["tune"])
+    argv: list[str] | None = None  # the whole command line (tests/bad-inputs/commands/)
+    program: str = "kvtune"
+    exit: int = 2
+    setup: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    path_dirs: list[str] = field(default_factory=list)
+    unopened: list[str] = field(default_factory=list)
 
 
 def _header(path: Path) -> Case:
-    case = Case(path.stem, Path("bad-inputs") / path.name)
+    rel = path.relative_to(CORPUS)
+    case = Case(path.stem if rel.parent == Path(".") else f"{rel.parent}-{path.stem}",
+                Path("bad-inputs") / rel)
     for raw in path.read_bytes().splitlines():
         line = raw.decode("utf-8", errors="replace")
         if not line.startswith("# "):
@@ -60,12 +89,29 @@ def _header(path: Path) -> Case:
             case.flags += value.split()
         elif key == "also":
             case.commands += value.split()
+        elif key == "argv":
+            case.argv, case.commands = shlex.split(value), ["argv"]
+        elif key == "program":
+            case.program = value
+        elif key == "exit":
+            case.exit = int(value)
+        elif key == "setup":
+            case.setup += value.split()
+        elif key == "env":
+            k, _, v = value.partition("=")
+            case.env[k] = v
+        elif key == "path":
+            case.path_dirs.append(value)
+        elif key == "unopened":
+            case.unopened.append(value)
     assert case.expect, f"{path.name} has no '# expect:' header"
+    assert all(s in SETUPS for s in case.setup), case.setup
     return case
 
 
 def corpus() -> list[Case]:
-    return [_header(p) for p in sorted(CORPUS.glob("*.yaml"))]
+    return [_header(p) for p in [*sorted(CORPUS.glob("*.yaml")),
+                                 *sorted((CORPUS / "commands").glob("*.txt"))]]
 
 
 def _generated(cwd: Path) -> list[Case]:
@@ -93,6 +139,7 @@ class Outcome:
     out: str
     seconds: float
     marker: list[str]
+    audit: list[str] = field(default_factory=list)
 
 
 def _wrappers(bindir: Path, marker: Path) -> dict[str, str]:
@@ -115,6 +162,24 @@ def _tree(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*")}
 
 
+def _snapshot(root: Path, skip: set[str]) -> dict[str, str]:
+    """Every entry under `root` (links not followed) with what it is: a file's content hash
+    and mode, a link's target, a directory's mode. What a case may not change."""
+    out = {}
+    for p in root.rglob("*"):
+        rel = str(p.relative_to(root))
+        if rel in skip:
+            continue
+        st = p.lstat()
+        if p.is_symlink():
+            out[rel] = f"link {os.readlink(p)}"
+        elif p.is_file():
+            out[rel] = f"file {st.st_mode:o} {hashlib.sha256(p.read_bytes()).hexdigest()}"
+        else:
+            out[rel] = f"dir {st.st_mode:o}"
+    return out
+
+
 def _tmp_entries() -> set[str]:
     # What a bad input could make appear in /tmp: the corpus's paths (all /tmp/kvtune-*),
     # kvtune's own files, and what a server pointed at /tmp writes (Redis's dump and
@@ -124,10 +189,134 @@ def _tmp_entries() -> set[str]:
             if p.name.startswith(("kvtune", "dump.rdb", "appendonly", "memcached"))}
 
 
+# kvtune under an audit hook (PEP 578): every program it starts and every watched file it
+# opens is written to $KVTUNE_TEST_AUDIT, through a descriptor opened before the hook.
+AUDIT_BOOT = r"""
+import os, sys
+_log = os.open(os.environ["KVTUNE_TEST_AUDIT"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+_watch = frozenset(p for p in os.environ.get("KVTUNE_TEST_UNOPENED", "").split(os.pathsep) if p)
+_STARTS = {"subprocess.Popen": 1, "os.exec": 1, "os.posix_spawn": 1, "os.spawn": 2,
+           "os.system": 0}
+def _hook(event, args):
+    try:
+        if event == "open" and _watch and isinstance(args[0], (str, bytes)):
+            p = os.path.abspath(os.fsdecode(args[0]))
+            if p in _watch:
+                os.write(_log, ("open " + p + "\n").encode())
+        elif event in _STARTS:
+            argv = args[_STARTS[event]]
+            words = [os.fsdecode(a) for a in argv] if isinstance(argv, (list, tuple)) \
+                else [os.fsdecode(argv)]
+            line = " ".join(w.replace("\n", "\\n") for w in words)
+            os.write(_log, ("exec " + line[:8000] + "\n").encode())
+    except Exception:
+        pass
+sys.addaudithook(_hook)
+sys.argv[0] = "kvtune"
+import runpy
+runpy.run_module("kvtune", run_name="__main__", alter_sys=True)
+"""
+
+
+def _untrusted(path: Path, banner: str) -> None:
+    """A program another user owns and anyone may change: kvtune must never run it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\necho \"untrusted $0 $*\" >> {path.parent / 'ran.log'}\n"
+                    f"echo '{banner}'\n")
+    path.chmod(0o777)
+    os.chown(path, 65534, 65534)
+    os.chown(path.parent, 65534, 65534)
+
+
+def _setup_untrusted_servers(cwd: Path, stores: Path) -> None:
+    _untrusted(cwd / "evil" / "redis-server", "Redis server v=7.0.15 sha=0")
+    _untrusted(cwd / "evil" / "memcached", "memcached 1.6.18")
+
+
+def _setup_untrusted_kvload(cwd: Path, stores: Path) -> None:
+    _untrusted(cwd / "evil" / "kvload", "kvload 0.1.0")
+
+
+def _setup_store(cwd: Path, stores: Path) -> None:
+    (cwd / "results").mkdir(exist_ok=True)
+    for db in stores.glob("*.db"):
+        shutil.copy(db, cwd / "results" / db.name)
+
+
+def _setup_planted_links(cwd: Path, stores: Path) -> None:
+    """An export directory with a link planted where kvtune writes, and the files it
+    points at (which must stay as they are)."""
+    (cwd / "victim").mkdir()
+    (cwd / "victim" / "memcached.conf").write_text("the victim's file\n")
+    (cwd / "out" / "memcached").mkdir(parents=True)
+    (cwd / "out" / "memcached" / "memcached.conf").symlink_to(cwd / "victim" /
+                                                              "memcached.conf")
+    (cwd / "out2").mkdir()
+    (cwd / "out2" / "memcached").symlink_to(cwd / "victim")
+
+
+def _setup_trace_links(cwd: Path, stores: Path) -> None:
+    (cwd / "sub").mkdir()
+    (cwd / "trace-link.csv").symlink_to(cwd / "bad-inputs" / "files" / "small-trace.csv")
+
+
+def _setup_zstd_bomb(cwd: Path, stores: Path) -> None:
+    import zstandard
+
+    with open(cwd / "bomb.csv.zst", "wb") as f, \
+            zstandard.ZstdCompressor(level=19).stream_writer(f) as w:
+        chunk = b"1600000000,k,8,100,1,get,0\n" * 40_000
+        for _ in range(80):
+            w.write(chunk)
+
+
+def _setup_hard_links(cwd: Path, stores: Path) -> None:
+    """A redis.conf including eight hard links to one 1 MiB file (8 MiB read as one)."""
+    d = cwd / "links"
+    d.mkdir()
+    (d / "big.conf").write_text(("# " + "x" * 1020 + "\n") * 1023)
+    for i in range(8):
+        os.link(d / "big.conf", d / f"big{i}.conf")
+    (d / "redis.conf").write_text("".join(f"include big{i}.conf\n" for i in range(8)))
+
+
+SETUPS = {
+    "untrusted-servers": _setup_untrusted_servers, "untrusted-kvload": _setup_untrusted_kvload,
+    "store": _setup_store, "planted-links": _setup_planted_links,
+    "trace-links": _setup_trace_links, "zstd-bomb": _setup_zstd_bomb,
+    "hard-links": _setup_hard_links,
+}
+
+
+def _make_stores(d: Path) -> None:
+    """rec.db: a confirmed memcached recommendation; sweep.db: a study that only swept."""
+    from test_export import MC_BASE, MC_REC, make_study
+
+    (d / "results").mkdir(parents=True)
+    make_study(d, "rec", "memcached", MC_BASE, MC_REC, confirmed=True, args=["-m", "256"])
+    shutil.copy(REPO / "examples" / "synthetic.yaml", d / "sweep.yaml")
+    text = (d / "sweep.yaml").read_text()
+    (d / "sweep.yaml").write_text(text.replace("synthetic-demo", "sweep"))
+    r = subprocess.run([sys.executable, "-m", "kvtune", "sweep", "sweep.yaml", "--knob",
+                        "synthetic.x", "--values", "1,2", "--repetitions", "2"], cwd=d,
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    for db in (d / "results").glob("*.db"):
+        shutil.move(str(db), d / db.name)
+
+
+def _absolute(value: str, cwd: Path) -> str:
+    value = value.replace("{cwd}", str(cwd))
+    return str(cwd / value) if value and not value.startswith("/") and "/" in value else value
+
+
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Outcome]:
     """Runs every case (two at a time: the host has 2 CPUs) in its own sandbox."""
     base = tmp_path_factory.mktemp("bad-inputs")
+    stores = base / "stores"
+    _make_stores(stores)
     tmp_before = _tmp_entries()
     jobs = []
     for case in [*corpus(), None]:
@@ -136,11 +325,19 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], 
         cwd.mkdir(parents=True)
         shutil.copytree(CORPUS, cwd / "bad-inputs")
         cases = [case] if case else _generated(cwd)
+        for name in case.setup if case else []:
+            SETUPS[name](cwd, stores)
         marker = sandbox / "executed.log"
         _wrappers(sandbox / "bin", marker)
         env = {**os.environ, "PATH": f"{sandbox / 'bin'}:{os.environ.get('PATH', '')}",
                "KVLOAD": str(sandbox / "bin" / "kvload"), "PYTHONPATH": str(SRC),
-               "KVTUNE_JOURNAL": str(sandbox / "journal.json")}
+               "KVTUNE_JOURNAL": str(sandbox / "journal.json"),
+               "KVTUNE_TEST_AUDIT": str(sandbox / "audit.log")}
+        if case is not None:
+            env.update({k: _absolute(v, cwd) for k, v in case.env.items()})
+            env["PATH"] = ":".join([*(str(cwd / d) for d in case.path_dirs), env["PATH"]])
+            env["KVTUNE_TEST_UNOPENED"] = os.pathsep.join(
+                os.path.abspath(_absolute(u, cwd)) for u in case.unopened)
         for c in cases:
             for cmd in c.commands:
                 jobs.append((c, cmd, cwd, env, marker))
@@ -148,18 +345,31 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], 
     def run(job: tuple[Case, str, Path, dict[str, str], Path]) -> tuple[tuple[str, str],
                                                                         Outcome]:
         c, cmd, cwd, env, marker = job
-        before = _tree(cwd)
+        sandbox = cwd.parent
+        logs = {"executed.log", "audit.log"}
+        before = _snapshot(sandbox, logs)
+        if c.argv is None:
+            argv = [sys.executable, "-c", AUDIT_BOOT, cmd, str(c.path), *c.flags]
+        elif c.program == "kvload":
+            argv = [str(REPO / "kvload/target/release/kvload"),
+                    *(a.replace("{cwd}", str(cwd)) for a in c.argv)]
+        else:
+            argv = [sys.executable, "-c", AUDIT_BOOT,
+                    *(a.replace("{cwd}", str(cwd)) for a in c.argv)]
         t0 = time.monotonic()
-        p = subprocess.run([sys.executable, "-m", "kvtune", cmd, str(c.path), *c.flags],
-                           cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
-                           stdin=subprocess.DEVNULL)
+        p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
+                           timeout=60, stdin=subprocess.DEVNULL)
         seconds = time.monotonic() - t0
-        created = _tree(cwd) - before
+        after = _snapshot(sandbox, logs)
+        changed = sorted(k for k in before.keys() | after.keys()
+                         if before.get(k) != after.get(k))
         calls = marker.read_text().splitlines() if marker.exists() else []
+        audit = (sandbox / "audit.log").read_text().splitlines() \
+            if (sandbox / "audit.log").exists() else []
         out = p.stdout + p.stderr
-        if created:
-            out += f"\n[test] created in cwd: {sorted(created)}"
-        return (c.name, cmd), Outcome(p.returncode, out, seconds, calls)
+        if changed:
+            out += f"\n[test] created or changed in the sandbox: {changed}"
+        return (c.name, cmd), Outcome(p.returncode, out, seconds, calls, audit)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = dict(pool.map(run, jobs))
@@ -172,24 +382,34 @@ GENERATED = ["generated-huge", "generated-many-keys", "generated-long-line",
              "generated-fifo", "generated-directory"]
 
 
-def _check(o: Outcome, expect: list[str], absent: list[str]) -> None:
-    assert "Traceback" not in o.out, o.out
-    assert o.rc == 2, o.out
+def _check(o: Outcome, expect: list[str], absent: list[str], exit_code: int = 2,
+           program: str = "kvtune") -> None:
+    assert "Traceback" not in o.out and "panicked" not in o.out, o.out
+    assert o.rc == exit_code, o.out
+    flat = " ".join(o.out.split())  # a long message wraps at the console's width
     for text in expect:
-        assert text in o.out, o.out
+        assert text in flat, o.out
     for text in absent:
-        assert text not in o.out, o.out
-    assert "[test] created in cwd" not in o.out, o.out
+        assert text not in o.out and text not in flat, o.out
+    assert "[test] created or changed" not in o.out, o.out
     assert o.seconds < LIMIT_S, f"took {o.seconds:.1f}s"
     started = [c for c in o.marker if c.split(" ", 1)[-1] not in VERSION_PROBES]
     assert not started, f"started: {started}"
-    assert o.out and "kvtune: error:" in o.out.splitlines()[0], o.out
+    execs = [a for a in o.audit if a.startswith("exec ")
+             and a.split(" ")[2:] not in [[v] for v in VERSION_PROBES]
+             and DEBUGFS_PROBE not in a]
+    assert not execs, f"kvtune started: {execs}"
+    opened = [a for a in o.audit if a.startswith("open ")]
+    assert not opened, f"kvtune opened what it must not: {opened}"
+    if exit_code == 2:  # one message first (or, for `kvtune check`, the plan's verdict)
+        first = o.out.splitlines()[0] if o.out else ""
+        assert f"{program}: error:" in first or "NOT runnable" in first, o.out
 
 
 @pytest.mark.parametrize(("case", "cmd"), CASES, ids=[f"{c.name}-{cmd}" for c, cmd in CASES])
 def test_bad_study_file(case: Case, cmd: str,
                         outcomes: dict[tuple[str, str], Outcome]) -> None:
-    _check(outcomes[(case.name, cmd)], case.expect, case.absent)
+    _check(outcomes[(case.name, cmd)], case.expect, case.absent, case.exit, case.program)
 
 
 @pytest.mark.parametrize("name", GENERATED)
@@ -207,6 +427,28 @@ def test_the_wrappers_record_what_runs(outcomes: dict[tuple[str, str], Outcome])
     calls = set(outcomes[("cpus-absent-cpu", "tune")].marker)
     assert "memcached -V" in calls
     assert calls <= {"memcached -V", "redis-server --version"}, calls
+    # The audit hook saw the same probe from inside kvtune.
+    audit = outcomes[("cpus-absent-cpu", "tune")].audit
+    assert any(a.startswith("exec ") and a.endswith("memcached -V") for a in audit), audit
+
+
+def test_the_audit_hook_sees_a_watched_open_and_a_start(tmp_path: Path) -> None:
+    """The "nothing opened" and "nothing started" checks are not vacuous: kvtune opening a
+    watched file, and kvtune starting a program, are both recorded."""
+    model = tmp_path / "m.json"
+    model.write_text('{"rate": 100}')
+    log = tmp_path / "audit.log"
+    env = {**os.environ, "PYTHONPATH": str(SRC), "KVTUNE_TEST_AUDIT": str(log),
+           "KVTUNE_TEST_UNOPENED": str(model)}
+    r = subprocess.run([sys.executable, "-c", AUDIT_BOOT, "workload", "describe", str(model)],
+                       env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-c", AUDIT_BOOT, "--version"], env=env,
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = log.read_text().splitlines()
+    assert f"open {model}" in lines, lines
+    assert any(a.startswith("exec ") and a.endswith("--version") for a in lines), lines
 
 
 def test_nothing_created_outside_the_sandboxes(
@@ -227,4 +469,36 @@ def test_the_corpus_covers_the_classes_of_issue_10() -> None:
                  "binary-garbage", "deep-nesting", "yaml-bomb", "cpus-4-billion",
                  "cpus-minus-one", "budget-time-1e309", "missing-target", "unknown-key",
                  "redis-args-dir"):
+        assert must in names, must
+
+
+def test_the_corpus_covers_the_holes_of_issue_29() -> None:
+    names = {c.name for c in corpus()}
+    for must in (
+            # untrusted programs: a redis-server first on PATH, KVLOAD, the target binary
+            "commands-untrusted-redis-server-check", "commands-untrusted-redis-server-knobs",
+            "commands-untrusted-redis-server-tune", "commands-untrusted-kvload-version",
+            "commands-untrusted-kvload-check", "commands-untrusted-memcached-binary",
+            # target.config: includes, kernel files, secrets, the total bound, markup
+            "config-include-shadow", "config-include-environ", "config-include-dotdot",
+            "config-proc-environ", "config-proc-kmsg", "config-dev-zero",
+            "config-shadow-as-redis", "config-shadow-as-memcached", "config-markup",
+            "config-escape-sequences", "commands-config-hard-links-total",
+            # export --from and links in the output directory; the sweep-only storage
+            "commands-export-from-shadow", "commands-export-from-binary",
+            "commands-export-from-proc", "commands-export-planted-file-link",
+            "commands-export-planted-dir-link", "commands-export-sweep-only",
+            # workload import naming its own input; traces and models out of bounds
+            "commands-import-keep-trace-dotdot", "commands-import-keep-trace-link",
+            "commands-import-output-is-input", "commands-import-output-is-input-via-link",
+            "commands-import-zstd-bomb", "commands-import-secret-values",
+            "workload-model-item-size-huge", "workload-file-dev-zero", "workload-file-proc",
+            "commands-kvload-cpus-3-billion", "commands-kvload-connections-huge",
+            "commands-kvload-max-item-size", "commands-kvload-workload-item-size",
+            "commands-kvload-workload-dev-zero", "commands-kvload-trace-dev-zero",
+            # verify, capture, the deny-list
+            "commands-verify-pid-of-no-process", "commands-capture-url-password",
+            "sysfs-devices-behind-class-net", "sysfs-devices-behind-bus", "sysctl-tainted",
+            "sysctl-oops-limit", "sysctl-warn-limit", "sysctl-unprivileged-port-start",
+            "sysctl-overcommit-memory"):
         assert must in names, must

@@ -35,9 +35,10 @@ def shared_dir() -> Iterator[Path]:
         shutil.rmtree(d)
 
 
-def as_nobody(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def as_nobody(cwd: Path, *args: str, path: str = "/usr/bin:/bin"
+              ) -> subprocess.CompletedProcess[str]:
     site = sysconfig.get_paths()["purelib"]
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd), "PYTHONPATH": f"{REPO / 'src'}:{site}"}
+    env = {"PATH": path, "HOME": str(cwd), "PYTHONPATH": f"{REPO / 'src'}:{site}"}
     return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                            PY, "-m", "kvtune", *args], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=300)
@@ -58,10 +59,31 @@ def test_commands_that_manage_the_host_say_why_they_need_root(shared_dir: Path) 
     assert r.returncode == 2 and "kvtune restore needs root" in r.stderr, r.stderr
 
 
+def test_the_root_refusal_comes_before_anything_runs(shared_dir: Path) -> None:
+    """tune/run/sweep as another user stop at the study file: no server binary is probed
+    (a memcached first on PATH that records being run stays unrun)."""
+    shutil.copy(REPO / "examples" / "memcached.yaml", shared_dir / "mc.yaml")
+    bindir = shared_dir / "bin"
+    bindir.mkdir()
+    marker = shared_dir / "ran"
+    fake = bindir / "memcached"
+    fake.write_text(f"#!/bin/sh\necho \"$*\" >> {marker}\necho 'memcached 1.6.18'\n")
+    fake.chmod(0o755)
+    os.chown(bindir, 65534, 65534)
+    os.chown(fake, 65534, 65534)
+    for cmd in ("tune", "run"):
+        r = as_nobody(shared_dir, cmd, "mc.yaml", path=f"{bindir}:/usr/bin:/bin")
+        assert r.returncode == 2 and "need" in r.stderr and "root" in r.stderr, r.stderr
+    assert not marker.exists(), marker.read_text()
+
+
 def test_check_show_report_export_need_no_root(shared_dir: Path) -> None:
     shutil.copy(REPO / "examples" / "memcached.yaml", shared_dir / "mc.yaml")
     r = as_nobody(shared_dir, "check", "mc.yaml")
     assert r.returncode == 0, r.stdout + r.stderr
+    # ... and says in one line what needs root (issue 29: it said "runnable" only).
+    needs = [ln for ln in r.stdout.splitlines() if ln.startswith("needs root:")]
+    assert len(needs) == 1 and "kvtune tune, run and sweep need root" in needs[0], r.stdout
     study = shared_dir / "syn.yaml"
     study.write_text("study: nonroot\ntarget: {kind: synthetic, noise_cov: 0.02}\n"
                      "knobs: [synthetic.x, synthetic.mode]\nbudget: {trials: 6}\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvtune.errors import UserError
+from kvtune.errors import HarnessError, UserError
 from kvtune.host.facts import collect
 from kvtune.host.fs import HostFS
 from kvtune.knobs import catalog
@@ -186,3 +186,63 @@ def test_storage_directory_is_not_created_by_parsing(tmp_path: Path,
     monkeypatch.chdir(tmp_path)
     parse_study("study: x\ntarget: {kind: synthetic}\nstorage: sqlite:///results/deep/x.db\n")
     assert not os.listdir(tmp_path)
+
+
+# -- issue 29: one deny-list, judged on resolved paths, for host writes and exports ----------
+
+@pytest.mark.parametrize("name", ["kernel.tainted", "kernel.oops_limit", "kernel.warn_limit",
+                                  "net.ipv4.ip_unprivileged_port_start",
+                                  "vm.overcommit_memory"])
+def test_the_sysctls_added_in_round_three_are_denied(name: str) -> None:
+    assert refusal("/proc/sys/" + name.replace(".", "/")) is not None
+
+
+def _linked(pattern: str) -> Path:
+    found = sorted(Path("/sys").glob(pattern))
+    if not found:
+        pytest.skip(f"no {pattern} on this host")
+    return found[0]
+
+
+@pytest.mark.parametrize("pattern", ["class/net/*", "bus/*/devices/*"])
+def test_the_devices_behind_denied_links_are_denied(pattern: str) -> None:
+    """/sys/class/net/lo is a link to /sys/devices/virtual/net/lo: naming the device
+    directory (or a file in it) is refused as the link is, for a write and an export."""
+    from kvtune.host.journal import check_path
+    from kvtune.safety.hostpaths import export_refusal
+
+    link = _linked(pattern)
+    real = os.path.realpath(link)
+    assert real.startswith("/sys/devices/")
+    for p in (str(link / "x"), real + "/x", real):
+        assert refusal(p) is not None, p
+    attr = next((a for a in ("ifalias", "enable", "uevent", "power") if (link / a).exists()),
+                None)
+    if attr is not None:
+        with pytest.raises(HarnessError, match="refusing to write"):
+            check_path(Path(real) / attr)
+        assert export_refusal("sysfs", f"{real}/{attr}") is not None
+    assert export_refusal("sysctl", "kernel.tainted") is not None
+    assert export_refusal("sysctl", "vm.swappiness") is None
+    assert export_refusal("sysfs", "/sys/kernel/mm/transparent_hugepage/enabled") is None
+
+
+def test_an_export_leaves_out_what_the_deny_list_refuses(in_tmp: Path) -> None:
+    """The exporters read Recommendation.entries(), which drops a denied sysctl or sysfs
+    entry with a note (a recommendation read from a shared storage is untrusted too)."""
+    from kvtune.export import EXPORTERS
+    from kvtune.export.base import Recommendation
+    from kvtune.knobs.appliers.base import ExportEntry
+
+    knob = catalog.lookup("vm.swappiness")
+    assert knob is not None
+    rec = Recommendation("x", "memcached", {"vm.swappiness": 10}, {"vm.swappiness": 60}, "t")
+    orig = type(knob.applier).export_entry
+    try:
+        type(knob.applier).export_entry = (  # type: ignore[method-assign]
+            lambda self, v, ctx: ExportEntry("sysctl", "kernel.tainted", str(v)))
+        assert rec.entries("host") == []
+        assert rec.refused and "kernel.tainted" in rec.refused[0], rec.refused
+        assert EXPORTERS["sysctl"].files(rec) == []
+    finally:
+        type(knob.applier).export_entry = orig  # type: ignore[method-assign]

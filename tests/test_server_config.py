@@ -60,10 +60,12 @@ def test_a_debian_memcached_conf_is_the_baseline(tmp_path: Path) -> None:
     assert loaded.spec.target.args == ["-m", "64", "-c", "1024", "-o", "hashpower=18"]
     assert loaded.spec.target.config == str(tmp_path / "memcached.conf")
     notes = "\n".join(loaded.notes)
-    for replaced in ("`-d` replaced", "`logfile` replaced", "`-p 11211` replaced",
-                     "`-u memcache` replaced", "`-l 127.0.0.1` replaced",
-                     "`-P /var/run/memcached/memcached.pid` replaced"):
+    # The setting is named, never its value (issue 29: nothing read is echoed).
+    for replaced in ("`-d` replaced", "`logfile` replaced", "`-p` replaced",
+                     "`-u` replaced", "`-l` replaced", "`-P` replaced"):
         assert replaced in notes, notes
+    for value in ("11211", "memcache ", "127.0.0.1", "/var/run", "/var/log"):
+        assert value not in notes, notes
     assert "memcached.threads baseline 2 (the operator's value)" in notes
 
 
@@ -72,7 +74,7 @@ def test_a_rhel_sysconfig_is_read_too(tmp_path: Path) -> None:
     loaded = load_study(_study(tmp_path, "memcached", "memcached", "[memcached.threads]"))
     assert _defaults(loaded)["memcached.threads"] == 3
     assert loaded.spec.target.args == ["-c", "2048", "-m", "128"]
-    assert "`-p 11211` replaced" in "\n".join(loaded.notes)
+    assert "`-p` replaced" in "\n".join(loaded.notes)
 
 
 def test_a_redis_conf_with_includes(tmp_path: Path) -> None:
@@ -106,7 +108,7 @@ def test_kvtune_check_shows_the_substitution_and_run_measures_the_operators_base
     chk = subprocess.run([sys.executable, "-m", "kvtune", "check", str(study)], env=env,
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert chk.returncode == 0, chk.stdout + chk.stderr
-    assert "`-p 11211` replaced: kvtune's own port (target.port)" in chk.stdout + chk.stderr
+    assert "`-p` replaced: kvtune's own port (target.port)" in chk.stdout + chk.stderr, chk.stdout
     run = subprocess.run([sys.executable, "-m", "kvtune", "run", str(study), "--json"],
                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
@@ -136,3 +138,105 @@ def test_a_refused_redis_line_is_named_without_its_secret(tmp_path: Path) -> Non
         load_study(_study(tmp_path, "redis", "redis.conf", "[]"))
     text = "\n".join(e.value.problems) + str(e.value)
     assert "'requirepass' is refused" in text and "s3cr3t" not in text, text
+
+
+# -- issue 29: nothing read is echoed; includes stay home; bounded reads ---------------------
+
+SECRET = "root:$6$s3cr3tHash:19000:0:99999:7:::"
+
+
+def _refusal(tmp_path: Path, kind: str, config: str) -> str:
+    from kvtune.errors import UserError
+
+    with pytest.raises(UserError) as e:
+        load_study(_study(tmp_path, kind, config, "[]"))
+    return str(e.value)
+
+
+@pytest.mark.parametrize("target", ["/etc/shadow", "/proc/self/environ", "../outside.conf",
+                                    "link-out.conf"])
+def test_an_include_outside_the_configs_tree_is_refused_unread(tmp_path: Path,
+                                                               target: str) -> None:
+    home = tmp_path / "conf"
+    home.mkdir()
+    (tmp_path / "outside.conf").write_text(f"{SECRET}\nhz 20\n")
+    (home / "link-out.conf").symlink_to(tmp_path / "outside.conf")
+    (home / "redis.conf").write_text(f"hz 10\ninclude {target}\n")
+    text = _refusal(home, "redis", "redis.conf")
+    assert "redis.conf, line 2: `include` refused: it names a file outside" in text, text
+    assert "s3cr3t" not in text and target not in text, text
+
+
+def test_a_config_under_proc_sys_or_dev_is_not_read(tmp_path: Path) -> None:
+    for path, top in (("/proc/self/environ", "/proc"), ("/dev/zero", "/dev"),
+                      ("/sys/kernel/mm/transparent_hugepage/enabled", "/sys")):
+        text = _refusal(tmp_path, "redis", path)
+        assert ("not a regular file" in text or f"is under {top}" in text), text
+        assert "PATH=" not in text and "madvise" not in text, text
+
+
+def test_unknown_lines_are_never_echoed(tmp_path: Path) -> None:
+    """A file of secrets read as a config: each line is an unknown directive or option,
+    named by file and line only (`kvtune check` used to print every shadow line)."""
+    (tmp_path / "shadow").write_text(f"{SECRET}\ndaemon:*:19000:0:99999:7:::\n")
+    text = _refusal(tmp_path, "memcached", "shadow")
+    assert "shadow, line 1: not a memcached option" in text and "s3cr3t" not in text, text
+    text = _refusal(tmp_path, "redis", "shadow")
+    assert "none of its lines is a Redis directive" in text and "s3cr3t" not in text, text
+    (tmp_path / "mixed.conf").write_text(f"hz 10\n{SECRET} x\n-Q --bogus=\x1b[31mred\n")
+    loaded = load_study(_study(tmp_path, "redis", "mixed.conf", "[]"))
+    notes = "\n".join(loaded.notes)
+    assert "mixed.conf, line 2: an unknown directive, left out" in notes, notes
+    assert "mixed.conf, line 3: an unknown directive, left out" in notes, notes
+    assert "s3cr3t" not in notes and "root:" not in notes and "bogus" not in notes, notes
+    (tmp_path / "value.conf").write_text("maxmemory 1tb-[/bold]s3cr3t\n")
+    text = _refusal(tmp_path, "redis", "value.conf")
+    assert "value.conf, line 1: maxmemory: its value is not one kvtune passes" in text, text
+    assert "s3cr3t" not in text and "[/bold]" not in text, text
+    (tmp_path / "mc.conf").write_text("-m 64\n-Q s3cr3t\n-c [/bold]\n-o s3cr3t=1,hashpower=x\n")
+    text = _refusal(tmp_path, "memcached", "mc.conf")
+    assert "mc.conf, line 2: an unknown memcached option" in text, text
+    assert "mc.conf, line 3: -c: its value is not one kvtune passes" in text, text
+    assert "line 4: an unknown -o option" in text and "line 4: -o hashpower: its value" \
+        in text, text
+    assert "s3cr3t" not in text and "[/bold]" not in text, text
+
+
+def test_every_file_of_a_config_is_read_with_a_bound_and_all_together_too(
+        tmp_path: Path) -> None:
+    """Eight hard links to one 1 MiB file: refused at the total bound, without reading
+    (or holding) 8 MiB."""
+    import time
+
+    big = tmp_path / "big.conf"
+    big.write_text(("# " + "x" * 1020 + "\n") * 1023)
+    incs = []
+    for i in range(8):
+        os.link(big, tmp_path / f"big{i}.conf")
+        incs.append(f"include big{i}.conf")
+    (tmp_path / "redis.conf").write_text("\n".join(incs) + "\n")
+    t0 = time.monotonic()
+    text = _refusal(tmp_path, "redis", "redis.conf")
+    assert "more than 4 MiB together" in text, text
+    assert time.monotonic() - t0 < 10
+    (tmp_path / "huge.conf").write_text("# " + "x" * (2 << 20) + "\n")
+    text = _refusal(tmp_path, "redis", "huge.conf")
+    assert "more than the 1 MiB" in text, text
+
+
+def test_markup_and_escape_sequences_in_a_config_do_not_reach_the_terminal(
+        tmp_path: Path) -> None:
+    """`[/bold]` in a redis.conf used to raise rich's MarkupError in `kvtune check`;
+    `[link=...]` rendered a link; ESC sequences reached the terminal."""
+    name = "x[bold]y[link=https:evil]z"
+    (tmp_path / f"{name}.conf").write_text("hz 10\n[/bold] \x1b]8;;http://evil\x07\n"
+                                           "databases 16\n")
+    study = _study(tmp_path, "redis", f"'{name}.conf'", "[]")
+    r = subprocess.run([sys.executable, "-m", "kvtune", "check", str(study)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src"),
+                            "TERM": "xterm", "FORCE_COLOR": "1"})
+    out = r.stdout + r.stderr
+    assert "Traceback" not in out and r.returncode in (0, 2), out
+    assert "\x1b]8" not in out and "evil\x07" not in out, repr(out)
+    assert "x[bold]y[link=https:evil]z.conf" in out  # the file's name, shown as text

@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from kvtune.errors import KvtuneError, UserError
+from kvtune.safety.text import Console
+from kvtune.safety.text import for_markup as escape
 
 if TYPE_CHECKING:
+    from kvtune.spec import StudySpec
     from kvtune.study.loader import Loaded
 
 
@@ -37,20 +39,22 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 def _version(value: bool) -> None:
     if value:
-        import subprocess
-
         from kvtune import __version__
-        from kvtune.errors import HarnessError
         from kvtune.load.kvload import find_kvload
+        from kvtune.safety import programs
 
-        try:
+        try:  # only a kvload kvtune may execute (kvtune.safety.programs)
             kvload = find_kvload()
-            ran = subprocess.run([kvload, "--version"], capture_output=True, text=True,
-                                 timeout=10, stdin=subprocess.DEVNULL)
+            ran = programs.run([kvload, "--version"], "kvload", capture_output=True,
+                               text=True, timeout=10)
             found = f"{ran.stdout.strip() or 'kvload ?'} at {kvload}"
-        except (HarnessError, OSError, subprocess.TimeoutExpired) as e:
+        except programs.Untrusted as e:
+            found = f"kvload not run: {e}"
+        except (KvtuneError, OSError, programs.TimeoutExpired) as e:
             found = f"kvload not found: {e}"
-        print(f"kvtune {__version__} ({found})")
+        from kvtune.safety.text import one_line
+
+        print(f"kvtune {__version__} ({one_line(found)})")
         raise typer.Exit()
 
 
@@ -88,32 +92,27 @@ def _load(study_file: Path, allow_inline_host_knobs: bool, command: str = "") ->
     """The study file, read once and checked before Optuna and SciPy are imported (a
     refused file fails in well under a second); its deprecation notes on stderr. With
     `command`, a study that manages this host needs root (one line why, exit 2)."""
-    from kvtune.study.loader import load_study
+    from kvtune.study.loader import load_text, parse_study, read_study
 
-    loaded = load_study(study_file, allow_inline_host_knobs)
-    if command:
-        _need_root(command, loaded)
+    text = read_study(study_file)
+    base = study_file.resolve().parent
+    if command:  # before the target's config is read or any binary probed
+        _need_root(command, parse_study(text, str(study_file), base_dir=base).spec)
+    loaded = load_text(text, str(study_file), base_dir=base,
+                       allow_inline_host_knobs=allow_inline_host_knobs, path=study_file)
     for note in loaded.notes:
-        err.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+        err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     return loaded
 
 
-def _need_root(command: str, loaded: Loaded) -> None:
-    """A study whose target runs on this host needs root: say what and why, exit 2."""
-    import os
+def _need_root(command: str, spec: StudySpec) -> None:
+    """A study whose target runs on this host needs root: say what and why in one line,
+    exit 2, before anything is read beyond the study file or started."""
+    from kvtune.study.check import root_reason
 
-    from kvtune.targets import target_class
-
-    if os.geteuid() == 0 or not target_class(loaded.spec.target.kind).runs_server:
-        return
-    host_knobs = any(k.scope in ("host", "cgroup") for k in loaded.knobs)
-    raise UserError(
-        f"kvtune {command} needs root for study {loaded.spec.study!r}: it starts "
-        f"{loaded.spec.target.kind} fresh for every repetition under kvtune's host lock and "
-        "journal (/run/kvtune, /var/lib/kvtune), so that `kvtune restore` can stop it after "
-        "a crash" + (", and writes kernel settings (/proc/sys, /sys, cgroups)" if host_knobs
-                     else "") + "; run it as root (sudo). `kvtune check`, `show`, `report` "
-        "and `export` need no root")
+    why = root_reason(spec, command)
+    if why:
+        raise UserError(why)
 
 
 @app.command()
@@ -225,7 +224,7 @@ def run(
                   if ci[0] is not None else "-")
     out.print(t)
     if res.get("failed"):
-        out.print(f"[red]failed:[/] {res['failed']}")
+        out.print(f"[red]failed:[/] {escape(res['failed'])}")
         if res.get("stderr"):
             out.print(f"server stderr:\n{res['stderr']}", markup=False, highlight=False)
         raise typer.Exit(1)
@@ -390,16 +389,17 @@ def restore(
     existed = path.exists()
     results = restore_from_file(path, servers=servers)
     if not results and existed:
-        out.print(f"Nothing to restore: {path} recorded no change still in place (the server "
-                  "processes it names have exited); the journal is removed.")
+        out.print(f"Nothing to restore: {escape(path)} recorded no change still in place (the "
+                  "server processes it names have exited); the journal is removed.")
     elif not results:
-        out.print(f"Nothing to restore ({path} is absent: the host is as kvtune found it).")
+        out.print(f"Nothing to restore ({escape(path)} is absent: the host is as kvtune found "
+                  "it).")
         return
     failed = False
     for r in results:
         mark = "[green]ok[/]" if r.ok else "[red]FAILED[/]"
         failed |= not r.ok
-        out.print(f"{mark} {r.what}: {r.detail}")
+        out.print(f"{mark} {escape(r.what)}: {escape(r.detail)}")
     if failed:
         raise typer.Exit(1)
 
@@ -451,12 +451,12 @@ def knobs(
     for c in ("knob", "range", "unit", "default", "current", "restart", "available"):
         t.add_column(c)
     for d in data:
-        avail = "[green]yes[/]" if d["available"] else f"[red]no[/]: {d['reason']}"
+        avail = "[green]yes[/]" if d["available"] else f"[red]no[/]: {escape(d['reason'])}"
         if d["tags"]:
             avail += " [dim](" + ", ".join(d["tags"]) + ")[/]"
         t.add_row(d["name"], d["domain"], d["unit"], str(d["default"] if d["default"] is not None
                                                          else "(host)"),
-                  str(d["current"] if d["current"] is not None else "-"),
+                  escape(d["current"] if d["current"] is not None else "-"),
                   "yes" if d["restart"] else "no", avail)
     out.print(t)
     if aliases:
@@ -509,7 +509,7 @@ def export(
     formats = format_ or list(ex.EXPORTERS)
     target = out_dir or Path.cwd() / "export" / name
     made = ex.write(rec, formats, target)
-    out.print(f"[bold]{name}[/]: {rec.source}", highlight=False)
+    out.print(f"[bold]{escape(name)}[/]: {escape(rec.source)}", highlight=False)
     if not made:
         have = ex.with_content(rec)
         err.print(f"Nothing to export for --format {', '.join(formats)}: "
@@ -519,13 +519,14 @@ def export(
     for fmt, f in made:
         back = (f"rollback {target / f.rollback_path}" if f.rollback_path else
                 "no rollback file")
-        out.print(f"[green]{fmt}[/] {target / f.path}\n    {back}\n    {f.install}",
+        out.print(f"[green]{fmt}[/] {escape(target / f.path)}\n    {escape(back)}\n    "
+                  f"{escape(f.install)}",
                   highlight=False)
-    for w in ex.warnings(made):
-        err.print(f"[yellow]warning:[/] {w}", highlight=False)
+    for w in [*ex.warnings(made), *rec.refused]:
+        err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
     conditions = rec.conditions()
     for c in conditions:
-        out.print(f"[yellow]condition:[/] {c}", highlight=False)
+        out.print(f"[yellow]condition:[/] {escape(c)}", highlight=False)
     if conditions and "systemd" not in {m for m, _ in made}:
         can = "systemd" in ex.with_content(rec)
         err.print("[yellow]warning:[/] the recommendation depends on its placement and "
@@ -553,21 +554,29 @@ def verify(
         "--pid", help="the server process to check (default: the one running)")] = None,
     host_only: Annotated[bool, flag(
         "--host-only", help="check the host knobs only, not a running server")] = False,
+    port: Annotated[int | None, typer.Option(
+        "--port", help="the TCP port the server listens on (default: the study's "
+                       "target.port, else the port its config names, else 11211 or 6379)")]
+    = None,
 ) -> None:
     """Is the exported recommendation in effect on this host? Read-only, like `tuned-adm
     verify`: the host knobs it changes (sysctls, THP, ...) read back, and the running
-    server's flags, options, CPU affinity and CPU quota. One line per check; exit 0 when
-    all hold, 1 when any differs or cannot be checked."""
+    server's flags, options, CPU affinity and CPU quota — once the process is shown to be
+    the server (it runs the trusted server binary, is owned by root or the service's user
+    and listens on the study's port). One line per check; exit 0 when all hold, 1 when any
+    differs or cannot be checked, 2 for a --pid that is no process."""
     from kvtune import export as ex
     from kvtune.store import Store
     from kvtune.verify import verify as run_verify
 
     name, url = _storage_for(study, storage)
     rec = ex.recommendation(Store(url), name, best_in_search, minimal=minimal, trial=trial)
-    checks, notes = run_verify(rec, pid, host_only)
-    out.print(f"[bold]{name}[/]: {rec.source}", highlight=False)
+    if port is not None and not 0 < port < 65536:
+        raise UserError(f"--port: {port} is not a TCP port")
+    checks, notes = run_verify(rec, pid, host_only, port)
+    out.print(f"[bold]{escape(name)}[/]: {escape(rec.source)}", highlight=False)
     for n in notes:
-        out.print(n, highlight=False, markup=False)
+        out.print(n, highlight=False, markup=False)  # a process's argv: stripped by out
     for c in checks:
         out.print(c.line(), highlight=False, markup=False)
     bad = [c for c in checks if not c.ok]
@@ -614,13 +623,15 @@ def report(
         page = sweep_only_page(Store(url), name)
         if page is None:
             raise
+        from kvtune.safety.files import write_file
+
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(page, encoding="utf-8")
-        out.print(f"wrote {output} (sweeps only)")
+        write_file(output, page, what="-o")
+        out.print(f"wrote {escape(output)} (sweeps only)")
         return
     path = write(data, output, within, analyse(data, within, importance))
     size = path.stat().st_size / 1e6
-    out.print(f"wrote {path} ({size:.1f} MB, self-contained; open it in any browser)")
+    out.print(f"wrote {escape(path)} ({size:.1f} MB, self-contained; open it in any browser)")
 
 
 @app.command()
@@ -647,7 +658,7 @@ def dashboard(
         known = ", ".join(st.study_names()) or "none"
         raise UserError(f"no study named {name!r} in {st.url} (studies there: {known})") \
             from None
-    err.print(f"optuna-dashboard for {name}: http://127.0.0.1:{port}/dashboard/studies/"
+    err.print(f"optuna-dashboard for {escape(name)}: http://127.0.0.1:{port}/dashboard/studies/"
               f"{study_id}  (Ctrl-C stops it)")
     try:
         run_server(st.storage, host="127.0.0.1", port=port)
@@ -714,7 +725,7 @@ def workload_capture(
 
     for line in lines(doc):
         out.print(line, highlight=False, markup=False)
-    out.print(f"wrote {output}", highlight=False)
+    out.print(f"wrote {escape(output)}", highlight=False)
 
 
 @workload_app.command("import")
@@ -736,17 +747,19 @@ def workload_import(
 ) -> None:
     """Turn a public cache trace (Twitter OSDI'20, Meta kvcache) into a workload model, as a
     stream (constant memory). Malformed lines are skipped and counted."""
+    from kvtune.safety.files import note_input
     from kvtune.workload.capture import check_output, check_trace_output, write_model
     from kvtune.workload.describe import lines
     from kvtune.workload.trace import TraceWriter
     from kvtune.workload.traces import import_trace
 
+    # The trace is this run's input: -o and --keep-trace may not name it, however spelled
+    # (compared by device and inode: sub/../x.csv, a link, a hard link).
+    note_input(str(trace))
     path = check_output(str(output))
     trace_path = check_trace_output(str(keep_trace) if keep_trace else None, path)
     if not 0 <= max_bad < 1:
         raise UserError(f"--max-bad {max_bad}: a fraction in [0, 1)")
-    if trace_path and str(trace.absolute()) == trace_path:
-        raise UserError("--keep-trace names the trace being imported")
     # Both formats stamp whole seconds.
     writer = TraceWriter(trace_path, whole_seconds=True) if trace_path else None
     try:
@@ -761,7 +774,7 @@ def workload_import(
     write_model(path, doc)
     for line in lines(doc):
         out.print(line, highlight=False, markup=False)
-    out.print(f"wrote {output}", highlight=False)
+    out.print(f"wrote {escape(output)}", highlight=False)
 
 
 @workload_app.command("describe")
@@ -781,7 +794,7 @@ def workload_describe(
         out.print(line, highlight=False, markup=False)
     if html is not None:
         write_html(doc, html)
-        out.print(f"wrote {html}", highlight=False)
+        out.print(f"wrote {escape(html)}", highlight=False)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -791,11 +804,9 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv)
     except PermissionError as e:
         # A file kvtune needs is root's: one line, never a traceback (exit 2: how it was run).
-        err.print(f"[red]kvtune: error:[/] permission denied: {e.filename or e}: this needs "
-                  "root (run kvtune as root, or with sudo)", highlight=False, soft_wrap=True)
+        err.print(f"[red]kvtune: error:[/] permission denied: {escape(e.filename or e)}: this "
+                  "needs root (run kvtune as root, or with sudo)", highlight=False, soft_wrap=True)
         sys.exit(2)
     except KvtuneError as e:
-        from rich.markup import escape
-
         err.print(f"[red]kvtune: error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)

@@ -121,6 +121,21 @@ class WorkloadSpec(_Model):
     arrival: Literal["poisson", "fixed", "etc"] = "poisson"
     preload: bool = True
 
+    @field_validator("value_size", "popularity")
+    @classmethod
+    def _bounded_sizes(cls, v: Any, info: Any) -> Any:
+        # Every size has a bound checked before kvload allocates (issue 29).
+        from kvtune.safety.workload import size_problem
+
+        if isinstance(v, str):
+            try:
+                problem = size_problem(info.field_name, v)
+            except ValueError:
+                problem = None  # kvload's own grammar check names a malformed one
+            if problem:
+                raise ValueError(problem)
+        return v
+
 
 class LoadSpec(_Model):
     tool: str = Field(default="kvload", pattern=_NAME)  # a registered load driver (loader)

@@ -79,6 +79,10 @@ class Store:
             raise UserError(f"storage {self.url!r}: {e}") from None
         self.storage = open_storage(url, heartbeat=heartbeat, extra_tables=_META)
         self.engine = self.storage.engine
+        if url.startswith("sqlite:///"):  # no report or export may replace it
+            from kvtune.safety.files import note_input
+
+            note_input(url.removeprefix("sqlite:///").split("?", 1)[0])
         self.tag: dict[str, Any] = {}
 
     def add_repetition(self, study: str, kind: str, trial_number: int | None,

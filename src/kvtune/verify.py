@@ -5,8 +5,14 @@ other sysfs files) is read back, and the running server (found by its process na
 affinity and its CPU quota. Each check is one line; exit 0 when all hold, 1 when any
 differs or cannot be checked (a server that is not running is not verified).
 
+The server is identified by what it is, not by its name: the process whose /proc/PID/exe is
+the server binary kvtune trusts, owned by root or the service's user, listening on the port
+the study names (/proc/net/tcp{,6} and the process's socket descriptors); `--pid` is checked
+the same way, and a process that fails a check is named, its flags not verified.
+
 Nothing is written and no server is started: the values come from /proc/sys, /sys,
-/proc/PID/cmdline, sched_getaffinity and the process's cgroup files."""
+/proc/PID/cmdline, /proc/PID/exe, /proc/PID/fd, /proc/net/tcp, sched_getaffinity and the
+process's cgroup files."""
 
 from __future__ import annotations
 
@@ -15,8 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvtune.cpulist import parse_cpus
+from kvtune.errors import UserError
 from kvtune.export.base import Recommendation
 from kvtune.export.systemd import placement_entries
+from kvtune.safety import programs
+from kvtune.safety.programs import Program
 
 # The process names of each target kind's server (/proc/PID/comm).
 SERVER_COMM = {"memcached": ("memcached",), "redis": ("redis-server",)}
@@ -59,19 +68,152 @@ def host_checks(rec: Recommendation) -> list[Check]:
     return out
 
 
-def server_pids(kind: str | None, proc: Path = Path("/proc")) -> list[int]:
-    """The processes of the target kind's server on this host, by /proc/PID/comm."""
-    names = SERVER_COMM.get(kind or "", ())
+# The accounts the packaged services run as (Debian, RHEL): besides root and the user the
+# server's own argv names (memcached -u), the owners a verified server may have.
+SERVICE_USERS = {"memcached": ("memcache", "memcached"), "redis": ("redis",)}
+DEFAULT_PORTS = {"memcached": 11211, "redis": 6379}
+
+
+def trusted_binary(rec: Recommendation) -> Program:
+    """The server binary the study ran (target.binary, else the kind's on PATH), when kvtune
+    trusts it (kvtune.safety.programs): what a verified process must be running."""
+    target = rec.spec.get("target") or {}
+    name = str(target.get("binary") or (SERVER_COMM.get(rec.target or "") or ("",))[0])
+    if not name:
+        raise UserError(f"the {rec.target} target has no server binary to verify")
+    return programs.find(name, f"the {rec.target} server binary")
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def runs_binary(pid: int, binary: Program, proc: Path = Path("/proc")) -> bool | None:
+    """Whether process `pid` runs `binary` (its /proc/PID/exe is that file, by device and
+    inode); None when that cannot be read."""
+    try:
+        return _identity(os.stat(proc / str(pid) / "exe")) == _identity(os.stat(binary.real))
+    except OSError:
+        return None
+
+
+def server_pids(kind: str | None, binary: Program | None = None,
+                proc: Path = Path("/proc")) -> list[int]:
+    """The processes running the target kind's trusted server binary (by /proc/PID/exe,
+    never by a name a process may give itself)."""
+    if binary is None:
+        names = SERVER_COMM.get(kind or "", ())
+        binary = programs.lookup(names[0])[0] if names else None
+        if binary is None:
+            return []
     pids = []
     for d in proc.iterdir():
-        if not d.name.isdigit():
-            continue
+        if d.name.isdigit() and runs_binary(int(d.name), binary, proc):
+            pids.append(int(d.name))
+    return sorted(pids)
+
+
+def listening_inodes(port: int, proc: Path = Path("/proc")) -> set[int]:
+    """The socket inodes listening on TCP `port` (IPv4 and IPv6), from /proc/net/tcp{,6}."""
+    out: set[int] = set()
+    for name in ("tcp", "tcp6"):
         try:
-            if (d / "comm").read_text().strip() in names:
-                pids.append(int(d.name))
+            lines = (proc / "net" / name).read_text().splitlines()[1:]
         except OSError:
             continue
-    return sorted(pids)
+        for ln in lines:
+            f = ln.split()
+            if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                out.add(int(f[9]))
+    return out
+
+
+def socket_inodes(pid: int, proc: Path = Path("/proc")) -> set[int]:
+    """The socket inodes process `pid` holds (OSError when its fds cannot be read)."""
+    out = set()
+    fd_dir = proc / str(pid) / "fd"
+    for fd in os.listdir(fd_dir):
+        try:
+            link = os.readlink(fd_dir / fd)
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            out.add(int(link[8:-1]))
+    return out
+
+
+def _uid(pid: int) -> int:
+    for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if ln.startswith("Uid:"):
+            return int(ln.split()[1])
+    raise OSError(f"/proc/{pid}/status has no Uid line")
+
+
+def expected_owners(kind: str | None, argv: list[str]) -> dict[int, str]:
+    """uid -> name of the owners a verified server may have: root, the user its argv names
+    (memcached -u USER), and the kind's packaged service accounts."""
+    import pwd
+
+    names = list(SERVICE_USERS.get(kind or "", ()))
+    user = _flag_value(argv, "-u") if kind == "memcached" else None
+    if user:
+        names.append(user)
+    out = {0: "root"}
+    for n in names:
+        try:
+            out[pwd.getpwnam(n).pw_uid] = n
+        except KeyError:
+            continue
+    return out
+
+
+def expected_port(rec: Recommendation, port: int | None) -> int:
+    """The port the server must listen on: --port, else the study's target.port, else the
+    port the operator's config (--from / target.config) names, else the kind's standard
+    one."""
+    if port:
+        return port
+    target = rec.spec.get("target") or {}
+    if target.get("port"):
+        return int(target["port"])
+    for line in (rec.previous_text or "").splitlines():
+        words = line.split()
+        if len(words) == 2 and words[0] in ("-p", "port") and words[1].isdigit():
+            return int(words[1])
+    return DEFAULT_PORTS.get(rec.target or "", 0)
+
+
+def identity_checks(rec: Recommendation, pid: int, binary: Program,
+                    port: int) -> list[Check]:
+    """Is process `pid` the server: running the trusted binary, owned as the service is,
+    listening on `port`? One Check each."""
+    out = []
+    exe = runs_binary(pid, binary)
+    found_exe: str | None
+    try:
+        found_exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError as e:
+        found_exe = None if exe is None else f"({e.strerror})"
+    out.append(Check("server binary", binary.real, found_exe, bool(exe),
+                     "" if exe else "not the server binary kvtune trusts; "
+                     "/proc/PID/exe is what runs, whatever the process calls itself"))
+    owners = expected_owners(rec.target, _argv(pid))
+    try:
+        uid = _uid(pid)
+        out.append(Check("server owner", " or ".join(sorted(set(owners.values()))),
+                         owners.get(uid, f"uid {uid}"), uid in owners))
+    except OSError as e:
+        out.append(Check("server owner", "root or the service user", None, False, str(e)))
+    try:
+        listening = socket_inodes(pid) & listening_inodes(port)
+        out.append(Check("server port", f"listening on TCP port {port}",
+                         f"listening on TCP port {port}" if listening else "not listening "
+                         "on it", bool(listening)))
+    except OSError as e:
+        out.append(Check("server port", f"listening on TCP port {port}", None, False,
+                         f"cannot read /proc/{pid}/fd: {e.strerror} (kvtune verify needs "
+                         "root to read another user's process)"))
+    return out
 
 
 def _argv(pid: int) -> list[str]:
@@ -202,27 +344,62 @@ def placement_checks(rec: Recommendation, pid: int) -> list[Check]:
     return out
 
 
-def verify(rec: Recommendation, pid: int | None = None, host_only: bool = False
-           ) -> tuple[list[Check], list[str]]:
+def verify(rec: Recommendation, pid: int | None = None, host_only: bool = False,
+           port: int | None = None) -> tuple[list[Check], list[str]]:
     """Every check of the recommendation on this host, and notes (which server process
-    was checked, or why none)."""
+    was checked, or why none). The server is the process that runs the trusted server
+    binary and listens on the study's port (`expected_port`), or `pid`, checked the same
+    way; its flags and placement are verified only when it is (issue 29: a script named
+    memcached, run by anyone, with the recommended flags in its argv, proved nothing).
+    UserError (exit 2) when `pid` is no process."""
     checks = host_checks(rec)
     notes: list[str] = []
     server_side = [r for r in rec.entries("app") if r.entry is not None] \
         or placement_entries(rec)
     if host_only or not server_side:
         return checks, notes
+    if pid is not None and (pid <= 0 or not Path(f"/proc/{pid}").is_dir()):
+        raise UserError(f"--pid {pid}: no such process on this host")
+    try:
+        binary = trusted_binary(rec)
+    except UserError as e:
+        checks.append(Check(f"{rec.target} server", "the trusted server binary", None,
+                            False, f"{e}; the server is not verified"))
+        return checks, notes
+    want_port = expected_port(rec, port)
     if pid is None:
-        pids = server_pids(rec.target)
+        pids = server_pids(rec.target, binary)
+        on_port = [p for p in pids if _listens(p, want_port)]
         if not pids:
             checks.append(Check(f"{rec.target} server", "running", None, False,
-                                f"no {rec.target} process on this host: its flags and "
-                                "placement are not verified (start it, or --host-only)"))
+                                f"no {rec.target} process on this host runs {binary.path}: "
+                                "its flags and placement are not verified (start it, or "
+                                "--host-only)"))
             return checks, notes
-        if len(pids) > 1:
-            notes.append(f"{len(pids)} {rec.target} processes ({', '.join(map(str, pids))}); "
-                         f"checking {pids[0]} (choose one with --pid)")
-        pid = pids[0]
-    notes.append(f"server: {rec.target} pid {pid}: {' '.join(_argv(pid))}")
+        chosen = on_port or pids
+        if len(chosen) > 1:
+            notes.append(f"{len(chosen)} {rec.target} processes "
+                         f"({', '.join(map(str, chosen))}); checking {chosen[0]} (choose one "
+                         "with --pid)")
+        pid = chosen[0]
+    try:
+        argv = _argv(pid)
+        ident = identity_checks(rec, pid, binary, want_port)
+    except OSError as e:
+        raise UserError(f"server pid {pid}: {e.strerror or e} (did it exit?)") from None
+    checks += ident
+    notes.append(f"server: {rec.target} pid {pid}: {' '.join(argv)}")
+    failed = [c.what for c in ident if not c.ok]
+    if failed:
+        notes.append(f"pid {pid} is not verified as the {rec.target} server ("
+                     f"{', '.join(failed)} differ): its flags and placement are not checked")
+        return checks, notes
     checks += flag_checks(rec, pid) + placement_checks(rec, pid)
     return checks, notes
+
+
+def _listens(pid: int, port: int) -> bool:
+    try:
+        return bool(socket_inodes(pid) & listening_inodes(port))
+    except OSError:
+        return False

@@ -2,9 +2,63 @@
 //! optional list of phases.
 
 use serde::Deserialize;
+use std::io::Read;
 use std::path::Path;
 
 use crate::Error;
+
+/// The most bytes a workload file may hold (kvtune's own files hold at most 1 MiB).
+pub const MAX_WORKLOAD_BYTES: u64 = 16 << 20;
+
+/// Opens `path` for reading when it is a regular file (never a device, a FIFO or a
+/// directory: /dev/zero would never end). Errors start with the path.
+pub fn open_regular(path: &Path) -> Result<std::fs::File, String> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let meta = f
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if !meta.file_type().is_file() {
+        return Err(format!("{}: not a regular file", path.display()));
+    }
+    // /proc and /sys files call themselves regular (of size 0): judged by where they are.
+    let real = std::fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd()))
+        .or_else(|_| std::fs::canonicalize(path))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if ["/proc", "/sys", "/dev"]
+        .iter()
+        .any(|r| real.starts_with(r))
+    {
+        return Err(format!(
+            "{}: a kernel or device file, not a workload or a trace",
+            path.display()
+        ));
+    }
+    Ok(f)
+}
+
+/// The bytes of the regular file `path`, read with the bound `max` (a size the file
+/// reports is not trusted); an error naming the bound when it holds more.
+pub fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, String> {
+    let f = open_regular(path)?;
+    let mut bytes = Vec::new();
+    f.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if bytes.len() as u64 > max {
+        return Err(format!(
+            "{}: more than {} MiB (a workload file's bound)",
+            path.display(),
+            max >> 20
+        ));
+    }
+    Ok(bytes)
+}
 
 /// A number or a string, so that `"value_size": 100` and `"value_size": "100-200"` both work.
 #[derive(Debug, Clone, Deserialize)]
@@ -71,8 +125,14 @@ pub struct WorkloadFile {
 
 impl WorkloadFile {
     pub fn load(path: &Path) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::usage(format!("--workload {}: {e}", path.display())))?;
+        let bytes = read_bounded(path, MAX_WORKLOAD_BYTES)
+            .map_err(|e| Error::usage(format!("--workload {e}")))?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            Error::usage(format!(
+                "--workload {}: not UTF-8 text (a workload file is JSON or TOML)",
+                path.display()
+            ))
+        })?;
         let is_toml = path.extension().is_some_and(|e| e == "toml");
         let parsed = if is_toml {
             toml::from_str(&text).map_err(|e| one_line(&e.to_string()))

@@ -19,6 +19,13 @@ use file::{PhaseFile, Scalar, WorkloadFile};
 pub const MEMCACHED_MAX_KEY: usize = 250;
 /// Bytes of an item that are not value: memcached's item header, key and suffix.
 pub const ITEM_OVERHEAD: usize = 64;
+/// Bounds checked before anything is allocated from them (docs/kvload.md, "Bounds"): the
+/// item size (memcached's -I tops out at 1 GiB) sizes the value buffer, connections the
+/// stream table, keys the preload.
+pub const MAX_ITEM_BYTES: usize = 1 << 30;
+pub const MAX_CONNECTIONS: usize = 100_000;
+pub const MAX_KEYS: u64 = 1_000_000_000_000;
+pub const MAX_KEY_BYTES: usize = 65_535;
 
 /// Where the server listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -405,6 +412,31 @@ impl Config {
         if self.connections == 0 {
             return u("--connections must be at least 1".into());
         }
+        if self.connections > MAX_CONNECTIONS {
+            return u(format!(
+                "--connections {} is more than kvload's bound of {MAX_CONNECTIONS}",
+                self.connections
+            ));
+        }
+        if self.max_item_size > MAX_ITEM_BYTES {
+            return u(format!(
+                "--max-item-size {} bytes is more than kvload's bound of 1 GiB ({MAX_ITEM_BYTES} bytes)",
+                self.max_item_size
+            ));
+        }
+        if self.keys > MAX_KEYS {
+            return u(format!(
+                "--keys {} is more than kvload's bound of {MAX_KEYS}",
+                self.keys
+            ));
+        }
+        if let Some(n) = self.key_size.max()
+            && n > MAX_KEY_BYTES
+        {
+            return u(format!(
+                "--key-size {n} bytes is more than kvload's bound of {MAX_KEY_BYTES}"
+            ));
+        }
         if self.connections < self.threads {
             return u(format!(
                 "--connections {} is fewer than the {} threads of --cpus (each thread needs a connection)",
@@ -638,6 +670,52 @@ mod tests {
         let mut v = vec!["kvload"];
         v.extend_from_slice(args);
         Config::build(Cli::try_parse_from(v).unwrap())
+    }
+
+    #[test]
+    fn every_size_is_bounded_before_allocation() {
+        let err = |args: &[&str]| match build(args) {
+            Err(Error::Usage(m)) => m,
+            other => panic!("{args:?} was accepted: {other:?}"),
+        };
+        assert!(
+            err(&["--rate", "1", "--connections", "100000000000000"]).contains("bound of 100000")
+        );
+        assert!(err(&["--rate", "1", "--max-item-size", "999999999999M"]).contains("1 GiB"));
+        assert!(
+            err(&[
+                "--rate",
+                "1",
+                "--keys",
+                "2000000000000",
+                "--protocol",
+                "resp"
+            ])
+            .contains("bound")
+        );
+        assert!(err(&["--rate", "1", "--cpus", "0-3000000000"]).contains("out of range"));
+        assert!(err(&["--rate", "1", "--workload", "/dev/zero"]).contains("not a regular file"));
+        assert!(err(&["--rate", "1", "--trace", "/dev/zero"]).contains("not a regular file"));
+        let dir = std::env::temp_dir().join(format!("kvload-bounds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let big = dir.join("big.json");
+        std::fs::write(&big, vec![b' '; (file::MAX_WORKLOAD_BYTES + 1) as usize]).unwrap();
+        assert!(err(&["--rate", "1", "--workload", big.to_str().unwrap()]).contains("MiB"));
+        let item = dir.join("item.json");
+        std::fs::write(&item, r#"{"rate": 1000, "max_item_size": "999999999999M"}"#).unwrap();
+        assert!(err(&["--workload", item.to_str().unwrap()]).contains("1 GiB"));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            build(&[
+                "--rate",
+                "1",
+                "--max-item-size",
+                "1024M",
+                "--protocol",
+                "resp"
+            ])
+            .is_ok()
+        );
     }
 
     #[test]

@@ -509,21 +509,37 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
     v.checked_mul(mult).ok_or_else(bad)
 }
 
-/// Parses a CPU list such as `1`, `0-1,3`.
+/// The CPUs a CPU list may name (the kernel's CPU_SETSIZE): every CPU is checked against
+/// it before a range is expanded, so `0-3000000000` is refused, never allocated.
+pub const MAX_CPUS: usize = libc::CPU_SETSIZE as usize;
+
+/// Parses a CPU list such as `1`, `0-1,3` (CPUs 0 to MAX_CPUS - 1).
 pub fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
     let mut cpus = Vec::new();
     let bad = || format!("invalid CPU list '{s}' (expected e.g. 1 or 0-1,3)");
+    let cpu = |t: &str| -> Result<usize, String> {
+        let c: usize = t.trim().parse().map_err(|_| bad())?;
+        if c >= MAX_CPUS {
+            return Err(format!(
+                "CPU {c} in '{s}' is out of range (CPUs 0 to {})",
+                MAX_CPUS - 1
+            ));
+        }
+        Ok(c)
+    };
     for part in s.split(',') {
         let part = part.trim();
         if let Some((a, b)) = part.split_once('-') {
-            let a: usize = a.trim().parse().map_err(|_| bad())?;
-            let b: usize = b.trim().parse().map_err(|_| bad())?;
+            let (a, b) = (cpu(a)?, cpu(b)?);
             if a > b {
                 return Err(bad());
             }
             cpus.extend(a..=b);
         } else {
-            cpus.push(part.parse().map_err(|_| bad())?);
+            cpus.push(cpu(part)?);
+        }
+        if cpus.len() > MAX_CPUS {
+            return Err(format!("CPU list '{s}' names more than {MAX_CPUS} CPUs"));
         }
     }
     let mut sorted = cpus.clone();
@@ -574,5 +590,12 @@ mod tests {
         assert!(Mix::parse("put:1").is_err());
         assert_eq!(parse_cpus("0-1,3").unwrap(), vec![0, 1, 3]);
         assert!(parse_cpus("1,1").is_err());
+        assert!(
+            parse_cpus("0-3000000000")
+                .unwrap_err()
+                .contains("out of range")
+        );
+        assert!(parse_cpus("1024").unwrap_err().contains("out of range"));
+        assert!(parse_cpus("0-1023,0-1023").is_err());
     }
 }

@@ -27,6 +27,8 @@ use crate::config::spec::MAX_RELATIVE_TTL;
 pub const MAX_RECORDS: usize = 50_000_000;
 /// The longest line accepted.
 const MAX_LINE: usize = 256;
+/// The most lines read, comments and blank lines included (a file of newlines ends too).
+const MAX_LINES: usize = 2 * MAX_RECORDS;
 pub const HEADER: &str = "# kvtune-trace/1";
 
 /// One request of the trace.
@@ -70,7 +72,7 @@ impl fmt::Debug for Trace {
 impl Trace {
     /// Reads a trace file; `speed` divides its times. Errors name the line.
     pub fn load(path: &Path, speed: f64) -> Result<Trace, String> {
-        let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let f = crate::config::file::open_regular(path)?;
         Trace::read(f, path, speed)
     }
 
@@ -95,6 +97,11 @@ impl Trace {
                 break;
             }
             n += 1;
+            if n > MAX_LINES {
+                return Err(format!(
+                    "{name}: more than {MAX_LINES} lines (a trace holds at most {MAX_RECORDS} requests)"
+                ));
+            }
             if line.len() > MAX_LINE && line.last() != Some(&b'\n') {
                 return Err(format!("{name}:{n}: a line longer than {MAX_LINE} bytes"));
             }

@@ -4,6 +4,7 @@ rollback/ (see base.py). One module per format (`sysctl`, `tuned`, `memcached`, 
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from kvtune.export.redis import RedisExporter
 from kvtune.export.sysctl import SysctlExporter
 from kvtune.export.systemd import SystemdExporter
 from kvtune.export.tuned import TunedExporter
+from kvtune.safety.files import write_file
 
 # The one table of export formats, by name (`--format`).
 EXPORTERS: dict[str, Exporter] = {}
@@ -53,22 +55,20 @@ def _gain(conf: dict[str, Any], rec: dict[str, Any]) -> str:
             f"{comp.get('change_ci_high', float('nan')):+.1%}) against the baseline")
 
 
-def _operator_config(spec: dict[str, Any]) -> Path | None:
-    """The study's target.config when it is on this host in a form the server exporters
-    merge into (a redis.conf, or Debian's one-option-per-line memcached.conf)."""
-    import re
+def _operator_config(spec: dict[str, Any]) -> tuple[Path, str] | None:
+    """The study's target.config and its text when it is on this host in a form the server
+    exporters merge into (a redis.conf, or Debian's one-option-per-line memcached.conf),
+    checked as `--from` is (the stored study may come from a shared storage)."""
+    from kvtune.targets.server_config import check_config
 
     config = (spec.get("target") or {}).get("config")
     if not config or not Path(config).is_file():
         return None
-    if (spec.get("target") or {}).get("kind") == "memcached":
-        try:
-            text = Path(config).read_text()
-        except (OSError, UnicodeDecodeError):
-            return None
-        if any(re.match(r"^\s*[A-Z_]+=", ln) for ln in text.splitlines()):
-            return None  # RHEL's /etc/sysconfig/memcached: not the Debian form written
-    return Path(config)
+    try:  # RHEL's /etc/sysconfig/memcached is not the Debian form written: not merged
+        return Path(config), check_config((spec.get("target") or {}).get("kind"),
+                                          Path(config), "target.config")
+    except UserError:
+        return None
 
 
 def recommendation(store: Any, name: str, best_in_search: bool = False, minimal: bool = False,
@@ -82,6 +82,11 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
     from kvtune.report.summary import collect
 
     data = collect(store, name)
+    if "trials" not in data:  # a study that only ran `kvtune sweep`: nothing was tuned
+        raise NoRecommendation(f"study {name!r} has only sweeps (kvtune sweep measures, it "
+                               "recommends nothing): nothing to export or verify; `kvtune "
+                               "report` shows the sweeps, `kvtune tune` makes a "
+                               "recommendation")
     study = optuna.load_study(study_name=name, storage=store.storage)
     spec = dict(study.user_attrs.get("spec") or {})
     target = (spec.get("target") or {}).get("kind")
@@ -89,10 +94,15 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
     baseline: dict[str, Any] = dict(study.user_attrs.get("baseline") or {})
     if conf and conf.get("baseline", {}).get("config"):
         baseline = dict(conf["baseline"]["config"])
-    if previous is not None and not previous.is_file():
-        raise UserError(f"--from {previous}: no such file")
-    if previous is None:  # the operator's own file (target.config) is what is merged into
-        previous = _operator_config(spec)
+    previous_text = None
+    if previous is not None:  # it must parse as the target's configuration file
+        from kvtune.targets.server_config import check_config
+
+        previous_text = check_config(target, previous, "--from")
+    else:  # the operator's own file (target.config) is what is merged into
+        found = _operator_config(spec)
+        if found is not None:
+            previous, previous_text = found
     if trial is not None:
         # The user's pick (a Pareto study's front, or another confirmed candidate).
         rows = (conf or {}).get("candidates") or []
@@ -104,7 +114,8 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
                 f"{', '.join(map(str, ok)) or 'none'}); `kvtune show` lists them")
         out = Recommendation(name, target, dict(row["config"]), baseline,
                              f"picked from the confirmation: {row.get('text', row['name'])}",
-                             spec=spec, previous=previous, tuned_include=tuned_include)
+                             spec=spec, previous=previous, previous_text=previous_text,
+                             tuned_include=tuned_include)
         check_domains(out, study.user_attrs.get("space"))
         return out
     if conf and conf.get("recommended"):
@@ -122,7 +133,8 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
                        f"{', '.join(abl.get('minimal_changes') or {}) or 'no change'} "
                        "(derived, not measured on its own)")
         out = Recommendation(name, target, config, baseline, source, spec=spec,
-                             previous=previous, tuned_include=tuned_include)
+                             previous=previous, previous_text=previous_text,
+                             tuned_include=tuned_include)
         check_domains(out, study.user_attrs.get("space"))
         return out
     why = (f"the confirmation found {conf.get('verdict')}" if conf else
@@ -141,7 +153,7 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
     out = Recommendation(name, target, dict(best["config"]), baseline,
                          f"best feasible trial of the search (trial {best['number']}), NOT "
                          f"confirmed: {why}", spec=spec, previous=previous,
-                         tuned_include=tuned_include)
+                         previous_text=previous_text, tuned_include=tuned_include)
     check_domains(out, study.user_attrs.get("space"))
     return out
 
@@ -194,14 +206,25 @@ def write(rec: Recommendation, formats: list[str], out_dir: Path) -> list[tuple[
     if broken:
         raise UserError(f"the configuration of study {rec.study!r} is not exported: {broken}")
     out_dir = check_out_dir(out_dir)
+    files = [(fmt, f) for fmt in formats for f in EXPORTERS[fmt].files(rec)]
+    if not files:
+        return []
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"-o {out_dir}: {e.strerror}") from None
+    # A file merged from the host's config (--from) is as private as that file was.
+    mode = 0o644
+    if rec.previous is not None and not rec.previous.stat().st_mode & stat.S_IROTH:
+        mode = 0o600
     made: list[tuple[str, ExportFile]] = []
-    for fmt in formats:
-        for f in EXPORTERS[fmt].files(rec):
-            for rel, text in ((f.path, f.text), (f.rollback_path, f.rollback_text)):
-                if rel is None or text is None:
-                    continue
-                p = out_dir / rel
-                p.parent.mkdir(parents=True, exist_ok=True)
-                p.write_text(text)
-            made.append((fmt, f))
+    for fmt, f in files:
+        for rel, text in ((f.path, f.text), (f.rollback_path, f.rollback_text)):
+            if rel is None or text is None:
+                continue
+            # No link followed below out_dir, atomic, never over an input
+            # (kvtune.safety.files).
+            write_file(rel, text, base=out_dir, mode=mode, what="export",
+                       create_dirs=True)
+        made.append((fmt, f))
     return made

@@ -102,7 +102,10 @@ class Recommendation:
     ctx: HostContext = field(default_factory=_host_context)
     spec: Mapping[str, Any] = field(default_factory=dict)  # the study file, as stored
     previous: Path | None = None  # the host's config file before the export (--from)
+    previous_text: str | None = None  # its text, read once and checked (server_config)
     tuned_include: str | None = None  # TuneD profile to include (None: the recommended)
+    # Entries left out because the host-write deny-list refuses them (one line each).
+    refused: list[str] = field(default_factory=list)
 
     # -- the measured configuration ----------------------------------------------------------
 
@@ -157,10 +160,18 @@ class Recommendation:
     def entries(self, scope: str | None = None) -> list[Row]:
         """Every changed catalog knob of the configuration (optionally of one scope) with
         what its applier exports for the recommended and for the baseline value."""
+        from kvtune.safety.hostpaths import export_refusal
+
         out = []
         for knob, value, base in self.knobs(scope):
             entry = knob.applier.export_entry(value, self.ctx)
             back = None if base is None else knob.applier.export_entry(base, self.ctx)
+            why = export_refusal(entry.family, entry.key) if entry is not None else None
+            if entry is not None and why:  # the one deny-list of host writes, for exports too
+                note = f"left out {knob.name} ({entry.family} {entry.key}): writing it {why}"
+                if note not in self.refused:
+                    self.refused.append(note)
+                continue
             out.append(Row(knob, entry, back))
         return out
 

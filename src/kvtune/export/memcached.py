@@ -96,7 +96,7 @@ class MemcachedExporter(Exporter):
         if rec.target_cpus:
             notes.append(f"measured pinned to CPUs {rec.target_cpus}: install the systemd "
                          "drop-in too (CPUAffinity)")
-        prev = rec.previous.read_text().splitlines() if rec.previous else None
+        prev = rec.previous_text.splitlines() if rec.previous_text is not None else None
         how = ("Install: replace /etc/memcached.conf with this file (it is "
                f"{rec.previous} with the changes merged in)" if prev is not None else
                "Install: merge into /etc/memcached.conf (the service lines are Debian's "

@@ -9,7 +9,6 @@ kvtune's benchmark setting (`save ""`: kvtune measures without snapshots)."""
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 
 from kvtune.export.base import Exporter, ExportFile, Recommendation, comment, rollback_path
 from kvtune.knobs import catalog
@@ -32,11 +31,11 @@ def conf_lines(directive: str, value: str) -> list[str]:
     return [f"{directive} {_conf_value(value)}"]
 
 
-def read_conf(path: Path) -> dict[str, str]:
-    """Directive → value of a redis.conf (the last one wins; `save` lines add up, as in
-    Redis). Includes are not followed."""
+def read_conf(text: str) -> dict[str, str]:
+    """Directive → value of a redis.conf's text (the last one wins; `save` lines add up, as
+    in Redis). Includes are not followed."""
     out: dict[str, str] = {}
-    for ln in path.read_text().splitlines():
+    for ln in text.splitlines():
         s = ln.strip()
         if not s or s.startswith("#"):
             continue
@@ -119,7 +118,7 @@ class RedisExporter(Exporter):
             if group:
                 text += f"\n# {title}\n" + "".join(f"{ln}\n" for d, v, _ in group
                                                   for ln in conf_lines(d, v))
-        prev = read_conf(rec.previous) if rec.previous else {}
+        prev = read_conf(rec.previous_text) if rec.previous_text is not None else {}
         back_lines, unknown = [], []
         for d, _, _ in fixed + rows:
             v = prev.get(d, server_default(d, rec.ctx))

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import functools
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 from kvtune.export.base import Exporter, ExportFile, Recommendation, comment
+from kvtune.safety import programs
 
 # kvtune knob → (section, TuneD option)
 TUNED_NAMES: dict[str, tuple[str, str]] = {
@@ -43,11 +42,13 @@ ACTIVE = Path("/etc/tuned/active_profile")
 
 
 def _run(*argv: str) -> str | None:
-    if shutil.which(argv[0]) is None:
+    """What `argv` prints, or None: absent, refused (kvtune.safety.programs) or failed."""
+    prog, _why = programs.lookup(argv[0])
+    if prog is None:
         return None
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+        out = prog.run(argv[1:], capture_output=True, text=True, timeout=30)
+    except (OSError, programs.TimeoutExpired):
         return None
     return out.stdout if out.returncode == 0 else None
 

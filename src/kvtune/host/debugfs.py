@@ -2,8 +2,9 @@
 read and written there, and mounting it for a study through the journal.
 
 When it is not mounted, `debugfs_file` and `debugfs_status` probe it in a private mount
-namespace (`unshare --mount`, nothing changes on the host) to learn whether the scheduler's
-files could be read and written, so `kvtune check` and preflight say the truth on an
+namespace (kvtune's own Python calling unshare(2) and mount(2): nothing changes on the
+host, and no mount or unshare program runs) to learn whether the scheduler's files could
+be read and written, so `kvtune check` and preflight say the truth on an
 unmounted host. A study whose knobs live there mounts it through the journal before
 anything is applied (`mount_debugfs`, undo kind `debugfs-mount`, called for the study's
 host plan, `kvtune.host.plan`): the end of the study unmounts it, and so does
@@ -13,16 +14,16 @@ and `features_status` says so.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import functools
 import json
 import os
-import shutil
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from kvtune.safety import programs
 
 if TYPE_CHECKING:
     from kvtune.host.journal import Journal
@@ -94,12 +95,41 @@ for d, _, names in os.walk(sys.argv[1]):
 print(json.dumps(out))
 """
 
+# Before the probe: a private mount namespace (unshare(CLONE_NEWNS), every mount made
+# private) with debugfs mounted in it; it ends with the probe's process.
+_NAMESPACE = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def must(rc, what):
+    if rc != 0:
+        e = ctypes.get_errno()
+        sys.stderr.write(f"{what}: {os.strerror(e)}\n"); sys.exit(1)
+must(libc.unshare(0x00020000), "unshare(CLONE_NEWNS)")
+must(libc.mount(b"none", b"/", None, 16384 | 262144, None), "mount --make-rprivate /")
+must(libc.mount(b"none", sys.argv[2].encode(), b"debugfs", 0, None), "mount debugfs")
+sys.argv[1:] = [sys.argv[2] + "/sched"]
+"""
+
+
+def _python(script: str, *args: str) -> programs.CompletedProcess[str]:
+    return programs.python().run(["-c", script, *args], capture_output=True, text=True,
+                                 timeout=10)
+
 
 def _probe_here(root: str) -> dict[str, list[Any]]:
-    out = subprocess.run([sys.executable, "-c", _PROBE, root], capture_output=True,
-                         text=True, timeout=10, check=True)
+    out = _python(_PROBE, root)
+    if out.returncode != 0:
+        raise ValueError(f"exit {out.returncode}: {out.stderr.strip()[-200:]}")
     data: dict[str, list[Any]] = json.loads(out.stdout)
     return data
+
+
+def _libc_call(name: str, *args: Any) -> None:
+    """A mount(2)/umount2(2) call through libc; OSError with its errno."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if getattr(libc, name)(*args) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{name}: {os.strerror(e)}")
 
 
 @functools.cache
@@ -112,16 +142,11 @@ def _namespace_probe() -> tuple[bool, dict[str, list[Any]], str]:
         known = False
     if not known:
         return False, {}, "this kernel has no debugfs (not in /proc/filesystems)"
-    unshare, mount = shutil.which("unshare"), shutil.which("mount")
-    if os.geteuid() != 0 or not unshare or not mount:
-        return False, {}, (f"debugfs is not mounted at {DEBUGFS}, and probing it needs root "
-                           "and unshare/mount (util-linux)")
-    cmd = [unshare, "--mount", "--propagation", "private", "sh", "-c",
-           f'{mount} -t debugfs none {DEBUGFS} && exec "$0" -c "$1" {DEBUGFS}/sched',
-           sys.executable, _PROBE]
+    if os.geteuid() != 0:
+        return False, {}, (f"debugfs is not mounted at {DEBUGFS}, and probing it needs root")
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as e:
+        out = _python(_NAMESPACE + _PROBE, "-", DEBUGFS)
+    except (OSError, programs.TimeoutExpired, programs.Untrusted) as e:
         return False, {}, f"debugfs probe failed: {e}"
     if out.returncode != 0:
         return False, {}, f"mounting debugfs failed: {out.stderr.strip()[-200:]}"
@@ -138,7 +163,7 @@ def debugfs_file(path: str) -> DebugfsFile:
     if _mounted():
         try:
             files = _probe_here(str(Path(path).parent))
-        except (OSError, ValueError, subprocess.SubprocessError) as e:
+        except (OSError, ValueError, programs.SubprocessError, programs.Untrusted) as e:
             return DebugfsFile(path, False, False, "", f"{path}: probe failed: {e}")
         probed = False
     else:
@@ -182,9 +207,10 @@ def _umount(args: dict[str, Any]) -> str:
     path = str(args["path"])
     if not _mounted():
         return f"{path} already unmounted"
-    out = subprocess.run(["umount", path], capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise OSError(errno.EBUSY, f"umount {path}: {out.stderr.strip()}")
+    try:
+        _libc_call("umount2", path.encode(), 0)
+    except OSError as e:
+        raise OSError(e.errno or errno.EBUSY, f"umount {path}: {e.strerror}") from None
     _forget()
     return f"debugfs unmounted from {path}"
 
@@ -195,10 +221,10 @@ def mount_debugfs(journal: Journal) -> bool:
     if _mounted():
         return False
     journal.record_undo("debugfs-mount", {"path": DEBUGFS}, key="debugfs-mount")
-    out = subprocess.run(["mount", "-t", "debugfs", "none", DEBUGFS], capture_output=True,
-                         text=True, check=False)
-    if out.returncode != 0:
-        raise OSError(errno.EPERM, f"mount debugfs: {out.stderr.strip()}")
+    try:
+        _libc_call("mount", b"none", DEBUGFS.encode(), b"debugfs", 0, None)
+    except OSError as e:
+        raise OSError(e.errno or errno.EPERM, f"mount debugfs: {e.strerror}") from None
     _forget()
     return True
 

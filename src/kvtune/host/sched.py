@@ -134,9 +134,12 @@ class ServerSched:
 
 
 def wrap_argv(sched: ServerSched, argv: Sequence[str]) -> list[str]:
-    """`argv` started through kvtune's exec shim, which applies `sched` and execs it."""
-    return [sys.executable, "-m", "kvtune.host.sched", *sched.shim_args(), "--",
-            *argv]
+    """`argv` started through kvtune's exec shim, which applies `sched` and execs it
+    (kvtune's own Python, checked like any program it runs: kvtune.safety.programs)."""
+    from kvtune.safety import programs
+
+    return programs.python().argv(["-m", "kvtune.host.sched", *sched.shim_args(), "--",
+                                   *argv])
 
 
 def thread_ids(pid: int) -> list[int]:
@@ -208,12 +211,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as e:
         print(f"kvtune schedexec: {e}", file=sys.stderr)
         return 126
-    try:
-        os.execvp(cmd[0], cmd)
+    from kvtune.errors import UserError
+    from kvtune.safety import programs
+
+    try:  # the server, checked once more right before the exec
+        programs.exec_checked(cmd, "kvtune schedexec")
+    except UserError as e:
+        print(f"kvtune schedexec: {e}", file=sys.stderr)
+        return 126
     except OSError as e:
         print(f"kvtune schedexec: cannot exec {cmd[0]}: {e.strerror}", file=sys.stderr)
         return 127
-    return 0  # not reached
 
 
 def _slice_kernel() -> bool:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-import subprocess
+from collections.abc import Sequence
 
 from kvtune.errors import HarnessError
+from kvtune.safety import programs
 
 _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 
@@ -18,10 +19,11 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in m.groups())
 
 
-def run_version(argv: list[str]) -> str:
-    """What `argv` prints (stdout and stderr). Raises HarnessError when it cannot run."""
+def run_version(prog: programs.Program, args: Sequence[str]) -> str:
+    """What `prog args...` prints (stdout and stderr). Raises HarnessError when it cannot
+    run."""
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise HarnessError(f"cannot run {argv[0]}: {e}") from None
+        out = prog.run(args, capture_output=True, text=True, timeout=10)
+    except (OSError, programs.TimeoutExpired) as e:
+        raise HarnessError(f"cannot run {prog.path}: {e}") from None
     return out.stdout + out.stderr

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import re
 import sys
 import sysconfig
 from pathlib import Path
@@ -20,6 +20,7 @@ from kvtune.errors import HarnessError, TrialFailed
 from kvtune.load.base import VERDICTS, LoadDriver, LoadResult, transport_for
 from kvtune.load.transport import LocalTransport, Transport
 from kvtune.safety import args as scan
+from kvtune.safety import programs
 
 if TYPE_CHECKING:
     from kvtune.spec import CapacitySearch, LoadSpec
@@ -62,22 +63,25 @@ def kvload_places() -> list[tuple[str, Path | None]]:
                        CHECKOUT / "kvload" / "target" / "release" / "kvload"))
     for d in dict.fromkeys((sysconfig.get_path("scripts"), str(Path(sys.executable).parent))):
         places.append(("installed beside kvtune", Path(d) / "kvload"))
-    which = shutil.which("kvload")
+    which = programs.which("kvload")
     places.append(("PATH", Path(which) if which else None))
     return places
 
 
 def find_kvload() -> str:
-    """The kvload binary: the first of `kvload_places` that is an executable file. KVLOAD
-    naming anything else is an error; no kvload at all names every place looked."""
+    """The kvload binary: the first of `kvload_places` that is an executable file, when
+    kvtune may execute it (kvtune.safety.programs: owned by root and writable by nobody
+    else, up to `/`; refused with exit 2 otherwise, never run and never passed over for
+    the next place). KVLOAD naming anything else is an error; no kvload at all names every
+    place looked."""
     env = os.environ.get("KVLOAD")
     if env:
         if os.path.isfile(env) and os.access(env, os.X_OK):
-            return env
+            return programs.find(env, "kvload ($KVLOAD)").path
         raise HarnessError(f"KVLOAD={env} is not an executable kvload binary")
-    for _, p in kvload_places()[1:]:
+    for what, p in kvload_places()[1:]:
         if p is not None and p.is_file() and os.access(p, os.X_OK):
-            return str(p)
+            return programs.find(str(p), f"kvload ({what})").path
     looked = "; ".join(f"{what}{f' ({p})' if p else ''}" for what, p in kvload_places())
     raise HarnessError(f"kvload not found (looked at: {looked}): pip install the kvload wheel "
                        "(make dist), build it in the checkout (make kvload), or set "
@@ -329,7 +333,17 @@ class KvloadDriver(LoadDriver):
                     "the output files and the workload come from the study file's typed keys")
             return SAFE_EXTRA_ARGS[flag]
 
-        scan.check_flag_list(args, refuse)
+        def bounded(value: str, pattern: str, what: str) -> bool:
+            # --max-item-size sizes kvload's value buffer: bounded before anything runs.
+            from kvtune.safety.workload import size_problem
+
+            if what.endswith("--max-item-size") and re.fullmatch(pattern, value):
+                problem = size_problem("max_item_size", value)
+                if problem:
+                    raise ValueError(f"{what}: {problem}")
+            return False
+
+        scan.check_flag_list(args, refuse, bounded)
 
     def __init__(self, spec: LoadSpec) -> None:
         super().__init__(spec)

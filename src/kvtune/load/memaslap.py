@@ -15,14 +15,13 @@ client_utilization."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvtune.errors import HarnessError, TrialFailed, UserError
 from kvtune.load.base import METRICS, LoadDriver, LoadResult
+from kvtune.safety import programs
 
 if TYPE_CHECKING:
     from kvtune.spec import LoadSpec
@@ -90,12 +89,11 @@ class MemaslapDriver(LoadDriver):
         self.binary: str | None = None
 
     def prepare(self) -> None:
-        self.binary = shutil.which("memcaslap") or shutil.which("memaslap")
-        if not self.binary:
+        name = "memcaslap" if programs.which("memcaslap") else "memaslap"
+        if programs.which(name) is None:
             raise HarnessError("memcaslap not found: install libmemcached-tools (make setup)")
-        from kvtune.safety.binary import trusted
-
-        trusted(self.binary, "load.tool memcaslap")
+        # Only a binary kvtune may execute (kvtune.safety.programs); checked again per run.
+        self.binary = programs.find(name, "load.tool memcaslap").path
 
     def run(self, address: str, protocol: str, seed: int) -> LoadResult:
         if self.binary is None:
@@ -111,11 +109,12 @@ class MemaslapDriver(LoadDriver):
                     "-t", f"{max(1, round(s.duration + s.warmup))}s", "-F", str(cfg),
                     *s.extra_args]
             if s.cpus:
-                argv = ["taskset", "-c", s.cpus, *argv]
+                argv = ["taskset", "-c", s.cpus,
+                        *programs.find(binary, "load.tool memcaslap").argv(argv[1:])]
             try:
-                out = subprocess.run(argv, capture_output=True, text=True,
-                                     timeout=s.duration + s.warmup + 60)
-            except subprocess.TimeoutExpired:
+                out = programs.run(argv, "load.tool memcaslap", capture_output=True,
+                                   text=True, timeout=s.duration + s.warmup + 60)
+            except programs.TimeoutExpired:
                 raise TrialFailed("memaslap did not finish (server hung?)") from None
         text = out.stdout + out.stderr
         if out.returncode != 0 or "Run time:" not in text:

@@ -18,13 +18,12 @@ from __future__ import annotations
 import csv
 import io
 import re
-import shutil
-import subprocess
 import time
 from typing import TYPE_CHECKING, Any
 
 from kvtune.errors import HarnessError, TrialFailed, UserError
 from kvtune.load.base import LoadDriver, LoadResult
+from kvtune.safety import programs
 
 if TYPE_CHECKING:
     from kvtune.spec import LoadSpec
@@ -86,12 +85,10 @@ class RedisBenchmarkDriver(LoadDriver):
         self.binary: str | None = None
 
     def prepare(self) -> None:
-        self.binary = shutil.which("redis-benchmark")
-        if not self.binary:
+        if programs.which("redis-benchmark") is None:
             raise HarnessError("redis-benchmark not found: install redis-tools (make setup)")
-        from kvtune.safety.binary import trusted
-
-        trusted(self.binary, "load.tool redis-benchmark")
+        # Only a binary kvtune may execute (kvtune.safety.programs); checked again per run.
+        self.binary = programs.find("redis-benchmark", "load.tool redis-benchmark").path
 
     def _run(self, host: str, port: str, test: str, n: int) -> tuple[dict[str, float], float,
                                                                      list[str]]:
@@ -101,12 +98,13 @@ class RedisBenchmarkDriver(LoadDriver):
                 str(s.pipeline), "-n", str(max(n, 1)), "-r", str(s.workload.keys), "-d",
                 str(s.workload.value_size), "-t", test, "--csv", *s.extra_args]
         if s.cpus:
-            argv = ["taskset", "-c", s.cpus, *argv]
+            argv = ["taskset", "-c", s.cpus,
+                    *programs.find(self.binary, "load.tool redis-benchmark").argv(argv[1:])]
         t0 = time.monotonic()
         try:
-            out = subprocess.run(argv, capture_output=True, text=True,
-                                 timeout=s.duration * 4 + s.warmup + 120)
-        except subprocess.TimeoutExpired:
+            out = programs.run(argv, "load.tool redis-benchmark", capture_output=True,
+                               text=True, timeout=s.duration * 4 + s.warmup + 120)
+        except programs.TimeoutExpired:
             raise TrialFailed("redis-benchmark did not finish (server hung?)") from None
         wall = time.monotonic() - t0
         if out.returncode != 0 or re.search(r"error|refused", out.stderr, re.I):

@@ -32,8 +32,6 @@ import hashlib
 import os
 import platform
 import shlex
-import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +39,7 @@ from typing import Any
 from kvtune.cpulist import parse_cpus
 from kvtune.errors import HarnessError, TrialFailed, UserError
 from kvtune.load.transport import Ran, Transport
+from kvtune.safety import programs
 from kvtune.safety.remote import LoadHost
 
 CONNECT_TIMEOUT = 10  # s: TCP connect, banner and key exchange
@@ -137,14 +136,14 @@ class SshTransport(Transport):
     # -- ssh ---------------------------------------------------------------------------------
 
     def _ssh(self, argv: list[str], timeout: float, stdin: Any = None) -> Ran:
-        if shutil.which("ssh") is None:
+        if programs.which("ssh") is None:
             raise HarnessError("load.host: the OpenSSH client (ssh) is not installed here "
                                "(apt-get install openssh-client)")
-        try:
-            out = subprocess.run(ssh_argv(self.host, argv), capture_output=True, text=True,
-                                 timeout=timeout,
-                                 stdin=stdin if stdin is not None else subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
+        try:  # ssh, checked before every call (kvtune.safety.programs)
+            out = programs.run(ssh_argv(self.host, argv), "load.host: ssh",
+                               capture_output=True, text=True, timeout=timeout,
+                               stdin=stdin if stdin is not None else programs.DEVNULL)
+        except programs.TimeoutExpired:
             raise TrialFailed(f"load host {self.where}: no answer within {timeout:g}s "
                               "(ssh killed)") from None
         return Ran(out.returncode, out.stdout, out.stderr, time.monotonic_ns())
@@ -286,9 +285,9 @@ def _cache_dir() -> str:
 
 def _local_version(binary: str) -> str:
     try:
-        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10,
-                             stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as e:
+        out = programs.run([binary, "--version"], "kvload", capture_output=True, text=True,
+                           timeout=10)
+    except (OSError, programs.TimeoutExpired) as e:
         raise HarnessError(f"cannot run {binary} --version: {e}") from None
     line = out.stdout.strip().splitlines()[0] if out.stdout.strip() else ""
     if out.returncode != 0 or not line:

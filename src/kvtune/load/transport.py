@@ -4,13 +4,13 @@
 
 from __future__ import annotations
 
-import subprocess
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
 from kvtune.errors import HarnessError, TrialFailed
+from kvtune.safety import programs
 
 __all__ = ["LocalTransport", "Ran", "Transport"]
 
@@ -56,10 +56,12 @@ class LocalTransport(Transport):
     """The tool runs on this host, as a child process."""
 
     def run(self, argv: list[str], timeout: float, cpus: str | None) -> Ran:
-        try:
-            out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                                 stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
+        try:  # checked again before every run (kvtune.safety.programs)
+            out = programs.run(argv, "load tool", capture_output=True, text=True,
+                               timeout=timeout)
+        except programs.Untrusted as e:
+            raise HarnessError(str(e)) from None
+        except programs.TimeoutExpired:
             raise TrialFailed(f"{argv[0]} did not finish within {timeout:g}s "
                               "(server hung?)") from None
         except OSError as e:

@@ -627,9 +627,12 @@ _RESIZE = ("<script>window.addEventListener('load',()=>document.querySelectorAll
 
 def write(data: StudyData, path: str | Path, within: float = 0.05,
           a: Analysis | None = None) -> Path:
+    from kvtune.safety.files import write_file
+
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(render(data, a, within), encoding="utf-8")
+    # Atomic, no link followed, never over an input (kvtune.safety.files).
+    write_file(p, render(data, a, within), what="-o")
     return p
 
 

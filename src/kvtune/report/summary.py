@@ -11,6 +11,7 @@ from rich.table import Table
 
 from kvtune.errors import UserError
 from kvtune.present import NO_SIGNIFICANT_CHANGE, describe_change, pct
+from kvtune.safety.text import for_markup as esc
 from kvtune.store import Store
 from kvtune.study.record import stored_eval
 
@@ -267,11 +268,11 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
     from kvtune.stats import ci_kind
 
     if "trials" not in data:  # sweeps only
-        console.print(f"[bold]Study {data['study']}[/]  ({data['storage']})")
+        console.print(f"[bold]Study {esc(data['study'])}[/]  ({esc(data['storage'])})")
         _render_sweeps(data, console)
         return
-    console.print(f"[bold]Study {data['study']}[/]  ({data['direction']} {data['metric']}, "
-                  f"{len(data['trials'])} trials, {data['storage']})")
+    console.print(f"[bold]Study {esc(data['study'])}[/]  ({data['direction']} {data['metric']}, "
+                  f"{len(data['trials'])} trials, {esc(data['storage'])})")
     t = Table(title="Trials", show_lines=False)
     for col in ("#", "kind", "state", data["metric"] or "value", "interval", "n",
                 f"{data['metric'] or 'value'} vs baseline"):
@@ -369,7 +370,7 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
 
         for c in placement_conditions(data.get("spec") or {}, conf["recommended"]["config"],
                                       conf["baseline"].get("config") or {}):
-            console.print(f"[yellow]Condition:[/] {c}", highlight=False)
+            console.print(f"[yellow]Condition:[/] {esc(c)}", highlight=False)
     for d in data.get("drift", []):
         if d.get("moved"):
             ch = d["change"]
@@ -405,10 +406,10 @@ def _render_verdict(data: dict[str, Any], conf: dict[str, Any] | None,
                     f"p={comp['p_value']:.3g}, Holm-adjusted p={c['p_adjusted']:.3g}"
                     + (f", failed: {c['failed']}" if c.get("failed") else ""))
         if line.strip() != verdict.strip():
-            console.print(f"  {line}", highlight=False)
+            console.print(f"  {esc(line)}", highlight=False)
     style = "green" if conf.get("recommended") else "yellow"
     how = f" ({conf['rounds']} interleaved rounds)" if conf.get("rounds") else ""
-    console.print(f"[{style}]Confirmation{how}: {verdict}[/]", highlight=False)
+    console.print(f"[{style}]Confirmation{how}: {esc(verdict)}[/]", highlight=False)
 
 
 def _render_next(commands: list[str] | None, console: Console) -> None:
@@ -436,8 +437,8 @@ def render_front(data: dict[str, Any], conf: dict[str, Any], console: Console) -
                   "yes" if c.get("significant") else "no", cfg)
     console.print(t)
     for c in conf.get("candidates", []):
-        console.print(f"  {c['text']}" + (f" (failed: {c['failed']})" if c.get("failed")
-                                          else ""))
+        console.print(f"  {esc(c['text'])}" + (f" (failed: {esc(c['failed'])})"
+                                               if c.get("failed") else ""))
     style = "green" if conf.get("front") else "yellow"
     console.print(f"[{style}]Confirmation: {conf['verdict']}[/]")
 

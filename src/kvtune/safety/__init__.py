@@ -13,5 +13,15 @@ anything runs, with the key path and line:
   deny-list); `inline`: `--allow-inline-host-knobs`;
 - `binary`: `target.binary` is the target's server, by its version banner;
 - `storage`: where the results database may be created, its driver, masked credentials;
-- `workload`: `load.workload_file` is a small, regular, well-formed kvload workload file.
+- `workload`: `load.workload_file` is a small, regular, well-formed kvload workload file,
+  every size within kvload's bounds.
+
+And what kvtune itself does as root (issue 29, docs/security.md):
+
+- `programs`: the one way to run a program — the file, every link and every directory up
+  to `/` judged before each start;
+- `files`: inputs read with a bound through one descriptor (regular, outside /proc, /sys,
+  /dev) and noted; outputs written atomically, without following a link, never over an
+  input;
+- `text`: text from outside stripped of escape sequences and escaped for rich.
 """

@@ -5,11 +5,19 @@ offline, huge pages by any path), or drop a security setting. `write_refusal` is
 where every host write happens (`kvtune.host.journal.check_path`: the appliers' writes,
 the cgroups, and `kvtune restore` replaying a journal file); `refusal` is what a study file
 may name. Inline host knobs (sysctl/sysfs defined in the study file) are written only with
-`--allow-inline-host-knobs` on the command line (`kvtune.safety.inline`).
+`--allow-inline-host-knobs` on the command line (`kvtune.safety.inline`). The exports
+judge their sysctl and sysfs entries by the same list (`export_refusal`).
+
+Paths are judged resolved. Entries of the deny-list under /sys/class and /sys/bus name
+devices through links into /sys/devices: the directories those links resolve to are
+denied with them, so naming `/sys/devices/.../net/eth0/...` is refused as
+`/sys/class/net/eth0/...` is.
 """
 
 from __future__ import annotations
 
+import functools
+import glob
 import os
 import re
 from pathlib import Path, PurePosixPath
@@ -58,6 +66,11 @@ DENY_PROC: dict[str, str] = {
     "/proc/sys/net/core/bpf_jit_harden": _SECURITY, "/proc/sys/vm/mmap_min_addr": _SECURITY,
     "/proc/sys/vm/drop_caches": _TRIGGER, "/proc/sys/vm/compact_memory": _TRIGGER,
     "/proc/sys/kernel/ns_last_pid": _TRIGGER,
+    # The kernel's own record of what happened to it, and its limits on warnings and oopses.
+    "/proc/sys/kernel/tainted": _SECURITY, "/proc/sys/kernel/oops_limit": _LOSE,
+    "/proc/sys/kernel/warn_limit": _LOSE,
+    "/proc/sys/net/ipv4/ip_unprivileged_port_start": _SECURITY,
+    "/proc/sys/vm/overcommit_memory": _LOSE,
 }
 # Under /sys: whole trees, then file names anywhere (device removal, driver binding, ...).
 DENY_SYS_TREES: dict[str, str] = {
@@ -79,6 +92,8 @@ DENY_SYS_NAMES: dict[str, str] = {
                      "free_hugepages", "demote", "demote_size"), _LOSE),
     **dict.fromkeys(("flags", "carrier", "mtu", "operstate", "tx_queue_len"), _LOSE),
 }
+# The links under these denied trees that lead into /sys/devices (judged by their targets).
+_LINKS = {"/sys/class/net/": "/sys/class/net/*", "/sys/bus/": "/sys/bus/*/devices/*"}
 _DEBUGFS = "/sys/kernel/debug/"
 _DEBUGFS_OK = ("/sys/kernel/debug/sched/",)  # the scheduler tunables the catalog uses
 _SYSFS_CHARS = re.compile(r"^/sys/[A-Za-z0-9_.:@+,\-/]{1,250}$")
@@ -97,6 +112,10 @@ def refusal(host_path: str) -> str | None:
     for prefix, why in DENY_SYS_TREES.items():
         if p == prefix.rstrip("/") or p.startswith(prefix):
             return why
+    if p.startswith("/sys/devices/"):
+        for target, why in linked_targets().items():
+            if p == target.rstrip("/") or p.startswith(target):
+                return why
     if p.startswith(_DEBUGFS) and not p.startswith(_DEBUGFS_OK):
         return "is debugfs outside the scheduler tunables"
     name = PurePosixPath(p).name
@@ -105,6 +124,35 @@ def refusal(host_path: str) -> str | None:
     if "/power/" in p or "/sysrq" in p:
         return _LOSE
     return None
+
+
+@functools.cache
+def linked_targets() -> dict[str, str]:
+    """The /sys/devices directories (ending in "/") that denied trees under /sys/class and
+    /sys/bus link to, each with the tree's reason (read once per process)."""
+    out: dict[str, str] = {}
+    for tree, pattern in _LINKS.items():
+        why = DENY_SYS_TREES[tree]
+        for link in glob.glob(pattern):
+            real = os.path.realpath(link)
+            if real.startswith("/sys/devices/"):
+                out[real.rstrip("/") + "/"] = why
+    return out
+
+
+def export_refusal(family: str, key: str) -> str | None:
+    """Why an export must not carry this sysctl or sysfs entry (the deny-list, judged on
+    the resolved path as for a host write), or None; None for other families."""
+    if family == "sysctl":
+        path = "/proc/sys/" + key.replace(".", "/")
+    elif family == "sysfs":
+        path = key
+    else:
+        return None
+    if not path.startswith(("/proc/sys/", "/sys/")) or "/../" in path + "/":
+        return "is outside /proc/sys and /sys"
+    lexical = refusal(path)
+    return lexical or refusal(os.path.realpath(path))
 
 
 def write_refusal(host_path: str) -> str | None:

@@ -5,11 +5,11 @@ server starts. Its `server` key is refused: load goes to the server kvtune start
 from __future__ import annotations
 
 import json
-import os
-import stat
 import tomllib
 from pathlib import Path
 from typing import Any
+
+from kvtune.safety.files import ReadRefused, read_input
 
 MAX_BYTES = 1 << 20
 TOP_KEYS = {
@@ -22,28 +22,18 @@ PHASE_KEYS = {"duration", "rate", "value_size", "popularity", "mix"}
 MAX_PHASES = 1000
 
 
-def check_workload_file(name: str) -> None:
-    """Raises ValueError naming what is wrong (never the file's content)."""
+def check_workload_file(name: str) -> dict[str, Any]:
+    """The workload file `name`, parsed, when kvload may read it: a regular file outside
+    /proc, /sys and /dev of at most MAX_BYTES (read with that bound), with known keys and
+    values kvload reads within their bounds. Raises ValueError naming what is wrong (never
+    the file's content)."""
     if not name or any(c in name for c in "\x00\n\r") or len(name) > 4096:
         raise ValueError("not a file name")
     p = Path(name)
     try:
-        st = p.stat()
-    except OSError as e:
-        raise ValueError(f"{name}: {e.strerror}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise ValueError(f"{name} is a directory")
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"{name} is not a regular file")
-    if st.st_size > MAX_BYTES:
-        raise ValueError(f"{name}: {st.st_size} bytes; a workload file may hold at most "
-                         f"{MAX_BYTES // 1024} KiB")
-    try:
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
-    except OSError as e:
-        raise ValueError(f"{name}: {e.strerror}") from None
+        data = read_input(name, MAX_BYTES, "workload file")
+    except ReadRefused as e:
+        raise ValueError(str(e).removeprefix("workload file: ")) from None
     try:
         text = data.decode("utf-8")
         doc: Any = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
@@ -76,6 +66,7 @@ def check_workload_file(name: str) -> None:
             problem = value_problem(str(key), value)
             if problem:
                 raise ValueError(f"{name}: phases[{i}].{key}: {problem}")
+    return doc
 
 
 # The values kvload reads, each to the grammar kvload parses (docs/kvload.md), so that a bad
@@ -103,6 +94,37 @@ _INTS = {"connections": (1, 100_000), "pipeline": (1, 65536), "max_outstanding":
          "keys": (1, 10**12), "mget_size": (1, 1024), "seed": (0, 2**64 - 1),
          "spin_us": (0, 10**6)}
 MAX_TTL = 30 * 24 * 3600  # memcached reads larger values as absolute Unix times
+# Sizes kvload allocates from (its value buffer, its keys): the same bounds kvload checks
+# before it allocates (kvload/src/config, MAX_ITEM_BYTES and MAX_KEY_BYTES).
+MAX_ITEM_BYTES = 1 << 30  # memcached's -I tops out at 1 GiB; Redis bulk strings at 512 MiB
+MAX_KEY_BYTES = 65535
+MAX_TABLE_KEYS = 10**12
+
+
+def size_problem(key: str, text: str) -> str | None:
+    """A size out of its bound in a value kvload reads (`value_size`, `key_size`,
+    `max_item_size`, a popularity table's key counts), named with the bound; None when
+    every size is within it. `text` already matches the grammar."""
+    if key in ("value_size", "max_item_size"):
+        bound, what = MAX_ITEM_BYTES, "1 GiB (kvload's item bound)"
+    elif key == "key_size":
+        bound, what = MAX_KEY_BYTES, f"{MAX_KEY_BYTES} bytes (kvload's key bound)"
+    elif key == "popularity" and text.startswith("table:"):
+        total = sum(_size(p.split(":")[0]) for p in text[6:].split(","))
+        if total > MAX_TABLE_KEYS:
+            return f"a table of {total} keys: more than kvload's bound of {MAX_TABLE_KEYS}"
+        return None
+    else:
+        return None
+    if text in ("etc", "fb_key", "fb_value"):
+        return None
+    body = text[5:] if text.startswith("list:") else text
+    sizes = [_size(p.split(":")[0]) for p in body.split(",")] if text.startswith("list:") \
+        else [_size(p) for p in body.split("-")]
+    top = max(sizes)
+    if top > bound:
+        return f"{top} bytes: more than {what}"
+    return None
 
 
 def value_problem(key: str, value: Any) -> str | None:
@@ -141,7 +163,7 @@ def value_problem(key: str, value: Any) -> str | None:
                       text.startswith("list:") else [int(text)])
             if top > MAX_TTL:
                 return "a TTL beyond 30 days (memcached reads it as an absolute time)"
-        return None
+        return size_problem(key, text)
     return None
 
 

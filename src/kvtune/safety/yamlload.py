@@ -175,6 +175,9 @@ def read_study_file(path: str | Path) -> str:
                             f"{MAX_BYTES // 1024} KiB")
         with os.fdopen(os.dup(fd), "rb") as f:
             data = f.read(MAX_BYTES + 1)
+        from kvtune.safety.files import note_input
+
+        note_input(fd)  # no write of this run may replace it
     except OSError as e:
         raise UserError(f"cannot read study file {p}: {e.strerror}") from None
     finally:

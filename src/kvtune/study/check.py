@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kvtune.errors import KvtuneError, UserError
 
@@ -50,6 +50,7 @@ class Plan:
     estimate: Estimate | None = None
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    needs_root: str = ""  # as another user: what needs root, in one line ("" as root)
 
     @property
     def runnable(self) -> bool:
@@ -120,6 +121,33 @@ def estimate(spec: Any, n_knobs: int | None = None) -> Estimate | None:
     return Estimate(rep, lo, hi, rep * lo, min(rep * hi, limit) if limit else rep * hi, how)
 
 
+def root_reason(spec: Any, command: str = "tune, run and sweep") -> str:
+    """Why `kvtune COMMAND` of this study needs root, in one line ("" when it does not,
+    or when kvtune runs as root): a target that runs a server on this host is started
+    under the host lock and journal, and host knobs write kernel files."""
+    import os
+
+    from kvtune.knobs import catalog
+    from kvtune.targets import target_class
+
+    if os.geteuid() == 0 or not target_class(spec.target.kind).runs_server:
+        return ""
+    names = [e if isinstance(e, str) else e.name for e in spec.knobs]
+    if spec.preset:  # every knob of the preset (no host context: nothing is probed)
+        names += catalog.preset_names(spec.preset, cast(Any, None), available_only=False)
+    inline = any(not isinstance(e, str) and e.applier is not None
+                 and (e.applier.sysctl or e.applier.sysfs) for e in spec.knobs)
+    host = inline or any((k := catalog.lookup(n)) is not None and k.scope in ("host", "cgroup")
+                         for n in names)
+    verb, it = ("need", "each starts") if " and " in command else ("needs", "it starts")
+    return (f"kvtune {command} {verb} root for study {spec.study!r}: {it} "
+            f"{spec.target.kind} fresh for every repetition under kvtune's host lock and "
+            "journal (/run/kvtune, /var/lib/kvtune), so that `kvtune restore` can stop it "
+            "after a crash" + (", and writes kernel settings (/proc/sys, /sys, cgroups)"
+                               if host else "") + "; run it as root (sudo). `kvtune check`, "
+            "`show`, `report` and `export` need no root")
+
+
 def make_plan(path: str | Path, allow_inline_host_knobs: bool = False) -> Plan:
     """The plan of the study in `path`; nothing is applied and no server is started."""
     from kvtune.host.plan import plan_for
@@ -139,6 +167,7 @@ def make_plan(path: str | Path, allow_inline_host_knobs: bool = False) -> Plan:
     spec = loaded.spec
     plan.notes += loaded.notes
     plan.valid = True
+    plan.needs_root = root_reason(spec)
     plan.study, plan.target = spec.study, spec.target.kind
     try:
         target = make_target(spec.target)
@@ -184,34 +213,43 @@ def make_plan(path: str | Path, allow_inline_host_knobs: bool = False) -> Plan:
 
 
 def render(plan: Plan, console: Any) -> None:
+    """The plan for people. Everything but kvtune's own words is escaped for rich (a
+    config line, a path or a server's answer may hold `[/bold]` or an ESC sequence)."""
     from rich.table import Table
 
+    from kvtune.safety.text import for_markup as esc
+
     head = "[green]runnable[/]" if plan.runnable else "[red]NOT runnable[/]"
-    console.print(f"[bold]kvtune check[/] {plan.path}: study {plan.study or '?'} "
-                  f"({plan.target or '?'}): {head}")
+    console.print(f"[bold]kvtune check[/] {esc(plan.path)}: study {esc(plan.study or '?')} "
+                  f"({esc(plan.target or '?')}): {head}")
     if plan.knobs:
         t = Table(title="Knobs")
         for c in ("knob", "scope", "domain", "baseline", "available", "where"):
             t.add_column(c)
         for k in plan.knobs:
-            t.add_row(k.name, k.scope, k.domain, "-" if k.baseline is None else str(k.baseline),
-                      "[green]yes[/]" if k.available else f"[red]no[/]: {k.reason}", k.where)
+            t.add_row(esc(k.name), esc(k.scope), esc(k.domain),
+                      "-" if k.baseline is None else esc(k.baseline),
+                      "[green]yes[/]" if k.available else f"[red]no[/]: {esc(k.reason)}",
+                      esc(k.where))
         console.print(t)
     console.print("Host files the study would write (each journaled, restored after):")
     for w in plan.host_writes or ["none"]:
-        console.print(f"  {w}", highlight=False)
+        console.print(f"  {esc(w)}", highlight=False)
     if plan.rules:
         console.print("Rules between its knobs:")
         for r in plan.rules:
-            console.print(f"  {r}", highlight=False)
+            console.print(f"  {esc(r)}", highlight=False)
     if plan.estimate:
         e = plan.estimate
         console.print(f"Estimated wall time: {e.low_s / 60:.1f}–{e.high_s / 60:.1f} min "
-                      f"({e.how})", highlight=False)
+                      f"({esc(e.how)})", highlight=False)
     for n in dict.fromkeys(plan.notes):
-        console.print(f"[dim]note: {n}[/]", highlight=False)
+        console.print(f"[dim]note: {esc(n)}[/]", highlight=False)
+    if plan.needs_root:
+        console.print(f"[yellow]needs root:[/] {esc(plan.needs_root)}", highlight=False,
+                      soft_wrap=True)
     for p in plan.problems:
-        console.print(f"[red]problem:[/] {p}", highlight=False)
+        console.print(f"[red]problem:[/] {esc(p)}", highlight=False)
 
 
 def main(path: str, as_json: bool, console: Any, allow_inline_host_knobs: bool = False) -> int:

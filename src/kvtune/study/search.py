@@ -156,7 +156,9 @@ class Search:
 
     def print_trial(self, number: int, e: Evaluation) -> None:
         if e.failed:
-            self.console.print(f"  trial {number}: [red]failed[/] {e.failed}")
+            from kvtune.safety.text import for_markup
+
+            self.console.print(f"  trial {number}: [red]failed[/] {for_markup(e.failed)}")
             return
         lo, hi = e.ci
         ci = f" ({e.ci_kind} {fmt(lo)} … {fmt(hi)})" if not math.isnan(lo) else ""

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
-import subprocess
 import tempfile
 import time
 from abc import ABC, abstractmethod
@@ -35,6 +33,8 @@ from kvtune.host.sched import ServerSched, wrap_argv
 from kvtune.host.sched import verify as sched_verify
 from kvtune.host.versions import parse_version, run_version
 from kvtune.knobs.appliers.base import Launch
+from kvtune.safety import programs
+from kvtune.safety.programs import Program
 
 if TYPE_CHECKING:
     import numpy as np
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class ServerProcess:
-    proc: subprocess.Popen[bytes]
+    proc: programs.Popen[bytes]
     argv: list[str]
     stderr_file: IO[bytes]
     started: float = field(default_factory=time.monotonic)
@@ -171,24 +171,23 @@ class ServerTarget(Target):
             raise UserError(f"target.host: the server cannot listen on {spec.host}: "
                             f"{e.strerror} (give an address of this host)") from None
         self.port = spec.port or port
-        self.binary = self._find_binary(spec.binary or self.default_binary)
+        self.program = self._find_binary(spec.binary or self.default_binary)
+        self.binary = self.program.path
 
-    def _find_binary(self, name: str) -> str:
-        from kvtune.safety.binary import find_server_binary
+    def _find_binary(self, name: str) -> Program:
+        from kvtune.safety.binary import find_server
 
-        return find_server_binary(name, self.kind, self.default_binary, self.version_args,
-                                  self.version_banner)
+        return find_server(name, self.kind, self.default_binary, self.version_args,
+                           self.version_banner)
 
     @classmethod
     def installed(cls) -> tuple[str, tuple[int, ...]] | None:
         """The default binary on PATH and its version, probed only when kvtune may execute
-        it (owned by root, writable by nobody else: `safety.binary.untrusted`)."""
-        from kvtune.safety.binary import untrusted
-
-        found = shutil.which(cls.default_binary)
-        if not found or untrusted(found):
+        it (`kvtune.safety.programs`: owned by root, writable by nobody else, up to `/`)."""
+        found, _why = programs.lookup(cls.default_binary)
+        if found is None:
             return None
-        return found, binary_version(found, cls.version_args)
+        return found.path, binary_version(found.path, cls.version_args)
 
     def version(self) -> tuple[int, ...]:
         """The server binary's version."""
@@ -220,22 +219,27 @@ class ServerTarget(Target):
                 f"port {self.port} on {self.host} is taken by another process; stop it or "
                 "set target.port to a free port")
         argv = self.argv(launch)
-        full = argv
+        # The one program started is checked again now (kvtune.safety.programs); each link
+        # of the chain (taskset, the scheduler shim) checks the next and execs it.
+        launcher, rest = self.program, argv[1:]
         # Per-process scheduler knobs: applied at exec by kvtune's shim, before the server
         # creates a thread (host/sched.py); every link of the chain execs.
         sched = ServerSched.from_launch(launch.sched)
         if sched is not None:
-            full = wrap_argv(sched, full)
+            full = wrap_argv(sched, self.program.argv(rest))
+            launcher, rest = programs.python(), full[1:]
         cpus = launch.server_cpus or self.spec.cpus
         if cpus:
-            taskset = shutil.which("taskset")
-            if not taskset:
-                raise HarnessError("taskset (util-linux) is needed to pin the server")
-            full = [taskset, "-c", cpus, *full]
+            taskset, why = programs.lookup("taskset")
+            if taskset is None:
+                raise HarnessError(f"taskset (util-linux) is needed to pin the server: {why}")
+            rest = ["-c", cpus, *launcher.argv(rest)]
+            launcher = taskset
+        full = [launcher.path, *rest]
         err = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
         try:
-            proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                    start_new_session=True)
+            proc = launcher.popen(rest, stdin=programs.DEVNULL, stdout=err, stderr=err,
+                                  start_new_session=True)
         except OSError as e:
             err.close()
             raise HarnessError(f"cannot start {argv[0]}: {e.strerror}") from None
@@ -285,7 +289,7 @@ class ServerTarget(Target):
                 os.killpg(proc.pid, signal.SIGTERM)
             try:
                 rc = proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
+            except programs.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 rc = proc.wait(timeout=5)
@@ -311,11 +315,10 @@ _VERSIONS: dict[tuple[str, ...], tuple[int, ...]] = {}
 
 
 def binary_version(binary: str, args: tuple[str, ...]) -> tuple[int, ...]:
-    """`binary args...`'s version, run once per process."""
-    from kvtune.safety.binary import trusted
-
+    """`binary args...`'s version, run once per process (only when kvtune may execute it:
+    kvtune.safety.programs)."""
     key = (binary, *args)
     if key not in _VERSIONS:
-        trusted(binary, "version probe")
-        _VERSIONS[key] = parse_version(run_version([binary, *args]))
+        prog = programs.find(binary, "version probe")
+        _VERSIONS[key] = parse_version(run_version(prog, args))
     return _VERSIONS[key]

@@ -16,18 +16,88 @@ line), RHEL's `/etc/sysconfig/memcached` (PORT, USER, MAXCONN, CACHESIZE, OPTION
 
 A Redis directive kvtune does not pass (not on its list of safe directives: logging levels,
 replication and persistence details of no effect without persistence) is left out, and said.
+
+The file is untrusted input read by root (issue 29): every message names the file, the line
+and a setting kvtune knows — never an unknown word, nor a value kvtune has not validated
+(a line of /etc/shadow, an include of /proc/self/environ, a password). Each file is read
+with a bound (a regular file outside /proc, /sys and /dev, at most MAX_BYTES), all of them
+together at most MAX_TOTAL_BYTES, and an `include` must stay inside the configuration's own
+directory tree or a system directory of the server's own (INCLUDE_ROOTS).
 """
 
 from __future__ import annotations
 
+import glob
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-MAX_BYTES = 1 << 20
+from kvtune.safety.files import ReadRefused, read_input
+
+MAX_BYTES = 1 << 20  # one file
+MAX_TOTAL_BYTES = 4 << 20  # every file of one configuration, includes together
 MAX_INCLUDES = 16
+# Where an `include` may lead besides the configuration's own directory tree.
+INCLUDE_ROOTS = ("/etc/redis", "/etc/redis-*", "/etc/memcached*", "/usr/share/redis")
+
+# Every directive of redis.conf (Redis 6 and 7, with their older spellings): a directive
+# named in a message is one of these; any other first word is "an unknown directive".
+_REDIS_DIRECTIVE_NAMES = """
+acl-pubsub-default aclfile acllog-max-len active-defrag-cycle-max active-defrag-cycle-min
+active-defrag-ignore-bytes active-defrag-max-scan-fields active-defrag-threshold-lower
+active-defrag-threshold-upper active-expire-effort activedefrag activerehashing
+always-show-logo aof-load-truncated aof-rewrite-incremental-fsync aof-timestamp-enabled
+aof-use-rdb-preamble appenddirname appendfilename appendfsync appendonly
+auto-aof-rewrite-min-size auto-aof-rewrite-percentage bind bind-source-addr
+busy-reply-threshold client-output-buffer-limit client-query-buffer-limit
+cluster-allow-pubsubshard-when-down cluster-allow-reads-when-down
+cluster-allow-replica-migration cluster-announce-bus-port cluster-announce-hostname
+cluster-announce-human-nodename cluster-announce-ip cluster-announce-port
+cluster-announce-tls-port cluster-config-file cluster-enabled cluster-link-sendbuf-limit
+cluster-migration-barrier cluster-node-timeout cluster-port cluster-preferred-endpoint-type
+cluster-replica-no-failover cluster-replica-validity-factor cluster-require-full-coverage
+cluster-slave-no-failover cluster-slave-validity-factor crash-log-enabled
+crash-memcheck-enabled daemonize databases dbfilename dir disable-thp dynamic-hz
+enable-debug-command enable-module-command enable-protected-configs
+hash-max-listpack-entries hash-max-listpack-value hash-max-ziplist-entries
+hash-max-ziplist-value hide-user-data-from-log hll-sparse-max-bytes hz ignore-warnings
+include io-threads io-threads-do-reads jemalloc-bg-thread latency-monitor-threshold
+latency-tracking latency-tracking-info-percentiles lazyfree-lazy-eviction
+lazyfree-lazy-expire lazyfree-lazy-server-del lazyfree-lazy-user-del
+lazyfree-lazy-user-flush lfu-decay-time lfu-log-factor list-compress-depth
+list-max-listpack-size list-max-ziplist-entries list-max-ziplist-size
+list-max-ziplist-value loadmodule locale-collate logfile loglevel lua-replicate-commands
+lua-time-limit masterauth masteruser max-new-connections-per-cycle
+max-new-tls-connections-per-cycle maxclients maxmemory maxmemory-clients
+maxmemory-eviction-tenacity maxmemory-policy maxmemory-samples min-replicas-max-lag
+min-replicas-to-write min-slaves-max-lag min-slaves-to-write no-appendfsync-on-rewrite
+notify-keyspace-events oom-score-adj oom-score-adj-values pidfile port proc-title-template
+propagation-error-behavior protected-mode proto-max-bulk-len rdb-del-sync-files
+rdb-key-save-delay rdb-save-incremental-fsync rdbchecksum rdbcompression rename-command
+repl-backlog-size repl-backlog-ttl repl-disable-tcp-nodelay repl-diskless-load
+repl-diskless-sync repl-diskless-sync-delay repl-diskless-sync-max-replicas
+repl-ping-replica-period repl-ping-slave-period repl-timeout replica-announce-ip
+replica-announce-port replica-announced replica-ignore-disk-write-errors
+replica-ignore-maxmemory replica-lazy-flush replica-priority replica-read-only
+replica-serve-stale-data replicaof requirepass sanitize-dump-payload save
+set-max-intset-entries set-max-listpack-entries set-max-listpack-value set-proc-title
+shutdown-on-sigint shutdown-on-sigterm shutdown-timeout slave-announce-ip
+slave-announce-port slave-lazy-flush slave-priority slave-read-only slave-serve-stale-data
+slaveof slowlog-log-slower-than slowlog-max-len socket-mark-id stop-writes-on-bgsave-error
+stream-node-max-bytes stream-node-max-entries supervised syslog-enabled syslog-facility
+syslog-ident tcp-backlog tcp-keepalive timeout tls-auth-clients tls-ca-cert-dir
+tls-ca-cert-file tls-cert-file tls-ciphers tls-ciphersuites tls-client-cert-file
+tls-client-key-file tls-client-key-file-pass tls-cluster tls-dh-params-file tls-key-file
+tls-key-file-pass tls-port tls-prefer-server-ciphers tls-protocols tls-replication
+tls-session-cache-size tls-session-cache-timeout tls-session-caching
+tracking-table-max-keys unixsocket unixsocketperm user vm-enabled
+zset-max-listpack-entries zset-max-listpack-value zset-max-ziplist-entries
+zset-max-ziplist-value
+"""
+REDIS_DIRECTIVES = frozenset(_REDIS_DIRECTIVE_NAMES.split())
 
 # memcached: where it listens, who it runs as, its files, daemonizing, verbosity (kvtune
 # runs it in the foreground on target.host:target.port with no log).
@@ -99,19 +169,76 @@ class ServerConfig:
         return out
 
 
-def read_text(path: Path) -> str:
-    """A configuration file's text, as untrusted input: a regular file, at most 1 MiB,
-    UTF-8. ValueError naming the problem."""
+class Budget:
+    """The bytes left for one configuration and its includes together."""
+
+    def __init__(self, total: int = MAX_TOTAL_BYTES) -> None:
+        self.left = total
+
+    def take(self, n: int, path: Path) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise ValueError(f"{path}: the configuration and its includes hold more than "
+                             f"{MAX_TOTAL_BYTES >> 20} MiB together: not a server "
+                             "configuration")
+
+
+def read_text(path: Path, budget: Budget | None = None, what: str = "target.config") -> str:
+    """A configuration file's text, as untrusted input: a regular file outside /proc, /sys
+    and /dev, at most MAX_BYTES read with that bound (and within `budget`), UTF-8 without
+    NUL bytes. ValueError naming the file and the problem, never its content."""
     try:
-        if not path.is_file():
-            raise ValueError(f"{path} is not a regular file")
-        if path.stat().st_size > MAX_BYTES:
-            raise ValueError(f"{path} is larger than 1 MiB: not a server configuration")
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"{path} is not UTF-8 text") from None
-    except OSError as e:
-        raise ValueError(f"{path}: {e.strerror or e}") from None
+        data = read_input(path, MAX_BYTES, "server configuration")
+    except ReadRefused as e:
+        raise ValueError(str(e).removeprefix("server configuration: ")) from None
+    if budget is not None:
+        budget.take(len(data), path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise ValueError(f"{path}, line {line}: not UTF-8 text: not a server "
+                         "configuration") from None
+    if "\x00" in text:
+        line = text[:text.index("\x00")].count("\n") + 1
+        raise ValueError(f"{path}, line {line}: a NUL byte: not a server configuration")
+    return text
+
+
+def include_allowed(target: Path, top_dir: Path) -> bool:
+    """Whether an `include` may read `target` (resolved): inside the top configuration's
+    own directory tree, or under one of INCLUDE_ROOTS."""
+    real = os.path.realpath(target)
+    roots = [os.path.realpath(top_dir)]
+    for pattern in INCLUDE_ROOTS:
+        roots += [os.path.realpath(p) for p in glob.glob(pattern)]
+    return any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def known_memcached_flag(tc: Any, flag: str) -> bool:
+    return flag in tc.SAFE_FLAGS or flag in tc.UNSAFE_FLAGS or flag in MEMCACHED_REPLACED
+
+
+def _memcached_flag_problem(tc: Any, flag: str) -> str:
+    """Why `flag` (a word of the file) is refused, naming it only when kvtune knows it."""
+    if flag in tc.UNSAFE_FLAGS:
+        return f"memcached {flag} is refused: it {tc.UNSAFE_FLAGS[flag]}"
+    return ("an unknown memcached option, refused (kvtune passes only the flags on its list "
+            "of safe flags)")
+
+
+def _option_problem(tc: Any, part: str) -> str:
+    """Why the `-o` option `part` is refused, naming the option only when kvtune knows it
+    and never its value."""
+    key = part.partition("=")[0]
+    try:
+        pattern = tc.option_pattern(key)
+    except ValueError as e:
+        known = key in tc.SAFE_OPTIONS or any(key.startswith(p) for p in tc.UNSAFE_OPTIONS)
+        return f"-o {key}: {e}" if known else "an unknown -o option, refused"
+    if pattern is None:
+        return f"-o {key} takes no value"
+    return f"-o {key}: its value is not one kvtune passes (expected {pattern})"
 
 
 # -- memcached ------------------------------------------------------------------------------
@@ -163,20 +290,18 @@ def _memcached_settings(text: str, path: Path, tc: Any, cfg: ServerConfig) -> li
             if flag in MEMCACHED_REPLACED:
                 takes = flag not in ("-d", "--daemon", "-v", "-vv", "-vvv", "--verbose",
                                      "logfile")
-                shown = " ".join(words[i:i + (2 if takes and attached is None else 1)])
-                cfg.replaced.append(f"{where}: `{shown}` replaced: {MEMCACHED_REPLACED[flag]}")
+                cfg.replaced.append(f"{where}: `{flag}` replaced: {MEMCACHED_REPLACED[flag]}")
                 i += 2 if takes and attached is None else 1
                 continue
             if not flag.startswith("-"):
                 cfg.problems.append(f"{where}: not a memcached option (each line is a flag "
                                     "and its value, such as -m 64)")
                 break
-            try:
-                pattern = tc.flag_pattern(flag)
-            except ValueError as e:
-                cfg.problems.append(f"{where}: {e}")
-                i += 1 if not flag.startswith("-") else 2
+            if flag not in tc.SAFE_FLAGS:
+                cfg.problems.append(f"{where}: {_memcached_flag_problem(tc, flag)}")
+                i += 2
                 continue
+            pattern = tc.flag_pattern(flag)
             if pattern is None:
                 settings.append(Setting(tc.setting_name(flag), [flag], "", where, raw))
                 i += 1
@@ -189,17 +314,18 @@ def _memcached_settings(text: str, path: Path, tc: Any, cfg: ServerConfig) -> li
             if pattern == "options":
                 for part in value.split(","):
                     try:
-                        tc.check_options_list(part, f"-o {part.partition('=')[0]}")
-                    except ValueError as e:
-                        cfg.problems.append(f"{where}: {e}")
+                        tc.check_options_list(part, "-o")
+                    except ValueError:
+                        cfg.problems.append(f"{where}: {_option_problem(tc, part)}")
                         continue
                     key, _, v = part.partition("=")
                     settings.append(Setting(f"-o {key}", ["-o", part], v, where, raw))
             else:
                 try:
                     tc.check_args([flag, value])
-                except ValueError as e:
-                    cfg.problems.append(f"{where}: {flag}: {e}")
+                except ValueError:
+                    cfg.problems.append(f"{where}: {flag}: its value is not one kvtune "
+                                        f"passes (expected {pattern})")
                 else:
                     settings.append(Setting(tc.setting_name(flag), [flag, value], value,
                                             where, raw))
@@ -210,22 +336,25 @@ def _memcached_settings(text: str, path: Path, tc: Any, cfg: ServerConfig) -> li
 # -- redis ----------------------------------------------------------------------------------
 
 
-def _redis_lines(path: Path, cfg: ServerConfig, seen: set[Path], depth: int = 0
-                 ) -> list[tuple[list[str], str, str]]:
+def _redis_lines(path: Path, cfg: ServerConfig, seen: set[str], budget: Budget,
+                 top_dir: Path, depth: int = 0, at: str = "") -> list[tuple[list[str], str,
+                                                                        str]]:
     """(words, where, line) of every directive, `include`s followed in place (a later
-    directive wins, as in Redis)."""
-    real = path.resolve()
+    directive wins, as in Redis). `at`: the include line that names `path` (messages about
+    an included file that cannot be read name that line, not the file it names)."""
+    real = os.path.realpath(path)
     if real in seen:
-        cfg.problems.append(f"{path}: included twice (an include cycle)")
+        cfg.problems.append(f"{at or path}: `include` names a file already included "
+                            "(included twice: an include cycle)")
         return []
     if depth > MAX_INCLUDES:
-        cfg.problems.append(f"{path}: includes nested deeper than {MAX_INCLUDES}")
+        cfg.problems.append(f"{at or path}: includes nested deeper than {MAX_INCLUDES}")
         return []
     seen.add(real)
     try:
-        text = read_text(path)
+        text = read_text(path, budget)
     except ValueError as e:
-        cfg.problems.append(str(e))
+        cfg.problems.append(f"{at}: `include`: {e}" if at else str(e))
         return []
     out = []
     for n, raw in enumerate(text.splitlines(), 1):
@@ -241,10 +370,21 @@ def _redis_lines(path: Path, cfg: ServerConfig, seen: set[Path], depth: int = 0
         if not words:
             continue
         words[0] = words[0].lower()
-        if words[0] == "include" and len(words) == 2:
+        if words[0] == "include":
+            if len(words) != 2:
+                cfg.problems.append(f"{where}: `include` takes one file")
+                continue
             inc = Path(words[1])
             inc = inc if inc.is_absolute() else path.parent / inc
-            out += _redis_lines(inc, cfg, seen, depth + 1)
+            if not include_allowed(inc, top_dir):
+                cfg.problems.append(
+                    f"{where}: `include` refused: it names a file outside the "
+                    f"configuration's directory ({top_dir}) and the server's system "
+                    f"directories ({', '.join(INCLUDE_ROOTS)})")
+                continue
+            out += _redis_lines(inc, cfg, seen, budget, top_dir, depth + 1, where)
+            if budget.left < 0:
+                break
             continue
         out.append((words, where, raw))
     return out
@@ -252,7 +392,17 @@ def _redis_lines(path: Path, cfg: ServerConfig, seen: set[Path], depth: int = 0
 
 def _redis_settings(path: Path, tc: Any, cfg: ServerConfig) -> list[Setting]:
     settings: dict[str, Setting] = {}
-    for words, where, raw in _redis_lines(path, cfg, set()):
+    budget = Budget()
+    try:
+        lines = _redis_lines(path, cfg, set(), budget, Path(os.path.realpath(path)).parent)
+    except ValueError as e:  # the total bound: one problem, nothing more read
+        cfg.problems.append(str(e))
+        return []
+    if lines and not any(w[0] in REDIS_DIRECTIVES for w, _, _ in lines):
+        cfg.problems.append(f"{path}: not a redis.conf: none of its lines is a Redis "
+                            "directive")
+        return []
+    for words, where, raw in lines:
         name = words[0]
         if name in REDIS_REPLACED:
             cfg.replaced.append(f"{where}: `{name}` replaced: {REDIS_REPLACED[name]}")
@@ -262,19 +412,60 @@ def _redis_settings(path: Path, tc: Any, cfg: ServerConfig) -> list[Setting]:
                                 f"{tc.UNSAFE_DIRECTIVES[name]}")
             continue
         if name not in tc.SAFE_DIRECTIVES:
-            cfg.left_out.append(f"{where}: `{name}` left out (not a directive kvtune "
-                                "passes to the measured server)")
+            cfg.left_out.append(
+                f"{where}: `{name}` left out (not a directive kvtune passes to the measured "
+                "server)" if name in REDIS_DIRECTIVES else
+                f"{where}: an unknown directive, left out")
             continue
         if len(words) != 2:
             cfg.problems.append(f"{where}: {name} takes one value")
             continue
         try:
             tc.check_args([f"--{name}", words[1]])
-        except ValueError as e:
-            cfg.problems.append(f"{where}: {e}")
+        except ValueError:
+            cfg.problems.append(f"{where}: {name}: its value is not one kvtune passes "
+                                f"(expected {tc.SAFE_DIRECTIVES[name]})")
             continue
         settings[name] = Setting(name, [f"--{name}", words[1]], words[1], where, raw)
     return list(settings.values())
+
+
+# -- a file that claims to be a server's configuration (export --from) ---------------------
+
+
+def check_config(kind: str | None, path: Path, what: str = "--from") -> str:
+    """The text of `path` when it parses as a `kind` server's configuration file in the
+    form the exports merge into: Debian's memcached.conf (every line an option, `logfile`
+    or a comment) or a redis.conf (every line a Redis directive or a comment). Read like
+    target.config (bounded, regular, outside /proc, /sys and /dev, UTF-8). UserError
+    (exit 2) naming the file and the first line that is not, never its content."""
+    from kvtune.errors import UserError
+
+    if kind not in ("memcached", "redis"):
+        raise UserError(f"{what} {path}: the study's target ({kind}) has no server "
+                        "configuration file to merge into")
+    try:
+        text = read_text(path, Budget(), what)
+    except ValueError as e:
+        raise UserError(f"{what}: {e}") from None
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if kind == "memcached":
+            if not (line.startswith("-") or line.split()[0] == "logfile"):
+                raise UserError(f"{what} {path}, line {n}: not a memcached.conf line (each "
+                                "is an option such as -m 64, or a # comment): not the "
+                                "memcached configuration file")
+        else:
+            try:
+                words = shlex.split(line)
+            except ValueError:
+                words = []
+            if not words or words[0].lower() not in REDIS_DIRECTIVES:
+                raise UserError(f"{what} {path}, line {n}: not a Redis directive: not a "
+                                "redis.conf")
+    return text
 
 
 # -- placing the settings -------------------------------------------------------------------
@@ -312,7 +503,7 @@ def _knob_value(knob: Any, setting: Setting, ctx: Any) -> Any:
                     return v
             except ValueError:
                 pass
-    raise ValueError(f"none of the knob's values writes `{' '.join(setting.words)}`")
+    raise ValueError("none of the knob's values writes the file's value")
 
 
 def place(kind: str, path: Path, tc: Any, study_knobs: dict[str, Any], ctx: Any
@@ -323,7 +514,7 @@ def place(kind: str, path: Path, tc: Any, study_knobs: dict[str, Any], ctx: Any
     cfg = ServerConfig(str(path))
     if kind == "memcached":
         try:
-            text = read_text(path)
+            text = read_text(path, Budget())
         except ValueError as e:
             cfg.problems.append(str(e))
             return cfg
@@ -343,6 +534,6 @@ def place(kind: str, path: Path, tc: Any, study_knobs: dict[str, Any], ctx: Any
         try:
             cfg.defaults[knob.name] = _knob_value(knob, s, ctx)
         except ValueError as e:
-            cfg.problems.append(f"{s.where}: `{s.text.strip()}` sets what knob {knob.name} "
+            cfg.problems.append(f"{s.where}: `{s.name}` sets what knob {knob.name} "
                                 f"searches, but {e}: give the knob a default, or remove it")
     return cfg

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -54,6 +53,7 @@ from kvtune.knobs.appliers.base import Applier, ApplyEnv, Availability, HostCont
 from kvtune.knobs.domain import Domain, Value
 from kvtune.knobs.knob import Knob
 from kvtune.metrics import SLO_METRICS
+from kvtune.safety import programs
 from kvtune.targets.base import SimulatedTarget
 
 if TYPE_CHECKING:
@@ -272,9 +272,8 @@ class SyntheticTarget(SimulatedTarget):
         if capacity.rates:
             argv += ["--search-range", f"{capacity.rates[0]:g}:{capacity.rates[1]:g}"]
         try:
-            ran = subprocess.run(argv, capture_output=True, text=True, timeout=120,
-                                 check=False)
-        except (OSError, subprocess.TimeoutExpired) as e:
+            ran = programs.run(argv, "kvload", capture_output=True, text=True, timeout=120)
+        except (OSError, programs.TimeoutExpired) as e:
             raise HarnessError(f"kvload --simulate did not run: {e}") from None
         if ran.returncode != 0:
             last = (ran.stderr.strip().splitlines() or [f"exit code {ran.returncode}"])[-1]

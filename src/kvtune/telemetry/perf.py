@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from kvtune.safety import programs
 from kvtune.telemetry.base import Collector, ProbeContext
 
 SOFTWARE_EVENTS = ("context-switches", "cpu-migrations", "page-faults", "task-clock")
@@ -39,11 +38,12 @@ _METRIC = {
 
 
 def find_perf() -> str | None:
-    """$KVTUNE_PERF (a path, or "off" to disable), else `perf` on PATH."""
+    """$KVTUNE_PERF (a path, or "off" to disable), else `perf` on PATH (judged when it
+    starts: kvtune.safety.programs)."""
     env = os.environ.get("KVTUNE_PERF")
     if env:
         return None if env.lower() in ("off", "0", "no", "false") else env
-    return shutil.which("perf")
+    return programs.which("perf")
 
 
 @dataclass
@@ -106,7 +106,7 @@ class PerfStat:
         self.pid = pid
         self.events = events
         self.perf = perf if perf is not None else find_perf()
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: programs.Popen[bytes] | None = None
         self._dir: tempfile.TemporaryDirectory[str] | None = None
         self._stderr: IO[bytes] | None = None
         self._t0 = 0.0
@@ -121,13 +121,17 @@ class PerfStat:
         if not self.perf:
             self.result.error = "perf not found (install linux-perf; `make setup` does)"
             return
+        try:
+            perf = programs.find(self.perf, "perf")
+        except programs.Untrusted as e:  # never run; the repetition goes on without it
+            self.result.error = str(e)
+            return
         self._dir = tempfile.TemporaryDirectory(prefix="kvtune-perf-")
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in _cleanup)
-        argv = [self.perf, "stat", "-x", ",", "-e", ",".join(self.events), "-p",
-                str(self.pid), "-o", str(self._out)]
+        args = ["stat", "-x", ",", "-e", ",".join(self.events), "-p", str(self.pid), "-o",
+                str(self._out)]
         try:
-            self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                          stdout=subprocess.DEVNULL, stderr=self._stderr)
+            self._proc = perf.popen(args, stdout=programs.DEVNULL, stderr=self._stderr)
         except OSError as e:
             self.result.error = f"cannot run perf: {e.strerror}"
             self._cleanup()
@@ -153,7 +157,7 @@ class PerfStat:
                 proc.send_signal(signal.SIGINT)
             try:
                 proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
+            except programs.TimeoutExpired:
                 proc.kill()
                 proc.wait()
                 self.result.error = "perf did not stop after SIGINT"

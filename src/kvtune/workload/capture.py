@@ -29,6 +29,7 @@ import os
 import re
 import secrets
 import socket
+import stat
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -59,21 +60,30 @@ class Target:
         return f"{self.kind}://{host}:{self.port}"
 
 
+def shown_url(url: str) -> str:
+    """The URL for a message: a password (`user:secret@`) and a query replaced by ***,
+    control characters dropped (the URL is echoed back to who typed it, and to logs)."""
+    text = re.sub(r"[\x00-\x1f\x7f]", "", url)
+    text = re.sub(r"(//[^/@:]*):[^@/]*@", r"\1:***@", text)
+    return re.sub(r"\?.*$", "?***", text)
+
+
 def parse_url(url: str, allow_remote: bool = False) -> Target:
     """memcached://HOST:PORT or redis://HOST:PORT; a non-loopback host only when the
-    user says so (--remote). Raises UserError (exit 2)."""
+    user says so (--remote). Raises UserError (exit 2), never echoing a password."""
+    shown = shown_url(url)
     try:
         u = urlsplit(url)
         port = u.port
     except ValueError as e:
-        raise UserError(f"capture URL {url!r}: {e}") from None
+        raise UserError(f"capture URL {shown!r}: {e}") from None
     if u.scheme not in ("memcached", "redis"):
-        raise UserError(f"capture URL {url!r}: the scheme must be memcached:// or redis://")
+        raise UserError(f"capture URL {shown!r}: the scheme must be memcached:// or redis://")
     if not u.hostname or port is None:
-        raise UserError(f"capture URL {url!r}: give the host and the port, e.g. "
+        raise UserError(f"capture URL {shown!r}: give the host and the port, e.g. "
                         f"{u.scheme or 'memcached'}://127.0.0.1:11211")
     if u.path not in ("", "/") or u.query or u.fragment or u.username or u.password:
-        raise UserError(f"capture URL {url!r}: only SCHEME://HOST:PORT is taken (no path, "
+        raise UserError(f"capture URL {shown!r}: only SCHEME://HOST:PORT is taken (no path, "
                         "user, password or query)")
     host = u.hostname
     try:
@@ -81,7 +91,7 @@ def parse_url(url: str, allow_remote: bool = False) -> Target:
     except ValueError:
         loop = host == "localhost"
     if not loop and not allow_remote:
-        raise UserError(f"capture URL {url!r}: {host} is not a loopback address; name a "
+        raise UserError(f"capture URL {shown!r}: {host} is not a loopback address; name a "
                         "remote server explicitly with --remote")
     return Target(u.scheme, host, port)
 
@@ -698,19 +708,45 @@ def _commandstats(info: dict[str, str]) -> dict[str, float]:
 
 
 def check_output(path: str) -> str:
-    """The model's file: a new or regular file in an existing directory. Checked before
-    anything connects; written once, at the end."""
+    """The model's file: a new or regular file in an existing directory, not a link and not
+    one of the run's inputs however it is spelled (kvtune.safety.files, by device and
+    inode). Checked before anything connects or is read; written once, at the end,
+    atomically."""
+    from kvtune.safety.files import is_input
+
     if not path or "\x00" in path:
         raise UserError("-o: not a file name")
     p = os.path.abspath(path)
     parent = os.path.dirname(p)
     if not os.path.isdir(parent):
         raise UserError(f"-o {path}: the directory {parent} does not exist")
-    if os.path.islink(p):
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return p
+    except OSError as e:
+        raise UserError(f"-o {path}: {e.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
         raise UserError(f"-o {path} is a symbolic link; name the file itself")
-    if os.path.exists(p) and not os.path.isfile(p):
+    if not stat.S_ISREG(st.st_mode):
         raise UserError(f"-o {path} exists and is not a regular file")
+    source = is_input(st)
+    if source is not None:
+        raise UserError(f"-o {path} is {source}, an input of this run: kvtune never "
+                        "overwrites what it reads (name another file)")
     return p
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two output names are one file: the same device and inode when both exist,
+    else the same resolved directory and name."""
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+        return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+    except OSError:
+        pass
+    return (os.path.realpath(os.path.dirname(a)), os.path.basename(a)) == \
+        (os.path.realpath(os.path.dirname(b)), os.path.basename(b))
 
 
 def check_trace_output(keep_trace: str | None, model_path: str) -> str | None:
@@ -721,18 +757,18 @@ def check_trace_output(keep_trace: str | None, model_path: str) -> str | None:
         p = check_output(keep_trace)
     except UserError as e:
         raise UserError(str(e).replace("-o ", "--keep-trace ", 1)) from None
-    if p == model_path:
+    if _same_file(p, model_path):
         raise UserError("--keep-trace names the model's own file (-o)")
     return p
 
 
 def write_model(path: str, doc: dict[str, Any]) -> None:
+    """The model, written atomically without following a link (kvtune.safety.files)."""
     import json
 
-    data = (json.dumps(doc, indent=1) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
+    from kvtune.safety.files import write_file
+
+    write_file(path, json.dumps(doc, indent=1) + "\n", what="-o")
 
 
 def capture(url: str, duration: float | None, out: str, *, max_events: int,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -12,17 +12,12 @@ from kvtune.workload.model import parse_weighted
 
 
 def load_model(path: str) -> dict[str, Any]:
+    """The workload model `path`, read once, with the bounds and checks of a study's
+    load.workload_file (kvtune.safety.workload)."""
     try:
-        check_workload_file(path)
+        return check_workload_file(path)
     except ValueError as e:
         raise UserError(f"workload file: {e}") from None
-    if path.endswith(".toml"):
-        import tomllib
-
-        doc: dict[str, Any] = tomllib.loads(Path(path).read_text())
-    else:
-        doc = json.loads(Path(path).read_text())
-    return doc
 
 
 def _mean(spec: str) -> float | None:
@@ -108,6 +103,23 @@ def lines(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+EXACT_TERMS = 1_000_000
+
+
+def harmonic(n: int, s: float) -> float:
+    """The generalized harmonic number sum_{k=1..n} k^-s, in bounded memory and time for
+    any n (a model may name 10^12 keys): the first EXACT_TERMS terms summed, the rest by
+    the midpoint integral (relative error far below what a plot shows)."""
+    import numpy as np
+
+    m = min(n, EXACT_TERMS)
+    h = float((np.arange(1, m + 1, dtype=float) ** -s).sum())
+    if n > m:
+        a, b = m + 0.5, n + 0.5
+        h += math.log(b / a) if s == 1 else (b ** (1 - s) - a ** (1 - s)) / (1 - s)
+    return h
+
+
 def html(doc: dict[str, Any], path: Path) -> None:
     """Popularity (rank-frequency), sizes and rate, one self-contained page."""
     import plotly.graph_objects as go
@@ -132,8 +144,8 @@ def html(doc: dict[str, Any], path: Path) -> None:
         import numpy as np
 
         s = float(pop[5:])
-        rr = np.unique(np.geomspace(1, keys, 200).astype(int))
-        h = float((np.arange(1, keys + 1, dtype=float) ** -s).sum())
+        rr = np.unique(np.geomspace(1, max(keys, 1), 200).astype(np.int64))
+        h = harmonic(keys, s)
         fig.add_trace(go.Scatter(x=rr, y=rr.astype(float) ** -s / h, name=f"Zipf s={s}"),
                       1, 1)
     top = (about.get("popularity") or {}).get("top_shares")
@@ -163,7 +175,9 @@ def html(doc: dict[str, Any], path: Path) -> None:
     text = "<br>".join(lines(doc))
     page = fig.to_html(include_plotlyjs=True, full_html=True)
     page = page.replace("<body>", f"<body><pre style='font-size:13px'>{_esc(text)}</pre>", 1)
-    path.write_text(page, encoding="utf-8")
+    from kvtune.safety.files import write_file
+
+    write_file(path, page, what="--html")
 
 
 def _esc(s: str) -> str:

@@ -17,11 +17,11 @@ replayed as stamped, every second would start with a burst of its whole traffic.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import IO, Any
 
 from kvtune.errors import UserError
+from kvtune.safety.files import AtomicFile
 
 HEADER = "# kvtune-trace/1\n# t_us,verb,key,key_len,value_len,ttl\n"
 MAX_RECORDS = 50_000_000  # what kvload --trace loads (16 bytes each in its memory)
@@ -39,8 +39,12 @@ class TraceWriter:
         self.whole_seconds = whole_seconds
         self.second: int | None = None
         self.pending: list[str] = []  # the current second's lines, without their time
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        self.f: IO[str] | None = os.fdopen(fd, "w", buffering=1 << 20)
+        # A temporary file beside `path`, renamed over it by close(): no link followed, no
+        # half trace left, never over an input (kvtune.safety.files).
+        self._out: AtomicFile | None = AtomicFile(path, what="--keep-trace",
+                                                  buffering=1 << 20)
+        self.f: IO[str] | None = self._out.file  # type: ignore[assignment]
+        assert self.f is not None
         self.f.write(HEADER)
         self.base: float | None = None
         self.records = 0
@@ -92,10 +96,11 @@ class TraceWriter:
         self.pending = []
 
     def close(self) -> dict[str, Any]:
-        if self.f is not None:
+        if self.f is not None and self._out is not None:
             self._flush_second()
-            self.f.close()
             self.f = None
+            self._out.commit()
+            self._out = None
         about: dict[str, Any] = {"file": os.path.basename(self.path), "requests": self.records}
         if self.before_start:
             about["stamped_before_the_first"] = self.before_start
@@ -106,8 +111,7 @@ class TraceWriter:
         return about
 
     def abandon(self) -> None:
-        if self.f is not None:
-            self.f.close()
-            self.f = None
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
+        self.f = None
+        if self._out is not None:
+            self._out.abandon()
+            self._out = None

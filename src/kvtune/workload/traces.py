@@ -9,6 +9,11 @@
 
 Plain or zstd-compressed (by the `.zst` suffix or the zstd magic), read as a stream: the
 memory used does not grow with the trace (kvtune.workload.model keeps bounded state).
+Every size is bounded (issue 29): the trace is a regular file outside /proc, /sys and
+/dev; at most MAX_BYTES are read (decompressed) and MAX_LINES lines; a zstd stream that
+expands more than MAX_RATIO times its compressed size is a decompression bomb, refused; a
+row's value size beyond MAX_VALUE, key size beyond MAX_KEY or op_count beyond MAX_OP_COUNT
+is malformed.
 A time window (`--start`, `--end`, seconds from the trace's first request) and a sample
 of keys (`--key-sample`, by key hash, so a key is in or out for all its requests) narrow
 it. A malformed line is skipped and counted; too many (more than `max_bad` of the lines,
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import math
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -27,12 +33,20 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from kvtune.errors import UserError
+from kvtune.safety.files import note_input
 from kvtune.workload.model import ModelBuilder
 
 FORMATS = ("twitter", "meta")
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 CHECK_AFTER = 1000
 MAX_LINE = 1 << 16
+MAX_BYTES = 1 << 40  # 1 TiB of CSV, decompressed: the largest public traces are smaller
+MAX_LINES = 10_000_000_000
+MAX_RATIO = 200  # CSV traces compress 5-20x; a bomb expands thousands of times
+RATIO_AFTER = 16 << 20  # judged once this much has been decompressed
+MAX_VALUE = 1 << 30  # kvload's item bound (memcached's -I tops out at 1 GiB)
+MAX_KEY = 65535
+MAX_OP_COUNT = 1_000_000  # requests one row of a Meta trace may stand for
 
 TWITTER_SET = {"set", "add", "replace", "cas", "append", "prepend", "incr", "decr"}
 META_LAYOUTS = {
@@ -54,17 +68,53 @@ class ImportStats:
     other_ops: int = 0
 
 
+class _Bounded(io.RawIOBase):
+    """The trace's bytes (decompressed), counted: at most MAX_BYTES, and for a compressed
+    stream at most MAX_RATIO times the compressed bytes read (judged after RATIO_AFTER)."""
+
+    def __init__(self, inner: IO[bytes], raw: IO[bytes] | None, path: str) -> None:
+        self.inner, self.raw, self.path, self.n = inner, raw, path, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        data = self.inner.read(len(b))
+        n = len(data)
+        b[:n] = data
+        self.n += n
+        if self.n > MAX_BYTES:
+            raise UserError(f"{self.path}: more than {MAX_BYTES >> 40} TiB of trace: cut it "
+                            "(a time window of its own) before importing")
+        if self.raw is not None and self.n > RATIO_AFTER:
+            packed = max(self.raw.tell(), 1)
+            if self.n > MAX_RATIO * packed:
+                raise UserError(f"{self.path}: expands more than {MAX_RATIO} times its "
+                                "compressed size (a decompression bomb?); refused")
+        return n
+
+    def close(self) -> None:
+        self.inner.close()
+        super().close()
+
+
 def _open(path: str) -> IO[bytes]:
     try:
-        st = os.stat(path)
+        f = open(path, "rb", opener=lambda p, fl: os.open(  # noqa: SIM115 (returned)
+            p, fl | os.O_NONBLOCK | os.O_NOCTTY))
     except OSError as e:
         raise UserError(f"{path}: {e.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise UserError(f"{path} is not a regular file")
     try:
-        f = open(path, "rb")  # noqa: SIM115 (returned, closed by the caller)
+        st = os.fstat(f.fileno())
+        real = os.readlink(f"/proc/self/fd/{f.fileno()}")
     except OSError as e:
+        f.close()
         raise UserError(f"{path}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode) or real.startswith(("/proc/", "/sys/", "/dev/")):
+        f.close()
+        raise UserError(f"{path} is not a regular file (kvtune reads no kernel or device "
+                        "file as a trace)")
+    note_input(f.fileno())  # no output of this run may replace it
     head = f.read(4)
     f.seek(0)
     if head == ZSTD_MAGIC or path.endswith(".zst"):
@@ -73,8 +123,9 @@ def _open(path: str) -> IO[bytes]:
         if head != ZSTD_MAGIC:
             f.close()
             raise UserError(f"{path}: named .zst but not zstd-compressed")
-        return zstandard.ZstdDecompressor().stream_reader(f, closefd=True)
-    return f
+        return _Bounded(zstandard.ZstdDecompressor().stream_reader(f, closefd=True), f,
+                        path)  # type: ignore[return-value]
+    return _Bounded(f, None, path)  # type: ignore[return-value]
 
 
 def _lines(raw: IO[bytes], path: str) -> Iterator[tuple[int, str]]:
@@ -88,6 +139,9 @@ def _lines(raw: IO[bytes], path: str) -> Iterator[tuple[int, str]]:
             if not line:
                 return
             n += 1
+            if n > MAX_LINES:
+                raise UserError(f"{path}: more than {MAX_LINES:,} lines: cut the trace "
+                                "before importing")
             if not line.endswith("\n") and len(line) >= MAX_LINE:
                 # A line longer than any trace row: skip the rest of it.
                 while (more := text.readline(MAX_LINE)) and not more.endswith("\n"):
@@ -95,8 +149,10 @@ def _lines(raw: IO[bytes], path: str) -> Iterator[tuple[int, str]]:
                 yield n, "\x00too long"
                 continue
             yield n, line.rstrip("\r\n")
+    except UserError:
+        raise
     except Exception as e:  # zstd stream errors and the like: bad input, named
-        raise UserError(f"{path}: cannot read past line {n}: {e}") from None
+        raise UserError(f"{path}: cannot read past line {n}: {type(e).__name__}") from None
 
 
 def import_trace(fmt: str, path: str, *, start: float | None = None,
@@ -214,13 +270,16 @@ def import_trace(fmt: str, path: str, *, start: float | None = None,
     return doc, st
 
 
-def _int(v: str, what: str) -> int:
+def _int(v: str, what: str, top: int | None = None) -> int:
+    """A field as a count, bounded by `top`; the message names the field, never its text."""
     try:
         x = int(v)
     except ValueError:
-        raise ValueError(f"{what} {v[:20]!r} is not an integer") from None
+        raise ValueError(f"{what} is not an integer") from None
     if x < 0:
         raise ValueError(f"{what} {x} is negative")
+    if top is not None and x > top:
+        raise ValueError(f"{what} {x} is more than {top:,}")
     return x
 
 
@@ -234,7 +293,7 @@ def _twitter(f: list[str]) -> Row:
     key = f[1]
     if not key:
         raise ValueError("an empty key")
-    klen, vlen = _int(f[2], "key size"), _int(f[3], "value size")
+    klen, vlen = _int(f[2], "key size", MAX_KEY), _int(f[3], "value size", MAX_VALUE)
     op = f[5].strip().lower()
     ttl = _int(f[6], "TTL") if f[6].strip() else 0
     if op in ("get", "gets"):
@@ -261,9 +320,11 @@ def _meta(f: list[str], layout: str) -> Row:
             raise ValueError(f"{len(f)} fields (this Meta layout has 8)")
         ts, key, klen, op, count, size, cache_hits, ttl_s = f
         t = float(ts)
+        if not math.isfinite(t):
+            raise ValueError("op_time is not a finite number")
         ttl = _int(ttl_s, "ttl") if ttl_s.strip() else 0
         hits = _int(cache_hits, "cache_hits") if cache_hits.strip() else None
-    n = _int(count, "op_count")
+    n = _int(count, "op_count", MAX_OP_COUNT)
     if n == 0:
         raise ValueError("op_count 0")
     op = op.strip().upper()
@@ -273,5 +334,5 @@ def _meta(f: list[str], layout: str) -> Row:
     if not key:
         raise ValueError("an empty key")
     hit_share = None if hits is None else min(1.0, hits / n)
-    return t, key, max(_int(klen, "key_size"), 1), _int(size, "size"), verb, ttl, n, None, \
-        hit_share
+    return t, key, max(_int(klen, "key_size", MAX_KEY), 1), _int(size, "size", MAX_VALUE), \
+        verb, ttl, n, None, hit_share

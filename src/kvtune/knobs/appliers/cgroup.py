@@ -7,7 +7,6 @@ Values are given in v1 terms and translated for v2 by `host.cgroup.ServerCgroup`
 from __future__ import annotations
 
 import os
-import shutil
 
 from kvtune.knobs.appliers.base import (
     Applier,
@@ -17,6 +16,7 @@ from kvtune.knobs.appliers.base import (
     HostContext,
 )
 from kvtune.knobs.domain import Value
+from kvtune.safety import programs
 
 PERIOD_KNOB = "placement.cpu_period_us"
 DEFAULT_PERIOD_US = 100_000
@@ -175,8 +175,9 @@ class ServerCpus(Applier):
         return "server CPU affinity (taskset)"
 
     def check(self, ctx: HostContext) -> Availability:
-        if shutil.which("taskset") is None:
-            return Availability(False, "taskset (util-linux) is not installed")
+        taskset, why = programs.lookup("taskset")
+        if taskset is None:
+            return Availability(False, f"{why} (util-linux's taskset pins the server)")
         return _cpus_check(ctx)
 
     def apply(self, value: Value, env: ApplyEnv) -> None:

@@ -10,8 +10,6 @@ Such directives are probed with a dry start of the binary that cannot listen any
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from functools import lru_cache
 
 from kvtune.knobs.appliers.base import (
@@ -22,6 +20,7 @@ from kvtune.knobs.appliers.base import (
     HostContext,
 )
 from kvtune.knobs.domain import Value
+from kvtune.safety import programs
 
 # What a build that lacks a feature prints when the directive is set at start.
 _BUILD_REFUSALS = {"activedefrag": "Active defragmentation cannot be enabled"}
@@ -31,13 +30,16 @@ _BUILD_REFUSALS = {"activedefrag": "Active defragmentation cannot be enabled"}
 def build_supports(binary: str, directive: str, value: str) -> tuple[bool, str]:
     """Whether `binary` accepts `directive value` at start. The probe listens nowhere
     (port 0, no socket), so a build that accepts the directive exits right after loading
-    its configuration; one that refuses it exits with a fatal config error."""
-    argv = [binary, "--port", "0", "--save", "", "--appendonly", "no", "--daemonize", "no",
+    its configuration; one that refuses it exits with a fatal config error. Only a binary
+    kvtune may execute is probed (kvtune.safety.programs)."""
+    args = ["--port", "0", "--save", "", "--appendonly", "no", "--daemonize", "no",
             f"--{directive}", value]
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=10,
-                             stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as e:
+        out = programs.find(binary, "redis-server build probe").run(
+            args, capture_output=True, text=True, timeout=10)
+    except programs.Untrusted as e:
+        return False, f"not probed: {e}"
+    except (OSError, programs.TimeoutExpired) as e:
         return False, f"cannot probe {binary}: {e}"
     text = out.stdout + out.stderr
     marker = _BUILD_REFUSALS.get(directive, "FATAL CONFIG FILE ERROR")
@@ -77,10 +79,13 @@ class RedisDirective(Applier):
         if have and self.min_version and have < self.min_version:
             return Availability(False, f"needs redis >= {'.'.join(map(str, self.min_version))}")
         if self.probe is not None:
-            binary = ctx.binaries.get("redis") or shutil.which("redis-server")
-            if binary is None:
-                return Availability(False, "redis-server is not installed, so the build "
-                                           f"cannot be probed for {self.directive}")
+            binary = ctx.binaries.get("redis")
+            if binary is None:  # a redis-server on PATH, only when kvtune may execute it
+                found, why = programs.lookup("redis-server", "redis-server build probe")
+                if found is None:
+                    return Availability(False, f"{why}, so the build cannot be probed for "
+                                               f"{self.directive}")
+                binary = found.path
             ok, why = build_supports(binary, self.directive, self.probe)
             if not ok:
                 return Availability(False, why)
