@@ -74,6 +74,7 @@ def kvload(args: argparse.Namespace, port: int, pid: int, extra: list[str], seed
             "--mix", args.mix, "--mget-size", str(args.mget_size),
             "--duration", duration or args.duration, "--warmup", args.warmup,
             "--watch-cpus", args.server_cpus, "--watch-pid", str(pid),
+            "--spin-us", args.spin_us,
             "--seed", str(seed), "--json", "-", "--quiet", *extra]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
     if r.returncode != 0:
@@ -233,6 +234,33 @@ def score(ref: dict, rows: list[dict], sweep_cost: float) -> dict:
     }
 
 
+def regimes(rows: list[dict]) -> dict:
+    """The searches split by the host's state during each: its first look at the
+    reference rate (the host watch) below or above the median look. On this host the two
+    groups' knees differ by a third, and each group's knees agree far better than all of
+    them: the spread is the host's speed changing between searches, not the search."""
+    looked = [r for r in rows if r["knee"] and r.get("reference")]
+    if len(looked) < 4:
+        return {}
+    lat = sorted(r["reference"][0]["latency_us"] for r in looked)
+    mid = lat[len(lat) // 2]
+    out = {}
+    for name, group in (("faster host (reference latency below the median)",
+                         [r for r in looked if r["reference"][0]["latency_us"] < mid]),
+                        ("slower host (at or above it)",
+                         [r for r in looked if r["reference"][0]["latency_us"] >= mid])):
+        knees = [r["knee"] for r in group]
+        out[name] = {"searches": len(group),
+                     "reference_latency_us": [min(r["reference"][0]["latency_us"]
+                                                  for r in group),
+                                              max(r["reference"][0]["latency_us"]
+                                                  for r in group)],
+                     "knee_median": statistics.median(knees),
+                     "knee_cov": statistics.stdev(knees) / statistics.mean(knees)
+                     if len(knees) > 1 else None}
+    return out
+
+
 def add_server_and_load_args(ap: argparse.ArgumentParser, duration: str,
                               warmup: str) -> None:
     """The server and load settings `start_memcached` and `kvload` read (shared with
@@ -248,6 +276,8 @@ def add_server_and_load_args(ap: argparse.ArgumentParser, duration: str,
     ap.add_argument("--mget-size", type=int, default=16)
     ap.add_argument("--duration", default=duration)
     ap.add_argument("--warmup", default=warmup)
+    ap.add_argument("--spin-us", default="1000",
+                    help="kvload --spin-us (kvtune's default in open loop on pinned CPUs)")
 
 
 def search_row(d: dict, args: argparse.Namespace) -> dict:
@@ -308,6 +338,7 @@ def main() -> None:
                                             + seconds(args.warmup))
     summary = score(ref, rows, sweep_cost)
     summary["window_noise"] = window_noise(sweeps)
+    summary["regimes"] = regimes(rows)
     summary["wall_s"] = time.time() - t0
     half = len(rows) // 2
     summary["first_half_cov"] = score(ref, rows[:half], sweep_cost)["knee_cov"]

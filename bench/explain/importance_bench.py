@@ -40,7 +40,8 @@ from kvtune.targets.synthetic import SYNTHETIC_KNOBS, true_value
 
 DUMMY = "synthetic.dummy"
 KNOBS = ["synthetic.x", "synthetic.threads", "synthetic.mode", "synthetic.flag", DUMMY]
-BASELINE = {**{k.name: k.default for k in SYNTHETIC_KNOBS.values()}, DUMMY: 5.0}
+BASELINE = {**{k.name: k.default for k in SYNTHETIC_KNOBS.values()
+               if k.name != "synthetic.inert"}, DUMMY: 5.0}
 COV = 0.05  # the repetitions' noise (--cov)
 
 

@@ -79,10 +79,6 @@ pub const LEVEL: f64 = 0.95;
 pub const MIN_GOOD_SHARE: f64 = 0.5;
 /// This many disturbed runs in a row end the search: the host, not the server.
 pub const DISTURBED_LIMIT: usize = 3;
-/// A window is the client's, not the server's, when this share of its requests left
-/// later than `LATE_SHARE_OF_BOUND` of the bound after their intended time: the
-/// generator's own delay would then decide the window's percentile.
-pub const LATE_SHARE_OF_BOUND: f64 = 0.25;
 /// Steal time, or CPU time of other tasks on the server's CPUs, above this share of a
 /// window disturbs it.
 pub const HOST_SHARE: f64 = 0.10;
@@ -229,8 +225,9 @@ impl Disturbance {
 /// engine's windows and host watch); NaN where unmeasured, which disturbs nothing.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WindowFacts {
-    /// Share of the window's requests sent later than `LATE_SHARE_OF_BOUND` × the bound
-    /// after their intended time.
+    /// Share of the window's requests that kvload's own lateness put over the bound: over
+    /// it from the intended send time (corrected), within it from the actual send
+    /// (service).
     pub late_share: f64,
     /// The larger steal share of the server's and the load's CPUs.
     pub steal: f64,
@@ -239,8 +236,9 @@ pub struct WindowFacts {
 }
 
 /// Whether the host disturbed a window, and how. A window counts unless another task or
-/// steal time took more than `HOST_SHARE` of the server's CPUs, or the generator was late
-/// for more than half of the requests the SLO's tail is made of.
+/// steal time took more than `HOST_SHARE` of the server's CPUs, or the generator's own
+/// lateness put over the bound more than half the share of requests the SLO allows over
+/// it (its delay, not the server's, would then decide the window).
 ///
 /// A service-latency SLO (`service.`) is measured from the actual send, so the
 /// generator's lateness does not enter it and is not checked.
@@ -456,7 +454,7 @@ struct Pool {
 }
 
 /// The requests of `h` over the SLO's bound (at or over it for a strict `<`).
-fn over_bound(slo: &Slo, h: &Histogram<u64>) -> u64 {
+pub fn over_bound(slo: &Slo, h: &Histogram<u64>) -> u64 {
     let b = (slo.bound_us * 1000.0) as u64;
     let within = if slo.strict {
         h.count_between(0, b.saturating_sub(1))
@@ -1332,10 +1330,10 @@ fn finish<E, M: FnMut(f64, Purpose) -> Result<Measured, E>>(
                 })
                 .fold(f64::NAN, f64::min);
             reason.push_str(&format!(
-                ": its send delay (p99 {lag:.0} us at best) against a quarter of the bound, \
-                 {:.0} us; either its CPUs were busy or the SLO is tighter than this host \
-                 can measure (a service. SLO leaves the send delay out)",
-                LATE_SHARE_OF_BOUND * slo.bound_us
+                ": its send delay (p99 {lag:.0} us at best) put requests over the {:.0} us \
+                 bound by itself; either its CPUs were busy or the SLO is tighter than this \
+                 host can measure (a service. SLO leaves the send delay out)",
+                slo.bound_us
             ));
         }
     } else if let Some(why) = host_changed {

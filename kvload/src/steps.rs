@@ -305,12 +305,16 @@ fn measure(cfg: &Config, slo: Option<&Slo>) -> Result<Measured, Error> {
             .iter()
             .enumerate()
             .map(|(i, w)| {
-                let late_ns = (search::LATE_SHARE_OF_BOUND * s.bound_us * 1000.0) as u64;
-                let late = if w.sent == 0 {
+                // The requests kvload's own lateness put over the bound: over it from the
+                // intended send time but not from the actual one.
+                let n = w.corrected.len();
+                let late = if n == 0 {
                     0.0
                 } else {
-                    w.lag.len().saturating_sub(w.lag.count_between(0, late_ns)) as f64
-                        / w.sent as f64
+                    search::over_bound(s, &w.corrected)
+                        .saturating_sub(search::over_bound(s, &w.service))
+                        as f64
+                        / n as f64
                 };
                 let host = result.host.get(i);
                 let zero = |x: f64| if x.is_finite() { x } else { 0.0 };

@@ -251,6 +251,11 @@ def _print_capacity_run(res: dict[str, Any]) -> None:
             if s.get("verdict") == "imprecise":
                 line += " [imprecise: the runs ran out]"
             out.print(line, highlight=False)
+            if s.get("host_differed"):
+                ref = (s.get("reference") or [{}])[0]
+                out.print(f"    [yellow]the host differed from the other searches'[/]: at "
+                          f"the reference rate its latency was {number(ref.get('latency_us'))}"
+                          " µs, outside the others' intervals", highlight=False)
             if s.get("dips"):
                 out.print("    the curve falls before it rises: rates below the capacity "
                           "missed the SLO (" + ", ".join(number(d) for d in s["dips"])
@@ -488,7 +493,10 @@ def export(
                         "`kvtune show` lists the confirmed front)")] = None,
     minimal: Annotated[bool, flag(
         "--minimal", help="export the ablation's minimal configuration (only the changes "
-                          "that carry the gain)")] = False,
+                          "that carry the gain) even where the full one was kept")] = False,
+    full: Annotated[bool, flag(
+        "--full", help="export the confirmed configuration whole, even where the ablation "
+                       "recommends only the changes that carry the gain")] = False,
     from_: Annotated[Path | None, typer.Option(
         "--from", help="the host's current server config file (/etc/memcached.conf, "
                        "/etc/redis/redis.conf): merged into, and the rollback")] = None,
@@ -504,8 +512,11 @@ def export(
     from kvtune.store import Store
 
     name, url = _storage_for(study, storage)
+    if minimal and full:
+        raise UserError("--minimal and --full ask for two configurations: give one")
     rec = ex.recommendation(Store(url), name, best_in_search, minimal=minimal,
-                            previous=from_, tuned_include=tuned_include, trial=trial)
+                            previous=from_, tuned_include=tuned_include, trial=trial,
+                            full=full)
     formats = format_ or list(ex.EXPORTERS)
     target = out_dir or Path.cwd() / "export" / name
     made = ex.write(rec, formats, target)
@@ -550,6 +561,9 @@ def verify(
         "--trial", help="verify this confirmed candidate (as exported with --trial)")] = None,
     minimal: Annotated[bool, flag(
         "--minimal", help="verify the ablation's minimal configuration")] = False,
+    full: Annotated[bool, flag(
+        "--full", help="verify the confirmed configuration whole (as exported with --full)")]
+    = False,
     pid: Annotated[int | None, typer.Option(
         "--pid", help="the server process to check (default: the one running)")] = None,
     host_only: Annotated[bool, flag(
@@ -570,7 +584,10 @@ def verify(
     from kvtune.verify import verify as run_verify
 
     name, url = _storage_for(study, storage)
-    rec = ex.recommendation(Store(url), name, best_in_search, minimal=minimal, trial=trial)
+    if minimal and full:
+        raise UserError("--minimal and --full ask for two configurations: give one")
+    rec = ex.recommendation(Store(url), name, best_in_search, minimal=minimal, trial=trial,
+                            full=full, verb="verify")
     if port is not None and not 0 < port < 65536:
         raise UserError(f"--port: {port} is not a TCP port")
     checks, notes = run_verify(rec, pid, host_only, port)
@@ -581,8 +598,16 @@ def verify(
         out.print(c.line(), highlight=False, markup=False)
     bad = [c for c in checks if not c.ok]
     if not checks:
-        out.print("nothing to verify: the recommendation changes no host knob and no server "
-                  "setting")
+        server = [r.knob.name for r in rec.entries("app")]
+        if host_only and (server or rec.target_cpus):
+            what = ", ".join(server) + (" and " if server and rec.target_cpus else "") + (
+                f"its placement on CPUs {rec.target_cpus}" if rec.target_cpus else "")
+            out.print(f"nothing to verify with --host-only: the recommendation changes no host "
+                      f"knob; it changes {what}, checked on the running server without "
+                      "--host-only", highlight=False)
+        else:
+            out.print("nothing to verify: the recommendation changes no host knob and no "
+                      "server setting")
     elif bad:
         out.print(f"{len(bad)} of {len(checks)} checks differ: the recommendation is not (all) "
                   "in effect")

@@ -166,3 +166,17 @@ def number(v: Any) -> str:
 def unit(metric: str) -> str:
     """The unit of a figure kvtune records ("count" for counts; `kvtune.metrics`)."""
     return metric_unit(metric)
+
+
+def duration(seconds: float | None) -> str:
+    """A duration for people: "45 s", "3 min 20 s", "1 h 05 min"; "-" for None or NaN."""
+    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+        return "-"
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        m, s = divmod(s, 60)
+        return f"{m} min {s:02d} s" if s else f"{m} min"
+    h, rest = divmod(s, 3600)
+    return f"{h} h {rest // 60:02d} min"

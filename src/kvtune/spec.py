@@ -152,6 +152,11 @@ class LoadSpec(_Model):
     # kvload's --window: each run's measured window is also judged in windows this long
     # (a capacity search decides a rate by them; default about 250 ms).
     window: float | None = None
+    # kvload's --spin-us: busy-poll when the next send is this close (µs). Unset: 1000 in
+    # open loop on pinned load CPUs (they are the load's alone), else 0. A client that
+    # halts between sends pays the VM's wake-up on every one: late sends, late reads,
+    # and more CPU per request (docs/kvload.md).
+    spin_us: int | None = Field(default=None, ge=0, le=100_000)
     cpus: str | None = None
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     workload_file: str | None = None
@@ -172,6 +177,13 @@ class LoadSpec(_Model):
     @classmethod
     def _remote_binary(cls, v: str | None) -> str | None:
         return None if v is None else check_remote_path(v)
+
+    @property
+    def effective_spin_us(self) -> int:
+        """`spin_us`, or its default: 1000 µs in open loop on pinned load CPUs, else 0."""
+        if self.spin_us is not None:
+            return self.spin_us
+        return 1000 if self.mode == "open" and self.cpus else 0
 
     @property
     def load_host(self) -> LoadHost | None:

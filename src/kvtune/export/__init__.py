@@ -73,8 +73,12 @@ def _operator_config(spec: dict[str, Any]) -> tuple[Path, str] | None:
 
 def recommendation(store: Any, name: str, best_in_search: bool = False, minimal: bool = False,
                    previous: Path | None = None, tuned_include: str | None = None,
-                   trial: int | None = None) -> Recommendation:
-    """The confirmed recommendation of study `name`, or (with `best_in_search`) the best
+                   trial: int | None = None, full: bool = False,
+                   verb: str = "export") -> Recommendation:
+    """The recommendation of study `name`: the one the ablation chose (the changes that
+    carry the gain alone, measured against the full confirmed configuration, or the full
+    one when it was significantly better; `ablation.choose`), else the confirmed one; with
+    `full`, the confirmed configuration whole; or (with `best_in_search`) the best
     feasible trial of the search; with `minimal`, the ablation's minimal configuration
     (only the changes that carry the gain). Raises NoRecommendation when there is none."""
     import optuna
@@ -121,6 +125,18 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
     if conf and conf.get("recommended"):
         rec = conf["recommended"]
         config, source = dict(rec["config"]), _gain(conf, rec)
+        abl = store.last_result(name, "ablation") or {}
+        choice = abl.get("choice") if not abl.get("skipped") else None
+        if choice and choice.get("chosen") == "minimal" and not full and not minimal:
+            config = {**baseline, **dict(choice["config"])}
+            left = "; ".join(
+                f"{x['knob']} {x['recommended']} (share "
+                + (f"{x['share']:.0%}" if isinstance(x.get("share"), float)
+                   and x["share"] == x["share"] else "-") + ")"
+                for x in choice.get("left_out") or [])
+            source = (f"the changes that carry the gain only, measured against the full "
+                      f"recommendation: {choice['text']}"
+                      + (f". Left out: {left}" if left else ""))
         if minimal:
             abl = store.last_result(name, "ablation")
             if not abl or abl.get("skipped") or "minimal_config" not in abl:
@@ -140,11 +156,13 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
     why = (f"the confirmation found {conf.get('verdict')}" if conf else
            "the study has no confirmation yet (`kvtune tune` runs it at the end)")
     if not best_in_search:
+        done = "Nothing was exported" if verb == "export" else f"Nothing to {verb}"
         raise NoRecommendation(f"study {name!r} has no significant recommendation: {why}. "
-                               "Nothing was exported; --best-in-search exports the best "
-                               "feasible trial of the search instead (unconfirmed).")
-    if minimal:
-        raise NoRecommendation("--minimal needs a confirmed recommendation and its ablation")
+                               f"{done}; --best-in-search {verb}s the best feasible trial "
+                               "of the search instead (unconfirmed).")
+    if minimal or full:
+        raise NoRecommendation(f"--{'minimal' if minimal else 'full'} needs a confirmed "
+                               "recommendation")
     best = data.get("best")
     if best is None:
         raise NoRecommendation(f"study {name!r} has no feasible trial to export ({why})")

@@ -68,6 +68,28 @@ def merge(previous: list[str], ours: list[str]) -> list[str]:
     return kept
 
 
+def kept_lines(previous: list[str], fixed: list[str], tuned: list[str],
+               where: str) -> list[str]:
+    """The export's notes on the operator's settings it kept: each of the study's fixed
+    arguments (`target.args`) the operator's file sets otherwise, and each it does not set
+    at all (memcached's default applies there, as before)."""
+    ours = {_flag(ln) for ln in tuned}
+    theirs = {_flag(ln.strip()): ln.strip() for ln in previous
+              if ln.strip().startswith("-") and _flag(ln.strip()) != "-o"}
+    out = []
+    for ln in fixed:
+        f = _flag(ln)
+        if f in ours or f == "-o":
+            continue
+        if f in theirs and theirs[f] != ln:
+            out.append(f"kept from {where}: {theirs[f]} (the study measured with {ln}, a "
+                       "test setting)")
+        elif f not in theirs:
+            out.append(f"not written: {ln} (a test setting of the study; {where} does not "
+                       "set it)")
+    return out
+
+
 class MemcachedExporter(Exporter):
     name = "memcached"
     help = ("memcached's measured options in /etc/memcached.conf form (rollback: the "
@@ -97,25 +119,31 @@ class MemcachedExporter(Exporter):
             notes.append(f"measured pinned to CPUs {rec.target_cpus}: install the systemd "
                          "drop-in too (CPUAffinity)")
         prev = rec.previous_text.splitlines() if rec.previous_text is not None else None
+        if prev is not None:
+            # Production keeps its own settings: only what the recommendation changed
+            # replaces the operator's lines; the study's scaffolding (target.args: memory,
+            # ports, listen addresses...) is never written over them.
+            notes += kept_lines(prev, fixed, tuned, str(rec.previous))
         how = ("Install: replace /etc/memcached.conf with this file (it is "
-               f"{rec.previous} with the changes merged in)" if prev is not None else
+               f"{rec.previous} with only the recommended changes merged in)"
+               if prev is not None else
                "Install: merge into /etc/memcached.conf (the service lines are Debian's "
                "defaults)") + " and restart memcached (every option needs a restart)."
         head = comment(rec.header("memcached configuration (Debian /etc/memcached.conf form)",
                                   how, *notes))
         if prev is not None:
-            body = "".join(f"{ln}\n" for ln in merge(prev, fixed + tuned))
+            body = "".join(f"{ln}\n" for ln in merge(prev, tuned))
         else:
             body = ("\n# service options (Debian's defaults)\n"
                     + "".join(f"{ln}\n" for ln in SERVICE_LINES))
-        if fixed:
-            body += ("\n# fixed server arguments of the study (target.args)\n"
-                     + "".join(f"{ln}\n" for ln in fixed))
+            if fixed:
+                body += ("\n# fixed server arguments of the study (target.args): test "
+                         "settings, review them\n" + "".join(f"{ln}\n" for ln in fixed))
         if tuned:
             body += "\n# tuned options\n" + "".join(f"{ln}\n" for ln in tuned)
         if prev is not None:
-            rb = "".join(f"{ln}\n" for ln in prev)
-            restores = f"the host's previous {rec.previous} (verbatim)"
+            rb = rec.previous_text or ""
+            restores = f"the host's previous {rec.previous} (byte for byte)"
         else:
             restores = "memcached's own defaults (Debian's service lines only)"
             rb = comment(rec.rollback_header("memcached.conf", restores)) + "".join(

@@ -97,6 +97,18 @@ class RedisExporter(Exporter):
         set_ = {d for d, _, _ in rows}
         fixed = [(d, v, False) for d, v in arg_directives(rec.target_args) if d not in set_] \
             if rec.target == "redis" else []
+        theirs = read_conf(rec.previous_text) if rec.previous_text is not None else None
+        if theirs is not None:
+            # Production keeps its own settings: the study's scaffolding (target.args) is
+            # not written over the operator's redis.conf; what it kept is said.
+            for d, v, _ in fixed:
+                if d in theirs and theirs[d] != v:
+                    notes.append(f"kept from {rec.previous}: {d} {theirs[d]} (the study "
+                                 f"measured with {d} {v}, a test setting)")
+                elif d not in theirs:
+                    notes.append(f"not written: {d} {v} (a test setting of the study; "
+                                 f"{rec.previous} does not set it)")
+            fixed = []
         if not rows and not fixed:
             return []
         if rec.target == "redis":
@@ -118,16 +130,22 @@ class RedisExporter(Exporter):
             if group:
                 text += f"\n# {title}\n" + "".join(f"{ln}\n" for d, v, _ in group
                                                   for ln in conf_lines(d, v))
-        prev = read_conf(rec.previous_text) if rec.previous_text is not None else {}
-        back_lines, unknown = [], []
+        if rec.previous_text is not None:
+            back = rollback_path("redis/redis.conf")
+            restores = f"the host's previous {rec.previous} (byte for byte)"
+            return [ExportFile(name, text, back, rec.previous_text,
+                               f"include {base} at the end of redis.conf and restart redis "
+                               f"(or CONFIG SET the live ones); roll back: install {back} "
+                               f"as {rec.previous} ({restores}) and restart")]
+        back_lines: list[str] = []
+        unknown: list[str] = []
         for d, _, _ in fixed + rows:
-            v = prev.get(d, server_default(d, rec.ctx))
-            if v is None:
+            default = server_default(d, rec.ctx)
+            if default is None:
                 unknown.append(d)
             else:
-                back_lines += conf_lines(d, v)
-        restores = (f"the values of {rec.previous} (Redis's defaults where it sets none)"
-                    if rec.previous else "Redis's built-in defaults")
+                back_lines += conf_lines(d, default)
+        restores = "Redis's built-in defaults (no --from file was given)"
         rb = comment(rec.rollback_header(
             f"/etc/redis/{base}", restores,
             f"Use: replace `include /etc/redis/{base}` with this file and restart, or CONFIG "

@@ -137,6 +137,8 @@ def build_argv(binary: str, load: LoadSpec, server: str, protocol: str, seed: in
         argv += ["--cpus", load.cpus]
     if load.window is not None:
         argv += ["--window", f"{load.window * 1000:g}ms"]
+    if load.effective_spin_us and "--spin-us" not in load.extra_args:
+        argv += ["--spin-us", str(load.effective_spin_us)]
     if load.workload_file:
         argv += ["--workload", workload_path or load.workload_file]
     if profile is not None:

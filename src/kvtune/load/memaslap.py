@@ -72,7 +72,7 @@ class MemaslapDriver(LoadDriver):
     closed_loop = True
     # A captured model, its rate scale and a key popularity: the tool draws keys uniformly
     # and has its own workload grammar.
-    ignores = ("workload_file", "rate_scale", "workload.popularity", "window")
+    ignores = ("workload_file", "rate_scale", "workload.popularity", "window", "spin_us")
 
     def __init__(self, spec: LoadSpec) -> None:
         super().__init__(spec)

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -231,6 +232,8 @@ class Evaluator:
         self.repetitions = repetitions
         self.policy = policy(ev, metric, direction, constraints, repetitions, seed)
         self.noise_cov: float | None = None  # the objective's CoV in the noise floor
+        # Wall seconds of every repetition measured (for estimates of what is left).
+        self.rep_seconds: list[float] = []
 
     def better(self, a: float, b: float) -> bool:
         return self.policy.better(a, b)
@@ -240,14 +243,27 @@ class Evaluator:
     def run_one(self, config: Config, kind: str, trial_number: int | None) -> Repetition:
         """One repetition; flagged ones are re-run as the policy says (each attempt is
         stored), and the last attempt is kept with its flags."""
-        rep = self.session.measure(config)
+        rep = self._timed(config)
         self._store(rep, config, kind, trial_number)
         attempts = 0
         while self.policy.rerun(rep, attempts):
             attempts += 1
-            rep = self.session.measure(config)
+            rep = self._timed(config)
             self._store(rep, config, kind, trial_number)
         return rep
+
+    def _timed(self, config: Config) -> Repetition:
+        t0 = time.monotonic()
+        rep = self.session.measure(config)
+        self.rep_seconds.append(time.monotonic() - t0)
+        return rep
+
+    def seconds_per_repetition(self) -> float | None:
+        """The median wall time of a repetition so far (None before the first)."""
+        if not self.rep_seconds:
+            return None
+        xs = sorted(self.rep_seconds)
+        return xs[len(xs) // 2]
 
     def _store(self, rep: Repetition, config: Config, kind: str,
                trial_number: int | None) -> None:

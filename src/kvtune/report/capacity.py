@@ -54,6 +54,13 @@ def curves(data: StudyData, cmp: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         pooled = pool_intervals(knees, cis) if knees else None
         capacity = pooled.value if pooled else None
+        # A configuration whose evaluation failed (the study says FAIL) has no capacity to
+        # draw, whatever a lucky search found.
+        trial = next((t for t in data.trials
+                      if config_key(t.user_attrs.get("config") or {}) == key
+                      and t.user_attrs.get("kind") in ("baseline", "trial")), None)
+        if trial is not None and trial.value is None:
+            capacity, pooled, name = None, None, f"{name} (failed)"
         out.append({"name": name, "steps": steps, "capacity": capacity,
                     "ci": pooled.ci if pooled else None, "n": len(reps)})
     return out

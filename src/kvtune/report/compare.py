@@ -40,7 +40,7 @@ def comparison(data: StudyData) -> dict[str, Any]:
                    new_metrics=rec.get("metrics", {}),
                    base_metrics=conf.get("baseline", {}).get("metrics", {}),
                    label=f"recommended ({rec.get('name', 'best')})",
-                   comparison=rec.get("comparison"),
+                   comparison=rec.get("comparison"), changes=rec.get("changes") or {},
                    p=rec.get("p_adjusted"), source=f"{conf.get('rounds')} interleaved "
                    "confirmation rounds (medians)")
         return out
@@ -54,7 +54,8 @@ def comparison(data: StudyData) -> dict[str, Any]:
                    new_metrics=c.get("metrics", {}),
                    base_metrics=conf.get("baseline", {}).get("metrics", {}),
                    label=f"best candidate ({c.get('name', '?')}, not significant)",
-                   comparison=c.get("comparison"), p=c.get("p_adjusted"),
+                   comparison=c.get("comparison"), changes=c.get("changes") or {},
+                   p=c.get("p_adjusted"),
                    source=f"{conf.get('rounds')} interleaved confirmation rounds (medians)")
         return out
     best = None
@@ -145,4 +146,5 @@ def latency_by_verb(data: StudyData, cmp: dict[str, Any]
                         acc.setdefault(verb, {}).setdefault(k, []).append(float(v))
         if acc:
             out[name] = {verb: {k: _median(v) for k, v in d.items()} for verb, d in acc.items()}
+            out[name]["_n"] = {"repetitions": float(len(reps))}
     return out

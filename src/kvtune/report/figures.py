@@ -228,6 +228,8 @@ def spectrum(series: dict[str, dict[str, dict[str, float]]]) -> go.Figure | None
     ticks = [-math.log10(1 - q / 100) for _, q in PERCENTILES]
     for i, (cfg, verbs) in enumerate(series.items()):
         for verb, pts in verbs.items():
+            if verb == "_n":  # how many repetitions (compare.latency_by_verb), not a verb
+                continue
             xs = [t for (k, _), t in zip(PERCENTILES, ticks, strict=True) if _finite(pts.get(k))]
             ys = [pts[k] for k, _ in PERCENTILES if _finite(pts.get(k))]
             if not xs:
@@ -290,3 +292,35 @@ def all_figures(data: StudyData, a: Analysis,
     if slab_tables:
         figs["slab-pages"] = slab_pages(slab_tables)
     return figs
+
+
+def tidy(fig: go.Figure) -> go.Figure:
+    """Every axis's figures for people, one rule for the whole report: ticks without float
+    artifacts (4 significant digits, thousands separators, trailing zeros dropped) where
+    the figure sets no format of its own, and an axis whose data are all at or above zero
+    (counts, rates, latencies) never runs below zero."""
+    layout = fig.layout
+    lows: dict[str, float] = {}
+    words: set[str] = set()
+    for tr in fig.data:
+        for axis, key in (("xaxis", "x"), ("yaxis", "y")):
+            vals = getattr(tr, key, None)
+            if vals is None:
+                continue
+            ref = getattr(tr, f"{key}axis", None) or key
+            name = axis + (ref[1:] if len(ref) > 1 else "")
+            if any(isinstance(v, str) for v in vals):
+                words.add(name)
+                continue
+            nums = [float(v) for v in vals if isinstance(v, int | float)
+                    and not isinstance(v, bool) and math.isfinite(v)]
+            if not nums:
+                continue
+            lows[name] = min(lows.get(name, math.inf), min(nums))
+    for name in [k for k in layout if k.startswith(("xaxis", "yaxis"))] or ["xaxis", "yaxis"]:
+        ax = layout[name]
+        if ax.tickformat is None and ax.type != "category" and name not in words:
+            ax.tickformat = ",.4~r"
+        if ax.type in (None, "-", "linear") and lows.get(name, -1) >= 0 and not ax.range:
+            ax.rangemode = "nonnegative"
+    return fig

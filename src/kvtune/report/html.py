@@ -26,7 +26,6 @@ from kvtune.present import (
     change_fraction,
     change_text,
     describe_change,
-    judge,
     metric_direction,
     number,
     pct,
@@ -63,7 +62,7 @@ th,td{padding:4px 10px;border-bottom:1px solid #eee;text-align:right;vertical-al
 th{background:#f5f5f5}td:first-child,th:first-child{text-align:left}
 td.cfg{text-align:left;font-family:ui-monospace,monospace;font-size:12px}
 tr.group td{background:#fafafa;font-weight:600;text-align:left;padding-top:10px}
-.better{color:#1b7f1b;font-weight:600}.worse{color:#c62828;font-weight:600}
+.verdict.bad{border-color:#c62828;background:#fdecea}.better{color:#1b7f1b;font-weight:600}.worse{color:#c62828;font-weight:600}
 .changed{background:#fffde7}
 pre{background:#f6f8fa;padding:10px 12px;overflow-x:auto;font-size:12.5px;border-radius:4px}
 .note{color:#666;font-size:13px}
@@ -208,6 +207,16 @@ def _verdict(data: StudyData, cmp: dict[str, Any]) -> str:
         extra += _e(_confirmed_changes(conf))
         return ('<div class="verdict none"><b>No significant improvement</b> over the '
                 f"defaults was confirmed.{extra} Keep the defaults.</div>")
+    base = next((t for t in data.trials if t.user_attrs.get("kind") == "baseline"), None)
+    if base is not None and base.value is None:
+        why = base.user_attrs.get("failed") or "its repetitions failed"
+        return ('<div class="verdict bad"><b>The study failed:</b> the baseline (the '
+                f"defaults) has no value: {_e(str(why))}. Nothing was searched or "
+                "confirmed.</div>")
+    if cmp["status"] == "none" or not any(
+            t.user_attrs.get("kind") == "trial" and t.value is not None for t in data.trials):
+        return ('<div class="verdict none"><b>Nothing measured yet:</b> no trial of the '
+                "search finished, so there is nothing to compare with the defaults.</div>")
     return ('<div class="verdict none"><b>Not confirmed yet.</b> The best trial of the '
             "search is one noisy estimate; <code>kvtune tune</code> runs the interleaved "
             "confirmation against the defaults at the end.</div>")
@@ -251,15 +260,19 @@ def _before_after(data: StudyData, cmp: dict[str, Any]) -> str:
         b, n = bm.get(m), nm.get(m)
         r = change_fraction(b, n) if isinstance(b, int | float) and isinstance(
             n, int | float) else None
-        d = _dir(data, m)
-        word = judge(r, d) if r is not None and abs(r) > 0.005 else None
-        change = _e(change_text(r, d if word else None)) if r is not None else ""
+        # The words and their colour come from the confirmation's interval of the change,
+        # the same the verdict says; a change without one is a figure, not a claim.
+        rec = (cmp.get("changes") or {}).get(m)
+        if rec and rec.get("change") is not None:
+            word = rec.get("verdict")
+            text = str(rec.get("text") or "")
+            change = _e(text[len(m) + 1:] if text.startswith(m + " ") else text)
+        else:
+            word = None
+            change = (_e(_pct(r)) + (" <span class=note>(no interval: not a claim)</span>"
+                                     if cmp.get("changes") or cmp["status"] == "unconfirmed"
+                                     else "")) if r is not None else ""
         cls = word if word in ("better", "worse") else ""
-        if m == data.metric and cmp.get("comparison"):
-            c = cmp["comparison"]
-            change += (f" <span class=note>(confirmed {_pct(change_of(c, 'change'))}, 95% CI "
-                       f"{_pct(change_of(c, 'change_ci_low'))} … "
-                       f"{_pct(change_of(c, 'change_ci_high'))})</span>")
         name = f"<b>{_e(m)}</b>" if m == data.metric else _e(m)
         u = unit(m)
         return (f"<tr><td>{name}</td><td class=note>{_e(u if u != 'count' else '')}</td>"
@@ -275,7 +288,8 @@ def _before_after(data: StudyData, cmp: dict[str, Any]) -> str:
                         f"{_e(cmp['label'])}</th><th>change</th></tr>"
                         + "".join(row(m) for m in ms) + "</table></details>")
     return (f'<p class="note">Medians from {_e(cmp["source"])}. Changes are the metric\'s '
-            "own (new / baseline − 1), marked better or worse where its direction is known."
+            "own (new / baseline − 1); better, worse or no significant change is said only "
+            "where the confirmation measured the change's 95% CI (the verdict's interval)."
             "</p>" + "".join(rows).replace("<th></th><th>baseline", "<th></th><th>unit</th>"
                                            "<th>baseline", 1) + "".join(counters))
 
@@ -331,6 +345,8 @@ def _verbs_table(series: dict[str, dict[str, dict[str, float]]]) -> str:
     if not series:
         return ('<p class="note">The load driver recorded no latency percentiles per '
                 "request type for these configurations.</p>")
+    counts = {n: int(d.get("_n", {}).get("repetitions", 0)) for n, d in series.items()}
+    series = {n: {v: x for v, x in d.items() if v != "_n"} for n, d in series.items()}
     verbs = list(dict.fromkeys(v for d in series.values() for v in d))
     names = list(series)
     head = "".join(f"<th>{_e(n)}</th>" for n in names)
@@ -343,14 +359,19 @@ def _verbs_table(series: dict[str, dict[str, dict[str, float]]]) -> str:
             if all(v is None for v in vals):
                 continue
             ch = change_fraction(vals[0], vals[-1]) if len(vals) > 1 else None
-            word = judge(ch, "minimize") if ch is not None and abs(ch) > 0.005 else None
-            txt = _e(change_text(ch, "minimize" if word else None)) if ch is not None else ""
+            txt = _e(_pct(ch)) if ch is not None else ""
             out.append(f"<tr><td></td><td>{_e(k.removesuffix('_us'))}</td>"
                        + "".join(f"<td>{_f(v)}</td>" for v in vals)
-                       + f'<td class="{word or ""}">{txt}</td></tr>')
+                       + f"<td>{txt}</td></tr>")
     only = [v for v in verbs if v != "all"]
     note = ("" if len(only) > 1 else
             '<p class="note">The workload has one request type: per-verb and total agree.</p>')
+    which = ", ".join(f"{_e(n)}: {c}" for n, c in counts.items())
+    note += ('<p class="note">Each figure is the median over repetitions of that '
+             f"repetition's own percentile for the request type ({which} repetitions, "
+             "confirmation ones when there are any): a different quantity from the "
+             "before/after table's medians when the repetitions differ, and no interval: "
+             "changes here are figures, not claims.</p>")
     return "".join(out) + "</table>" + note
 
 
@@ -543,6 +564,7 @@ def _host_noise(data: StudyData) -> str:
 def _plot(fig: go.Figure | None, div_id: str) -> str:
     if fig is None:
         return ""
+    figures.tidy(fig)
     body: str = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
                             config={"displaylogo": False, "responsive": True})
     return f'<div class="plot">{body}</div>'

@@ -365,6 +365,12 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
             change = ""
         cmp_t.add_row(f"[bold]{m}[/]", _f(b), _f(n), change)
     console.print(cmp_t)
+    choice = _choice(data)
+    if conf and conf.get("recommended") and choice and choice.get("chosen") == "minimal":
+        console.print(f"[bold]Of these changes kvtune recommends only "
+                      f"{esc(', '.join(choice['changes']))}[/] (the ablation measured them "
+                      "alone against the whole; its line closes this summary)",
+                      highlight=False)
     if conf and conf.get("recommended"):  # what production must share (export says it too)
         from kvtune.export.base import placement_conditions
 
@@ -410,6 +416,19 @@ def _render_verdict(data: dict[str, Any], conf: dict[str, Any] | None,
     style = "green" if conf.get("recommended") else "yellow"
     how = f" ({conf['rounds']} interleaved rounds)" if conf.get("rounds") else ""
     console.print(f"[{style}]Confirmation{how}: {esc(verdict)}[/]", highlight=False)
+    choice = _choice(data)
+    if conf.get("recommended") and choice:
+        console.print(f"[bold green]Recommendation: {esc(choice['text'])}[/]",
+                      highlight=False)
+
+
+def _choice(data: dict[str, Any]) -> dict[str, Any] | None:
+    """What the ablation chose to recommend (`ablation.choose`), when it ran."""
+    ab = (data.get("analysis") or {}).get("ablation") or data.get("ablation") or {}
+    if ab.get("skipped"):
+        return None
+    c = ab.get("choice")
+    return c if isinstance(c, dict) and c.get("text") else None
 
 
 def _render_next(commands: list[str] | None, console: Console) -> None:

@@ -491,10 +491,12 @@ def max_cost(confirmation: dict[str, Any], baseline: dict[str, Any],
 
 
 def max_cost_of(n: int, ev: EvaluationSpec) -> int:
-    """The ablation's most repetitions for a recommendation that changes `n` knobs."""
+    """The ablation's most repetitions for a recommendation that changes `n` knobs: every
+    arm's first rounds, the open arms and the recommendation up to the cap, and the
+    minimal configuration's rounds beside the full one and the baseline."""
     first = first_rounds(ev)
     extra = max(0, ev.ablation_max_rounds - first)
-    return 0 if n <= 1 else (n + 2) * first + (n + 1) * extra
+    return 0 if n <= 1 else (n + 2) * first + (n + 1) * extra + 3 * first
 
 
 def ablate(confirmation: dict[str, Any], baseline: dict[str, Any], metric: str,
@@ -664,8 +666,7 @@ def _rounds_text(res: dict[str, Any]) -> str:
 
 def lines(res: dict[str, Any] | None) -> list[str]:
     """The ablation for the terminal: its verdict, one line per changed knob (its share
-    with the interval it was decided by, what reverting it does, its verdict), then the
-    recommendation kvtune chose and what it left out."""
+    with the interval it was decided by, what reverting it does, its verdict)."""
     if not res:
         return []
     rounds = _rounds_text(res)
@@ -680,7 +681,4 @@ def lines(res: dict[str, Any] | None) -> list[str]:
             "rounds", 0) > res["first_rounds"] else ""
         out.append(f"  {_change(r)}: share of the gain {_share(r['share'])}{ci}; reverting it: "
                    f"{r['revert']['text']}; {r['effect']}{rounds}")
-    choice = res.get("choice")
-    if choice:
-        out.append(f"Recommendation: {choice['text']}")
-    return out
+    return out  # the choice it led to closes the summary (report/summary.py)

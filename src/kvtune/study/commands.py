@@ -198,6 +198,8 @@ def run_config(loaded: Loaded, overrides: dict[str, str], repetitions: int | Non
     if spec.capacity is not None:
         ok = [r for r in ev.reps if r.status != "failed"]
         pooled = pooled_capacity(ok) if ok else None
+        for i in host_outliers(reps):
+            reps[i]["search"]["host_differed"] = True
         out["capacity"] = {
             "slo": str(spec.capacity.slo), "searches": len(ev.reps), "with_knee": len(ok),
             "value": pooled.value if pooled else None,
@@ -206,3 +208,31 @@ def run_config(loaded: Loaded, overrides: dict[str, str], repetitions: int | Non
             "tau": pooled.tau if pooled else None,
             "host_profile": profile}
     return jsonable(out)
+
+
+def host_outliers(reps: list[dict[str, Any]]) -> list[int]:
+    """The searches that ran on a host unlike the others': each search's first look at
+    its reference rate (kvload's host watch) against the median of the others' at the
+    same rate, when their 95% intervals are disjoint. Searches differ in their reference
+    rate only when their bursts did; those are compared only with the ones at the same
+    rate."""
+    looks = []
+    for i, r in enumerate(reps):
+        s = r.get("search") or {}
+        ref = (s.get("reference") or [None])[0]
+        rate = next((x.get("rate") for x in r.get("steps") or []
+                     if x.get("purpose") == "reference"), None)
+        if ref and rate and all(isinstance(v, int | float) for v in (*ref["ci"],
+                                                                   ref["latency_us"])):
+            looks.append((i, rate, ref["latency_us"], ref["ci"]))
+    out = []
+    for i, rate, _, ci in looks:
+        others = [x for x in looks if x[0] != i and abs(x[1] / rate - 1) < 0.05]
+        if len(others) < 2:
+            continue
+        lats = sorted(x[2] for x in others)
+        med = lats[len(lats) // 2]
+        near = min(others, key=lambda x: abs(x[2] - med))
+        if ci[0] > near[3][1] or ci[1] < near[3][0]:
+            out.append(i)
+    return out

@@ -13,6 +13,7 @@ import optuna
 from rich.console import Console
 from rich.markup import escape
 
+from kvtune import present
 from kvtune.errors import UserError
 from kvtune.fleet.claims import Fleet, Heartbeat, fail_stale, worker_id
 from kvtune.host import fingerprint as fpmod
@@ -405,23 +406,31 @@ class StudyRun:
             def start(n: int) -> None:
                 total["n"] = least = (n + 2) * first
                 most = ablation.max_cost(confirmation, baseline, ev)
-                more = (f"; then up to {most - least} more, only for changes still ambiguous, "
-                        f"until each is resolved at {ev.ablation_effect:.0%} or "
-                        f"{ev.ablation_max_rounds} rounds") if most > least else ""
-                self.console.print(f"[bold]Ablation[/]: the recommendation with each of its "
-                                   f"{n} changes reverted, {first} interleaved rounds "
-                                   f"({least} more repetitions{more})")
+                per = self.evaluator.seconds_per_repetition()
+                took = (f", about {present.duration(least * per)} to "
+                        f"{present.duration(most * per)} at {present.duration(per)} a "
+                        "repetition") if per else ""
+                limit = (f", at most {present.duration(ev.ablation_time)} for the looks "
+                         "after the first (evaluation.ablation_time)"
+                         if ev.ablation_time is not None else "")
+                self.console.print(
+                    f"[bold]Ablation[/]: the recommendation with each of its {n} changes "
+                    f"reverted, {first} interleaved rounds; more only for changes neither "
+                    f"shown to carry the gain nor below {ev.ablation_share:.0%} of it, up to "
+                    f"{ev.ablation_max_rounds} rounds; then the changes that carry alone "
+                    f"against the full recommendation, {first} rounds. Budget: {least} to "
+                    f"{most} repetitions{took}{limit}")
                 prog.update(task, total=least)
 
             def look(rounds: int, arms: int) -> None:
                 total["n"] += rounds * (arms + 1)
-                self.console.print(f"  ablation: {arms} change(s) still ambiguous, {rounds} "
+                self.console.print(f"  ablation: {arms} change(s) still open, {rounds} "
                                    "more rounds of them and the recommendation")
                 prog.update(task, total=total["n"])
 
             result = ablation.ablate(confirmation, baseline, self.metric, self.direction, ev,
                                      self.spec.seed, measure, start,
-                                     lambda: prog.advance(task), look)
+                                     lambda: prog.advance(task), look, time.monotonic)
         self.store.put_result(self.spec.study, "ablation", result)
         return result  # its lines are the summary's (`kvtune show`), said once
 

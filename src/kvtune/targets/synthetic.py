@@ -13,6 +13,7 @@ Surface "default" (maximize ops_per_sec; p99_us moves the other way):
         * (1 + 0.08 * flag * (x > 5))                          # interaction
     fails when threads >= 14 and mode == "c".
 The defaults (x=2, threads=4, mode="a", flag=False) sit well below the optimum.
+`synthetic.inert` changes nothing: the knob a recommendation should never keep.
 
 Surface "tradeoff": the same ops_per_sec, but the latencies follow a surface of their own
 with a known trade-off against throughput, and their own noise:
@@ -98,6 +99,8 @@ def _knobs() -> dict[str, Knob]:
              SyntheticParam("mode"), "a", "categorical knob, b is best"),
         Knob("synthetic.flag", Domain("bool"), SyntheticParam("flag"), False,
              "helps only when x > 5"),
+        Knob("synthetic.inert", Domain("float", 0.0, 10.0), SyntheticParam("inert"), 5.0,
+             "no effect on the surface: what an ablation must not keep"),
     ]
     return {k.name: k for k in ks}
 
