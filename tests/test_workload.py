@@ -415,6 +415,39 @@ def test_an_imported_trace_is_kept_and_replayed_request_by_request(
         srv.wait()
 
 
+def test_a_memcached_capture_says_the_deletes_its_stream_cannot_show(
+        tmp_path: Path, memcached_bin: str, kvload_bin: str) -> None:
+    """memcached 1.6's watcher logs a delete as a fetch: the capture takes the deletes from
+    the server's own counters into the model's mix and says so; with --mget-gap-us 0 no
+    multi-get is invented."""
+    port = free_port()
+    srv = subprocess.Popen([memcached_bin, "-p", str(port), "-l", "127.0.0.1", "-U", "0"]
+                           + (["-u", "nobody"] if _root() else []))
+    try:
+        wait_port(port)
+        load = subprocess.Popen([kvload_bin, "--server", f"127.0.0.1:{port}", "--rate",
+                                 "5000", "--duration", "6s", "--warmup", "0.5s", "--keys",
+                                 "3000", "--mix", "get:7,set:2,delete:1", "--value-size",
+                                 "300", "-q"])
+        time.sleep(2)
+        model = tmp_path / "m.json"
+        r = kvtune("workload", "capture", f"memcached://127.0.0.1:{port}", "--duration",
+                   "2s", "--mget-gap-us", "0", "-o", str(model))
+        load.wait(timeout=30)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(model.read_text())
+        mix = _mix(doc)
+        assert abs(mix.get("delete", 0) - 0.1) < 0.03, doc["mix"]
+        assert abs(mix["get"] - 0.7) < 0.04, doc["mix"]
+        assert "mget" not in mix, doc["mix"]
+        captured = doc["about"]["captured"]
+        assert captured["server_counts"]["deletes"] > 0
+        assert "shows no deletes" in r.stdout + r.stderr
+    finally:
+        srv.terminate()
+        srv.wait()
+
+
 def test_a_live_capture_keeps_its_trace(tmp_path: Path, memcached_bin: str,
                                         kvload_bin: str) -> None:
     port = free_port()

@@ -287,7 +287,9 @@ class WatchAssembler:
             return
         group = self.groups.setdefault(cfd, [])
         if kind == b"item_get":
-            if group and ts - group[-1][0] > self.mget_gap:
+            # A gap of 0 never groups: every fetch is its own get, even two logged in the
+            # same microsecond.
+            if group and (self.mget_gap <= 0 or ts - group[-1][0] > self.mget_gap):
                 self._flush(cfd)
                 group = self.groups.setdefault(cfd, [])
             found = size if f.get(b"status") == b"found" else None
@@ -375,6 +377,7 @@ def capture_memcached(t: Target, bounds: Bounds, say: Callable[[str], None],
     cmd_get = s2.get("cmd_get", 0) - s1.get("cmd_get", 0)
     if cmd_get:
         cap.facts["server_hit_ratio"] = round(hits / cmd_get, 4)
+    unseen_verbs(cap, b, s1, s2, asm.gets, served, seen)
     if served and seen and window > 0:
         # Requests seen per second, scaled by the share of the server's count seen.
         cap.rate = b.requests / window * min(max(served / seen, 1.0), 100.0)
@@ -386,8 +389,47 @@ def capture_memcached(t: Target, bounds: Bounds, say: Callable[[str], None],
         cap.notes.append(f"memcached dropped {asm.skipped} watcher lines (the watcher lagged)")
     if served:
         cap.notes.append(f"seen {seen} of the {int(served)} requests the server counted "
-                         f"({100 * seen / served:.1f}%)")
+                         f"({100 * seen / served:.1f}%; every verb's share below)")
     return cap
+
+
+def unseen_verbs(cap: Capture, b: ModelBuilder, s1: dict[str, float],
+                 s2: dict[str, float], stream_fetches: int, served: float,
+                 seen: float) -> None:
+    """What the watch stream could not show, from the server's own counters over the
+    window: memcached 1.6's watcher logs a delete, an incr/decr and a touch as a fetch of
+    the key, so they arrive as gets. The server's counts say how many there were: deletes
+    move from the model's gets into its deletes (in the share of the stream the watcher
+    showed); incr/decr and touch, which kvload does not send, stay gets and are said."""
+    def d(*keys: str) -> float:
+        return sum(s2.get(k, 0.0) - s1.get(k, 0.0) for k in keys)
+
+    deletes = d("delete_hits", "delete_misses")
+    incrs = d("incr_hits", "incr_misses", "decr_hits", "decr_misses")
+    touches = d("cmd_touch")
+    share = min(seen / served, 1.0) if served else 1.0
+    moved = round(min(deletes * share, b.verbs.get("get", 0)))
+    if moved:
+        b.verbs["get"] -= moved
+        b.verbs["delete"] += moved
+        b.fanout[1] = max(0, b.fanout.get(1, 0) - moved)
+        b.gets = max(0, b.gets - moved)
+    cap.facts["server_counts"] = {"gets": d("cmd_get"), "sets": d("cmd_set"),
+                                  "deletes": deletes, "incr_decr": incrs, "touch": touches}
+    if deletes:
+        cap.notes.append(
+            f"the watch stream shows no deletes (memcached's watcher logs them as fetches): "
+            f"the server counted {int(deletes)} in the window; {moved} of the stream's "
+            "gets are counted as deletes in the model")
+    if incrs or touches:
+        cap.notes.append(
+            f"the server counted {int(incrs)} incr/decr and {int(touches)} touch in the "
+            "window, logged as fetches and kept as gets in the model (kvload sends neither)")
+    if served:
+        really = stream_fetches - moved - (incrs + touches) * share
+        cap.facts["seen_by_verb"] = {
+            "gets": round(really / d("cmd_get"), 4) if d("cmd_get") else None,
+            "deletes": "from the server's counters" if deletes else None}
 
 
 def _cost(cpu_before: float, req_before: float, cpu_during: float,

@@ -224,10 +224,15 @@ class ModelBuilder:
         return "poisson", info | {"chosen": "poisson"}
 
     def _rate_series(self) -> list[list[int]]:
+        """Requests per second of the window (per minute for a long trace). The first and
+        the last second are partial (the window starts and ends inside them): left out
+        when there are more, so the series shows no dip that is only the window's edge."""
         if not self.per_second:
             return []
         start = min(self.per_second)
         items = sorted(self.per_second.items())
+        if len(items) > 3:
+            items = items[1:-1]
         if len(items) > 3600:  # a long trace: per minute
             per_min: Counter[int] = Counter()
             for s, c in items:
