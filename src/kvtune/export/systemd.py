@@ -25,14 +25,52 @@ def placement_entries(rec: Recommendation) -> list[ExportEntry]:
     return [e for e in rows if e.value != ""]
 
 
+PM_QOS_UNIT = "kvtune-pm-qos.service"
+
+
+def pm_qos_unit(rec: Recommendation) -> list[ExportFile]:
+    """A unit that holds the recommendation's PM QoS CPU latency request: the request lasts
+    while /dev/cpu_dma_latency is open, so a process must keep it open (what TuneD's
+    force_latency does inside the tuned daemon, for hosts without TuneD)."""
+    e = next((r.entry for r in rec.entries("host") if r.entry and r.entry.family == "pm_qos"),
+             None)
+    if e is None:
+        return []
+    v = int(e.value)
+    head = rec.header(f"systemd unit holding a PM QoS CPU latency request of {v} µs",
+                      f"Install: cp {PM_QOS_UNIT} /etc/systemd/system/ && systemctl "
+                      f"daemon-reload && systemctl enable --now {PM_QOS_UNIT}",
+                      "Or use the TuneD profile ([cpu] force_latency), not both.",
+                      "Roll back: systemctl disable --now " + PM_QOS_UNIT + " (the request "
+                      "ends with the process).")
+    # The 32-bit value as printf's octal escapes; systemd unescapes "\\" to "\" first.
+    packed = "".join(f"\\\\{b:03o}" for b in v.to_bytes(4, "little", signed=True))
+    text = comment(head) + (
+        "\n[Unit]\nDescription=kvtune: CPU latency request of " + str(v) + " µs "
+        "(/dev/cpu_dma_latency)\n\n[Service]\nType=simple\n"
+        f"ExecStart=/bin/sh -c 'exec 3>/dev/cpu_dma_latency; printf \"{packed}\" >&3; "
+        "exec sleep infinity'\n\n[Install]\nWantedBy=multi-user.target\n")
+    name = f"systemd/{PM_QOS_UNIT}"
+    back = rollback_path(name, ".remove.sh")
+    rb = ("#!/bin/sh\n" + comment(rec.rollback_header(
+        f"/etc/systemd/system/{PM_QOS_UNIT}", "no CPU latency request")) +
+        f"set -e\nsystemctl disable --now {PM_QOS_UNIT} || true\n"
+        f"rm -f /etc/systemd/system/{PM_QOS_UNIT}\nsystemctl daemon-reload\n")
+    return [ExportFile(name, text, back, rb,
+                       f"cp {name} /etc/systemd/system/ && systemctl enable --now "
+                       f"{PM_QOS_UNIT}; roll back: sh {back}")]
+
+
 class SystemdExporter(Exporter):
     name = "systemd"
-    help = "a systemd drop-in with the measured placement (CPUAffinity, AllowedCPUs, CPUQuota)"
+    help = ("a systemd drop-in with the measured placement (CPUAffinity, AllowedCPUs, "
+            "CPUQuota), and a unit holding a PM QoS CPU latency request")
 
     def files(self, rec: Recommendation) -> list[ExportFile]:
+        qos = pm_qos_unit(rec)
         rows = placement_entries(rec)
         if not rows or rec.target not in UNITS:
-            return []
+            return qos
         unit = UNITS[rec.target or ""]
         d = f"/etc/systemd/system/{unit}.d"
         head = rec.header(f"systemd drop-in for {unit}",
@@ -50,4 +88,4 @@ class SystemdExporter(Exporter):
               f"systemctl restart {unit}\n")
         return [ExportFile(name, text, back, rb,
                            f"cp {name} {d}/ && systemctl daemon-reload && systemctl restart "
-                           f"{unit}; roll back: sh {back} (removes the drop-in)")]
+                           f"{unit}; roll back: sh {back} (removes the drop-in)"), *qos]

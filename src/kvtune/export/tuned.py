@@ -36,7 +36,7 @@ TUNED_NAMES: dict[str, tuple[str, str]] = {
 }
 # TuneD options newer than TuneD 2.20 (Debian bookworm's), with the release that added them.
 SINCE: dict[str, tuple[int, ...]] = {"sched_base_slice_ns": (2, 25)}
-SECTIONS = ("sysctl", "vm", "scheduler", "sysfs")
+SECTIONS = ("sysctl", "vm", "scheduler", "cpu", "sysfs")
 MAIN_CONF = Path("/etc/tuned/tuned-main.conf")
 ACTIVE = Path("/etc/tuned/active_profile")
 
@@ -106,6 +106,9 @@ class TunedExporter(Exporter):
                 continue
             if row.knob.name in TUNED_NAMES:
                 section, option = TUNED_NAMES[row.knob.name]
+            elif row.entry.family == "pm_qos":
+                # TuneD's cpu plugin holds /dev/cpu_dma_latency open while the profile runs.
+                section, option = "cpu", "force_latency"
             elif row.entry.family in ("sysctl", "sysfs"):
                 section, option = row.entry.family, row.entry.key
             else:
@@ -120,6 +123,10 @@ class TunedExporter(Exporter):
             entries[section].append((option, row.entry.value))
         if not any(entries.values()):
             return []
+        if any("/sys/module/haltpoll/" in o for o, _ in entries["sysfs"]):
+            notes.append("guest halt-polling is set at run time by [sysfs]; to set it from "
+                         "boot instead, add haltpoll.guest_halt_poll_ns=... to the kernel "
+                         "command line ([bootloader] cmdline=)")
         profile = f"kvtune-{rec.study}"
         include = rec.tuned_include if rec.tuned_include is not None else recommended_profile()
         previous = active_profile() or include or "<your previous profile>"

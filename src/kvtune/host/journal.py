@@ -63,7 +63,14 @@ def _bracketed(text: str) -> str:
     return _plain(text) if choice is None else choice
 
 
-READERS: dict[str, Callable[[str], str]] = {"plain": _plain, "bracketed": _bracketed}
+def _yes_no(text: str) -> str:
+    """A kernel module's bool parameter: it reads Y or N and takes 1, 0, y, n."""
+    t = text.strip()
+    return {"y": "1", "n": "0"}.get(t.lower(), t)
+
+
+READERS: dict[str, Callable[[str], str]] = {"plain": _plain, "bracketed": _bracketed,
+                                            "yn": _yes_no}
 
 
 def read_value(path: Path, reader: str = "plain") -> str:

@@ -384,8 +384,46 @@ def _server_sched() -> list[Knob]:
     return knobs
 
 
+def _idle() -> list[Knob]:
+    """The idle path (knobs/appliers/idle.py): PM QoS, guest halt-polling, cpuidle states
+    and governor. The states and governors offered are the host's own, read from sysfs."""
+    from kvtune.knobs.appliers import idle
+
+    states = tuple(idle.state_names()) or ("POLL",)
+    govs = idle.governors() or ("menu",)
+    return [
+        Knob("cpu.idle_max_latency_us", Domain(I, 1, 1000, log=True,
+                                               special=(0, idle.NO_REQUEST)),
+             idle.PmQosLatency(), None,
+             "PM QoS CPU latency request (/dev/cpu_dma_latency, held open; TuneD's "
+             f"force_latency): 0 keeps CPUs polling, {idle.NO_REQUEST} is no request",
+             "us"),
+        Knob("cpu.halt_poll_ns", Domain(I, 10_000, 2_000_000, log=True, special=(0,)),
+             idle.haltpoll_param("guest_halt_poll_ns"), None,
+             "guest halt-polling: how long a vCPU polls before it halts (haltpoll driver)",
+             "ns"),
+        Knob("cpu.halt_poll_grow", Domain(I, 1, 10), idle.haltpoll_param("guest_halt_poll_grow"),
+             None, "guest halt-polling: the poll time's growth factor on a wake-up in time"),
+        Knob("cpu.halt_poll_shrink", Domain(I, 0, 10),
+             idle.haltpoll_param("guest_halt_poll_shrink"), None,
+             "guest halt-polling: the poll time's shrink divisor (0: reset)"),
+        Knob("cpu.halt_poll_allow_shrink", Domain(B),
+             idle.haltpoll_param("guest_halt_poll_allow_shrink", "yn"), None,
+             "guest halt-polling: the poll time may shrink after a wake-up too late"),
+        Knob("cpu.idle_disable", Domain(C, choices=("none", *states[1:])),
+             idle.CpuidleDisable(), None,
+             "this cpuidle state and every deeper one disabled on the study's CPUs (by the "
+             "state's name; none: every state enabled)"),
+        Knob("cpu.idle_governor", Domain(C, choices=govs),
+             HostFile([Location(f"{idle.CPUIDLE}/current_governor")],
+                      note="this kernel does not let the cpuidle governor be switched"),
+             None, "the cpuidle governor"),
+    ]
+
+
 def all_knobs() -> list[Knob]:
-    return _mc() + _redis() + _kernel() + _vm() + _net() + _placement() + _server_sched()
+    return (_mc() + _redis() + _kernel() + _vm() + _net() + _placement() + _server_sched()
+            + _idle())
 
 
 # The scheduler knobs of the case studies (000, 002, 003), and what does their job on a

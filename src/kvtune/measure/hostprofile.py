@@ -92,7 +92,8 @@ class HostProfile:
         if idle.get("driver"):
             poll = idle.get("guest_halt_poll_ns")
             extra = f", guest_halt_poll_ns {poll}" if poll is not None else ""
-            out.append(f"idle path: cpuidle driver {idle['driver']}{extra}")
+            out.append(f"idle path: cpuidle driver {idle['driver']}{extra} (knobs "
+                       "cpu.halt_poll_ns, cpu.idle_max_latency_us, cpu.idle_disable)")
         return out
 
     def as_dict(self) -> dict[str, Any]:
@@ -117,8 +118,8 @@ def judge(profile: HostProfile) -> Judgement:
     hint = ""
     if idle.get("driver") == "haltpoll" and str(idle.get("guest_halt_poll_ns")) == "0":
         hint = (" The idle path may set that floor: this VM halts its vCPUs between requests "
-                "(cpuidle driver haltpoll, guest_halt_poll_ns 0); see docs/knobs.md for the "
-                "idle-path knobs.")
+                "(cpuidle driver haltpoll, guest_halt_poll_ns 0); the knobs cpu.halt_poll_ns "
+                "and cpu.idle_max_latency_us tune it (docs/knobs.md, \"The idle path\").")
     if all(x == x for x in (lo, mlo, bound)) and lo > bound and mlo > bound:
         return Judgement(refuse=(
             f"this host cannot show {label} <= {number(bound)} µs: its {label} is "

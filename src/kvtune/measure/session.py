@@ -9,12 +9,14 @@ stops the server and waits until its port is free.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from kvtune import load, telemetry
+from kvtune.cpulist import parse_cpus
 from kvtune.errors import TrialFailed, UserError
 from kvtune.host.cgroup import ServerCgroup
 from kvtune.host.journal import Journal
@@ -53,6 +55,11 @@ class Session:
         self.journal = journal
         self.target: Target = make_target(spec.target)
         self.ctx = context_for(self.target)
+        cpus = [c for part in (spec.target.cpus, spec.load.cpus if spec.load else None)
+                if part and not (spec.load and part == spec.load.cpus and spec.load.host)
+                for c in parse_cpus(part)]
+        if cpus:  # per-CPU knobs (the cpuidle states) act on the study's CPUs only
+            self.ctx = dataclasses.replace(self.ctx, cpus=tuple(sorted(set(cpus))))
         self.facts = self.ctx.facts
         self.cgroup: ServerCgroup | None = None
         self.load_driver: load.LoadDriver | None = None

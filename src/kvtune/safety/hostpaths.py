@@ -96,6 +96,12 @@ DENY_SYS_NAMES: dict[str, str] = {
 _LINKS = {"/sys/class/net/": "/sys/class/net/*", "/sys/bus/": "/sys/bus/*/devices/*"}
 _DEBUGFS = "/sys/kernel/debug/"
 _DEBUGFS_OK = ("/sys/kernel/debug/sched/",)  # the scheduler tunables the catalog uses
+# Module parameters the catalog tunes (the idle path: guest halt-polling), allowed inside
+# the denied /sys/module/ tree; nothing else of it.
+_MODULE_OK = ("/sys/module/haltpoll/parameters/guest_halt_poll_ns",
+              "/sys/module/haltpoll/parameters/guest_halt_poll_grow",
+              "/sys/module/haltpoll/parameters/guest_halt_poll_shrink",
+              "/sys/module/haltpoll/parameters/guest_halt_poll_allow_shrink")
 _SYSFS_CHARS = re.compile(r"^/sys/[A-Za-z0-9_.:@+,\-/]{1,250}$")
 
 
@@ -108,6 +114,8 @@ def refusal(host_path: str) -> str | None:
         for prefix, why in DENY_PROC.items():
             if p == prefix or (prefix.endswith(("/", "_")) and p.startswith(prefix)):
                 return why
+        return None
+    if p in _MODULE_OK:
         return None
     for prefix, why in DENY_SYS_TREES.items():
         if p == prefix.rstrip("/") or p.startswith(prefix):

@@ -10,7 +10,8 @@
 
 The collectors (base.py) and their metric name prefixes: `perf` (`perf_`, perf stat on the
 server process), `proc` (`proc_`, the server process from /proc), `sys` (`sys_` and
-`steal`, the whole host from /proc/stat), `throttle` (`throttle_`, CFS throttling of the
+`steal`, the whole host from /proc/stat), `idle` (`idle_`, where the CPUs idled: polling
+or halted, from the cpuidle counters), `throttle` (`throttle_`, CFS throttling of the
 server's cgroup). Server digests: `mc_` (memcached stats), `redis_` (Redis INFO).
 Collection never fails a repetition: what cannot be read is left out and the reason
 recorded in `raw`.
@@ -36,9 +37,10 @@ from kvtune.telemetry.base import (
 )
 from kvtune.telemetry.cgroup import ThrottleCollector
 from kvtune.telemetry.perf import PerfCollector
-from kvtune.telemetry.procfs import ProcessCollector, SystemCollector
+from kvtune.telemetry.procfs import CpuidleCollector, ProcessCollector, SystemCollector
 
-for _cls in (PerfCollector, ProcessCollector, SystemCollector, ThrottleCollector):
+for _cls in (PerfCollector, ProcessCollector, SystemCollector, ThrottleCollector,
+             CpuidleCollector):
     register(_cls)
 
 Digest = Callable[[dict[str, Any]], tuple[dict[str, float], dict[str, Any]]]

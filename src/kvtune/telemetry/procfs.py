@@ -150,3 +150,57 @@ class SystemCollector(Collector):
             return {"error": "the host was not measured"}
         return {"before": self._before[1], "after": self._after[1],
                 "elapsed_s": self._after[0] - self._before[0]}
+
+
+CPUIDLE_ROOT = Path("/sys/devices/system/cpu")
+
+
+def cpuidle_figures(root: Path = CPUIDLE_ROOT) -> dict[str, float]:
+    """µs spent in each cpuidle state since boot, summed over the CPUs, by state name
+    (`POLL` is polling: a vCPU that polls burns its host's time)."""
+    out: dict[str, float] = {}
+    for cpu in root.glob("cpu[0-9]*"):
+        for st in (cpu / "cpuidle").glob("state[0-9]*"):
+            try:
+                name = (st / "name").read_text().strip()[:32]
+                out[name] = out.get(name, 0.0) + float((st / "time").read_text())
+            except (OSError, ValueError):
+                continue
+    return out
+
+
+class CpuidleCollector(Collector):
+    """`idle_`: where the CPUs idled during the load, from the cpuidle state counters:
+    `idle_poll_frac` (the share of all CPU time spent polling in the POLL state, guest
+    halt-polling included: time the host's CPU spent on this VM doing nothing) and
+    `idle_halt_frac` (in the deeper states)."""
+
+    name = "idle"
+    prefixes = ("idle_",)
+
+    def __init__(self, ctx: ProbeContext) -> None:
+        super().__init__(ctx)
+        self._before: tuple[float, dict[str, float]] | None = None
+        self._after: tuple[float, dict[str, float]] | None = None
+
+    def start(self) -> None:
+        self._before = (time.monotonic(), cpuidle_figures())
+
+    def stop(self) -> None:
+        self._after = (time.monotonic(), cpuidle_figures())
+
+    def metrics(self) -> dict[str, float]:
+        if self._before is None or self._after is None or not self._after[1]:
+            return {}
+        (t0, b), (t1, a) = self._before, self._after
+        cpus = max(len(list(CPUIDLE_ROOT.glob("cpu[0-9]*"))), 1)
+        wall_us = max(t1 - t0, 1e-9) * 1e6 * cpus
+        poll = a.get("POLL", 0.0) - b.get("POLL", 0.0)
+        other = sum(a[k] - b.get(k, 0.0) for k in a if k != "POLL")
+        return {"idle_poll_frac": poll / wall_us, "idle_halt_frac": other / wall_us}
+
+    def raw(self) -> dict[str, Any]:
+        if self._before is None or self._after is None:
+            return {"error": "cpuidle was not measured"}
+        return {"before": self._before[1], "after": self._after[1],
+                "elapsed_s": self._after[0] - self._before[0]}

@@ -52,6 +52,9 @@ class HostContext:
     fs: HostFS = field(default_factory=HostFS)
     versions: dict[str, tuple[int, ...]] = field(default_factory=dict)  # "memcached": (1, 6, 18)
     binaries: dict[str, str] = field(default_factory=dict)  # "redis": "/usr/bin/redis-server"
+    # The study's CPUs (the server's and the load's), for knobs set per CPU (the cpuidle
+    # states); empty: every CPU.
+    cpus: tuple[int, ...] = ()
 
 
 @dataclass
