@@ -187,7 +187,8 @@ def test_rounds_grow_with_noise_and_the_gain_stays_with_its_carriers() -> None:
     assert capped["unresolved"], capped["text"]  # CoV 8%: threads' 0.2% needs far more
     assert "still ambiguous after 6 rounds" in capped["text"]
     assert "evaluation.ablation_max_rounds = 6" in capped["text"]
-    assert ablation.max_cost(conf, BASELINE, EvaluationSpec()) == 5 * 5 + 4 * 25
+    # every arm 5 rounds, the open ones and the recommendation up to 30, then the choice
+    assert ablation.max_cost(conf, BASELINE, EvaluationSpec()) == 5 * 5 + 4 * 25 + 3 * 5
 
 
 @pytest.mark.parametrize("seed", range(12))

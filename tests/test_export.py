@@ -512,9 +512,12 @@ def test_memcached_from_the_hosts_file(in_tmp: Path) -> None:
     url = make_study(in_tmp, "fr", "memcached", MC_BASE, MC_REC, confirmed=True,
                      args=["-m", "256"])
     write(recommendation(Store(url), "fr", previous=prev), ["memcached"], in_tmp / "out")
-    assert (in_tmp / "out/rollback/memcached/memcached.conf").read_text() == prev.read_text()
+    assert (in_tmp / "out/rollback/memcached/memcached.conf").read_bytes() == prev.read_bytes()
+    conf = (in_tmp / "out/memcached/memcached.conf").read_text()
+    # Production keeps its own settings: the study's -m 256 was a test setting (issue 34).
+    assert "kept from" in conf and "-m 64 (the study measured with -m 256" in conf
     with wrapper_memcached(in_tmp / "out/memcached/memcached.conf", in_tmp) as s:
-        assert s["maxbytes"] == str(256 * 1024 * 1024) and s["num_threads"] == "2"
+        assert s["maxbytes"] == str(64 * 1024 * 1024) and s["num_threads"] == "2"
         assert s["maxconns"] == "4096"  # the admin's own setting is kept
     with wrapper_memcached(in_tmp / "out/rollback/memcached/memcached.conf", in_tmp) as s:
         assert s["maxbytes"] == str(64 * 1024 * 1024) and s["num_threads"] == "8"
@@ -581,9 +584,11 @@ def test_redis_rollback_from_the_hosts_file(in_tmp: Path, redis_bin: str) -> Non
     prev.write_text("hz 20\nsave 900 1\nsave 300 10\nmaxmemory-policy volatile-lru\n")
     url = make_study(in_tmp, "rf", "redis", REDIS_BASE, REDIS_REC, confirmed=True, cpus=None)
     write(recommendation(Store(url), "rf", previous=prev), ["redis"], in_tmp / "out")
-    back = in_tmp / "out/rollback/redis/kvtune-rf.conf"
-    argv, port = redis_with(redis_bin, in_tmp, [prev, in_tmp / "out/redis/kvtune-rf.conf",
-                                                back])
+    # With --from, the rollback is the operator's file byte for byte (issue 34): restoring
+    # it (without the include line) undoes the export.
+    back = in_tmp / "out/rollback/redis/redis.conf"
+    assert back.read_bytes() == prev.read_bytes()
+    argv, port = redis_with(redis_bin, in_tmp, [back])
     with served(argv, port, in_tmp):
         assert redis_get(port, "hz") == "20"
         assert redis_get(port, "save") == "900 1 300 10"
