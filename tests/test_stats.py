@@ -112,3 +112,32 @@ def test_the_smallest_holm_adjusted_p_decides_the_rounds() -> None:
     assert confirmation_problem(4, 3, 0.05) is None
     assert "confirm_rounds >= 5" in (confirmation_problem(4, 4, 0.05) or "")
     assert confirmation_problem(0, 4, 0.05) is None  # no confirmation, nothing to refuse
+
+
+def test_pooled_intervals_cover_at_their_level_and_widen_when_estimates_disagree() -> None:
+    """Capacity searches each carry a 95% interval: pooled (random effects), the interval
+    holds the true value about 95% of the time when the searches vary only as their own
+    intervals say, and widens (heterogeneity p small) when they disagree beyond them."""
+    import math
+
+    import numpy as np
+
+    from kvtune.stats import compare_pooled, pool_intervals
+
+    rng = np.random.default_rng(5)
+    truth, se, held = 30_000.0, 0.05, 0
+    for _ in range(2000):
+        ests = truth * np.exp(rng.normal(0, se, 3))
+        cis = [(e * math.exp(-1.96 * se), e * math.exp(1.96 * se)) for e in ests]
+        p = pool_intervals(list(ests), cis)
+        held += p.ci[0] <= truth <= p.ci[1]
+    assert 0.93 < held / 2000 < 0.97, held / 2000
+    # Two searches 40% apart, each ±3%: said to disagree, and the interval spans both.
+    p = pool_intervals([25_000.0, 35_000.0], [(24_250.0, 25_750.0), (33_950.0, 36_050.0)])
+    assert p.heterogeneity_p < 0.01 and p.ci[0] < 25_000 and p.ci[1] > 35_000
+    # One search is its own interval.
+    assert pool_intervals([30_000.0], [(29_000.0, 31_000.0)]).ci == (29_000.0, 31_000.0)
+    # A candidate 10% above the baseline, four searches each at ±3%: significant.
+    c = compare_pooled([33_000.0] * 4, [(32_000.0, 34_000.0)] * 4,
+                       [30_000.0] * 4, [(29_100.0, 30_900.0)] * 4, "maximize")
+    assert c.p_value < 0.01 and 0.08 < c.improvement < 0.12 and c.ci_low > 0.05

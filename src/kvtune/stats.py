@@ -82,6 +82,30 @@ def pool_intervals(estimates: Sequence[float], cis: Sequence[tuple[float, float]
                   math.sqrt(tau2), p)
 
 
+def compare_pooled(candidate: Sequence[float], cand_cis: Sequence[tuple[float, float]],
+                   baseline: Sequence[float], base_cis: Sequence[tuple[float, float]],
+                   direction: str, level: float = 0.95) -> Comparison:
+    """A candidate against the baseline when every value carries its own 95% interval (a
+    capacity search's knee): each side pooled by `pool_intervals` (random effects, so the
+    spread between its values widens it), the log ratio's standard error from the two
+    pooled intervals, its `level` CI and a one-sided normal p-value of an improvement."""
+    from scipy import stats as sps
+
+    c, b = pool_intervals(candidate, cand_cis), pool_intervals(baseline, base_cis)
+    z95 = float(sps.norm.ppf(0.975))
+
+    def se(p: Pooled) -> float:
+        return (math.log(p.ci[1]) - math.log(p.ci[0])) / (2 * z95)
+
+    sign = 1.0 if direction == "maximize" else -1.0
+    d = sign * (math.log(c.value) - math.log(b.value))
+    s = math.hypot(se(c), se(b))
+    z = float(sps.norm.ppf(1 - (1 - level) / 2))
+    p = float(sps.norm.sf(d / s)) if s > 0 else (0.0 if d > 0 else 1.0)
+    return Comparison(math.expm1(d), math.expm1(d - z * s), math.expm1(d + z * s), p,
+                      len(candidate), len(baseline), direction)
+
+
 # A trial's interval is a 95% CI only from this many values on: the distribution-free
 # order-statistic interval of the median reaches 95% coverage at n = 6 ([min, max] covers
 # 1 - 2/2^n: 93.8% at n = 5, 96.9% at n = 6), and the percentile bootstrap kvtune used

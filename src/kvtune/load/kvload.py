@@ -280,6 +280,9 @@ def search_result(doc: dict[str, Any]) -> tuple[dict[str, Any], str]:
         raise HarnessError("kvload's search reported a knee without a passing run")
     metrics = metrics_from(passes[-1].get("figures") or {})
     metrics["capacity"] = float(knee)
+    ci = search_ci(doc)
+    if ci is not None:  # the search's own 95% interval travels with its knee
+        metrics["capacity_ci_low"], metrics["capacity_ci_high"] = ci
     return metrics, (reason if verdict == "imprecise" else "")
 
 

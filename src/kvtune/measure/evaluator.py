@@ -85,7 +85,9 @@ def pooled_capacity(reps: list[Repetition]) -> Pooled | None:
     knees, cis = [], []
     for r in reps:
         v = r.metrics.get("capacity")
-        ci = search_ci(r.raw.get("load"))
+        lo, hi = r.metrics.get("capacity_ci_low"), r.metrics.get("capacity_ci_high")
+        ci = (float(lo), float(hi)) if isinstance(lo, int | float) and isinstance(
+            hi, int | float) else search_ci(r.raw.get("load"))
         if not isinstance(v, int | float) or ci is None:
             return None
         knees.append(float(v))

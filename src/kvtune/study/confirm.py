@@ -40,7 +40,7 @@ import optuna
 from kvtune.metrics import unit as metric_unit
 from kvtune.present import NO_SIGNIFICANT_CHANGE, describe_change, judge, number
 from kvtune.spec import Constraint, EvaluationSpec, metric_direction
-from kvtune.stats import bootstrap_ci, centre, compare, holm
+from kvtune.stats import Comparison, bootstrap_ci, centre, compare, compare_pooled, holm
 from kvtune.store import config_key
 from kvtune.study.record import stored_eval
 
@@ -312,6 +312,31 @@ def simultaneous_level(candidates: int, level: float = 0.95) -> float:
     return 1 - (1 - level) / max(candidates, 1)
 
 
+def pooled_comparison(arm: Arm, base: Arm, metric: str, direction: str,
+                      level: float) -> Comparison | None:
+    """A capacity's comparison from each round's search with its own 95% interval
+    (`stats.compare_pooled`): the searches' intervals say how precise each knee is, which
+    the rounds' spread alone cannot with a few rounds. None for another metric, or when a
+    round's search has no interval (the bootstrap of the rounds then decides)."""
+    if metric != "capacity":
+        return None
+
+    def with_ci(a: Arm) -> tuple[list[float], list[tuple[float, float]]] | None:
+        vals, cis = [], []
+        for m in a.metrics:
+            v, lo, hi = (m.get(k) for k in ("capacity", "capacity_ci_low", "capacity_ci_high"))
+            if not all(isinstance(x, int | float) and x > 0 for x in (v, lo, hi)):
+                return None
+            vals.append(float(v))  # type: ignore[arg-type]
+            cis.append((float(lo), float(hi)))  # type: ignore[arg-type]
+        return (vals, cis) if len(vals) >= 1 else None
+
+    c, b = with_ci(arm), with_ci(base)
+    if c is None or b is None:
+        return None
+    return compare_pooled(c[0], c[1], b[0], b[1], direction, level)
+
+
 def verdict(base: Arm, cands: list[tuple[dict[str, Any], Arm]], metric: str, direction: str,
             ev: EvaluationSpec, seed: int,
             constraints: Sequence[Constraint] = (), slo: str | None = None) -> dict[str, Any]:
@@ -327,8 +352,9 @@ def verdict(base: Arm, cands: list[tuple[dict[str, Any], Arm]], metric: str, dir
     # follow, must clear min_improvement (bench/evaluator/selection_coverage.py,
     # docs/evaluation.md).
     level = simultaneous_level(len(cands))
-    comps = [compare(arm.samples or arm.series(metric), base.samples or base.series(metric),
-                     direction, seed=seed, level=level) for _, arm in cands]
+    comps = [pooled_comparison(arm, base, metric, direction, level)
+             or compare(arm.samples or arm.series(metric), base.samples or base.series(metric),
+                        direction, seed=seed, level=level) for _, arm in cands]
     adjusted = holm([c.p_value for c in comps])
     shown = shown_metrics(metric, constraints)
     base_value = median_metrics(base.metrics).get(metric)
