@@ -373,3 +373,21 @@ def test_every_measured_trial_carries_the_same_constraints(in_tmp: Path,
     assert all(t.constraints[RULES_CONSTRAINT] == 0 for t in complete)
     assert all(t.constraints[RULES_CONSTRAINT] > 0 for t in study.trials
                if t.user_attrs.get("kind") == REJECTED)
+
+
+def test_a_grid_stops_when_every_point_is_measured(in_tmp: Path) -> None:
+    """A grid smaller than the trial budget is measured once per point, then the search
+    stops: no run of reused repeats until the repeat limit."""
+    p = in_tmp / "g.yaml"
+    p.write_text(STUDY.format(name="g", trials=40, noise=0.05, sampler="grid", seed=1)
+                 .replace("[synthetic.x, synthetic.threads, synthetic.mode, synthetic.flag]",
+                          "[synthetic.mode, synthetic.flag]"))
+    run = StudyRun(load(p), base_dir=in_tmp)
+    run.run(confirm=False)
+    study = optuna.load_study(study_name="g", storage=run.store.storage)
+    configs = [json.dumps(t.user_attrs["config"], sort_keys=True) for t in study.trials]
+    assert run.space is not None
+    grid = run.space.grid()
+    assert len(set(configs)) == len(configs), "a grid point was proposed twice"
+    assert len(configs) == len(grid)  # the baseline is one of the grid's points
+    assert len(configs) < 10

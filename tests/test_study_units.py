@@ -378,3 +378,37 @@ def test_a_detected_drift_withdraws_the_noise_floors_promise() -> None:
     assert "not comparable" in text and "nearest" in text
     assert "no longer holds" in text and "after trial 9" in text
     assert store.put and store.put[0][0] == "drift"
+
+
+class _SpoilingSession:
+    """Repetitions in order: a float is a measured value, None one the host spoiled."""
+
+    def __init__(self, values: list[float | None]) -> None:
+        self.values = iter(values)
+        self.calls = 0
+
+    def measure(self, config: dict[str, Any]) -> Repetition:
+        self.calls += 1
+        v = next(self.values)
+        if v is None:
+            return Repetition("failed", raw={"transient": True}, reason="host_disturbed")
+        return Repetition("ok", {"ops_per_sec": v})
+
+
+@pytest.mark.parametrize(("n", "values", "measured", "calls", "failed"), [
+    (2, [None, 10.0, 11.0], 2, 3, False),               # one spoiled: measured again
+    (2, [10.0, None, None, None, 12.0], 1, 4, False),   # at most n more attempts: fewer
+    (3, [None, None, None, 9.0], 0, 3, True),           # the first n all spoiled: failed
+    (3, [None, 10.0, None, None, None, 9.0], 2, 6, False),
+    (3, [10.0, 11.0, 12.0, 13.0], 3, 3, False),         # a quiet host: n, no more
+])
+def test_a_repetition_the_host_spoiled_is_measured_again_within_a_limit(
+        n: int, values: list[float | None], measured: int, calls: int, failed: bool) -> None:
+    session = _SpoilingSession(values)
+    ev = EvaluationSpec(early_stop=False, intensify=False)
+    e = Evaluator(session, None, "s", "ops_per_sec", "maximize", [], ev, n)  # type: ignore[arg-type]
+    result = e.evaluate({})
+    assert result.measured == measured and session.calls == calls
+    assert (result.failed is not None) == failed
+    assert result.summary()["n"] == measured
+    assert len(result.skipped) == calls - measured

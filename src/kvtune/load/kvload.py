@@ -269,6 +269,8 @@ def search_result(doc: dict[str, Any]) -> tuple[dict[str, Any], str]:
                       "placement.cpu_quota_pct, e.g. `{name: placement.cpu_quota_pct, fixed: "
                       "50}`), fewer server CPUs (target.cpus), more load CPUs (load.cpus), or a "
                       "load host (load.host)")
+        if reason.startswith(what):
+            reason = reason[len(what):].lstrip(": ")
         raise TrialFailed(f"capacity search: {what}: {reason}",
                           raw={"load": doc, "transient": verdict in HOST_VERDICTS})
     passes = [s for s in doc.get("steps") or []

@@ -61,13 +61,18 @@ class Evaluation:
                 if r.metrics.get(self.metric) is not None]
 
     @property
+    def measured(self) -> int:
+        """Repetitions measured (those the host spoiled or that failed left out)."""
+        return sum(1 for r in self.reps if r.status != "failed")
+
+    @property
     def feasible(self) -> bool:
         return self.failed is None and all(v <= 0 for v in self.violations)
 
     def summary(self) -> dict[str, Any]:
         return {
             "value": self.value, "ci": list(self.ci), "ci_kind": self.ci_kind,
-            "n": len(self.reps),
+            "n": self.measured,
             "metrics": self.metrics, "metric_cis": {k: list(v) for k, v in
                                                     self.metric_cis.items()},
             "violations": self.violations, "flags": self.flags, "failed": self.failed,
@@ -148,7 +153,7 @@ class Policy:
     def keep_intensifying(self, e: Evaluation, incumbent: Evaluation) -> bool:
         """Give `e` one more repetition: it looks better than the incumbent and the CIs
         still overlap."""
-        return (len(e.reps) < self.ev.max_repetitions
+        return (e.measured < self.ev.max_repetitions
                 and self.better(e.value, incumbent.value)
                 and self.overlaps(e.ci, incumbent.ci))
 
@@ -285,14 +290,21 @@ class Evaluator:
         intensified against `incumbent` as the policy says."""
         n = n or self.repetitions
         e = Evaluation(config, self.metric)
-        for i in range(n):
+        # A repetition the host spoiled is measured again, once per planned repetition at
+        # most: n values when the host allows, fewer (said in `e.skipped`) when it keeps
+        # disturbing, and a failure when it spoiled every one of the first n.
+        attempts = 0
+        while e.measured < n and attempts < 2 * n:
+            attempts += 1
             if not self.add(e, kind, trial_number, planned=n):
                 return e
             if on_rep:
                 on_rep(e)
-            if not any(r.status != "failed" for r in e.reps):
+            if e.measured == 0:
                 continue  # every repetition so far was spoiled by the host
-            if (i == 0 and n > 1 and self.ev.early_stop and incumbent is not None
+            if e.reps[-1].status == "failed":
+                continue
+            if (e.measured == 1 and n > 1 and self.ev.early_stop and incumbent is not None
                     and self.policy.stop_early(e, incumbent, self.noise_cov)):
                 e.stopped_early = True
                 break

@@ -354,8 +354,12 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
     metrics = list(conf.get("shown") or SHOWN) if changes and conf else list(SHOWN)
     for m in metrics:
         b, n = base_m.get(m), best_m.get(m)
+        ch = changes.get(m) if changes else None
+        if ch and isinstance(ch.get("baseline"), int | float) \
+                and isinstance(ch.get("candidate"), int | float):
+            b, n = ch["baseline"], ch["candidate"]  # the figures the change compares
         if changes:
-            change = change_cell(changes.get(m))
+            change = change_cell(ch)
         elif shown_row is None and isinstance(b, int | float) and isinstance(n, int | float) \
                 and b:
             # The best of many noisy searches overstates its gain, and a search has no CI

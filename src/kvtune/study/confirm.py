@@ -40,7 +40,15 @@ import optuna
 from kvtune.metrics import unit as metric_unit
 from kvtune.present import NO_SIGNIFICANT_CHANGE, describe_change, judge, number
 from kvtune.spec import Constraint, EvaluationSpec, metric_direction
-from kvtune.stats import Comparison, bootstrap_ci, centre, compare, compare_pooled, holm
+from kvtune.stats import (
+    Comparison,
+    bootstrap_ci,
+    centre,
+    compare,
+    compare_pooled,
+    holm,
+    pool_intervals,
+)
 from kvtune.store import config_key
 from kvtune.study.record import stored_eval
 
@@ -337,6 +345,19 @@ def pooled_comparison(arm: Arm, base: Arm, metric: str, direction: str,
     return compare_pooled(c[0], c[1], b[0], b[1], direction, level)
 
 
+def pooled_value(arm: Arm) -> float | None:
+    """An arm's capacity pooled over its rounds' searches (random effects), the figure the
+    pooled comparison's change is the ratio of; None without every round's interval."""
+    vals, cis = [], []
+    for m in arm.metrics:
+        v, lo, hi = (m.get(k) for k in ("capacity", "capacity_ci_low", "capacity_ci_high"))
+        if not all(isinstance(x, int | float) and x > 0 for x in (v, lo, hi)):
+            return None
+        vals.append(float(v))  # type: ignore[arg-type]
+        cis.append((float(lo), float(hi)))  # type: ignore[arg-type]
+    return pool_intervals(vals, cis).value if vals else None
+
+
 def verdict(base: Arm, cands: list[tuple[dict[str, Any], Arm]], metric: str, direction: str,
             ev: EvaluationSpec, seed: int,
             constraints: Sequence[Constraint] = (), slo: str | None = None) -> dict[str, Any]:
@@ -366,8 +387,13 @@ def verdict(base: Arm, cands: list[tuple[dict[str, Any], Arm]], metric: str, dir
         obj = changes.get(metric)
         if obj is not None and obj.ci is not None and not math.isnan(comp.ci_low):
             # The objective's change is said with the same simultaneous CI everywhere.
-            _, lo, hi = comp.change()
+            ch, lo, hi = comp.change()
             obj.ci = (lo, hi)
+            pooled = (pooled_value(base), pooled_value(arm)) if metric == "capacity" \
+                else (None, None)
+            if pooled[0] is not None and pooled[1] is not None:
+                # A capacity's figures are the pooled ones its change is the ratio of.
+                obj.baseline, obj.candidate, obj.change = pooled[0], pooled[1], ch
             obj.significant = obj.significant and not lo <= 0 <= hi
         checks = [check_constraint(k, base, arm, seed, objective=metric) for k in constraints]
         blocked = [k for k in checks if k.status == "violated"]

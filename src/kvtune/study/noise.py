@@ -51,7 +51,7 @@ class NoiseFloor:
         # zero: one-sided alpha / (2 × candidates), the level the power is computed at.
         detectable = detectable_improvement(c, ev.confirm_rounds, ev.alpha, ev.confirm_top,
                                             two_sided=True)
-        return cls(len(e.reps), noise, robust, e.flags, detectable)
+        return cls(e.measured, noise, robust, e.flags, detectable)
 
     def as_dict(self) -> dict[str, Any]:
         return {"n": self.n, "cov": self.cov, "robust_cov": self.robust_cov,
@@ -67,6 +67,10 @@ class NoiseFloor:
                                        if not math.isnan(self.robust_cov.get(m, math.nan))
                                        else "")
                  for m, v in self.cov.items() if not math.isnan(v)]
+        if not parts:
+            console.print(f"  noise floor: not measured ({self.n} measured repetition"
+                          f"{'s' if self.n != 1 else ''}; a spread needs 2)")
+            return
         console.print("  noise floor: " + ", ".join(dict.fromkeys(parts)))
         detectable = self.detectable_improvement
         if math.isnan(detectable) or ev.confirm_rounds == 0:

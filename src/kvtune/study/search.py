@@ -63,6 +63,15 @@ class Search:
             return True
         return b.time is not None and time.monotonic() - started >= b.time
 
+    def grid_done(self, study: optuna.Study) -> bool:
+        """Whether every configuration of the grid sampler's grid has been measured (or
+        failed): nothing is left for the search to learn."""
+        if self.spec.sampler != "grid":
+            return False
+        done = {config_key(t.user_attrs.get("config", {})) for t in study.trials
+                if t.state.is_finished()}
+        return all(config_key(c) in done for c in self.space.grid())
+
     def enqueue_grid(self, study: optuna.Study) -> None:
         """The grid sampler's configurations not measured yet, queued in order."""
         done = {config_key(t.user_attrs.get("config", {})) for t in study.trials}
@@ -121,6 +130,10 @@ class Search:
             task = prog.add_task("trials", total=self.spec.budget.trials or None,
                                  completed=search_trials_done(study))
             while not self.budget_spent(study, started):
+                if self.grid_done(study):
+                    self.console.print("  every configuration of the grid is measured: the "
+                                       "search stops here")
+                    break
                 number, e, reused = self.trial(study, incumbent)
                 if reused is not None:
                     repeats += 1
@@ -165,6 +178,8 @@ class Search:
         note = " (stopped early)" if e.stopped_early else ""
         note += "" if e.feasible else " [yellow]infeasible[/]"
         note += f" flags: {', '.join(e.flags)}" if e.flags else ""
+        if e.skipped:
+            note += f" ({len(e.skipped)} spoiled by the host, not counted)"
         params = ", ".join(f"{k.split('.', 1)[-1]}={fmt(v)}" for k, v in e.config.items())
         self.console.print(f"  trial {number}: {self.evaluator.metric} {fmt(e.value)}{ci} "
-                           f"n={len(e.reps)}{note}  {params}")
+                           f"n={e.measured}{note}  {params}")
