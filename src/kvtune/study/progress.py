@@ -14,9 +14,12 @@ from kvtune.store import dumps
 
 
 def progress(console: Console) -> Progress:
+    """A live bar on a terminal; nothing elsewhere (a log keeps the phases' own lines, and a
+    transient bar would leave blank lines in it)."""
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                     TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
-                    TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=True)
+                    TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=True,
+                    disable=not console.is_terminal)
 
 
 def fmt(v: Any) -> str:

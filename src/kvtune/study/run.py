@@ -28,7 +28,7 @@ from kvtune.study import confirm as confirmation
 from kvtune.study.drift import DriftCheck
 from kvtune.study.loader import Loaded
 from kvtune.study.noise import NoiseFloor, check_not_client_bound
-from kvtune.study.progress import progress
+from kvtune.study.progress import fmt, progress
 from kvtune.study.record import evaluation_of, tell
 from kvtune.study.search import Search
 
@@ -349,14 +349,42 @@ class StudyRun:
         return DriftCheck(self.spec, self.evaluator, self.store, self.console).run(
             self.space.baseline_config(), self.baseline_eval, after_trial)
 
+    def say_measured(self, phase: str, n: int, config: dict[str, Any],
+                     baseline: dict[str, Any], rep: Repetition) -> None:
+        """One line per measurement of a long phase (the progress a log keeps): which
+        configuration, its objective, or why it did not count."""
+        from kvtune.safety.text import for_markup
+
+        changed = [f"{k.split('.', 1)[-1]}={fmt(v)}" for k, v in config.items()
+                   if baseline.get(k) != v]
+        who = " ".join(changed) if changed else "baseline"
+        if rep.status == "failed":
+            what = ("spoiled by the host, not counted" if rep.raw.get("transient")
+                    else "failed")
+            self.console.print(f"  {phase} {n}: {for_markup(who)}: {what}: "
+                               f"{for_markup(rep.reason)}", highlight=False)
+            return
+        v = rep.metrics.get(self.metric)
+        lo, hi = (rep.metrics.get(f"{self.metric}_ci_low"),
+                  rep.metrics.get(f"{self.metric}_ci_high"))
+        ci = (f" (95% CI {fmt(lo)} … {fmt(hi)})"
+              if isinstance(lo, int | float) and isinstance(hi, int | float) else "")
+        self.console.print(f"  {phase} {n}: {for_markup(who)}: {self.metric} {fmt(v)}{ci}",
+                           highlight=False)
+
     def confirm(self, study: optuna.Study) -> dict[str, Any]:
         """Re-run the top candidates and the baseline interleaved, then recommend the best
         candidate whose improvement is significant — or say that none is."""
         assert self.space is not None
         ev = self.spec.evaluation
 
+        seen = {"n": 0}
+        baseline = self.space.baseline_config()
+
         def measure(config: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
             rep = self.evaluator.run_one(config, "confirm", None)
+            seen["n"] += 1
+            self.say_measured("confirmation", seen["n"], config, baseline, rep)
             return _status(rep), rep.reason, rep.metrics
 
         with progress(self.console) as prog:
@@ -394,8 +422,12 @@ class StudyRun:
         ev = self.spec.evaluation
         baseline = self.space.baseline_config()
 
+        seen = {"n": 0}
+
         def measure(config: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
             rep = self.evaluator.run_one(config, "ablation", None)
+            seen["n"] += 1
+            self.say_measured("ablation", seen["n"], config, baseline, rep)
             return _status(rep), rep.reason, rep.metrics
 
         first = ablation.first_rounds(ev)
