@@ -425,3 +425,21 @@ def test_default_marker_on_a_log_axis_and_no_clipping(tmp_path: Path) -> None:
     assert abs(plots["plot-log"]["defaults"][0]["drawn_at"] - 20) < 0.2
     assert abs(plots["plot-lin"]["defaults"][0]["drawn_at"] - 4) < 0.04
     assert_drawn_right(list(plots.values()))
+
+
+def test_host_facts_say_the_steal_every_repetition_saw() -> None:
+    """A host quiet for the noise floor's half second and busy while the study measured:
+    the facts say both, and the busy one can change the verdict (issue 34)."""
+    from kvtune.measure.host_noise import lines, with_study
+
+    start = {"steal": 0.0, "window_s": 0.5, "virtualized": True}
+    reps = [{"metrics": {"steal": s}} for s in (0.01, 0.02, 0.08)] + [{"metrics": {}}]
+    facts = with_study(start, reps, steal_threshold=0.05)
+    assert facts is not None and facts["during"] == {"n": 3, "median": 0.02, "max": 0.08}
+    text = "\n".join(lines(facts))
+    assert "steal: 0.0% over 0.5 s [ok]" in text
+    assert "steal during the study: median 2.0%, most 8.0% over 3 repetitions " \
+           "[CAN CHANGE THE VERDICT]" in text
+    quiet = with_study(start, [{"metrics": {"steal": 0.001}}], steal_threshold=0.05)
+    assert quiet is not None and "CAN CHANGE" not in "\n".join(lines(quiet))
+    assert with_study(None, []) is None

@@ -152,7 +152,12 @@ def load(store: Store, name: str) -> StudyData:
         drift=store.results(name, "drift"), storage=store.url,
         ablation=store.last_result(name, "ablation"),
         spec_text=study.user_attrs.get("spec_text"),
-        host_noise=store.last_result(name, "host_noise"))
+        host_noise=None)
+    from kvtune.measure.host_noise import with_study
+
+    steal_threshold = float((spec.get("evaluation") or {}).get("steal_threshold") or 0.05)
+    data.host_noise = with_study(store.last_result(name, "host_noise"), data.reps,
+                                 steal_threshold)
     for key in _result_keys(store, name):
         if key.startswith("sweep:"):
             knob = key.split(":", 1)[1]

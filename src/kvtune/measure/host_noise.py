@@ -57,6 +57,16 @@ def checks(facts: dict[str, Any], steal_threshold: float = 0.05) -> list[dict[st
             "verdict" if high else "none",
             f"above the study's steal threshold ({steal_threshold:.0%}): repetitions are "
             "flagged and re-run, and a noisy neighbour can change the verdict" if high else "")
+    during = facts.get("during")
+    if during and during.get("n"):
+        high = during["max"] > steal_threshold
+        add("steal during the study",
+            f"median {during['median']:.1%}, most {during['max']:.1%} over "
+            f"{during['n']} repetitions",
+            "verdict" if high else "none",
+            f"some repetitions saw more than the study's steal threshold "
+            f"({steal_threshold:.0%}): the host's neighbours were busy while it measured"
+            if high else "")
     busy = [b for b in facts.get("busy_processes") or [] if b.get("cpu", 0) >= 0.05]
     heavy = [b for b in busy if b["cpu"] >= BUSY]
     add("other busy processes",
@@ -64,6 +74,24 @@ def checks(facts: dict[str, Any], steal_threshold: float = 0.05) -> list[dict[st
         "verdict" if heavy else "noise" if busy else "none",
         "they compete with the server or the load for CPU: this can change the verdict"
         if heavy else "")
+    return out
+
+
+def with_study(facts: dict[str, Any] | None, reps: list[dict[str, Any]],
+               steal_threshold: float = 0.05) -> dict[str, Any] | None:
+    """The facts of the noise floor's half second and the steal every repetition of the
+    study measured (its telemetry's `steal`): a host can be quiet when the study starts
+    and busy while it measures, and the summary then says both."""
+    steal = sorted(float(m["steal"]) for r in reps
+                   if isinstance(m := r.get("metrics") or {}, dict)
+                   and isinstance(m.get("steal"), int | float))
+    if facts is None and not steal:
+        return None
+    out = dict(facts or {})
+    if steal:
+        out["during"] = {"n": len(steal), "median": steal[len(steal) // 2],
+                         "max": steal[-1]}
+    out["checks"] = checks(out, steal_threshold)
     return out
 
 
