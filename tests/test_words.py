@@ -73,3 +73,16 @@ def test_a_candidate_measured_clearly_worse_is_not_confirmed() -> None:
     assert not clearly_worse(bad, base, "minimize")
     picked = candidates([base, bad, close, better], {"x": 0}, "maximize", top=3)
     assert [c["config"]["x"] for c in picked] == [3, 2]
+
+
+def test_an_interval_given_high_end_first_is_said_low_end_first_and_judged_right() -> None:
+    """A minimized metric's change interval maps an improvement's (lo, hi) to (hi', lo'):
+    the words and the interval must not depend on the order a caller gave (the demo's
+    "−6.2% (95% CI +11.0% … −20.8%), worse" for a change that is not significant)."""
+    from kvtune.present import change_record
+
+    r = change_record("p99_us", -0.062, "minimize", ci=(0.11, -0.208), significant=False)
+    assert r["verdict"] == "no significant change"
+    assert "(95% CI −20.8% … +11.0%)" in r["text"], r["text"]
+    r = change_record("p99_us", -0.62, "minimize", ci=(-0.509, -0.706), significant=True)
+    assert r["verdict"] == "better" and "(95% CI −70.6% … −50.9%)" in r["text"], r["text"]

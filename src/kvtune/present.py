@@ -68,7 +68,9 @@ def _finite_ci(ci: Sequence[float | None] | None) -> tuple[float, float] | None:
     lo, hi = ci
     if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
         return None
-    return float(lo), float(hi)
+    # An interval's ends in order whichever way a caller mapped them (a minimized
+    # metric's change swaps the ends of its improvement's interval).
+    return min(float(lo), float(hi)), max(float(lo), float(hi))
 
 
 def judge(change: float | None, direction: str | None, significant: bool | None = None,
@@ -102,7 +104,8 @@ def _ci_text(ci: Sequence[float | None] | None, level: float = 0.95) -> str:
     if not ci or len(ci) != 2 or any(
             v is None or (isinstance(v, float) and math.isnan(v)) for v in ci):
         return ""
-    return f" ({level:.0%} CI {pct(ci[0])} … {pct(ci[1])})"
+    lo, hi = sorted((float(ci[0]), float(ci[1])))  # type: ignore[arg-type]
+    return f" ({level:.0%} CI {pct(lo)} … {pct(hi)})"
 
 
 def describe_change(metric: str, change_fraction: float | None, direction: str | None,

@@ -633,13 +633,10 @@ def choose(res: dict[str, Any], rec_arm: Arm, base_arm: Arm, recommended: dict[s
     # The full recommendation against the minimal one: what the left-out changes add.
     worth, lo, hi = _worth(rec_s, mins, sign, 1 - ev.alpha)
     extra = change_record(metric, math.expm1(sign * worth) if not math.isnan(worth) else None,
-                          direction, ci=(math.expm1(sign * lo), math.expm1(sign * hi))
-                          if not math.isnan(lo) else (None, None),
-                          significant=lo > 0)
+                          direction, ci=_change_ci(sign, lo, hi), significant=lo > 0)
     g, glo, ghi = _worth(mins, base_s, sign, 1 - ev.alpha)
     gain = change_record(metric, math.expm1(sign * g) if not math.isnan(g) else None,
-                         direction, ci=(math.expm1(sign * glo), math.expm1(sign * ghi))
-                         if not math.isnan(glo) else (None, None), significant=glo > 0)
+                         direction, ci=_change_ci(sign, glo, ghi), significant=glo > 0)
     names = ", ".join(f"{k} {changes[k]['baseline']} → {changes[k]['recommended']}"
                       for k in carries)
     out_names = ", ".join(f"{x['knob']} (share {_share(x['share'])})" for x in left(rest))
@@ -655,6 +652,15 @@ def choose(res: dict[str, Any], rec_arm: Arm, base_arm: Arm, recommended: dict[s
             "text": f"recommends only {names} (the changes that carry the gain: "
                     f"{gain['text']} against the defaults); the full recommendation is not "
                     f"significantly better ({extra['text']}); left out: {out_names}"}
+
+
+def _change_ci(sign: float, lo: float, hi: float) -> tuple[float | None, float | None]:
+    """The metric's change interval, low end first, from an interval of the log
+    improvement (`sign` −1 for a minimized metric swaps the ends)."""
+    if math.isnan(lo) or math.isnan(hi):
+        return (None, None)
+    a, b = math.expm1(sign * lo), math.expm1(sign * hi)
+    return (min(a, b), max(a, b))
 
 
 def _rounds_text(res: dict[str, Any]) -> str:
