@@ -546,8 +546,9 @@ class EvaluationSpec(_Model):
     min_improvement: float = Field(default=0.0, ge=0, le=100)
     # After the confirmation, measure the recommendation with each changed knob reverted
     # (kvtune.study.ablation): confirm_rounds rounds of every arm, then more rounds only for
-    # the changes still ambiguous, as many as the measured noise needs to resolve a revert
-    # effect of ablation_effect (relative), at most ablation_max_rounds rounds per arm
+    # the changes still open, as many as the measured noise needs to resolve a share of
+    # ablation_share of the gain (ablation_effect, relative, when there is no gain to
+    # share), at most ablation_max_rounds rounds per arm
     # (at most confirm_rounds: one fixed look, as before).
     ablation: bool = True
     ablation_effect: float = Field(default=0.05, gt=0, le=10)
@@ -555,7 +556,8 @@ class EvaluationSpec(_Model):
     # A change whose share of the gain is shown below this (its whole interval) does not
     # carry it: its test stops, and the minimal configuration leaves it out.
     ablation_share: float = Field(default=0.10, gt=0, lt=1)
-    # At most this long for the ablation's looks after the first (seconds; None: no limit).
+    # The ablation's time budget (seconds; None: none): its first look always runs, and
+    # no later look starts that would take the whole ablation past it.
     ablation_time: float | None = None
 
     @field_validator("ablation_time", mode="before")

@@ -442,8 +442,9 @@ class StudyRun:
                 took = (f", about {present.duration(least * per)} to "
                         f"{present.duration(most * per)} at {present.duration(per)} a "
                         "repetition") if per else ""
-                limit = (f", at most {present.duration(ev.ablation_time)} for the looks "
-                         "after the first (evaluation.ablation_time)"
+                limit = (f"; no look after the first that would take it past "
+                         f"{present.duration(ev.ablation_time)} in all "
+                         "(evaluation.ablation_time)"
                          if ev.ablation_time is not None else "")
                 self.console.print(
                     f"[bold]Ablation[/]: the recommendation with each of its {n} changes "
