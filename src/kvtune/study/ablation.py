@@ -5,40 +5,33 @@ baseline and beside one variant per changed knob — the recommendation with tha
 put back to its baseline value — in interleaved rounds (the confirmation's `interleave`).
 For each changed knob:
 
-- its share of the gain: (log recommended − log without it) / (log recommended − log
-  baseline) over the arms' mean logarithms, with a bootstrap 95% CI (every arm resampled
-  on its own); independent multiplicative effects add up to 100%;
-- whether it matters: reverting it moves the objective (two-sided Welch t test on the
-  logarithms against the recommendation's samples of the same rounds, Holm-adjusted over
-  the knobs still open at a look).
-  A change "carries" the gain when the test is significant and reverting it loses,
-  "hurts" when significant and reverting it gains, and is "noise" otherwise.
+- what it is worth: one interval of (mean log recommended − mean log without it) over the
+  same rounds (Welch), at the look's level over the changes still open (Bonferroni); its
+  share of the gain (that interval over the recommendation's log gain), what reverting it
+  does (the same interval on the metric's scale) and its verdict all come from it: it
+  "carries" the gain when the interval is wholly above zero, "hurts" when wholly below,
+  "does not carry" when wholly below `evaluation.ablation_share` of the gain, and is
+  "ambiguous" when the budget ends first.
 
 How many rounds (a sequential design, so clear effects stay cheap):
 
 1. every arm runs `confirm_rounds` rounds (the first look);
-2. the noise of those samples (the logarithms' pooled SD) says how many rounds a revert
-   effect of `evaluation.ablation_effect` (5%) needs for 80% power at the final level
-   (`kvtune.stats.rounds_needed`, the confirmation's power formula, two-sided t),
-   capped at `evaluation.ablation_max_rounds` (30);
+2. the noise of those samples (the logarithms' pooled SD) says how many rounds resolving
+   a share of `ablation_share` of the gain needs for 80% power at the final level
+   (`kvtune.stats.rounds_needed`), capped at `evaluation.ablation_max_rounds` (30);
 3. more rounds, in looks spaced ×1.5 up to that number, measure only the recommendation
-   and the changes still ambiguous. A change stops when its test is significant, or when
-   its effect's 90% CI lies within ±ablation_effect (it is smaller than what the ablation
-   must resolve). The type-I error over all looks stays below alpha: each interim look
-   tests at alpha × 0.2 / (looks − 1), the final one at alpha × 0.8 (a union bound, as
-   Haybittle–Peto's boundary); stopping for "smaller than the effect" never adds
-   false carriers.
+   and the changes still open. Each interim look tests at alpha × 0.2 / (looks − 1), the
+   final one at alpha × 0.8 (a union bound, as Haybittle–Peto's boundary);
+   `evaluation.ablation_time` ends the looks that would take the ablation past it.
 
-What is still ambiguous at the cap is said ("unresolved": its revert effect's CI).
+Then `choose`: the minimal configuration (the baseline plus the changes that carry) is
+measured in new rounds interleaved with the full recommendation and the baseline, and
+recommended unless the full one is significantly better; the choice, its reason and the
+changes left out are stored in "choice" (export, verify, show and the report follow it).
 
-The minimal configuration keeps only the changes that carry the gain (the others go back
-to the baseline). It is derived, not measured: when the shares add up to far from 100%
-the changes interact and the summary says so.
-
-Cost: at least (changed knobs + 2) × confirm_rounds repetitions (`cost`), at most that
-plus (changed knobs + 1) × (ablation_max_rounds − confirm_rounds) (`max_cost`); none with
-a single change (the confirmation already measured it against the baseline). Skipped
-with `evaluation.ablation: false` or `kvtune tune --no-ablation`.
+Cost: at least (changed knobs + 2) × confirm_rounds repetitions (`cost`), at most
+`max_cost`; none with a single change (the confirmation already measured it against the
+baseline). Skipped with `evaluation.ablation: false` or `kvtune tune --no-ablation`.
 
 Stored as `store.put_result(study, "ablation", result)`; the schema is `SCHEMA` below
 (docs/report.md repeats it; `kvtune export --minimal` reads `minimal_changes`).
