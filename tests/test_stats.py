@@ -141,3 +141,45 @@ def test_pooled_intervals_cover_at_their_level_and_widen_when_estimates_disagree
     c = compare_pooled([33_000.0] * 4, [(32_000.0, 34_000.0)] * 4,
                        [30_000.0] * 4, [(29_100.0, 30_900.0)] * 4, "maximize")
     assert c.p_value < 0.01 and 0.08 < c.improvement < 0.12 and c.ci_low > 0.05
+
+
+def test_a_paired_capacity_comparison_cancels_the_hosts_round_to_round_swing() -> None:
+    """Each round's candidate against the same round's baseline: a host that moves both by
+    ±30% between rounds leaves the change's interval narrow and holding the truth, where
+    pooling each arm on its own cannot tell the change from the swing."""
+    import math
+
+    from kvtune.stats import compare_paired, compare_pooled
+
+    host = [1.0, 0.7, 1.3, 0.85]
+    base = [30000 * h for h in host]
+    cand = [33000 * h * f for h, f in zip(host, (1.01, 0.99, 1.0, 1.005))]
+    ci = [(v * 0.95, v * 1.05) for v in base], [(v * 0.95, v * 1.05) for v in cand]
+    p = compare_paired(cand, ci[1], base, ci[0], "maximize")
+    u = compare_pooled(cand, ci[1], base, ci[0], "maximize")
+    assert p.ci_low <= 0.10 <= p.ci_high and p.ci_low > 0, p
+    assert p.p_value < 0.05 and not u.ci_low > 0, (p, u)
+    assert p.ci_high - p.ci_low < (u.ci_high - u.ci_low) / 2
+    # minimize: the same knees read as latencies, the improvement's sign follows
+    q = compare_paired(base, ci[0], cand, ci[1], "minimize")
+    assert math.isclose(q.improvement, p.improvement, rel_tol=1e-9)
+
+
+def test_the_confirmation_pairs_capacity_by_round_and_skips_spoiled_rounds() -> None:
+    from kvtune.study.confirm import Arm, interleave, pooled_comparison
+
+    values = {"b": iter([30000, 21000, 39000, 25500]), "c": iter([33000, 23100, None, 28050])}
+
+    def measure(cfg: dict) -> tuple[str, str, dict]:
+        v = next(values[cfg["k"]])
+        if v is None:
+            return "skipped", "host_disturbed", {}
+        return "ok", "", {"capacity": v, "capacity_ci_low": v * 0.96,
+                          "capacity_ci_high": v * 1.04}
+
+    base, cand = Arm("baseline", {"k": "b"}), Arm("c", {"k": "c"})
+    interleave([base, cand], 4, "capacity", measure, seed=1)
+    assert base.rounds == [0, 1, 2, 3] and cand.rounds == [0, 1, 3]
+    comp = pooled_comparison(cand, base, "capacity", "maximize", 0.95)
+    assert comp is not None and comp.n_candidate == 3  # round 2 has no pair
+    assert comp.ci_low <= 0.10 <= comp.ci_high and comp.ci_low > 0, comp

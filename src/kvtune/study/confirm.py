@@ -45,6 +45,7 @@ from kvtune.stats import (
     bootstrap_ci,
     centre,
     compare,
+    compare_paired,
     compare_pooled,
     holm,
     pool_intervals,
@@ -107,6 +108,9 @@ class Arm:
     failed: str | None = None
     # Rounds the host spoiled for this arm (status "skipped"): said, not measured.
     skipped: list[str] = field(default_factory=list)
+    # The round each entry of `metrics` was measured in (arms of one `interleave` share
+    # the numbering, so a candidate's value pairs with the baseline's of the same round).
+    rounds: list[int] = field(default_factory=list)
 
     def series(self, metric: str) -> list[float]:
         """This arm's samples of `metric`, one per measured round."""
@@ -131,7 +135,8 @@ def interleave(arms: list[Arm], rounds: int, metric: str | None, measure: Measur
     not measured again. Every metric of every repetition is kept (`Arm.metrics`); `metric`'s
     values also go to `Arm.samples`."""
     rng = random.Random(seed)
-    for _ in range(rounds):
+    first = 1 + max((r for a in arms for r in a.rounds), default=-1)
+    for i in range(rounds):
         order = arms[:]
         rng.shuffle(order)
         for a in order:
@@ -147,6 +152,7 @@ def interleave(arms: list[Arm], rounds: int, metric: str | None, measure: Measur
                 a.failed = reason
                 continue
             a.metrics.append(metrics)
+            a.rounds.append(first + i)
             v = metrics.get(metric) if metric else None
             if v is not None:
                 a.samples.append(float(v))
@@ -329,20 +335,29 @@ def pooled_comparison(arm: Arm, base: Arm, metric: str, direction: str,
     if metric != "capacity":
         return None
 
-    def with_ci(a: Arm) -> tuple[list[float], list[tuple[float, float]]] | None:
-        vals, cis = [], []
-        for m in a.metrics:
+    def with_ci(a: Arm) -> dict[int, tuple[float, tuple[float, float]]] | None:
+        out = {}
+        rounds = a.rounds if len(a.rounds) == len(a.metrics) else range(len(a.metrics))
+        for r, m in zip(rounds, a.metrics, strict=True):
             v, lo, hi = (m.get(k) for k in ("capacity", "capacity_ci_low", "capacity_ci_high"))
             if not all(isinstance(x, int | float) and x > 0 for x in (v, lo, hi)):
                 return None
-            vals.append(float(v))  # type: ignore[arg-type]
-            cis.append((float(lo), float(hi)))  # type: ignore[arg-type]
-        return (vals, cis) if len(vals) >= 1 else None
+            out[r] = (float(v), (float(lo), float(hi)))  # type: ignore[arg-type]
+        return out or None
 
     c, b = with_ci(arm), with_ci(base)
     if c is None or b is None:
         return None
-    return compare_pooled(c[0], c[1], b[0], b[1], direction, level)
+    both = sorted(set(c) & set(b))
+    if len(both) >= 2:
+        # Each round's candidate against the baseline of the same round: the host's state,
+        # which moves over minutes here, cancels within a round.
+        return compare_paired([c[r][0] for r in both], [c[r][1] for r in both],
+                              [b[r][0] for r in both], [b[r][1] for r in both],
+                              direction, level)
+    cv, bv = list(c.values()), list(b.values())
+    return compare_pooled([v for v, _ in cv], [ci for _, ci in cv],
+                          [v for v, _ in bv], [ci for _, ci in bv], direction, level)
 
 
 def pooled_value(arm: Arm) -> float | None:
