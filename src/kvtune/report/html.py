@@ -42,6 +42,7 @@ from kvtune.report.compare import (
     load_raw,
     slab_tables,
 )
+from kvtune.report.summary import change_cell, change_word
 from kvtune.report.workers import html_section as workers_section
 from kvtune.store import config_key
 from kvtune.study.record import stored_eval
@@ -264,9 +265,10 @@ def _before_after(data: StudyData, cmp: dict[str, Any]) -> str:
         # the same the verdict says; a change without one is a figure, not a claim.
         rec = (cmp.get("changes") or {}).get(m)
         if rec and rec.get("change") is not None:
-            word = rec.get("verdict")
-            text = str(rec.get("text") or "")
-            change = _e(text[len(m) + 1:] if text.startswith(m + " ") else text)
+            # The same cell `kvtune show` prints (report/summary.py), from the stored
+            # change and its interval.
+            word = change_word(rec)
+            change = _e(change_cell(rec))
         else:
             word = None
             change = (_e(_pct(r)) + (" <span class=note>(no interval: not a claim)</span>"
@@ -384,19 +386,18 @@ def _ablation(data: StudyData, a: Analysis) -> str:
             return ('<p class="note">No ablation was measured for this study (studies '
                     "before kvtune 0.x, or evaluation.ablation: false / --no-ablation).</p>")
         return ""
-    from kvtune.study.ablation import lines
+    from kvtune.study.ablation import lines, share_text
 
     head = lines(res)[0]
-    rows = ["<table><tr><th>change</th><th>share of the gain (95% CI)</th>"
+    # The share's interval at its own level (Bonferroni over the open changes), as the
+    # terminal says it (`share_text`).
+    rows = ["<table><tr><th>change</th><th>share of the gain (its interval)</th>"
             "<th>reverting it</th><th>p (Bonferroni)</th><th>verdict</th></tr>"]
     for r in res.get("knobs", []):
-        lo, hi = r["share_ci"]
-        ci = "" if not (isinstance(lo, float) and math.isfinite(lo)) else \
-            f" ({lo:.0%} … {hi:.0%})"
-        share = f"{r['share']:.0%}{ci}" if math.isfinite(r["share"]) else "–"
+        share = share_text(r)
         cls = {"carries": "better", "hurts": "worse"}.get(r["effect"], "")
         rows.append(f"<tr><td>{_e(r['knob'])}: {_f(r['baseline'])} → {_f(r['recommended'])}"
-                    f"</td><td>{share}</td><td>{_e(r['revert']['text'])}</td>"
+                    f"</td><td>{_e(share)}</td><td>{_e(r['revert']['text'])}</td>"
                     f"<td>{r.get('p_adjusted', math.nan):.3g}</td>"
                     f'<td class="{cls}">{_e(r["effect"])}</td></tr>')
     rows.append("</table>")
@@ -420,7 +421,10 @@ def _ablation(data: StudyData, a: Analysis) -> str:
                     "BH q &lt; 0.05): " + "; ".join(
                         f"{_e(c.metric)} ({_e(c.unit)}) ρ={c.rho:+.2f}" for c in leads)
                     + ".</p>")
-    return (f'<div class="verdict good">{_e(head)}</div>' + "".join(rows) + mini + lead_txt)
+    # Green only for an ablation that measured something (a skipped one says why, in the
+    # verdict's own yellow when nothing was recommended).
+    cls = "none" if res.get("skipped") else "good"
+    return (f'<div class="verdict {cls}">{_e(head)}</div>' + "".join(rows) + mini + lead_txt)
 
 
 def _finite(x: Any) -> bool:

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvtune.errors import UserError
-from kvtune.present import NO_SIGNIFICANT_CHANGE, describe_change, pct
+from kvtune.present import NO_SIGNIFICANT_CHANGE, describe_change, judge, number, pct
 from kvtune.safety.text import for_markup as esc
 from kvtune.store import Store
 from kvtune.study.record import stored_eval
@@ -21,7 +21,9 @@ SHOWN = ("ops_per_sec", "p50_us", "p99_us", "p999_us", "hit_ratio", "errors", "s
 def change_cell(ch: dict[str, Any] | None) -> str:
     """A metric's confirmed change for the comparison table: "−18.0% (95% CI −21.0% …
     −15.2%), worse"; the words follow the CI (`present.judge`); never a bare
-    percentage."""
+    percentage. `kvtune show` and the report's before/after table both print it, from the
+    stored change and its interval (not a stored text an older kvtune may have worded
+    otherwise)."""
     if not ch:
         return ""
     if ch.get("change") is None:
@@ -30,14 +32,18 @@ def change_cell(ch: dict[str, Any] | None) -> str:
                            ch.get("significant")).strip()
 
 
+def change_word(ch: dict[str, Any] | None) -> str | None:
+    """The word `change_cell` ends with (the report colours the cell by it)."""
+    if not ch:
+        return None
+    if ch.get("change") is None:
+        return NO_SIGNIFICANT_CHANGE
+    return judge(ch["change"], ch.get("direction"), ch.get("significant"), ch.get("ci"))
+
+
 def _f(v: Any) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
-    return str(v)
+    """A figure as the report writes it (`present.number`: 253,360, never 2.534e+05)."""
+    return number(v)
 
 
 def _chg(comp: dict[str, Any], key: str) -> str:
@@ -278,9 +284,10 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
                 f"{data['metric'] or 'value'} vs baseline"):
         t.add_column(col)
     # The configuration on one line: what differs from the baseline (a wrapped cell would
-    # print the same continuation text on several rows).
+    # print the same continuation text on several rows). Never all the width: a longer
+    # one would leave the other columns no width at all (rich shrinks them first).
     t.add_column("configuration (changes from the baseline)", no_wrap=True,
-                 overflow="ellipsis")
+                 overflow="ellipsis", max_width=max(20, console.width - 90))
     base_cfg = (data.get("baseline") or {}).get("config") or {}
     for tr in data["trials"]:
         ci = tr["ci"] or [None, None]

@@ -673,11 +673,17 @@ def lines(res: dict[str, Any] | None) -> list[str]:
     out = [f"Ablation ({rounds}{sep}"
            f"{res.get('measurements', 0)} extra repetitions): {res['text']}"]
     for r in res["knobs"]:
-        lo, hi = r["share_ci"]
-        ci = "" if math.isnan(lo) else \
-            f" ({_level(r.get('confidence', 0.95))} CI {_share(lo)} … {_share(hi)})"
         rounds = f" [{r['rounds']} rounds]" if res.get("first_rounds") and r.get(
             "rounds", 0) > res["first_rounds"] else ""
-        out.append(f"  {_change(r)}: share of the gain {_share(r['share'])}{ci}; reverting it: "
+        out.append(f"  {_change(r)}: share of the gain {share_text(r)}; reverting it: "
                    f"{r['revert']['text']}; {r['effect']}{rounds}")
     return out  # the choice it led to closes the summary (report/summary.py)
+
+
+def share_text(row: dict[str, Any]) -> str:
+    """A change's share of the gain with the interval it was decided by, at that
+    interval's own level: "88% (99.95% CI 35% … 140%)" (the terminal and the report)."""
+    lo, hi = row["share_ci"]
+    ci = "" if not (isinstance(lo, int | float) and math.isfinite(lo)) else \
+        f" ({_level(row.get('confidence', 0.95))} CI {_share(lo)} … {_share(hi)})"
+    return f"{_share(row['share'])}{ci}"
