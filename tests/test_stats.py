@@ -153,7 +153,7 @@ def test_a_paired_capacity_comparison_cancels_the_hosts_round_to_round_swing() -
 
     host = [1.0, 0.7, 1.3, 0.85]
     base = [30000 * h for h in host]
-    cand = [33000 * h * f for h, f in zip(host, (1.01, 0.99, 1.0, 1.005))]
+    cand = [33000 * h * f for h, f in zip(host, (1.01, 0.99, 1.0, 1.005), strict=True)]
     ci = [(v * 0.95, v * 1.05) for v in base], [(v * 0.95, v * 1.05) for v in cand]
     p = compare_paired(cand, ci[1], base, ci[0], "maximize")
     u = compare_pooled(cand, ci[1], base, ci[0], "maximize")

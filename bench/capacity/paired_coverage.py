@@ -45,7 +45,7 @@ def one(rng: np.random.Generator, k: int, change: float, host_sd: float, tau: fl
     cand = np.exp(np.log(30000) + math.log1p(change) + host + err[1] + extra)
 
     def cis(v: np.ndarray, s: np.ndarray) -> list[tuple[float, float]]:
-        return [(float(x * math.exp(-z * e)), float(x * math.exp(z * e))) for x, e in zip(v, s)]
+        return [(float(x * math.exp(-z * e)), float(x * math.exp(z * e))) for x, e in zip(v, s, strict=True)]
 
     c_ci, b_ci = cis(cand, stated[1]), cis(base, stated[0])
     p = compare_paired(list(cand), c_ci, list(base), b_ci, "maximize")

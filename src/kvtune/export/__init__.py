@@ -153,13 +153,14 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
                              tuned_include=tuned_include)
         check_domains(out, study.user_attrs.get("space"))
         return out
-    why = (f"the confirmation found {conf.get('verdict')}" if conf else
+    verdict = str(conf.get("verdict") or "") if conf else ""
+    why = (f"the confirmation's verdict: {verdict}" if conf else
            "the study has no confirmation yet (`kvtune tune` runs it at the end)")
     if not best_in_search:
         done = "Nothing was exported" if verb == "export" else f"Nothing to {verb}"
         raise NoRecommendation(f"study {name!r} has no significant recommendation: {why}. "
-                               f"{done}; --best-in-search {verb}s the best feasible trial "
-                               "of the search instead (unconfirmed).")
+                               f"{done}; with --best-in-search, {verb} works on the best "
+                               "feasible trial of the search instead (unconfirmed).")
     if minimal or full:
         raise NoRecommendation(f"--{'minimal' if minimal else 'full'} needs a confirmed "
                                "recommendation")

@@ -92,7 +92,9 @@ def lines(doc: dict[str, Any]) -> list[str]:
                 out.append(f"{name}: mean {m:,.1f}, median {p50:,.0f}, p99 {p99:,.0f}")
     out.append(f"connections: {doc.get('connections', 4)}"
                + (f" (seen {about['connections_seen']})" if "connections_seen" in about
-                  else "") + f"; multiget fan-out {doc.get('mget_size', 10)}")
+                  else "") + (f"; multiget fan-out {doc['mget_size']}"
+                              if "mget" in str(doc.get("mix", "")) and doc.get("mget_size")
+                              else ""))
     if about.get("hit_ratio") is not None:
         out.append(f"hit ratio of the gets seen: {about['hit_ratio']:.3f}")
     if about.get("other_commands"):
