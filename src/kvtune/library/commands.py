@@ -367,14 +367,14 @@ def predict_command(study: str, storage: str | None, library: str | None) -> Non
     if not pred.found.used:
         if pred.found.nearest_beyond:
             e, d = pred.found.nearest_beyond
+            diff = "; ".join(nearest_differences(pred.features, e.workload))
             p(f"  no prediction: the nearest compatible study, {_esc(e.study)!r}, is at "
-              f"distance {d:.2f} ({_esc('; '.join(nearest_differences(pred.features, e.workload)))})"
-              ": this workload is unlike anything in the library")
+              f"distance {d:.2f} ({_esc(diff)}): this workload is unlike anything in the "
+              "library")
         else:
+            why = "; ".join(f"{k} ({v})" for k, v in pred.found.reasons().items())[:400]
             p(f"  no prediction: no compatible study in {_esc(lib.url)}"
-              + ("; not used: " + "; ".join(f"{k} ({v})" for k, v in
-                                           pred.found.reasons().items()))[:400]
-              if pred.found.not_used else "")
+              + (f"; not used: {_esc(why)}" if why else ""))
         raise typer.Exit(1)
     for e, d in pred.found.used:
         p(f"  {_esc(e.study)!r} ({e.short_id}), distance {d:.2f}: {_esc(result_text(e))}"

@@ -5,18 +5,17 @@ A study's workload is its load's model (`load.workload_file`, captured, imported
 written by hand) or its inline `load.workload` settings. Its features (`FEATURES`) are
 numbers a person can check against the model:
 
-| feature | from | scale |
-|---|---|---|
-| read_share | get + mget share of requests | 0.2 |
-| write_share | set share | 0.2 |
-| delete_share | delete share | 0.1 |
-| mget_share | mget share | 0.2 |
-| log2_fanout | log2 of the keys per mget (0 without mgets) | 1.0 (a factor of 2) |
-| log10_value | log10 of the mean value size in bytes (per key when the model keeps sizes per key) | 0.5 (a factor of about 3.2) |
-| zipf | the Zipf exponent of the popularity (uniform 0; a table or a hot set: the exponent whose hottest 1% of keys get the same share of requests) | 0.3 |
-| ttl_share | share of sets with a TTL | 0.5 |
-| log10_keys | log10 of the keyspace | 1.0 (a factor of 10) |
-| log10_rate | log10 of the offered rate (open loop; absent in a closed loop) | 0.5 |
+- read_share: get + mget share of requests (scale 0.2);
+- write_share: set share (0.2); delete_share: delete share (0.1);
+- mget_share: mget share (0.2); log2_fanout: log2 of the keys per mget, 0 without
+  mgets (1.0: a factor of 2);
+- log10_value: log10 of the mean value size in bytes, per key when the model keeps sizes
+  per key (0.5: a factor of about 3.2);
+- zipf: the popularity's Zipf exponent (uniform: 0; a table or a hot set: the exponent
+  whose hottest 1% of keys get the same share of requests) (0.3);
+- ttl_share: share of sets with a TTL (0.5);
+- log10_keys: log10 of the keyspace (1.0: a factor of 10);
+- log10_rate: log10 of the offered rate, open loop only (0.5).
 
 **Distance**: the Euclidean distance of the features each divided by its scale (a scale
 is the difference that matters about as much as another feature's scale); a feature

@@ -96,7 +96,7 @@ class WarmStart:
             self._prepare()
         except (LibraryUnavailable, NoFeatures) as e:
             self._cold(str(e))
-        except Exception as e:  # noqa: BLE001 - the library never stops a study
+        except Exception as e:  # the library never stops a study
             self._cold(f"the library could not be read ({type(e).__name__}: {e})")
         self.record.setdefault("library", self.flag)
         run.store.put_result(spec.study, "warm_start", self.record)
@@ -329,7 +329,7 @@ class WarmStart:
         except (LibraryUnavailable, NoFeatures, ValueError) as e:
             self.say(f"[yellow]library:[/] this study was not added: {escape(str(e))}")
             return None
-        except Exception as e:  # noqa: BLE001 - the library never fails a finished study
+        except Exception as e:  # the library never fails a finished study
             self.say(f"[yellow]library:[/] this study was not added ({type(e).__name__}: "
                      f"{escape(str(e))})")
             return None
