@@ -184,7 +184,7 @@ def test_entries_from_elsewhere_are_not_used_and_why() -> None:
 
 def test_neighbours_are_the_nearest_alike_ones() -> None:
     kw = {"target": "memcached", "version": "1.6.18"}
-    near = make_entry("near", {"read_share": 0.88, "log10_value": 2.0}, None, **kw)
+    near = make_entry("near", {"read_share": 0.86, "log10_value": 2.0}, None, **kw)
     nearer = make_entry("nearer", {"read_share": 0.9, "log10_value": 2.05}, None, **kw)
     far = make_entry("far", {"read_share": 0.2, "log10_value": 4.0}, None, **kw)
     found = neighbours([near, far, nearer], CTX)
