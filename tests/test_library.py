@@ -464,3 +464,18 @@ def test_a_capacity_study_opens_its_searches_at_a_neighbours_knee(
         assert doc["estimate"]["closed_loop_rate"] is None  # no burst
         assert doc["estimate"]["first_rate"] == pytest.approx(knee, rel=0.01)
         assert doc["range"] == pytest.approx([knee / 4, knee * 4], rel=0.01)
+
+
+def test_a_postgresql_storage_holds_the_fleets_library(pg_url: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a PostgreSQL study storage the library is that database's (a fleet shares
+    it): entries added by one process are read by another."""
+    monkeypatch.delenv("KVTUNE_LIBRARY")
+    assert resolve(None, pg_url) == pg_url
+    one = Library(pg_url)
+    a = make_entry("pa", {"read_share": 0.9}, {"synthetic.x": 7.0})
+    assert one.add([a]) == 1
+    other = Library(pg_url)
+    [got] = other.read(target="synthetic").entries
+    assert got == a and other.find(a.id[:6]) == [a.id]
+    assert other.forget(a.id) and not one.read().entries

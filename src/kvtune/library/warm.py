@@ -208,8 +208,8 @@ class WarmStart:
         lo, hi = self.knee / BRACKET, min(self.knee * BRACKET, MAX_RATE)
         obj.rates = (lo, hi)
         driver = run.session.load_driver
-        if driver is not None and hasattr(driver, "capacity"):
-            driver.capacity = spec.capacity
+        if driver is not None and hasattr(driver, "capacity"):  # built with the old rates
+            setattr(driver, "capacity", spec.capacity)  # noqa: B010
         self.record["bracket"] = [lo, hi]
         if self.fresh:
             self.say(f"  capacity: the searches start at the neighbour's knee, "
