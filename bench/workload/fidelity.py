@@ -335,7 +335,7 @@ def per_key(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     flat.write_text(json.dumps(flat_doc))
     w = args.window
     run = ["--duration", f"{w + 3}s", "--warmup", "1s"]
-    by_trace = stored(args, ["--trace", str(trace), "--warmup", "1s"], 2.0, w)
+    by_trace = stored(args, ["--trace", str(trace), *run], 2.0, w)
     by_model = stored(args, ["--workload", str(model), *run], 2.0, w)
     by_flat = stored(args, ["--workload", str(flat), *run], 2.0, w)
     out: dict[str, Any] = {"truth": truth, "model_per_key": doc["about"].get("per_key"),
