@@ -937,7 +937,9 @@ mod tests {
             }
         };
         assert!(bad(r#"{"rate": 1, "key_buckets": []}"#).contains("between 1 and"));
-        assert!(bad(r#"{"rate": 1, "key_buckets": [{"keys": 0}]}"#).contains("key_buckets[0].keys"));
+        assert!(
+            bad(r#"{"rate": 1, "key_buckets": [{"keys": 0}]}"#).contains("key_buckets[0].keys")
+        );
         assert!(
             bad(r#"{"rate": 1, "key_buckets": [{"keys": 5, "value_size": "9M"}]}"#)
                 .contains("key_buckets[0].value_size")

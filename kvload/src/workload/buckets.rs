@@ -87,8 +87,8 @@ impl PerKey {
         if self.n <= 2 {
             return index;
         }
-        let shifted = (index as u128 + self.n as u128 - self.add as u128 % self.n as u128)
-            % self.n as u128;
+        let shifted =
+            (index as u128 + self.n as u128 - self.add as u128 % self.n as u128) % self.n as u128;
         ((shifted * self.inv as u128) % self.n as u128) as u64
     }
 
@@ -98,7 +98,11 @@ impl PerKey {
             return None;
         }
         let r = self.rank(index);
-        Some(self.ends.partition_point(|&e| e <= r).min(self.ends.len() - 1))
+        Some(
+            self.ends
+                .partition_point(|&e| e <= r)
+                .min(self.ends.len() - 1),
+        )
     }
 
     /// The value size of key `index`, None when its bucket gives none.
@@ -162,7 +166,10 @@ mod tests {
         }
         let cold: Vec<u64> = (20..n).map(|r| kg.scramble(r)).collect();
         assert!(cold.iter().all(|&k| pk.ttl(k).is_none()));
-        let big = cold.iter().filter(|&&k| pk.value_len(k) == Some(1000)).count() as f64
+        let big = cold
+            .iter()
+            .filter(|&&k| pk.value_len(k) == Some(1000))
+            .count() as f64
             / cold.len() as f64;
         assert!((big - 0.25).abs() < 0.03, "share of 1000-byte keys {big}");
         // The same key, the same size, every time.
