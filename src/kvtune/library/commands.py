@@ -366,9 +366,9 @@ def predict_command(study: str, storage: str | None, library: str | None) -> Non
       f"{_esc(describe(pred.features))}")
     if not pred.found.used:
         if pred.found.nearest_beyond:
-            e, d = pred.found.nearest_beyond
-            diff = "; ".join(nearest_differences(pred.features, e.workload))
-            p(f"  no prediction: the nearest compatible study, {_esc(e.study)!r}, is at "
+            near, d = pred.found.nearest_beyond
+            diff = "; ".join(nearest_differences(pred.features, near.workload))
+            p(f"  no prediction: the nearest compatible study, {_esc(near.study)!r}, is at "
               f"distance {d:.2f} ({_esc(diff)}): this workload is unlike anything in the "
               "library")
         else:
@@ -376,10 +376,11 @@ def predict_command(study: str, storage: str | None, library: str | None) -> Non
             p(f"  no prediction: no compatible study in {_esc(lib.url)}"
               + (f"; not used: {_esc(why)}" if why else ""))
         raise typer.Exit(1)
-    for e, d in pred.found.used:
-        p(f"  {_esc(e.study)!r} ({e.short_id}), distance {d:.2f}: {_esc(result_text(e))}"
-          + (": " + ", ".join(f"{k}={v}" for k, v in e.recommendation.changes.items())
-             if e.recommendation else ""))
+    for used, d in pred.found.used:
+        p(f"  {_esc(used.study)!r} ({used.short_id}), distance {d:.2f}: "
+          f"{_esc(result_text(used))}"
+          + (": " + ", ".join(f"{k}={v}" for k, v in used.recommendation.changes.items())
+             if used.recommendation else ""))
     n = len(pred.found.used)
     if pred.config:
         p("  suggested configuration: " + ", ".join(

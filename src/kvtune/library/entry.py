@@ -96,7 +96,7 @@ class WarmFrom(_Model):
 class Entry(_Model):
     """One finished study."""
 
-    schema_: Literal["kvtune/library/1"] = Field(default=SCHEMA, alias="schema")
+    schema_: Literal["kvtune/library/1"] = Field(default="kvtune/library/1", alias="schema")
     id: str = Field(pattern=r"^[0-9a-f]{16,32}$")
     created: float = Field(ge=0)
     kvtune_version: str = Field(max_length=32, pattern=r"^[0-9A-Za-z.+\-]+$")

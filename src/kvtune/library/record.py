@@ -51,11 +51,11 @@ def entry_of(run: StudyRun, result: dict[str, Any],
     if rec_row:
         config = _scalars(dict(rec_row.get("config") or {}))
         comp = rec_row.get("comparison") or {}
-        lo, hi = comp.get("change_ci_low"), comp.get("change_ci_high")
-        ci = (float(lo), float(hi)) if _finite(lo) and _finite(hi) else None
+        lo, hi = _num(comp.get("change_ci_low")), _num(comp.get("change_ci_high"))
+        ci = (lo, hi) if lo is not None and hi is not None else None
         rec = Recommendation(
             changes={k: v for k, v in config.items() if baseline.get(k) != v},
-            change=float(comp["change"]) if _finite(comp.get("change")) else None,
+            change=_num(comp.get("change")),
             ci=ci, text=str(rec_row.get("text") or "")[:2000])
     store, name = run.store, spec.study
     abl = store.last_result(name, "ablation", run.fp_key) or {}
@@ -66,11 +66,11 @@ def entry_of(run: StudyRun, result: dict[str, Any],
         minimal = _scalars(dict(abl.get("minimal_changes") or {}))
     nf = store.last_result(name, "noise_floor", run.fp_key) or {}
     noise = None
-    c = (nf.get("robust_cov") or {}).get(run.metric)
-    if not _finite(c):
-        c = (nf.get("cov") or {}).get(run.metric)
-    if _finite(c) and int(nf.get("n") or 0) >= 2:
-        noise = Noise(cov=min(10.0, float(c)), n=int(nf["n"]))
+    c = _num((nf.get("robust_cov") or {}).get(run.metric))
+    if c is None:
+        c = _num((nf.get("cov") or {}).get(run.metric))
+    if c is not None and c >= 0 and int(nf.get("n") or 0) >= 2:
+        noise = Noise(cov=min(10.0, c), n=int(nf["n"]))
     fp = run.fingerprint
     host = Host(cpu_model=str(fp.get("cpu_model") or ""), cpus=int(fp.get("cpus") or 1),
                 kernel=str(fp.get("kernel") or ""), server_cpus=fp.get("server_cpus"),
@@ -91,8 +91,11 @@ def entry_of(run: StudyRun, result: dict[str, Any],
                                          for w in (warm or [])][:16])
 
 
-def _finite(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+def _num(v: Any) -> float | None:
+    """`v` as a finite float, else None."""
+    if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+        return float(v)
+    return None
 
 
 def _capacity(run: StudyRun, result: dict[str, Any]) -> Capacity | None:
@@ -100,10 +103,10 @@ def _capacity(run: StudyRun, result: dict[str, Any]) -> Capacity | None:
 
     cap = run.spec.capacity
     assert cap is not None
-    knee = ((result.get("baseline") or {}).get("metrics") or {}).get("capacity")
-    if not _finite(knee) or knee <= 0:
+    knee = _num(((result.get("baseline") or {}).get("metrics") or {}).get("capacity"))
+    if knee is None or knee <= 0:
         return None
-    rec = ((result.get("recommended") or {}).get("metrics") or {}).get("capacity")
+    rec = _num(((result.get("recommended") or {}).get("metrics") or {}).get("capacity"))
     curve: list[CurvePoint] = []
     ci = None
     for rep in reversed(run.store.repetitions(run.spec.study, kind="baseline")):
@@ -112,15 +115,15 @@ def _capacity(run: StudyRun, result: dict[str, Any]) -> Capacity | None:
         if steps:
             ci = search_ci(doc)
             for s in sorted(steps, key=lambda s: s.get("rate") or 0)[:200]:
-                if _finite(s.get("rate")):
-                    lat = s.get("latency_us")
-                    curve.append(CurvePoint(rate=float(s["rate"]),
-                                            latency_us=float(lat) if _finite(lat)
-                                            and lat >= 0 else None,
+                rate, lat = _num(s.get("rate")), _num(s.get("latency_us"))
+                if rate is not None and rate >= 0:
+                    curve.append(CurvePoint(rate=rate,
+                                            latency_us=lat if lat is not None and lat >= 0
+                                            else None,
                                             outcome=str(s.get("outcome") or "")[:32]))
             break
-    return Capacity(slo=str(cap.slo), knee=float(knee), ci=ci,
-                    recommended_knee=float(rec) if _finite(rec) and rec > 0 else None,
+    return Capacity(slo=str(cap.slo), knee=knee, ci=ci,
+                    recommended_knee=rec if rec is not None and rec > 0 else None,
                     curve=curve)
 
 
