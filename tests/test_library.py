@@ -440,9 +440,10 @@ def test_a_capacity_study_opens_its_searches_at_a_neighbours_knee(
     def cap_study(name: str, mix: str) -> Path:
         p = study_file(tmp_path, name, mix, trials=1)
         text = p.read_text().replace("objective: {metric: ops_per_sec}\n", extra)
-        text = text.replace("repetitions: 2", "repetitions: 1").replace(
+        text = text.replace("mode: closed", "mode: open").replace(
+            "repetitions: 2", "repetitions: 1").replace(
             "noise_floor_runs: 5, confirm_rounds: 4, confirm_top: 2",
-            "noise_floor_runs: 2, confirm_rounds: 2, confirm_top: 1")
+            "noise_floor_runs: 2, confirm_rounds: 4, confirm_top: 1")
         p.write_text(text)
         return p
 

@@ -104,6 +104,8 @@ def _capacity(run: StudyRun, result: dict[str, Any]) -> Capacity | None:
     cap = run.spec.capacity
     assert cap is not None
     knee = _num(((result.get("baseline") or {}).get("metrics") or {}).get("capacity"))
+    if knee is None and run.baseline_eval is not None:  # no candidate was confirmed
+        knee = _num(run.baseline_eval.metrics.get("capacity"))
     if knee is None or knee <= 0:
         return None
     rec = _num(((result.get("recommended") or {}).get("metrics") or {}).get("capacity"))
