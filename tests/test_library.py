@@ -39,7 +39,7 @@ def test_the_distance_is_the_documented_one() -> None:
     assert distance(a, b) == distance(b, a)
     # values of 100 B and 1 KB are two scales apart: not alike
     assert distance(a, {**a, "log10_value": 3.0}) == pytest.approx(2.0)
-    assert 2.0 > ALIKE
+    assert ALIKE < 2.0
     # a feature one workload lacks counts one scale
     assert distance(a, {**a, "log10_rate": 4.0}) == pytest.approx(1.0)
     c = {**a, "read_share": 0.8, "log10_value": 2.2}

@@ -147,6 +147,7 @@ def library_show(entry: Annotated[str, typer.Argument(help="an entry id (or its 
     """One entry in full."""
     from kvtune.library.entry import parse
     from kvtune.library.features import FEATURES, describe
+    from kvtune.study.progress import fmt
 
     out, _ = _consoles()
     lib = _open(library)
@@ -177,7 +178,7 @@ def library_show(entry: Annotated[str, typer.Argument(help="an entry id (or its 
         p(f"  result: the defaults hold ({_esc(e.verdict)})")
     else:
         p(f"  result: {_esc(result_text(e))}")
-        p("    changes: " + ", ".join(f"{k}={v}" for k, v in
+        p("    changes: " + ", ".join(f"{k}={fmt(v)}" for k, v in
                                      e.recommendation.changes.items()))
         if e.carriers:
             p(f"    carried by (ablation): {', '.join(e.carriers)}")
@@ -287,6 +288,7 @@ def profiles(ctx: typer.Context, library: LibraryOpt = None) -> None:
         return
     from kvtune.library.features import describe
     from kvtune.library.profiles import spread
+    from kvtune.study.progress import fmt
 
     out, _ = _consoles()
     cats = _categories(library)
@@ -297,21 +299,22 @@ def profiles(ctx: typer.Context, library: LibraryOpt = None) -> None:
     for c in cats:
         n = len(c.members)
         holds = sum(1 for e in c.members if e.recommendation is None)
-        p(f"[bold]{c.id}: {_esc(c.name)}[/] — {c.target} {c.target_version or ''}, "
-          f"{c.metric}; {n} stud{'y' if n == 1 else 'ies'} ({_esc(describe(c.centre))})")
+        target = f"{c.target} {c.target_version}" if c.target_version else c.target
+        p(f"[bold]{c.id}: {_esc(c.name)}[/] — {target}, {c.metric}; {n} "
+          f"stud{'y' if n == 1 else 'ies'} ({_esc(describe(c.centre))})")
         p("  studies: " + ", ".join(f"{_esc(e.study)} ({e.short_id})" for e in c.members))
         knobs = c.knobs()
         held = [k for k in knobs if k.holds]
         loose = [k for k in knobs if not k.holds]
         if held:
             for k in held:
-                p(f"  holds: {k.knob} = {k.value} (confirmed in {k.confirmed_in} of {n}; "
+                p(f"  holds: {k.knob} = {fmt(k.value)} (confirmed in {k.confirmed_in} of {n}; "
                   f"gains {spread(k.gains)})")
         else:
             p("  holds: no change (no change was confirmed in most of its studies)")
         for k in loose:
             p(f"  did not generalise: {k.knob} (confirmed in {k.confirmed_in} of {n}, "
-              f"values {', '.join(map(str, k.values))})")
+              f"values {', '.join(map(fmt, k.values))})")
         if holds:
             p(f"  the defaults held in {holds} of {n}")
         p(f"  gains of its studies: {spread(c.gains())}")
@@ -352,6 +355,7 @@ def predict_command(study: str, storage: str | None, library: str | None) -> Non
     from kvtune.library.features import NoFeatures, describe, nearest_differences
     from kvtune.library.predict import predict, this_host_fingerprint
     from kvtune.library.profiles import spread
+    from kvtune.study.progress import fmt
 
     out, _ = _consoles()
     spec = _spec_of(study, storage)
@@ -379,12 +383,12 @@ def predict_command(study: str, storage: str | None, library: str | None) -> Non
     for used, d in pred.found.used:
         p(f"  {_esc(used.study)!r} ({used.short_id}), distance {d:.2f}: "
           f"{_esc(result_text(used))}"
-          + (": " + ", ".join(f"{k}={v}" for k, v in used.recommendation.changes.items())
+          + (": " + ", ".join(f"{k}={fmt(v)}" for k, v in used.recommendation.changes.items())
              if used.recommendation else ""))
     n = len(pred.found.used)
     if pred.config:
         p("  suggested configuration: " + ", ".join(
-            f"{k}={v} ({pred.support[k]} of {n})" for k, v in pred.config.items()))
+            f"{k}={fmt(v)} ({pred.support[k]} of {n})" for k, v in pred.config.items()))
     else:
         p("  suggested configuration: the defaults (no change was confirmed in most of "
           "the nearest studies)")

@@ -256,8 +256,10 @@ class WarmStart:
         """The evaluator's noise: the baseline's pooled with the prior (when kept)."""
         if self.prior is None or measured is None or not math.isfinite(measured):
             return measured
-        c, _ = pooled_cov([self.prior, (measured, n)])
+        c, total = pooled_cov([self.prior, (measured, n)])
         self.record["noise_pooled"] = c
+        self.say(f"  noise floor pooled with the neighbours' prior: CoV {c:.1%} over {total} "
+                 "repetitions (what early stopping and intensification judge by)")
         return c
 
     # -- after the baseline ----------------------------------------------------------------
@@ -265,6 +267,7 @@ class WarmStart:
     def enqueue(self, study: optuna.Study, space: Space) -> list[dict[str, Any]]:
         """Queue the neighbours' recommendations and carriers as the first trials."""
         from kvtune.store import config_key
+        from kvtune.study.progress import fmt
 
         if not self.fresh or self.found is None or not self.found.used:
             return []
@@ -296,7 +299,7 @@ class WarmStart:
         if queued:
             self.say(f"  first trials: {len(queued)} configuration(s) from the neighbours ("
                      + "; ".join(f"{q['what']} of {q['from'][:8]}: " + (", ".join(
-                         f"{k.split('.', 1)[-1]}={v}" for k, v in q["changes"].items())
+                         f"{k.split('.', 1)[-1]}={fmt(v)}" for k, v in q["changes"].items())
                          or "no change") for q in queued) + ")")
         elif all(e.holds for e, _ in self.found.used):
             self.say("  first trials: none (the defaults held in the neighbours)")
