@@ -165,7 +165,8 @@ def library_show(entry: Annotated[str, typer.Argument(help="an entry id (or its 
     p(f"[bold]entry {e.id}[/] — study {_esc(e.study)!r}, "
       f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(e.created))}, kvtune "
       f"{e.kvtune_version}")
-    p(f"  target: {e.target} {e.target_version or ''}; host {_esc(e.host.name or '?')}: "
+    p(f"  target: {e.target}{' ' + e.target_version if e.target_version else ''}; host "
+      f"{_esc(e.host.name or '?')}: "
       f"{_esc(e.host.cpu_model)}, {e.host.cpus} CPUs, kernel {_esc(e.host.kernel)}, "
       f"server CPUs {e.host.server_cpus or '-'}, load CPUs {e.host.load_cpus or '-'}")
     p(f"  objective: {e.objective.metric} ({e.objective.direction})"

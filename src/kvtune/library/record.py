@@ -69,6 +69,9 @@ def entry_of(run: StudyRun, result: dict[str, Any],
     c = _num((nf.get("robust_cov") or {}).get(run.metric))
     if c is None:
         c = _num((nf.get("cov") or {}).get(run.metric))
+    own = run.warm.record.get("noise_measured")  # the baseline's own, not the pooled one
+    if isinstance(own, dict) and _num(own.get("cov")) is not None:
+        c, nf = _num(own["cov"]), {"n": own.get("n")}
     if c is not None and c >= 0 and int(nf.get("n") or 0) >= 2:
         noise = Noise(cov=min(10.0, c), n=int(nf["n"]))
     fp = run.fingerprint

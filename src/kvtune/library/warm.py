@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
     from kvtune.measure.evaluator import Evaluation
     from kvtune.space import Space
+    from kvtune.spec import EvaluationSpec
+    from kvtune.study.noise import NoiseFloor
     from kvtune.study.run import StudyRun
 
 MAX_QUEUED = 4
@@ -252,15 +254,28 @@ class WarmStart:
         while len(e.reps) < full and more():
             pass
 
-    def noise_cov(self, measured: float | None, n: int) -> float | None:
-        """The evaluator's noise: the baseline's pooled with the prior (when kept)."""
-        if self.prior is None or measured is None or not math.isfinite(measured):
-            return measured
-        c, total = pooled_cov([self.prior, (measured, n)])
-        self.record["noise_pooled"] = c
-        self.say(f"  noise floor pooled with the neighbours' prior: CoV {c:.1%} over {total} "
-                 "repetitions (what early stopping and intensification judge by)")
-        return c
+    def pool(self, noise: NoiseFloor, metric: str, ev: EvaluationSpec) -> NoiseFloor:
+        """The noise floor with the objective's CoV pooled with the prior (when kept): what
+        the evaluator judges by and what the confirmation's power is said from. A baseline
+        of few repetitions alone would claim too much (the robust CoV of three values can
+        be near 0). The baseline's own CoV stays in the warm-start record and in the
+        library entry (a prior is never pooled into the next one's)."""
+        import dataclasses
+
+        from kvtune.stats import detectable_improvement
+
+        measured = noise.objective_cov(metric)
+        if self.prior is None or not math.isfinite(measured):
+            return noise
+        c, total = pooled_cov([self.prior, (measured, noise.n)])
+        self.record["noise_measured"] = {"cov": measured, "n": noise.n}
+        self.record["noise_pooled"] = {"cov": c, "n": total}
+        self.say(f"  noise floor: the baseline's CoV {measured:.1%} over {noise.n} "
+                 f"repetitions pooled with the neighbours' prior: {c:.1%} over {total}")
+        return dataclasses.replace(
+            noise, cov={**noise.cov, metric: c}, robust_cov={**noise.robust_cov, metric: c},
+            detectable_improvement=detectable_improvement(
+                c, ev.confirm_rounds, ev.alpha, ev.confirm_top, two_sided=True))
 
     # -- after the baseline ----------------------------------------------------------------
 

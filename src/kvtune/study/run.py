@@ -342,8 +342,9 @@ class StudyRun:
         if e.failed:
             raise UserError(f"the baseline (defaults) failed: {e.failed}\n{e.failed_stderr}")
         self.resolve_constraints(e)
-        noise = NoiseFloor.of(e, self.metric, ev)
-        self.evaluator.noise_cov = self.warm.noise_cov(noise.cov.get(self.metric), noise.n)
+        # With the library's prior (kvtune.library.warm), the objective's CoV is pooled.
+        noise = self.warm.pool(NoiseFloor.of(e, self.metric, ev), self.metric, ev)
+        self.evaluator.noise_cov = noise.cov.get(self.metric)
         self.store.put_result(self.spec.study, "noise_floor", noise.as_dict())
         noise.report(self.console, self.metric, ev)
         from kvtune.measure.host_noise import record as record_host_noise
