@@ -481,3 +481,31 @@ def test_a_postgresql_storage_holds_the_fleets_library(pg_url: str,
     [got] = other.read(target="synthetic").entries
     assert got == a and other.find(a.id[:6]) == [a.id]
     assert other.forget(a.id) and not one.read().entries
+
+
+def test_a_prior_quieter_than_this_host_is_dropped(tmp_path: Path,
+                                                   lib_env: dict[str, str]) -> None:
+    """A neighbour whose noise floor was far quieter than this host's: the baseline is
+    measured 3 times, found noisier than twice the prior, and measured to the full 5."""
+    from kvtune.host.facts import collect
+
+    facts = collect()
+    a = study_file(tmp_path, "noisy", "get:9,set:1", trials=2)
+    a.write_text(a.read_text().replace("noise_cov: 0.03", "noise_cov: 0.3"))
+    from kvtune.library.features import of_model
+
+    feats = of_model({"mix": "get:9,set:1", "value_size": 100, "popularity": "zipf:0.99",
+                      "keys": 10000})
+    quiet = make_entry("quiet", feats, {"synthetic.x": 6.5}, model=facts.cpu_model,
+                       cpus=facts.cpus, noise=(0.0001, 10))
+    Library(f"sqlite:///{tmp_path / 'library.db'}").add([quiet])
+    r = kvtune("tune", str(a), "--no-ablation", env=lib_env, cwd=tmp_path)
+    assert r.returncode in (0, 1), r.stderr
+    assert "measured 3 times instead of 5" in r.stderr
+    assert "this host is noisier than the library's; measured 5 times" in r.stderr, r.stderr
+    with sqlite3.connect(tmp_path / "noisy.db") as c:
+        n = c.execute("select count(*) from kvtune_repetitions where study = 'noisy' and "
+                      "kind = 'baseline'").fetchone()[0]
+    assert n == 5
+    warm = results_of(tmp_path / "noisy.db", "noisy", "warm_start")[-1]
+    assert warm["prior_rejected"]["cov"] > 0.0002 and "noise_pooled" not in warm
