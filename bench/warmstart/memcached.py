@@ -74,7 +74,7 @@ objective: {{metric: ops_per_sec}}
 constraints: ["hit_ratio >= 0.95", "errors <= 0"]
 budget: {{trials: {args.trials}}}
 repetitions: 2
-evaluation: {{noise_floor_runs: 4, confirm_top: 2, confirm_rounds: 3, drift_every: 0,
+evaluation: {{noise_floor_runs: 4, confirm_top: 2, confirm_rounds: 4, drift_every: 0,
               ablation_max_rounds: 3}}
 seed: 1
 storage: sqlite:///{d / (name + '.db')}
