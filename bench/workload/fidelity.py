@@ -325,7 +325,7 @@ def stored(args: argparse.Namespace, load_args: list[str], settle: float,
 
 def per_key(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     src = tmp / "per-key.csv"
-    truth = per_key_trace(src)
+    truth = per_key_trace(src, seed=args.trace_seed)
     model, trace = tmp / "pk-model.json", tmp / "pk-trace.csv"
     kvtune("workload", "import", "twitter", str(src), "-o", str(model), "--keep-trace",
            str(trace), cpu=args.client_cpu)
@@ -454,6 +454,8 @@ def main() -> None:
                     help="the server's CPU quota in the cost part (CPUs; 0: none)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--only", choices=["per-key"], help="run one part alone")
+    ap.add_argument("--trace-seed", type=int, default=8,
+                    help="the seed of part 5's trace (which sizes the hot keys got)")
     args = ap.parse_args()
     if not os.path.exists(KVLOAD):
         raise SystemExit("bench: build kvload first (make kvload)")

@@ -17,8 +17,9 @@ arrive already hashed: no key and no value is ever held by the builder.
   of sets (and of get hits), TTLs of sets: weighted lists of at most
   64 entries (exact when fewer sizes occur, quantile buckets otherwise);
 - what belongs to a key (`key_buckets`): the value size and the TTL of each counted key
-  (its last set, else the size its gets found), per popularity bucket (at most
-  KEY_BUCKETS log-spaced rank buckets, hottest first, each a weighted list over its keys),
+  (its last set, else the size its gets found), per popularity bucket (the HEAD_KEYS
+  hottest keys one bucket each, then at most KEY_BUCKETS log-spaced rank buckets, each a
+  weighted list over its keys),
   which kvload replays so that each key keeps its own size: the replay stores the
   source's bytes per key, where the per-request list (dominated by the hot keys) would
   give every key a hot key's size;
@@ -45,7 +46,8 @@ MAX_SECONDS = 10_000_000  # per-second counts kept
 MAX_CONNECTIONS = 100_000
 LIST_ENTRIES = 64  # entries of a weighted list in the model
 TABLE_BUCKETS = 48  # rank buckets of an empirical popularity table
-KEY_BUCKETS = 16  # rank buckets of the per-key sizes and TTLs
+KEY_BUCKETS = 16  # log-spaced rank buckets of the per-key sizes and TTLs, after ...
+HEAD_KEYS = 64  # ... the hottest keys, one bucket each (they carry most of the requests)
 ZIPF_KS_LIMIT = 0.05  # above this the table replaces the Zipf fit
 HEAD_MIN_COUNT = 10  # ranks with at least this many requests enter the Zipf fit
 KVLOAD_MAX_CONNECTIONS = 256
@@ -231,9 +233,12 @@ class ModelBuilder:
             return [], {"keys_with_size": 0}
         ranked = sorted(self.key_counts, key=lambda h: (-self.key_counts[h], h))
         n = len(ranked)
-        edges = np.unique(np.round(np.geomspace(1, n, KEY_BUCKETS + 1)).astype(int))
-        edges = np.concatenate([[0], edges])
-        edges[-1] = n
+        head = min(n, HEAD_KEYS)
+        edges = np.arange(head + 1)
+        if n > head:
+            tail = np.unique(np.round(np.geomspace(head + 1, n, KEY_BUCKETS + 1)).astype(int))
+            edges = np.concatenate([edges, tail])
+            edges[-1] = n
         every = Counter(self.key_values.values())
         every_ttl = Counter(self.key_ttls.values())
         rate = self.key_sample_rate
