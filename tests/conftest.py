@@ -43,6 +43,9 @@ def host_unchanged(tmp_path_factory: pytest.TempPathFactory,
     monkeypatch.setenv("KVTUNE_JOURNAL", str(journal))
     # The host lock and the list of open journals (kvtune.host.lock) live per test too.
     monkeypatch.setenv("KVTUNE_RUN_DIR", str(tmp_path_factory.mktemp("run")))
+    # No test reads or writes the user's library of past studies (kvtune.library); the
+    # library's own tests point KVTUNE_LIBRARY at a file of their own.
+    monkeypatch.setenv("KVTUNE_LIBRARY", "off")
     before = _host_snapshot()
     yield journal
     after = _host_snapshot()

@@ -13,6 +13,13 @@
    size mix.
 4. Cost: closed-loop throughput of a CPU-capped server with and without a watcher
    (memcached `watch fetchers mutations`, Redis MONITOR), interleaved rounds.
+5. What belongs to a key (issue 33): a Twitter-format trace whose sizes are fixed per key
+   (~100 B for 60% of the keys, ~1 KB for 30%, ~8 KB for 10%, drawn at random; Zipf 1.0)
+   is imported and replayed three ways: the model with its per-key sizes (`key_buckets`),
+   the same model without them (the per-request sizes, as before issue 33), and the trace.
+   The server's bytes per item and items per slab class say whether the replay stores the
+   trace's bytes; its bytes received per request whether it sends them
+   (`--only per-key` runs this part alone).
 
 The server runs on --server-cpu; kvload, the capture and the watchers on --client-cpu.
 
@@ -266,6 +273,85 @@ def twitter_trace(path: Path, seconds: int, per_second: int) -> dict[str, Any]:
             "value_sizes": {64: 0.4, 300: 0.3, 1500: 0.2, 6000: 0.1}}
 
 
+def per_key_trace(path: Path, keys: int = 20_000, rows: int = 90_000, seconds: int = 30,
+                  seed: int = 8) -> dict[str, Any]:
+    """The Twitter layout of part 5: each key keeps one size; Zipf 1.0 over the keys."""
+    rng = np.random.default_rng(seed)
+    base = rng.choice([100, 1000, 8000], size=keys, p=[0.6, 0.3, 0.1])
+    sizes = (base * rng.uniform(0.9, 1.1, keys)).astype(int)
+    w = np.arange(1, keys + 1, dtype=float) ** -1.0
+    ranks = rng.choice(keys, size=rows, p=w / w.sum())
+    ops = rng.choice(["get", "set"], size=rows, p=[0.9, 0.1])
+    with path.open("w") as f:
+        for n, (r, op) in enumerate(zip(ranks, ops, strict=True)):
+            key = f"tw:{r:08d}"
+            f.write(f"{1_000_000 + n * seconds // rows},{key},{len(key)},{sizes[r]},"
+                    f"c{n % 16},{op},{600 if op == 'set' else 0}\n")
+    seen = np.unique(ranks)
+    return {"keys_requested": len(seen),
+            "mean_value_per_key": round(float(sizes[seen].mean()), 1),
+            "mean_value_per_request": round(float(sizes[ranks].mean()), 1),
+            "mean_value_all_keys": round(float(sizes.mean()), 1)}
+
+
+def stored(args: argparse.Namespace, load_args: list[str], settle: float,
+           window: float) -> dict[str, Any]:
+    """What a fresh memcached holds after `load_args` (bytes per item, slab classes) and
+    the bytes it received per request over `window` seconds."""
+    srv = Server("memcached", args.server_cpu)
+    try:
+        load = kvload(srv.port, load_args, args.client_cpu)
+        time.sleep(settle)
+        s1 = srv.stats()
+        time.sleep(window)
+        s2 = srv.stats()
+        load.wait(timeout=120)
+        s3, slabs = srv.stats(), srv.stats("slabs")
+    finally:
+        srv.stop()
+    reqs = sum(float(s2[k]) - float(s1[k]) for k in ("cmd_get", "cmd_set"))
+    chunks: dict[int, int] = {}
+    for k, v in slabs.items():
+        cls, _, name = k.partition(":")
+        if name == "used_chunks" and cls.isdigit() and int(v):
+            chunks[int(slabs[f"{cls}:chunk_size"])] = int(v)
+    items = sum(chunks.values())
+    return {"items": int(s3["curr_items"]),
+            "bytes_per_item": round(int(s3["bytes"]) / max(1, int(s3["curr_items"])), 1),
+            "bytes_read_per_request": round((float(s2["bytes_read"]) - float(s1["bytes_read"]))
+                                            / max(1.0, reqs), 1),
+            "slab_shares": {str(c): round(n / items, 4) for c, n in sorted(chunks.items())}}
+
+
+def per_key(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    src = tmp / "per-key.csv"
+    truth = per_key_trace(src, seed=args.trace_seed)
+    model, trace = tmp / "pk-model.json", tmp / "pk-trace.csv"
+    kvtune("workload", "import", "twitter", str(src), "-o", str(model), "--keep-trace",
+           str(trace), cpu=args.client_cpu)
+    doc = json.loads(model.read_text())
+    flat_doc = {k: v for k, v in doc.items() if k != "key_buckets"}
+    flat = tmp / "pk-flat.json"
+    flat.write_text(json.dumps(flat_doc))
+    w = args.window
+    run = ["--duration", f"{w + 3}s", "--warmup", "1s"]
+    by_trace = stored(args, ["--trace", str(trace), *run], 2.0, w)
+    by_model = stored(args, ["--workload", str(model), *run], 2.0, w)
+    by_flat = stored(args, ["--workload", str(flat), *run], 2.0, w)
+    out: dict[str, Any] = {"truth": truth, "model_per_key": doc["about"].get("per_key"),
+                           "by_trace": by_trace, "by_model": by_model,
+                           "by_model_without_buckets": by_flat}
+    ref = by_trace["bytes_per_item"]
+    for name, got in (("by_model", by_model), ("by_model_without_buckets", by_flat)):
+        out[f"{name}_vs_trace"] = {
+            "bytes_per_item_pct": round(100 * (got["bytes_per_item"] / ref - 1), 1),
+            "bytes_read_per_request_pct": round(100 * (got["bytes_read_per_request"]
+                                                       / by_trace["bytes_read_per_request"]
+                                                       - 1), 1),
+            "slab_tvd": tvd(by_trace["slab_shares"], got["slab_shares"])}
+    return out
+
+
 def imported(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     src = tmp / "twitter.csv"
     truth = twitter_trace(src, 30, 3000)
@@ -367,10 +453,22 @@ def main() -> None:
     ap.add_argument("--quota", type=float, default=0.5,
                     help="the server's CPU quota in the cost part (CPUs; 0: none)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--only", choices=["per-key"], help="run one part alone")
+    ap.add_argument("--trace-seed", type=int, default=8,
+                    help="the seed of part 5's trace (which sizes the hot keys got)")
     args = ap.parse_args()
     if not os.path.exists(KVLOAD):
         raise SystemExit("bench: build kvload first (make kvload)")
     t0 = time.time()
+    if args.only == "per-key":
+        with tempfile.TemporaryDirectory() as d:
+            pk = per_key(args, Path(d))
+        print(json.dumps(pk, indent=1))
+        if args.json:
+            Path(args.json).write_text(json.dumps({"host": os.uname().nodename,
+                                                   "seconds": round(time.time() - t0),
+                                                   "per_key": pk}, indent=1) + "\n")
+        return
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         caps = [capture_once(args, tmp, i) for i in range(args.captures)]
@@ -386,6 +484,9 @@ def main() -> None:
         imp = imported(args, tmp)
         print(f"import: model {imp['by_model_errors']} trace {imp['by_trace_errors']} "
               f"slab TVD model vs trace {imp['slab_tvd_model_vs_trace']}")
+        pk = per_key(args, tmp)
+        print(f"per key: model {pk['by_model_vs_trace']} without buckets "
+              f"{pk['by_model_without_buckets_vs_trace']}")
         for c in caps:
             c.pop("model")
             c.pop("trace")
@@ -394,7 +495,8 @@ def main() -> None:
         print(f"cost {kind}: median throughput ratio {co[kind]['median_ratio']} "
               f"{co[kind]['rounds']}")
     doc = {"host": os.uname().nodename, "seconds": round(time.time() - t0),
-           "truth": TRUTH, "captures": caps, "replay": rep, "import": imp, "cost": co}
+           "truth": TRUTH, "captures": caps, "replay": rep, "import": imp, "cost": co,
+           "per_key": pk}
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
 

@@ -129,9 +129,16 @@ def tune(
     worker: Annotated[str | None, typer.Option(
         help="run as one worker of a fleet sharing the study's storage (docs/fleet.md); "
         "a name unique in the fleet, e.g. the host name")] = None,
+    cold: Annotated[bool, flag("--cold", help="start cold: draw nothing from the library "
+                                              "of past studies (docs/library.md)")] = False,
+    library: Annotated[str | None, typer.Option(
+        help="the library of past studies: a SQLite file or a database URL (default: "
+        "$KVTUNE_LIBRARY, else the study's PostgreSQL storage, else "
+        "~/.local/share/kvtune/library.db; KVTUNE_LIBRARY=off: none)")] = None,
 ) -> None:
     """Tune: baseline and noise floor, Bayesian search, confirmation against the defaults.
-    Running it again resumes the same study."""
+    Running it again resumes the same study. A fresh study starts from the past studies of
+    alike workloads in the library (unless --cold), and a finished one is added to it."""
     loaded = _load(study_file, allow_inline_host_knobs, "tune")  # before the heavy imports
     from kvtune.report.summary import collect, next_steps, render
     from kvtune.study.run import StudyRun
@@ -141,9 +148,10 @@ def tune(
     if worker:
         from kvtune.fleet.worker import FleetWorker
 
-        run = StudyRun(loaded, err, worker=worker, strategy=FleetWorker)
+        run = StudyRun(loaded, err, worker=worker, strategy=FleetWorker, cold=cold,
+                       library=library)
     else:
-        run = StudyRun(loaded, err)
+        run = StudyRun(loaded, err, cold=cold, library=library)
     run.run(confirm=not no_confirm, ablation=not no_ablation)
     data = collect(run.store, loaded.spec.study)
     render(data, out, next_steps(data, str(study_file)))
@@ -820,6 +828,26 @@ def workload_describe(
     if html is not None:
         write_html(doc, html)
         out.print(f"wrote {escape(html)}", highlight=False)
+
+
+from kvtune.library.commands import library_app, predict_command, profiles_app  # noqa: E402
+
+app.add_typer(library_app, name="library")
+app.add_typer(profiles_app, name="profiles")
+
+
+@app.command()
+def predict(
+    study: Annotated[str, typer.Argument(help="a study file, or a study name")],
+    storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the results")] = None,
+    library: Annotated[str | None, typer.Option(
+        help="the library (default: $KVTUNE_LIBRARY, else ~/.local/share/kvtune/library.db)")]
+    = None,
+) -> None:
+    """What the nearest past studies in the library suggest for this study's workload
+    (configuration, expected change with its spread): a PREDICTION, nothing measured.
+    Exit 1 when nothing in the library is near."""
+    predict_command(study, storage, library)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -89,6 +89,15 @@ pub struct PhaseFile {
     pub mix: Option<String>,
 }
 
+/// One popularity bucket's keys and what belongs to them (spec::KeyBucket).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyBucketFile {
+    pub keys: u64,
+    pub value_size: Option<Scalar>,
+    pub ttl: Option<Scalar>,
+}
+
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadFile {
@@ -118,6 +127,8 @@ pub struct WorkloadFile {
     pub realtime: Option<bool>,
     pub max_item_size: Option<Scalar>,
     pub phases: Option<Vec<PhaseFile>>,
+    /// Value sizes and TTLs per popularity bucket: each key keeps its own.
+    pub key_buckets: Option<Vec<KeyBucketFile>>,
     /// What wrote the file and how (a captured or imported model's provenance
     /// and fit): kvload carries it and does not read it.
     pub about: Option<serde_json::Value>,

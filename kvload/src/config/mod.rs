@@ -10,10 +10,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use cli::Cli;
-pub use spec::{Arrival, KeySize, Mix, Mode, Popularity, Protocol, Ttl, ValueSize, Verb};
+pub use spec::{
+    Arrival, KeyBucket, KeySize, Mix, Mode, Popularity, Protocol, Ttl, ValueSize, Verb,
+};
 
 use crate::Error;
-use file::{PhaseFile, Scalar, WorkloadFile};
+use file::{KeyBucketFile, PhaseFile, Scalar, WorkloadFile};
 
 /// memcached's maximum key length.
 pub const MEMCACHED_MAX_KEY: usize = 250;
@@ -52,6 +54,9 @@ pub struct Phase {
     pub value_size: ValueSize,
     pub popularity: Popularity,
     pub mix: Mix,
+    /// Sets draw each key's own size from `Config::key_buckets` (the phase inherits the
+    /// file's sizes and the command line gives none).
+    pub per_key_values: bool,
 }
 
 /// Every effective option of a run.
@@ -75,8 +80,13 @@ pub struct Config {
     pub value_size: ValueSize,
     pub popularity: Popularity,
     pub mix: Mix,
-    /// Expiration time of sets (and of the preload).
+    /// Expiration time of sets.
     pub ttl: Ttl,
+    /// A workload file's value sizes and TTLs per popularity bucket (empty: none, or a
+    /// trace): each key keeps the size and the TTL it draws from its bucket.
+    pub key_buckets: Vec<KeyBucket>,
+    /// Sets draw each key's own TTL from `key_buckets` (the command line gives no --ttl).
+    pub per_key_ttl: bool,
     /// The factor applied to every rate the command line or the file gives.
     pub rate_scale: f64,
     pub mget_size: usize,
@@ -136,6 +146,8 @@ impl Config {
             Some(p) => WorkloadFile::load(p)?,
             None => WorkloadFile::default(),
         };
+        // The command line's sizes and TTLs win over the file's per-key ones.
+        let (cli_value_size, cli_ttl) = (cli.value_size.is_some(), cli.ttl.is_some());
         let simulate = match &cli.simulate {
             Some(t) => {
                 if cli.server.is_some() || file.server.is_some() {
@@ -278,6 +290,12 @@ impl Config {
         // window is --duration (or the file's duration) when given, else the sum
         // of the phases: a shorter window cuts the sequence, a longer one keeps
         // the last phase running.
+        let key_buckets = match (&trace, file.key_buckets) {
+            (None, Some(b)) => key_buckets(b)?,
+            _ => Vec::new(),
+        };
+        let bucket_values = key_buckets.iter().any(|b| b.value_size.is_some()) && !cli_value_size;
+        let per_key_ttl = key_buckets.iter().any(|b| b.ttl.is_some()) && !cli_ttl;
         let explicit_phases =
             trace.is_none() && file.phases.as_ref().is_some_and(|p| !p.is_empty());
         let phases = if explicit_phases {
@@ -285,7 +303,9 @@ impl Config {
             let mut phases = Vec::with_capacity(list.len());
             for (i, p) in list.into_iter().enumerate() {
                 let own_rate = p.rate.is_some();
+                let own_size = p.value_size.is_some();
                 let mut phase = build_phase(i, p, rate, &value_size, &popularity, &mix)?;
+                phase.per_key_values = bucket_values && !own_size;
                 if own_rate {
                     phase.rate = phase.rate.map(|r| r * rate_scale);
                 }
@@ -299,6 +319,7 @@ impl Config {
                 value_size: value_size.clone(),
                 popularity: popularity.clone(),
                 mix: mix.clone(),
+                per_key_values: bucket_values,
             }]
         };
         let duration_ns = match duration_s {
@@ -334,6 +355,8 @@ impl Config {
             popularity,
             mix,
             ttl,
+            key_buckets,
+            per_key_ttl,
             rate_scale,
             mget_size,
             seed,
@@ -384,11 +407,17 @@ impl Config {
         }
     }
 
-    /// The longest value any phase can send.
+    /// The longest value any phase (or any key's own size) can send.
     pub fn value_buffer_len(&self) -> usize {
+        let buckets = self
+            .key_buckets
+            .iter()
+            .filter_map(|b| b.value_size.as_ref())
+            .map(|v| v.max().unwrap_or_else(|| self.etc_value_cap()));
         self.phases
             .iter()
             .map(|p| p.value_size.max().unwrap_or_else(|| self.etc_value_cap()))
+            .chain(buckets)
             .max()
             .unwrap_or(0)
     }
@@ -547,6 +576,16 @@ impl Config {
                 return u(format!("phases[{i}].duration must be positive"));
             }
         }
+        for (i, b) in self.key_buckets.iter().enumerate() {
+            if let Some(m) = b.value_size.as_ref().and_then(|v| v.max())
+                && m > maxv
+            {
+                return u(format!(
+                    "key_buckets[{i}].value_size: {m} bytes exceeds the server's item size limit ({} B including key and header; set --max-item-size if the server allows larger items, e.g. memcached -I)",
+                    self.max_item_size
+                ));
+            }
+        }
         if let Some(cpu) = self.cpus.iter().find(|&&c| c >= libc::CPU_SETSIZE as usize) {
             return u(format!("--cpus: CPU {cpu} is out of range"));
         }
@@ -593,7 +632,48 @@ fn build_phase(
         value_size,
         popularity,
         mix,
+        per_key_values: false,
     })
+}
+
+/// A workload file's `key_buckets`, parsed and bounded (errors name the bucket).
+fn key_buckets(list: Vec<KeyBucketFile>) -> Result<Vec<KeyBucket>, Error> {
+    if list.is_empty() || list.len() > spec::MAX_KEY_BUCKETS {
+        return Err(Error::usage(format!(
+            "key_buckets: between 1 and {} buckets (got {})",
+            spec::MAX_KEY_BUCKETS,
+            list.len()
+        )));
+    }
+    let mut total: u64 = 0;
+    let mut out = Vec::with_capacity(list.len());
+    for (i, b) in list.into_iter().enumerate() {
+        let err = |k: &str, e: String| Error::usage(format!("key_buckets[{i}].{k}: {e}"));
+        if b.keys == 0 {
+            return Err(err("keys", "a bucket holds at least one key".into()));
+        }
+        total = total.saturating_add(b.keys);
+        if total > MAX_KEYS {
+            return Err(err(
+                "keys",
+                format!("the buckets hold more than kvload's bound of {MAX_KEYS} keys"),
+            ));
+        }
+        let value_size = match b.value_size {
+            Some(v) => Some(ValueSize::parse(&v.as_string()).map_err(|e| err("value_size", e))?),
+            None => None,
+        };
+        let ttl = match b.ttl {
+            Some(v) => Some(Ttl::parse(&v.as_string()).map_err(|e| err("ttl", e))?),
+            None => None,
+        };
+        out.push(KeyBucket {
+            keys: b.keys,
+            value_size,
+            ttl,
+        });
+    }
+    Ok(out)
 }
 
 /// The time each phase is in force within a window of `window_ns`: phases run
@@ -825,5 +905,50 @@ mod tests {
             let e = build(&["--rate", "1", flag, value]).unwrap_err();
             assert!(e.to_string().contains(says), "{flag} {value}: {e}");
         }
+    }
+
+    #[test]
+    fn key_buckets_give_each_key_its_size_unless_the_command_line_says_otherwise() {
+        let dir = std::env::temp_dir().join(format!("kvload-buckets-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("m.json");
+        std::fs::write(
+            &f,
+            r#"{"rate": 1000, "keys": 1000, "popularity": "zipf:1", "value_size": "100",
+                "ttl": "0",
+                "key_buckets": [{"keys": 10, "value_size": "list:8000:1", "ttl": "list:60:1"},
+                                {"keys": 990, "value_size": "list:100:3,1000:1"}],
+                "phases": [{"duration": "1s"}, {"duration": "1s", "value_size": "50"}]}"#,
+        )
+        .unwrap();
+        let w = f.to_str().unwrap();
+        let c = build(&["--workload", w]).unwrap();
+        assert_eq!(c.key_buckets.len(), 2);
+        assert!(c.per_key_ttl);
+        assert!(c.phases[0].per_key_values && !c.phases[1].per_key_values);
+        assert_eq!(c.value_buffer_len(), 8000);
+        let c = build(&["--workload", w, "--value-size", "200", "--ttl", "5"]).unwrap();
+        assert!(!c.per_key_ttl && !c.phases[0].per_key_values);
+        let bad = |text: &str| {
+            std::fs::write(&f, text).unwrap();
+            match build(&["--workload", w]) {
+                Err(Error::Usage(m)) => m,
+                other => panic!("{text} was accepted: {other:?}"),
+            }
+        };
+        assert!(bad(r#"{"rate": 1, "key_buckets": []}"#).contains("between 1 and"));
+        assert!(
+            bad(r#"{"rate": 1, "key_buckets": [{"keys": 0}]}"#).contains("key_buckets[0].keys")
+        );
+        assert!(
+            bad(r#"{"rate": 1, "key_buckets": [{"keys": 5, "value_size": "9M"}]}"#)
+                .contains("key_buckets[0].value_size")
+        );
+        assert!(
+            bad(r#"{"rate": 1, "key_buckets": [{"keys": 5, "ttl": "99999999"}]}"#)
+                .contains("key_buckets[0].ttl")
+        );
+        assert!(bad(r#"{"rate": 1, "key_buckets": [{"keys": 5, "size": 1}]}"#).contains("size"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -292,6 +292,20 @@ impl fmt::Display for ValueSize {
     }
 }
 
+/// The most popularity buckets a workload file may give sizes for.
+pub const MAX_KEY_BUCKETS: usize = 4096;
+
+/// What belongs to the keys of one popularity bucket (`key_buckets` of a workload
+/// file): `keys` consecutive popularity ranks (hottest bucket first; the counts are
+/// scaled to the keyspace as a popularity table's are), each key drawing its value
+/// size and its TTL once, from these distributions, for every set and the preload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyBucket {
+    pub keys: u64,
+    pub value_size: Option<ValueSize>,
+    pub ttl: Option<Ttl>,
+}
+
 /// Key popularity over the keyspace.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Popularity {

@@ -55,6 +55,8 @@ pub fn run(cfg: &Config, value: &[u8]) -> Result<PreloadReport, Error> {
         rstart: 0,
         rend: 0,
     };
+    // Each key's own size (`key_buckets`) when phase 0 sends them.
+    let own = workload::per_key(cfg).filter(|_| cfg.phases[0].per_key_values);
     let mut req = Request::with_capacity(1);
     let mut errors = 0u64;
     let mut first_error = None;
@@ -71,7 +73,10 @@ pub fn run(cfg: &Config, value: &[u8]) -> Result<PreloadReport, Error> {
                     Some(&l) if l > 0 => (l as usize).min(cfg.max_value_size()),
                     _ => sizes.sample(&mut rng),
                 },
-                None => sizes.sample(&mut rng),
+                None => match own.as_ref().and_then(|k| k.value_len(next)) {
+                    Some(l) => l,
+                    None => sizes.sample(&mut rng),
+                },
             };
             protocol::encode(cfg.protocol, &mut p.wbuf, &req, &kf, value);
             next += 1;

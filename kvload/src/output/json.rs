@@ -51,6 +51,8 @@ pub fn config_echo(cfg: &Config) -> Value {
         "popularity": cfg.popularity.to_string(),
         "mix": cfg.mix.to_string(),
         "ttl": cfg.ttl.to_string(),
+        "key_buckets": cfg.key_buckets.len(),
+        "per_key_sizes": cfg.phases.iter().any(|p| p.per_key_values),
         "rate_scale": cfg.rate_scale,
         "mget_size": cfg.mget_size,
         "seed": cfg.seed,

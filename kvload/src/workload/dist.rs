@@ -258,7 +258,8 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
     a
 }
 
-fn scramble_params(n: u64) -> (u64, u64) {
+/// The rank scramble of a keyspace of `n` keys: index = (rank * mul + add) mod n.
+pub(crate) fn scramble_params(n: u64) -> (u64, u64) {
     if n <= 2 {
         return (1, 0);
     }

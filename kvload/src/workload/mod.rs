@@ -2,6 +2,7 @@
 //! send) and one [`Schedule`] (when to send it), each with its own generator, so
 //! the sequence of requests does not depend on timing.
 
+pub mod buckets;
 pub mod dist;
 pub mod keys;
 pub mod trace;
@@ -12,6 +13,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use std::sync::Arc;
 
 use crate::config::{Config, Verb};
+use buckets::PerKey;
 pub use dist::{ArrivalGen, KeyGen, MixGen, ValueSizeGen};
 pub use keys::KeyFormat;
 use trace::Trace;
@@ -56,6 +58,8 @@ struct PhaseGen {
     mix: MixGen,
     keys: KeyGen,
     values: ValueSizeGen,
+    /// Sets send the key's own size (`key_buckets`).
+    per_key: bool,
 }
 
 /// A thread's share of a trace: every `step`-th request from `first`.
@@ -96,6 +100,9 @@ pub struct Workload {
     pub key_format: KeyFormat,
     mget_size: usize,
     ttl: ValueSizeGen,
+    /// Each key's own size and TTL (`key_buckets`), when the workload file gives them.
+    per_key: Option<PerKey>,
+    per_key_ttl: bool,
     rng: Xoshiro256PlusPlus,
 }
 
@@ -108,6 +115,7 @@ impl Workload {
                 mix: MixGen::new(&p.mix),
                 keys: KeyGen::new(&p.popularity, cfg.keys),
                 values: ValueSizeGen::new(&p.value_size, cfg.value_cap(&p.value_size)),
+                per_key: p.per_key_values,
             })
             .collect();
         Workload {
@@ -120,6 +128,8 @@ impl Workload {
             key_format: key_format(cfg),
             mget_size: cfg.mget_size,
             ttl: ValueSizeGen::new(&cfg.ttl.as_sizes(), crate::config::spec::MAX_RELATIVE_TTL),
+            per_key: per_key(cfg),
+            per_key_ttl: cfg.per_key_ttl,
             rng: Xoshiro256PlusPlus::seed_from_u64(derive_seed(
                 cfg.seed,
                 STREAM_REQUESTS,
@@ -161,14 +171,33 @@ impl Workload {
             req.keys.push(p.keys.sample(&mut self.rng));
         }
         (req.value_len, req.ttl) = if req.verb == Verb::Set {
-            (
-                p.values.sample(&mut self.rng),
-                self.ttl.sample(&mut self.rng) as u32,
-            )
+            let key = req.keys[0];
+            let own = self.per_key.as_ref();
+            let size = own
+                .filter(|_| p.per_key)
+                .and_then(|k| k.value_len(key))
+                .unwrap_or_else(|| p.values.sample(&mut self.rng));
+            let ttl = own
+                .filter(|_| self.per_key_ttl)
+                .and_then(|k| k.ttl(key))
+                .unwrap_or_else(|| self.ttl.sample(&mut self.rng) as u32);
+            (size, ttl)
         } else {
             (0, 0)
         };
     }
+}
+
+/// Each key's own size and TTL for `cfg` (`key_buckets`), None without them.
+pub fn per_key(cfg: &Config) -> Option<PerKey> {
+    if cfg.key_buckets.is_empty() || cfg.trace.is_some() {
+        return None;
+    }
+    Some(PerKey::new(
+        &cfg.key_buckets,
+        cfg.keys,
+        cfg.max_value_size(),
+    ))
 }
 
 /// The key format of a configuration.

@@ -54,6 +54,9 @@ class Session:
         self.knobs = list(knobs)  # as resolved from the study file; `space` has the final ones
         self.journal = journal
         self.target: Target = make_target(spec.target)
+        bind = getattr(self.target, "bind_study", None)  # a target that reads the study
+        if bind is not None:
+            bind(spec)
         self.ctx = context_for(self.target)
         cpus = [c for part in (spec.target.cpus, spec.load.cpus if spec.load else None)
                 if part and not (spec.load and part == spec.load.cpus and spec.load.host)

@@ -16,10 +16,12 @@ TOP_KEYS = {
     "protocol", "mode", "rate", "arrival", "connections", "pipeline", "max_outstanding",
     "duration", "warmup", "cpus", "keys", "key_size", "value_size", "popularity", "mix",
     "mget_size", "seed", "preload", "timeout", "spin_us", "realtime", "max_item_size",
-    "phases", "ttl", "rate_scale", "about",
+    "phases", "ttl", "rate_scale", "about", "key_buckets",
 }
 PHASE_KEYS = {"duration", "rate", "value_size", "popularity", "mix"}
 MAX_PHASES = 1000
+BUCKET_KEYS = {"keys", "value_size", "ttl"}
+MAX_KEY_BUCKETS = 4096  # kvload's bound (kvload/src/config/spec.rs)
 
 
 def check_workload_file(name: str) -> dict[str, Any]:
@@ -133,6 +135,8 @@ def value_problem(key: str, value: Any) -> str | None:
 
     if key in ("about", "phases"):
         return None if key == "phases" or isinstance(value, dict) else "not an object"
+    if key == "key_buckets":
+        return _buckets_problem(value)
     if key in ("preload", "realtime"):
         return None if isinstance(value, bool) else "not true or false"
     if key in _INTS:
@@ -171,3 +175,27 @@ def _size(text: str) -> int:
     """A count as kvload's parse_size reads it: K and M are powers of 1024, a B suffix is bytes."""
     mult = {"k": 1024, "m": 1024 * 1024}.get(text[-1:].lower(), 1)
     return int(text.rstrip("bBkKmM")) * mult
+
+
+def _buckets_problem(value: Any) -> str | None:
+    """What is wrong with `key_buckets` (sizes and TTLs per popularity bucket), or None."""
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_KEY_BUCKETS:
+        return f"not a list of 1 to {MAX_KEY_BUCKETS} buckets"
+    total = 0
+    for i, b in enumerate(value):
+        if not isinstance(b, dict):
+            return f"[{i}] is not an object"
+        bad = sorted(str(k) for k in b if k not in BUCKET_KEYS)
+        if bad:
+            return f"[{i}]: unknown key(s) {', '.join(bad)[:200]}"
+        if "keys" not in b:
+            return f"[{i}]: keys is missing"
+        for k in ("keys", "value_size", "ttl"):
+            if k in b:
+                problem = value_problem(k, b[k])
+                if problem:
+                    return f"[{i}].{k}: {problem}"
+        total += int(b["keys"])
+    if total > MAX_TABLE_KEYS:
+        return f"{total} keys: more than kvload's bound of {MAX_TABLE_KEYS}"
+    return None

@@ -49,7 +49,8 @@ class StudyRun:
     def __init__(self, loaded: Loaded, console: Console | None = None,
                  base_dir: Path | None = None, policy: type[Policy] = Policy,
                  worker: str | None = None,
-                 strategy: Callable[[StudyRun], Strategy] | None = None) -> None:
+                 strategy: Callable[[StudyRun], Strategy] | None = None,
+                 cold: bool = False, library: str | None = None) -> None:
         self.spec = loaded.spec
         self.spec_path = loaded.path
         self.spec_text = loaded.text  # the study file as written goes into the study
@@ -79,6 +80,11 @@ class StudyRun:
         self.fingerprint: dict[str, Any] = {}
         self.fp_key = ""
         self.live: dict[int, int] = {}  # trial number -> trial id, measured by this process
+        from kvtune.library.warm import WarmStart
+
+        # What was learned before (kvtune.library): the first trials, the noise floor's
+        # prior, the capacity bracket; and this study's entry when it ends.
+        self.warm = WarmStart(self, cold=cold, library=library)
 
     def stream_seed(self) -> int:
         """The seed of this run's random streams (a fleet worker's is its own)."""
@@ -265,12 +271,15 @@ class StudyRun:
         self._resume(study)
         started = time.monotonic()
         self.strategy.announce()
+        self.warm.prepare(study)
         with on_host(self.session, self.spec.study):
             if self.baseline_eval is None:
                 self.profile_host(space.baseline_config())
                 self.baseline_eval = self.strategy.baseline(study, space)
                 if self.incumbent is None:
                     self.incumbent = self.baseline_eval
+            self.warm.open_bracket()
+            self.warm.enqueue(study, space)
             self.strategy.search(study, space, started)
             if not confirm:
                 return {}
@@ -279,6 +288,8 @@ class StudyRun:
             # file and the command line), and this process ran the confirmation.
             if ablation and self.spec.evaluation.ablation and self.strategy.confirmed(result):
                 self.ablate(result)
+        if self.strategy.confirmed(result):
+            self.warm.add_entry(result)
         return result
 
     def profile_host(self, config: dict[str, Any]) -> dict[str, Any] | None:
@@ -313,7 +324,9 @@ class StudyRun:
     def measure_baseline(self, study: optuna.Study, space: Space) -> Evaluation:
         """Trial 0: the baseline configuration, measured for the noise floor."""
         ev = self.spec.evaluation
-        n = max(ev.noise_floor_runs, self.spec.repetitions)
+        full = max(ev.noise_floor_runs, self.spec.repetitions)
+        self.warm.open_bracket()
+        n = self.warm.baseline_runs(full)  # fewer with the library's noise prior
         study.enqueue_trial(space.fixed_params(space.baseline))
         trial = study.ask()
         config = space.suggest(trial)
@@ -323,11 +336,14 @@ class StudyRun:
             task = prog.add_task("baseline", total=n)
             e = self.evaluator.evaluate(config, "baseline", trial.number, n=n,
                                         on_rep=lambda _e: prog.advance(task))
+            self.warm.complete_baseline(
+                e, full, lambda: self.evaluator.add(e, "baseline", trial.number, planned=full))
         tell(study, trial, e, "baseline", self.spec.constraints)
         if e.failed:
             raise UserError(f"the baseline (defaults) failed: {e.failed}\n{e.failed_stderr}")
         self.resolve_constraints(e)
-        noise = NoiseFloor.of(e, self.metric, ev)
+        # With the library's prior (kvtune.library.warm), the objective's CoV is pooled.
+        noise = self.warm.pool(NoiseFloor.of(e, self.metric, ev), self.metric, ev)
         self.evaluator.noise_cov = noise.cov.get(self.metric)
         self.store.put_result(self.spec.study, "noise_floor", noise.as_dict())
         noise.report(self.console, self.metric, ev)

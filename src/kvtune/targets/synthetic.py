@@ -39,6 +39,10 @@ so the knee at an SLO `pq <= B` is known exactly (`true_capacity`):
     capacity = true(...) - ln(1 / (1 - q)) / (B - base_us)      (req/s; B and base in s)
 A tight SLO rewards a short base latency as well as a fast server: the configuration of
 the highest capacity is not the one of the highest throughput.
+
+Surface "workload" (kvtune.targets.synthetic_workload): a family of surfaces whose
+optimum moves with the study's workload (its load section's features): what the warm
+start from the library is benchmarked against (bench/warmstart/).
 """
 
 from __future__ import annotations
@@ -68,7 +72,7 @@ SEARCH_WINDOW, SEARCH_WARMUP, SEARCH_WINDOWS = "1500ms", "200ms", "250ms"
 # The run-to-run noise of one simulated server's steps (its spread between fresh servers
 # is the target's noise_cov).
 STEP_NOISE = 0.02
-SURFACES = ("default", "tradeoff")
+SURFACES = ("default", "tradeoff", "workload")
 
 
 class SyntheticParam(Applier):
@@ -203,6 +207,28 @@ class SyntheticTarget(SimulatedTarget):
             raise UserError(f"target.surface: unknown synthetic surface {spec.surface!r} "
                             f"(known: {', '.join(SURFACES)})")
         self.surface = spec.surface
+        self.features: dict[str, float] | None = None  # the "workload" surface's
+
+    def bind_study(self, spec: Any) -> None:
+        """The "workload" surface reads the study's workload (its load section)."""
+        if self.surface != "workload":
+            return
+        from kvtune.library.features import NoFeatures, of_spec
+
+        try:
+            self.features, _ = of_spec(spec)
+        except NoFeatures as e:
+            raise UserError(f"target.surface workload: {e} (give the study a load "
+                            "section with its workload)") from None
+
+    def true_value(self, params: dict[str, Any]) -> float:
+        """The noiseless ops_per_sec of this target's surface (NaN where it fails)."""
+        if self.surface == "workload" and self.features is not None:
+            from kvtune.targets import synthetic_workload
+
+            defaults = {k: kn.default for k, kn in SYNTHETIC_KNOBS.items()}
+            return synthetic_workload.value(params, self.features, defaults)
+        return true_value(params)
 
     @classmethod
     def knobs(cls) -> Mapping[str, Knob]:
@@ -218,14 +244,17 @@ class SyntheticTarget(SimulatedTarget):
         s = self._sigma(params)
         m = math.exp(-s**2 / 2)  # the median of the shared noise factor
         t = true_metrics(params, self.surface)
-        if self.surface == "default":
+        if self.surface == "workload":
+            v = self.true_value(params)
+            t = {"ops_per_sec": v, "p50_us": 1e6 / v * 50 / 4, "p99_us": 1e6 / v * 50}
+        if self.surface in ("default", "workload"):
             return {"ops_per_sec": t["ops_per_sec"] * m, "p50_us": t["p50_us"] / m,
                     "p99_us": t["p99_us"] / m}
         return {"ops_per_sec": t["ops_per_sec"] * m, "p99_us": t["p99_us"] * m**0.6,
                 "p50_us": t["p50_us"] * math.exp(-s**2 / 8) / m**0.2}
 
     def measure(self, params: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
-        v = true_value(params)
+        v = self.true_value(params)
         if math.isnan(v):
             raise TrialFailed("synthetic server refuses to start: threads >= 14 with mode c",
                               "FATAL: thread pool exhausted (synthetic)")
@@ -261,7 +290,7 @@ class SyntheticTarget(SimulatedTarget):
         and its kvload/search/2 document under "load")."""
         from kvtune.load.kvload import find_kvload, search_result
 
-        v = true_value(params)
+        v = self.true_value(params)
         if math.isnan(v):
             raise TrialFailed("synthetic server refuses to start: threads >= 14 with mode c",
                               "FATAL: thread pool exhausted (synthetic)")

@@ -878,6 +878,9 @@ def capture(url: str, duration: float | None, out: str, *, max_events: int,
             held = sum(int(b.split(":")[0]) for b in doc["popularity"][6:].split(","))
             if cap.keyspace > held:
                 doc["popularity"] += f",{cap.keyspace - held}:0"
+                from kvtune.workload.model import extend_key_buckets
+
+                extend_key_buckets(doc, cap.keyspace - held)
         doc["keys"] = cap.keyspace
     doc["protocol"] = "resp" if t.kind == "redis" else "memcache"
     write_model(path, doc)

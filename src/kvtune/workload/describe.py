@@ -90,6 +90,12 @@ def lines(doc: dict[str, Any]) -> list[str]:
             m, p50, p99 = _mean(spec), _quantile(spec, 0.5), _quantile(spec, 0.99)
             if m is not None:
                 out.append(f"{name}: mean {m:,.1f}, median {p50:,.0f}, p99 {p99:,.0f}")
+    per_key = about.get("per_key") or {}
+    if doc.get("key_buckets") and per_key.get("mean_value_per_key") is not None:
+        out.append(f"value sizes per key: {len(doc['key_buckets'])} popularity buckets, "
+                   f"mean {per_key['mean_value_per_key']:,.1f} per key (per request "
+                   f"{per_key['mean_value_per_request']:,.1f}): each key is replayed at its "
+                   "own size")
     out.append(f"connections: {doc.get('connections', 4)}"
                + (f" (seen {about['connections_seen']})" if "connections_seen" in about
                   else "") + (f"; multiget fan-out {doc['mget_size']}"

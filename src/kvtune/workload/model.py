@@ -16,6 +16,13 @@ arrive already hashed: no key and no value is ever held by the builder.
 - key sizes (one per distinct key counted: kvload gives each key one length), item sizes
   of sets (and of get hits), TTLs of sets: weighted lists of at most
   64 entries (exact when fewer sizes occur, quantile buckets otherwise);
+- what belongs to a key (`key_buckets`): the value size and the TTL of each counted key
+  (its last set, else the size its gets found), per popularity bucket (the HEAD_KEYS
+  hottest keys one bucket each, then at most KEY_BUCKETS log-spaced rank buckets, each a
+  weighted list over its keys),
+  which kvload replays so that each key keeps its own size: the replay stores the
+  source's bytes per key, where the per-request list (dominated by the hot keys) would
+  give every key a hot key's size;
 - the arrival process: mean rate, and the dispersion of inter-arrival gaps (squared
   coefficient of variation) or, for traces with coarse timestamps, of per-second counts;
 - connections and the multiget fan-out.
@@ -39,6 +46,8 @@ MAX_SECONDS = 10_000_000  # per-second counts kept
 MAX_CONNECTIONS = 100_000
 LIST_ENTRIES = 64  # entries of a weighted list in the model
 TABLE_BUCKETS = 48  # rank buckets of an empirical popularity table
+KEY_BUCKETS = 16  # log-spaced rank buckets of the per-key sizes and TTLs, after ...
+HEAD_KEYS = 64  # ... the hottest keys, one bucket each (they carry most of the requests)
 ZIPF_KS_LIMIT = 0.05  # above this the table replaces the Zipf fit
 HEAD_MIN_COUNT = 10  # ranks with at least this many requests enter the Zipf fit
 KVLOAD_MAX_CONNECTIONS = 256
@@ -64,6 +73,8 @@ class ModelBuilder:
     hits: float = 0.0
     key_counts: dict[int, int] = field(default_factory=dict)
     key_lens: dict[int, int] = field(default_factory=dict)  # of the counted keys
+    key_values: dict[int, int] = field(default_factory=dict)  # their value sizes
+    key_ttls: dict[int, int] = field(default_factory=dict)  # their TTLs (of sets)
     threshold: int = 1 << 64  # keys whose hash is below this are counted
     connections: set[Any] = field(default_factory=set)
     connections_capped: bool = False
@@ -96,13 +107,23 @@ class ModelBuilder:
                 self.hits += hits * count
         by_verb = self.key_sizes_by_verb.setdefault(
             "get" if verb == "mget" else verb, Counter())
-        for h, klen in keys:
+        for i, (h, klen) in enumerate(keys):
             self.key_sizes[klen] += count
             by_verb[klen] += count
             if h < self.threshold:
                 if h not in self.key_counts:
                     self.key_lens[h] = klen
                 self.key_counts[h] = self.key_counts.get(h, 0) + count
+                # What belongs to the key: a set's size and TTL (the latest), else the
+                # size a get found.
+                if verb == "set":
+                    if value_size is not None:
+                        self.key_values[h] = value_size
+                    self.key_ttls[h] = min(max(ttl or 0, 0), MEMCACHED_MAX_TTL)
+                elif (verb in ("get", "mget") and item_sizes is not None
+                      and i < len(item_sizes) and item_sizes[i] is not None
+                      and h not in self.key_values):
+                    self.key_values[h] = int(item_sizes[i] or 0)
                 if len(self.key_counts) > MAX_TRACKED_KEYS:
                     self._halve()
         if verb == "set" and value_size is not None:
@@ -130,6 +151,8 @@ class ModelBuilder:
         self.threshold //= 2
         self.key_counts = {h: c for h, c in self.key_counts.items() if h < self.threshold}
         self.key_lens = {h: n for h, n in self.key_lens.items() if h < self.threshold}
+        self.key_values = {h: n for h, n in self.key_values.items() if h < self.threshold}
+        self.key_ttls = {h: n for h, n in self.key_ttls.items() if h < self.threshold}
 
     @property
     def key_sample_rate(self) -> float:
@@ -171,6 +194,9 @@ class ModelBuilder:
             "connections": max(1, min(len(self.connections) or 4, KVLOAD_MAX_CONNECTIONS)),
             "preload": True,
         }
+        buckets, per_key = self._key_buckets()
+        if buckets:
+            doc["key_buckets"] = buckets
         if rate is not None:
             doc["rate"] = round(rate, 3)
         if window > 0:
@@ -189,6 +215,7 @@ class ModelBuilder:
             "item_size_by_verb": {k: weighted_list(c) for k, c in
                                   (("set", self.set_sizes), ("get_hit", self.hit_sizes)) if c},
             "mget_fanout": {str(k): c for k, c in sorted(self.fanout.items())},
+            "per_key": per_key,
             "connections_seen": len(self.connections),
             "connections_capped": self.connections_capped,
             "arrival": dispersion,
@@ -196,6 +223,44 @@ class ModelBuilder:
             **(about or {}),
         }
         return doc
+
+    def _key_buckets(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """`key_buckets` (value sizes and TTLs of the counted keys per popularity bucket,
+        hottest first; key counts scaled by 1 / the sample rate) and what they say in
+        `about.per_key`; ([], {...}) when no key's size is known. A bucket none of whose
+        keys has a known size takes the sizes of all keys."""
+        if not self.key_values:
+            return [], {"keys_with_size": 0}
+        ranked = sorted(self.key_counts, key=lambda h: (-self.key_counts[h], h))
+        n = len(ranked)
+        head = min(n, HEAD_KEYS)
+        edges = np.arange(head + 1)
+        if n > head:
+            tail = np.unique(np.round(np.geomspace(head + 1, n, KEY_BUCKETS + 1)).astype(int))
+            edges = np.concatenate([edges, tail])
+            edges[-1] = n
+        every = Counter(self.key_values.values())
+        every_ttl = Counter(self.key_ttls.values())
+        rate = self.key_sample_rate
+        out: list[dict[str, Any]] = []
+        for a, b in itertools.pairwise(edges):
+            if b <= a:
+                continue
+            keys = ranked[int(a):int(b)]
+            sizes = Counter(self.key_values[h] for h in keys if h in self.key_values)
+            ttls = Counter(self.key_ttls[h] for h in keys if h in self.key_ttls)
+            bucket: dict[str, Any] = {"keys": max(1, round(len(keys) / rate)),
+                                      "value_size": weighted_list(sizes or every)}
+            if ttls or every_ttl:
+                bucket["ttl"] = weighted_list(ttls or every_ttl)
+            out.append(bucket)
+        sized = [self.key_values[h] for h in ranked if h in self.key_values]
+        weights = [self.key_counts[h] for h in ranked if h in self.key_values]
+        about = {"buckets": len(out), "keys_with_size": len(sized), "keys_counted": n,
+                 "mean_value_per_key": round(float(np.mean(sized)), 1),
+                 "mean_value_per_request": round(float(np.average(sized, weights=weights)),
+                                                 1)}
+        return out, about
 
     def _arrival(self) -> tuple[str, dict[str, Any]]:
         """kvload's arrival process closest to what was seen: the squared coefficient of
@@ -335,3 +400,26 @@ def table(counts: np.ndarray, sample_rate: float) -> str:
         k = max(1, round((b - a) / sample_rate))
         parts.append(f"{k}:{counts[a:b].sum() / total:.6g}")
     return "table:" + ",".join(parts)
+
+
+def extend_key_buckets(doc: dict[str, Any], extra_keys: int) -> None:
+    """A model whose keyspace grew by `extra_keys` keys nobody requested (a capture's
+    server holds more than the window touched): its `key_buckets` gain a coldest bucket
+    of them with the sizes and TTLs of all keys, as its popularity table gains one."""
+    buckets = doc.get("key_buckets")
+    if not buckets or extra_keys <= 0:
+        return
+    sizes: Counter[int] = Counter()
+    ttls: Counter[int] = Counter()
+    for b in buckets:
+        for v, w in parse_weighted(str(b.get("value_size", "0"))):
+            sizes[int(v)] += round(w * b["keys"] * 1000)
+        if "ttl" in b:
+            for v, w in parse_weighted(str(b["ttl"])):
+                ttls[int(v)] += round(w * b["keys"] * 1000)
+    cold: dict[str, Any] = {"keys": int(extra_keys)}
+    if sizes:
+        cold["value_size"] = weighted_list(sizes)
+    if ttls:
+        cold["ttl"] = weighted_list(ttls)
+    buckets.append(cold)

@@ -1,0 +1,423 @@
+"""The library's commands: `kvtune library list|show|forget|import|export`, `kvtune
+profiles [export CATEGORY]` and `kvtune predict STUDY` (registered by kvtune.cli)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from kvtune.errors import KvtuneError, UserError
+
+if TYPE_CHECKING:
+    from kvtune.library.entry import Entry
+    from kvtune.library.store import Library
+    from kvtune.safety.text import Console
+
+LibraryOpt = Annotated[str | None, typer.Option(
+    "--library", help="the library: a SQLite file or a database URL (default: "
+    "$KVTUNE_LIBRARY, else ~/.local/share/kvtune/library.db)")]
+MAX_IMPORT_BYTES = 64 << 20
+
+
+class NothingFound(KvtuneError):
+    """A lookup found nothing to act on (exit 1)."""
+
+    exit_code = 1
+
+
+_CONSOLES: list[Console] = []
+
+
+def _consoles() -> tuple[Console, Console]:
+    """stdout and stderr, as kvtune.cli's (wide when piped)."""
+    if not _CONSOLES:
+        import sys
+
+        from kvtune.safety.text import Console
+
+        _CONSOLES.extend([Console(width=None if sys.stdout.isatty() else 160),
+                          Console(stderr=True, width=None if sys.stderr.isatty() else 160)])
+    return _CONSOLES[0], _CONSOLES[1]
+
+
+def _open(flag: str | None, storage: str | None = None) -> Library:
+    from kvtune.library.store import LibraryUnavailable, open_library
+
+    try:
+        lib = open_library(flag, storage)
+    except LibraryUnavailable as e:
+        raise UserError(str(e)) from None
+    if lib is None:
+        raise UserError("the library is off (KVTUNE_LIBRARY=off); give --library PATH")
+    return lib
+
+
+def _entries(lib: Library) -> list[Entry]:
+    from kvtune.library.store import LibraryUnavailable
+
+    _, err = _consoles()
+    try:
+        read = lib.read()
+    except LibraryUnavailable as e:
+        raise UserError(str(e)) from None
+    if read.invalid:
+        rid, why = read.invalid[0]
+        err.print(f"[yellow]note:[/] {len(read.invalid)} entr"
+                  f"{'y does' if len(read.invalid) == 1 else 'ies do'} not validate and "
+                  f"{'is' if len(read.invalid) == 1 else 'are'} ignored (first, {rid[:8]}: "
+                  f"{_esc(why)})", highlight=False)
+    return read.entries
+
+
+def _esc(text: str) -> str:
+    from kvtune.safety.text import for_markup
+
+    return for_markup(text)
+
+
+def _one(lib: Library, prefix: str) -> str:
+    ids = lib.find(prefix)
+    if not ids:
+        raise NothingFound(f"no library entry {prefix!r} in {lib.url} (`kvtune library "
+                           "list` shows the ids)")
+    if len(ids) > 1:
+        raise UserError(f"{prefix!r} names {len(ids)} entries: give more of the id")
+    return ids[0]
+
+
+def result_text(e: Entry) -> str:
+    from kvtune.present import number
+
+    if e.recommendation is None:
+        return "defaults hold"
+    r = e.recommendation
+    if r.change is None:
+        return "recommended (no interval)"
+    ci = f" ({r.ci[0]:+.1%} … {r.ci[1]:+.1%})" if r.ci else ""
+    cap = ""
+    if e.capacity is not None:
+        cap = f"; knee {number(e.capacity.knee)}/s"
+    return f"{e.objective.metric} {r.change:+.1%}{ci}{cap}"
+
+
+library_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                          help="The library of finished studies (docs/library.md).")
+
+
+@library_app.command("list")
+def library_list(library: LibraryOpt = None,
+                 as_json: Annotated[bool, typer.Option("--json", metavar="",
+                                                       help="print JSON")] = False) -> None:
+    """Every entry: id, when, study, target, objective, workload, result, host."""
+    from rich.table import Table
+
+    from kvtune.library.features import describe
+
+    out, _ = _consoles()
+    lib = _open(library)
+    entries = _entries(lib)
+    if as_json:
+        print(json.dumps([e.as_json() for e in entries], indent=1))
+        return
+    if not entries:
+        out.print(f"the library {_esc(lib.url)} is empty: every finished `kvtune tune` "
+                  "adds its study", highlight=False)
+        return
+    t = Table(title=f"kvtune library {lib.url} ({len(entries)} entries)")
+    for col in ("id", "date", "study", "target", "objective", "workload", "result", "host"):
+        t.add_column(col)
+    for e in entries:
+        obj = e.objective.metric + (f" at {e.objective.slo}" if e.objective.slo else "")
+        t.add_row(e.short_id, time.strftime("%Y-%m-%d %H:%M", time.gmtime(e.created)),
+                  _esc(e.study), f"{e.target} {e.target_version or ''}".strip(), _esc(obj),
+                  _esc(describe(e.workload)), _esc(result_text(e)),
+                  _esc(f"{e.host.name or '?'}, {e.host.cpus} CPUs"))
+    out.print(t)
+
+
+@library_app.command("show")
+def library_show(entry: Annotated[str, typer.Argument(help="an entry id (or its start)")],
+                 library: LibraryOpt = None,
+                 as_json: Annotated[bool, typer.Option("--json", metavar="",
+                                                       help="print JSON")] = False) -> None:
+    """One entry in full."""
+    from kvtune.library.entry import parse
+    from kvtune.library.features import FEATURES, describe
+    from kvtune.study.progress import fmt
+
+    out, _ = _consoles()
+    lib = _open(library)
+    rid = _one(lib, entry)
+    raw = lib.get_raw(rid) or "{}"
+    try:
+        e = parse(json.loads(raw))
+    except (ValueError, RecursionError) as ex:
+        raise UserError(f"entry {rid[:8]} does not validate (it is never used): {ex}") \
+            from None
+    if as_json:
+        print(json.dumps(e.as_json(), indent=1))
+        return
+    p = lambda s: out.print(s, highlight=False)  # noqa: E731
+    p(f"[bold]entry {e.id}[/] — study {_esc(e.study)!r}, "
+      f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(e.created))}, kvtune "
+      f"{e.kvtune_version}")
+    p(f"  target: {e.target}{' ' + e.target_version if e.target_version else ''}; host "
+      f"{_esc(e.host.name or '?')}: "
+      f"{_esc(e.host.cpu_model)}, {e.host.cpus} CPUs, kernel {_esc(e.host.kernel)}, "
+      f"server CPUs {e.host.server_cpus or '-'}, load CPUs {e.host.load_cpus or '-'}")
+    p(f"  objective: {e.objective.metric} ({e.objective.direction})"
+      + (f", SLO {_esc(e.objective.slo)}" if e.objective.slo else ""))
+    p(f"  workload: {_esc(e.workload_source or describe(e.workload))}")
+    p("    features: " + ", ".join(f"{f} {e.workload[f]:.3g}" for f in FEATURES
+                                   if f in e.workload))
+    p(f"  knobs tuned: {', '.join(e.knobs) or '-'}")
+    if e.recommendation is None:
+        p(f"  result: the defaults hold ({_esc(e.verdict)})")
+    else:
+        p(f"  result: {_esc(result_text(e))}")
+        p("    changes: " + ", ".join(f"{k}={fmt(v)}" for k, v in
+                                     e.recommendation.changes.items()))
+        if e.carriers:
+            p(f"    carried by (ablation): {', '.join(e.carriers)}")
+    if e.noise is not None:
+        p(f"  noise floor: CoV {e.noise.cov:.1%} over {e.noise.n} repetitions")
+    if e.capacity is not None:
+        c = e.capacity
+        ci = f" (95% CI {c.ci[0]:,.0f} … {c.ci[1]:,.0f})" if c.ci else ""
+        p(f"  capacity at {_esc(c.slo)}: baseline knee {c.knee:,.0f} req/s{ci}"
+          + (f", recommended {c.recommended_knee:,.0f}" if c.recommended_knee else "")
+          + f"; curve of {len(c.curve)} runs")
+    p(f"  search: {e.search.trials} trials, best at trial {e.search.best_trial}")
+    if e.warm_start:
+        p("  drew from: " + ", ".join(f"{w.id[:8]} (distance {w.distance:.2f})"
+                                      for w in e.warm_start))
+    else:
+        p("  drew from: nothing (started cold)")
+
+
+@library_app.command("forget")
+def library_forget(entry: Annotated[str, typer.Argument(help="an entry id (or its start)")],
+                   library: LibraryOpt = None) -> None:
+    """Remove one entry."""
+    out, _ = _consoles()
+    lib = _open(library)
+    rid = _one(lib, entry)
+    lib.forget(rid)
+    out.print(f"forgot {rid[:8]}", highlight=False)
+
+
+@library_app.command("export")
+def library_export(file: Annotated[Path, typer.Argument(help="the JSON file to write")],
+                   library: LibraryOpt = None) -> None:
+    """Write every entry to a file (for another host's `kvtune library import`)."""
+    from kvtune.safety.files import write_file
+
+    out, _ = _consoles()
+    lib = _open(library)
+    entries = _entries(lib)
+    doc = {"schema": "kvtune/library-export/1", "entries": [e.as_json() for e in entries]}
+    write_file(file.absolute(), json.dumps(doc, indent=1) + "\n", what="library export")
+    out.print(f"wrote {len(entries)} entries to {_esc(str(file))}", highlight=False)
+
+
+@library_app.command("import")
+def library_import(file: Annotated[Path, typer.Argument(help="a `kvtune library export` "
+                                                               "file")],
+                   library: LibraryOpt = None) -> None:
+    """Add the entries of a file (another host's, a colleague's). Every entry is checked
+    first: one that does not validate refuses the whole file, nothing is added."""
+    from kvtune.library.entry import MAX_ENTRY_BYTES, parse
+    from kvtune.safety.files import ReadRefused, read_input
+
+    out, _ = _consoles()
+    try:
+        data = read_input(file, MAX_IMPORT_BYTES, "library import")
+    except ReadRefused as e:
+        raise UserError(str(e)) from None
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise UserError(f"{file}: not a JSON library export (kvtune library export "
+                        "writes one)") from None
+    items = doc.get("entries") if isinstance(doc, dict) else doc
+    if not isinstance(items, list) or (isinstance(doc, dict) and doc.get("schema") not in
+                                       (None, "kvtune/library-export/1")):
+        raise UserError(f"{file}: not a kvtune library export (an object with "
+                        "schema kvtune/library-export/1 and a list of entries)")
+    entries, problems = [], []
+    for i, item in enumerate(items):
+        try:
+            if len(json.dumps(item)) > MAX_ENTRY_BYTES:
+                raise ValueError(f"more than {MAX_ENTRY_BYTES // 1024} KiB")
+            entries.append(parse(item))
+        except (ValueError, TypeError, RecursionError) as e:
+            problems.append(f"entries[{i}]: {e}")
+    if problems:
+        raise UserError(f"{file}: {len(problems)} of {len(items)} entries do not validate; "
+                        "nothing was imported", problems[:10])
+    lib = _open(library)
+    from kvtune.library.store import LibraryUnavailable
+
+    try:
+        added = lib.add(entries)
+    except LibraryUnavailable as e:
+        raise UserError(str(e)) from None
+    out.print(f"imported {added} entries into {_esc(lib.url)} ({len(entries) - added} "
+              "already there)", highlight=False)
+
+
+profiles_app = typer.Typer(rich_markup_mode=None, invoke_without_command=True,
+                           help="Categories of workloads and the configuration that held "
+                                "across each one's studies (docs/library.md).")
+
+
+def _categories(library: str | None) -> list[Any]:
+    from kvtune.library.profiles import categories
+
+    return categories(_entries(_open(library)))
+
+
+@profiles_app.callback()
+def profiles(ctx: typer.Context, library: LibraryOpt = None) -> None:
+    """Without a command: every category, its studies and its profile."""
+    if ctx.invoked_subcommand is not None:
+        ctx.obj = library
+        return
+    from kvtune.library.features import describe
+    from kvtune.library.profiles import spread
+    from kvtune.study.progress import fmt
+
+    out, _ = _consoles()
+    cats = _categories(library)
+    if not cats:
+        out.print("no category: the library holds no study yet", highlight=False)
+        return
+    p = lambda s: out.print(s, highlight=False)  # noqa: E731
+    for c in cats:
+        n = len(c.members)
+        holds = sum(1 for e in c.members if e.recommendation is None)
+        target = f"{c.target} {c.target_version}" if c.target_version else c.target
+        p(f"[bold]{c.id}: {_esc(c.name)}[/] — {target}, {c.metric}; {n} "
+          f"stud{'y' if n == 1 else 'ies'} ({_esc(describe(c.centre))})")
+        p("  studies: " + ", ".join(f"{_esc(e.study)} ({e.short_id})" for e in c.members))
+        knobs = c.knobs()
+        held = [k for k in knobs if k.holds]
+        loose = [k for k in knobs if not k.holds]
+        if held:
+            for k in held:
+                p(f"  holds: {k.knob} = {fmt(k.value)} (confirmed in {k.confirmed_in} of {n}; "
+                  f"gains {spread(k.gains)})")
+        else:
+            p("  holds: no change (no change was confirmed in most of its studies)")
+        for k in loose:
+            p(f"  did not generalise: {k.knob} (confirmed in {k.confirmed_in} of {n}, "
+              f"values {', '.join(map(fmt, k.values))})")
+        if holds:
+            p(f"  the defaults held in {holds} of {n}")
+        p(f"  gains of its studies: {spread(c.gains())}")
+
+
+@profiles_app.command("export")
+def profiles_export(
+    ctx: typer.Context,
+    category: Annotated[str, typer.Argument(help="a category id (c1) or its name's start")],
+    out_dir: Annotated[Path, typer.Option("-o", "--out-dir", help="directory to write")]
+    = Path("profile"),
+) -> None:
+    """A category's profile as a TuneD profile and the server's config drop-in (with
+    rollbacks), as `kvtune export` writes a study's."""
+    from kvtune.library.export import export
+    from kvtune.library.profiles import find
+
+    out, _ = _consoles()
+    cats = _categories(ctx.obj)
+    cat = find(cats, category)
+    if cat is None:
+        raise UserError(f"no category {category!r}: " + (", ".join(
+            f"{c.id} ({c.name})" for c in cats) or "the library holds none"))
+    if not cat.held():
+        raise NothingFound(f"category {cat.id} ({cat.name}) has no change that held in most "
+                           "of its studies: nothing to export")
+    made = export(cat, out_dir)
+    if not made:
+        raise NothingFound(f"category {cat.id}: its changes ({', '.join(cat.held())}) have "
+                           "no export format (knobs of the synthetic target?)")
+    for fmt, f in made:
+        out.print(f"{fmt}: {_esc(str(out_dir / f.path))}  — {_esc(f.install)}",
+                  highlight=False)
+
+
+def predict_command(study: str, storage: str | None, library: str | None) -> None:
+    """`kvtune predict`: see kvtune.library.predict."""
+    from kvtune.library.features import NoFeatures, describe, nearest_differences
+    from kvtune.library.predict import predict, this_host_fingerprint
+    from kvtune.library.profiles import spread
+    from kvtune.study.progress import fmt
+
+    out, _ = _consoles()
+    spec = _spec_of(study, storage)
+    lib = _open(library, spec.storage)
+    try:
+        pred = predict(spec, this_host_fingerprint(spec), _entries(lib))
+    except NoFeatures as e:
+        raise UserError(f"study {spec.study!r}: {e}") from None
+    p = lambda s: out.print(s, highlight=False)  # noqa: E731
+    p(f"[bold]PREDICTION[/] for study {_esc(spec.study)!r} from the library alone "
+      f"(nothing measured): {spec.target.kind}, {spec.objective.metric}; "
+      f"{_esc(describe(pred.features))}")
+    if not pred.found.used:
+        if pred.found.nearest_beyond:
+            near, d = pred.found.nearest_beyond
+            diff = "; ".join(nearest_differences(pred.features, near.workload))
+            p(f"  no prediction: the nearest compatible study, {_esc(near.study)!r}, is at "
+              f"distance {d:.2f} ({_esc(diff)}): this workload is unlike anything in the "
+              "library")
+        else:
+            why = "; ".join(f"{k} ({v})" for k, v in pred.found.reasons().items())[:400]
+            p(f"  no prediction: no compatible study in {_esc(lib.url)}"
+              + (f"; not used: {_esc(why)}" if why else ""))
+        raise typer.Exit(1)
+    for used, d in pred.found.used:
+        p(f"  {_esc(used.study)!r} ({used.short_id}), distance {d:.2f}: "
+          f"{_esc(result_text(used))}"
+          + (": " + ", ".join(f"{k}={fmt(v)}" for k, v in used.recommendation.changes.items())
+             if used.recommendation else ""))
+    n = len(pred.found.used)
+    if pred.config:
+        p("  suggested configuration: " + ", ".join(
+            f"{k}={fmt(v)} ({pred.support[k]} of {n})" for k, v in pred.config.items()))
+    else:
+        p("  suggested configuration: the defaults (no change was confirmed in most of "
+          "the nearest studies)")
+    p(f"  expected change of {spec.objective.metric}: {spread(pred.gains)}"
+      + (f"; the defaults held in {pred.holds} of {n}" if pred.holds else ""))
+    p("  This is a prediction: `kvtune tune` measures it (its warm start queues these "
+      "configurations first).")
+
+
+def _spec_of(study: str, storage: str | None) -> Any:
+    p = Path(study)
+    if p.suffix in (".yaml", ".yml"):
+        from kvtune.study.loader import parse_study, read_study
+
+        return parse_study(read_study(p), str(p), base_dir=p.resolve().parent).spec
+    import optuna
+
+    from kvtune.spec import StudySpec
+
+    name = study
+    url = storage or f"sqlite:///{(Path.cwd() / 'results' / f'{study}.db').as_posix()}"
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+        raise UserError(f"no results for study {study!r}: {url} does not exist (give the "
+                        "study file, or --storage URL)")
+    try:
+        s = optuna.load_study(study_name=name, storage=url)
+        data = dict(s.user_attrs.get("spec") or {})
+        data.pop("storage", None)
+        return StudySpec.model_validate(data)
+    except (KeyError, ValueError) as e:
+        raise UserError(f"study {name!r} in {url}: {str(e)[:200]}") from None

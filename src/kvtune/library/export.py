@@ -1,0 +1,52 @@
+"""`kvtune profiles export CATEGORY`: a category's profile as the study exports write it
+(a TuneD profile, the server's config drop-in, the systemd drop-in where placement
+matters), through the same exporters (kvtune.export) with their rollbacks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvtune.export import EXPORTERS, ExportFile, Recommendation, write
+from kvtune.library.features import describe
+from kvtune.library.profiles import Category, spread
+
+FORMATS = ("tuned", "memcached", "redis", "systemd")
+
+
+@dataclass
+class ProfileRecommendation(Recommendation):
+    """A category's profile: the headers say which category and which studies."""
+
+    category: str = ""
+
+    def workload(self) -> str:
+        return self.category
+
+
+def recommendation(cat: Category) -> Recommendation:
+    held = cat.held()
+    baseline = cat.baseline()
+    studies = ", ".join(sorted({e.study for e in cat.members}))[:300]
+    gains = spread([p for k in cat.knobs() if k.holds for p in k.gains] or cat.gains())
+    source = (f"profile {cat.id} of the kvtune library: the changes confirmed in most of "
+              f"its {len(cat.members)} studies ({studies}); their gains in "
+              f"{cat.metric}: {gains}")
+    server_cpus = {e.host.server_cpus for e in cat.members}
+    spec: dict[str, Any] = {"target": {"kind": cat.target}}
+    if len(server_cpus) == 1 and None not in server_cpus:
+        spec["target"]["cpus"] = next(iter(server_cpus))
+    return ProfileRecommendation(
+        study=f"profile-{cat.id}", target=cat.target, config={**baseline, **held},
+        baseline=baseline, source=source, spec=spec,
+        category=f"category {cat.id}, {cat.name} ({describe(cat.centre)}), "
+                 f"{cat.target} {cat.target_version or ''}".strip())
+
+
+def export(cat: Category, out_dir: Path) -> list[tuple[str, ExportFile]]:
+    rec = recommendation(cat)
+    formats = [f for f in FORMATS if f in EXPORTERS and EXPORTERS[f].files(rec)]
+    if not formats:
+        return []
+    return write(rec, formats, out_dir)
