@@ -160,11 +160,28 @@ fn a_search_converges_between_a_pass_and_a_fail() {
         assert!(doc["knee"].is_null());
         return;
     }
-    assert_eq!(verdict, "ok", "{}", doc["reason"]);
+    // Near the client's limit a window's verdict can flip from run to run: the search
+    // re-measures and may run out of runs first. It says so, with the bracket it holds
+    // and a knee inside it, never a precision it did not reach.
+    let converged = verdict == "ok";
+    assert!(
+        converged || verdict == "imprecise",
+        "{verdict}: {}",
+        doc["reason"]
+    );
     let (lo, hi) = (
         doc["bracket"]["highest_pass"].as_f64().unwrap(),
         doc["bracket"]["lowest_fail"].as_f64().unwrap(),
     );
+    if !converged {
+        let reason = doc["reason"].as_str().unwrap();
+        assert!(reason.contains("30 runs ran out"), "{reason}");
+        assert!(
+            hi / lo - 1.0 > 0.1,
+            "imprecise, yet {lo}…{hi} is within 10%"
+        );
+        assert!(steps(&doc).len() >= 30, "{reason}");
+    }
     // The knee is interpolated inside the bracket, within its interval.
     let knee = doc["knee"].as_f64().unwrap();
     assert!(lo <= knee && knee <= hi, "{lo} {knee} {hi}");
@@ -173,7 +190,10 @@ fn a_search_converges_between_a_pass_and_a_fail() {
         doc["ci"][1].as_f64().unwrap(),
     );
     assert!(clo <= knee && knee <= chi, "{clo} {knee} {chi}");
-    assert!(hi > lo && hi / lo - 1.0 <= 0.1 + 1e-9, "{lo} {hi}");
+    assert!(
+        hi > lo && (!converged || hi / lo - 1.0 <= 0.1 + 1e-9),
+        "{lo} {hi}"
+    );
     let s = steps(&doc);
     assert!(
         s.iter()
