@@ -47,6 +47,8 @@ def test_shipped_results_name_no_machine_path(db: Path) -> None:
                 for (v,) in con.execute(f'SELECT "{c}" FROM "{t}" WHERE typeof("{c}")=\'text\''):
                     assert rewrite(v) == v, f"{db.name} {t}.{c}: {v[:200]}"
                     assert str(REPO) not in v
+                    # Another checkout's path (the host that ran it) is as wrong as this one's.
+                    assert not MACHINE_PATH.findall(v), f"{db.name} {t}.{c}: {v[:200]}"
     finally:
         con.close()
 

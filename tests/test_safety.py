@@ -67,6 +67,19 @@ def test_no_catalog_host_file_is_on_the_deny_list() -> None:
                 assert refusal(loc.path) is None, (k.name, loc.path)
 
 
+def test_the_idle_state_switches_are_allowed_and_nothing_else_of_a_cpu() -> None:
+    """cpu.idle_disable writes cpuN/cpuidle/stateK/disable inside the CPU devices that
+    /sys/bus/cpu links to (denied whole): those files, and only those, are writable."""
+    for p in ("/sys/devices/system/cpu/cpu0/cpuidle/state1/disable",
+              "/sys/devices/system/cpu/cpu1/cpuidle/state0/disable"):
+        assert refusal(p) is None, p
+    for p in ("/sys/devices/system/cpu/cpu0/online",
+              "/sys/devices/system/cpu/cpu0/cpuidle/state1/x",
+              "/sys/devices/system/cpu/cpu0/cpuidle/state1/disable/x",
+              "/sys/devices/system/cpu/cpu0/cpuidle/state1/disablex"):
+        assert refusal(p) is not None, p
+
+
 @pytest.mark.parametrize("path", [
     "/proc/sys/kernel/core_pattern", "/proc/sys/kernel/modprobe", "/proc/sys/kernel/hotplug",
     "/sys/kernel/uevent_helper", "/proc/sys/kernel/poweroff_cmd", "/sys/power/state",

@@ -113,6 +113,18 @@ def one(seed: int, trials: int, src: Path, work: Path) -> dict[str, Any]:
     return row
 
 
+
+def source(src: Path) -> str:
+    """The code measured, named by its commit (a machine path is no result's business)."""
+    try:
+        out = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=10, check=True)
+        commit = out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown commit"
+    return f"src at {commit}" + ("" if src.resolve() == (REPO / "src").resolve() else
+                                 " (--kvtune-src)")
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -143,7 +155,7 @@ def main() -> None:
             r["ablation_repetitions"] for r in rec) if rec else None,
         "ablation_repetitions_total": sum(r["ablation_repetitions"] for r in rec),
         "median_wall_s": statistics.median(r["wall_s"] for r in rows),
-        "src": str(args.kvtune_src),
+        "src": source(args.kvtune_src),
     }
     print(json.dumps(summary, indent=1))
     if args.json:

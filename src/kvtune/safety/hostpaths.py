@@ -102,6 +102,9 @@ _MODULE_OK = ("/sys/module/haltpoll/parameters/guest_halt_poll_ns",
               "/sys/module/haltpoll/parameters/guest_halt_poll_grow",
               "/sys/module/haltpoll/parameters/guest_halt_poll_shrink",
               "/sys/module/haltpoll/parameters/guest_halt_poll_allow_shrink")
+# The idle path's per-CPU state switches (cpu.idle_disable): inside the CPU devices that
+# /sys/bus/cpu links to (denied whole: `online` would take a CPU away), only these files.
+_CPUIDLE_OK = re.compile(r"^/sys/devices/system/cpu/cpu[0-9]{1,4}/cpuidle/state[0-9]{1,2}/disable$")
 _SYSFS_CHARS = re.compile(r"^/sys/[A-Za-z0-9_.:@+,\-/]{1,250}$")
 
 
@@ -115,7 +118,7 @@ def refusal(host_path: str) -> str | None:
             if p == prefix or (prefix.endswith(("/", "_")) and p.startswith(prefix)):
                 return why
         return None
-    if p in _MODULE_OK:
+    if p in _MODULE_OK or _CPUIDLE_OK.match(p):
         return None
     for prefix, why in DENY_SYS_TREES.items():
         if p == prefix.rstrip("/") or p.startswith(prefix):
