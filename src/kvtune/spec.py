@@ -48,7 +48,7 @@ from kvtune.safety.remote import (
     server_address_problem,
 )
 
-__all__ = ["StudySpec", "line_map", "parse_cpus", "parse_data", "parse_duration",
+__all__ = ["LineMap", "StudySpec", "line_map", "parse_cpus", "parse_data", "parse_duration",
            "where_in_file", "yaml_data"]
 
 METRICS = OBJECTIVES  # the metrics an objective or a constraint may name (kvtune.metrics)
@@ -702,13 +702,31 @@ def _line_map(text: str) -> dict[tuple[Any, ...], int]:
     return lines
 
 
+class LineMap(dict[tuple[Any, ...], int]):
+    """A line map whose keys may have been given on the command line instead (`given`:
+    key path -> the option, e.g. ("objective",) -> "--capacity"): a problem there is shown
+    at the option, not at a line of the file."""
+
+    def __init__(self, lines: dict[tuple[Any, ...], int],
+                 given: dict[tuple[Any, ...], str]) -> None:
+        super().__init__(lines)
+        self.given = dict(given)
+
+
 def where_in_file(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> str:
-    """`knobs[2].range, line 14` for a key path, from `parse_spec`'s line map."""
+    """`knobs[2].range, line 14` for a key path, from `parse_spec`'s line map;
+    `objective.slo (--capacity)` for a key a command-line option set (`LineMap`)."""
+    given = getattr(lines, "given", {})
     # pydantic adds union-member names ("str", "KnobSpec") into loc; drop what isn't a key.
-    path = tuple(p for p in loc if isinstance(p, int) or p in _keys_of(lines))
+    keys = _keys_of(lines) | {k for path in given for k in path}
+    path = tuple(p for p in loc if isinstance(p, int) or p in keys)
     text = ""
     for p in path:
         text += f"[{p}]" if isinstance(p, int) else (("." if text else "") + str(p))
+    option = next((given[path[:n]] for n in range(len(path), 0, -1) if path[:n] in given),
+                  None)
+    if option is not None:
+        return f"{text} ({option})"
     line = None
     probe = path
     while probe and line is None:
