@@ -29,26 +29,29 @@ def _target(binary: str) -> MemcachedTarget:
     return MemcachedTarget(TargetSpec(kind="memcached", binary=binary))
 
 
+def _refused_start(t: MemcachedTarget, journal: Journal | None, d: Path, match: str) -> None:
+    with pytest.raises(HarnessError, match=match):
+        server = t.start(Launch(), journal, [d])
+        t.stop(server, journal)  # started after all: stopped, and the test fails
+
+
 def test_the_server_is_moved_into_a_cgroup_only_through_the_journal(
         tmp_path: Path, tree: Path, memcached_bin: str) -> None:
     stray = tmp_path / "not-a-cgroup"
     stray.mkdir()
     t = _target(memcached_bin)
     # Without a journal: refused, the server stopped, nothing written.
-    with pytest.raises(HarnessError, match="only through the journal"):
-        t.start(Launch(), None, [stray])
+    _refused_start(t, None, stray, "only through the journal")
     assert not (stray / "cgroup.procs").exists()
     with Journal(tmp_path / "j.json", allowed_roots=(tree,)) as j:
         # Outside the journal's writable roots, also when reached by a link from inside.
         (tree / "link").symlink_to(stray)
         for d in (stray, tree / "link"):
-            with pytest.raises(HarnessError, match="only /proc/sys and /sys"):
-                t.start(Launch(), j, [d])
+            _refused_start(t, j, d, "only /proc/sys and /sys")
         assert not (stray / "cgroup.procs").exists()
         # Inside the roots but not a cgroup this journal created: restore could not remove it.
         (tree / "other").mkdir()
-        with pytest.raises(HarnessError, match="not a cgroup this study created"):
-            t.start(Launch(), j, [tree / "other"])
+        _refused_start(t, j, tree / "other", "not a cgroup this study created")
         assert not (tree / "other" / "cgroup.procs").exists()
         # A cgroup the journal made: the pid is written there.
         j.make_dir(tree / "kvtune-1")
