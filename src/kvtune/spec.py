@@ -203,9 +203,9 @@ class LoadSpec(_Model):
     @field_validator("duration", "warmup", mode="before")
     @classmethod
     def _dur(cls, v: Any, info: ValidationInfo) -> float:
-        if info.field_name == "warmup" and _is_zero_duration(v):
-            return 0.0  # no warm-up: the window starts with the first request (case 004)
-        return safe.check_duration(parse_duration(v), safe.MAX_DURATION)
+        # warmup 0: no warm-up, the window starts with the first request (case 004)
+        return safe.check_duration(parse_duration(v, zero=info.field_name == "warmup"),
+                                   safe.MAX_DURATION)
 
     @field_validator("cpus")
     @classmethod
@@ -239,12 +239,6 @@ class LoadSpec(_Model):
         if self.remote_binary is not None and self.host is None:
             raise ValueError("load.remote_binary is a path on the load host: it needs load.host")
         return self
-
-
-def _is_zero_duration(v: Any) -> bool:
-    if isinstance(v, int | float) and not isinstance(v, bool):
-        return v == 0
-    return isinstance(v, str) and re.fullmatch(r"\s*0+(\.0*)?\s*(ms|s|m|h)?\s*", v) is not None
 
 
 class ApplierSpec(_Model):
