@@ -16,7 +16,7 @@ from kvtune.safety.text import for_markup as escape
 
 if TYPE_CHECKING:
     from kvtune.spec import StudySpec
-    from kvtune.study.loader import Loaded
+    from kvtune.study.loader import Loaded, Override
 
 
 def flag(*decls: str, **kw: Any) -> Any:
@@ -88,18 +88,23 @@ def _storage_for(study_or_file: str, storage: str | None) -> tuple[str, str]:
     return study_or_file, url
 
 
-def _load(study_file: Path, allow_inline_host_knobs: bool, command: str = "") -> Loaded:
+def _load(study_file: Path, allow_inline_host_knobs: bool, command: str = "",
+          overrides: tuple[Override, ...] = ()) -> Loaded:
     """The study file, read once and checked before Optuna and SciPy are imported (a
     refused file fails in well under a second); its deprecation notes on stderr. With
-    `command`, a study that manages this host needs root (one line why, exit 2)."""
+    `command`, a study that manages this host needs root (one line why, exit 2).
+    `overrides` (options that change the study) are checked by the loader as the file's
+    own text is."""
     from kvtune.study.loader import load_text, parse_study, read_study
 
     text = read_study(study_file)
     base = study_file.resolve().parent
     if command:  # before the target's config is read or any binary probed
-        _need_root(command, parse_study(text, str(study_file), base_dir=base).spec)
+        _need_root(command, parse_study(text, str(study_file), base_dir=base,
+                                        overrides=overrides).spec)
     loaded = load_text(text, str(study_file), base_dir=base,
-                       allow_inline_host_knobs=allow_inline_host_knobs, path=study_file)
+                       allow_inline_host_knobs=allow_inline_host_knobs, path=study_file,
+                       overrides=overrides)
     for note in loaded.notes:
         err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     return loaded
@@ -139,12 +144,15 @@ def tune(
     """Tune: baseline and noise floor, Bayesian search, confirmation against the defaults.
     Running it again resumes the same study. A fresh study starts from the past studies of
     alike workloads in the library (unless --cold), and a finished one is added to it."""
-    loaded = _load(study_file, allow_inline_host_knobs, "tune")  # before the heavy imports
+    from kvtune.study.loader import Override
+
+    overrides = () if trials is None else (
+        Override("--trials", ("budget", "trials"), trials, str(trials), create=True),)
+    # before the heavy imports
+    loaded = _load(study_file, allow_inline_host_knobs, "tune", overrides)
     from kvtune.report.summary import collect, next_steps, render
     from kvtune.study.run import StudyRun
 
-    if trials is not None:
-        loaded.spec.budget.trials = trials
     if worker:
         from kvtune.fleet.worker import FleetWorker
 
@@ -188,24 +196,23 @@ def run(
                            "e.g. 'p99_us <= 200' (a knee search per repetition)")] = None,
 ) -> None:
     """Measure one configuration (the defaults, changed by --set) with repetitions and CIs."""
-    loaded = _load(study_file, allow_inline_host_knobs, "run")  # before the heavy imports
+    from kvtune.study.loader import Override
+
+    # Both change the study: the loader checks them as it checks the file's own text.
+    overrides: list[Override] = []
     if capacity is not None:
-        _objective_capacity(loaded, capacity)
+        overrides.append(Override("--capacity", ("objective",),
+                                  {"metric": "capacity", "slo": capacity}, capacity))
+    if load_tool is not None:
+        overrides.append(Override("--load-tool", ("load", "tool"), load_tool, load_tool))
+    # before the heavy imports
+    loaded = _load(study_file, allow_inline_host_knobs, "run", tuple(overrides))
     from kvtune import load as load_drivers
     from kvtune.study.commands import run_config
 
-    if load_tool is not None:
-        if load_tool not in load_drivers.tools():
-            raise UserError(f"--load-tool: unknown load tool {load_tool!r} (known: "
-                            f"{', '.join(load_drivers.tools())})")
-        if loaded.spec.load is None:
-            raise UserError(f"--load-tool: study {loaded.spec.study!r} runs no load (its "
-                            "target has no load section)")
-        if loaded.spec.load.host and not load_drivers.runs_remote(load_tool):
-            raise UserError(f"--load-tool: {load_tool} cannot run on the study's load host "
-                            f"(load.host {loaded.spec.load.host}); kvload can")
-        loaded.spec.load.tool = load_tool
-        load_drivers.driver_for(loaded.spec.load)  # refuses what the tool cannot run
+    if load_tool is not None and loaded.spec.load is not None:
+        # what the tool's driver refuses (a peer is closed-loop), before anything starts
+        load_drivers.driver_for(loaded.spec.load, loaded.spec.capacity)
     res = run_config(loaded, _parse_sets(set_ or []), repetitions, err)
     if as_json:
         print(json.dumps(res, indent=1, default=str))
@@ -286,21 +293,6 @@ def _print_capacity_run(res: dict[str, Any]) -> None:
     else:
         out.print(f"[red]no capacity[/]: none of the {n} search(es) found one")
     out.print("The other metrics are the knee runs' (each search's highest passing rate).")
-
-
-def _objective_capacity(loaded: Loaded, slo: str) -> None:
-    """`--capacity SLO`: the study's objective becomes the capacity at `slo` (checked like
-    the study file's `objective: {metric: capacity, slo: ...}`)."""
-    from kvtune.spec import ObjectiveSpec, parse_slo
-
-    try:
-        parse_slo(slo)
-    except ValueError as e:
-        raise UserError(f"--capacity: {e}") from None
-    if loaded.spec.load is None or loaded.spec.load.mode != "open":
-        raise UserError("--capacity: a capacity search runs open-loop load; the study's "
-                        "load.mode is closed (or it has no load)")
-    loaded.spec.objective = ObjectiveSpec(metric="capacity", slo=slo)
 
 
 @app.command()

@@ -1,6 +1,14 @@
-"""Durations as the study file and kvload workload files write them: '3s', '500ms', '2m',
-'1h' or a number of seconds. A leaf module, so that the schema (spec.py) and the load
-drivers share one parser without importing each other."""
+"""Durations as the study file, the command line and kvload workload files write them:
+'3s', '500ms', '250us', '2m', '1h' or a number of seconds. The one parser of duration text
+in kvtune's Python (issue 32): the schema (spec.py), the workload-file check
+(safety/workload.py), the run budget (load/kvload.py), `load.extra_args` and the command
+line all ask it. A leaf module, so that they share it without importing each other.
+
+The grammar is kvload's own (`parse_duration` in kvload/src/config/spec.rs): a number, an
+optional unit among ns, us (or µs), ms, s, m and h, a bare number being seconds, blanks
+around. kvload also takes what Rust's float parser takes ('1e3ms', '.5s', '+2s'); kvtune
+refuses those forms with a message naming the forms it takes, before anything runs.
+"""
 
 from __future__ import annotations
 
@@ -8,23 +16,46 @@ import math
 import re
 from typing import Any
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+# Seconds per unit, kvload's units.
+UNITS: dict[str, float] = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0,
+                           "m": 60.0, "h": 3600.0}
+_UNIT = "|".join(sorted(map(re.escape, UNITS), key=len, reverse=True))
+_DURATION = re.compile(rf"^\s*(\d{{1,30}}(?:\.\d{{1,30}})?)\s*({_UNIT})?\s*$")
 
 
-def parse_duration(v: Any) -> float:
-    """'3s', '500ms', '2m', '1h' or a number of seconds → seconds."""
+def pattern(digits: int = 30) -> str:
+    """The grammar as regex text for one word (an argv value: no blanks), at most `digits`
+    digits on each side of the point; it matches nothing `parse_duration` refuses."""
+    return rf"\d{{1,{digits}}}(?:\.\d{{1,{digits}}})?(?:{_UNIT})?"
+
+FORMS = "a duration such as 10s, 500ms, 250us or 2m (units ns, us, ms, s, m, h; a bare " \
+        "number is seconds)"
+
+
+def parse_duration(v: Any, *, zero: bool = False) -> float:
+    """'3s', '500ms', '250us', '2m', '1h' or a number of seconds → seconds. ValueError
+    naming the forms when `v` is not one; 0 only with `zero` (no warm-up), else a
+    duration is positive."""
     if isinstance(v, int | float) and not isinstance(v, bool):
         if not math.isfinite(v) or abs(v) > 1e12:
             raise ValueError(f"{v} is not a finite duration")
-        if v <= 0:
-            raise ValueError("must be positive")
-        return float(v)
-    if not isinstance(v, str):
-        raise ValueError(f"{v!r} is not a duration such as 10s, 500ms or 2m")
-    m = _DURATION.match(v)
-    if not m:
-        raise ValueError(f"{v!r} is not a duration such as 10s, 500ms or 2m")
-    n = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
-    if n <= 0:
+        n = float(v)
+    elif isinstance(v, str):
+        m = _DURATION.match(v)
+        if not m:
+            raise ValueError(f"{v[:40]!r} is not {FORMS}")
+        n = float(m.group(1)) * UNITS[m.group(2) or "s"]
+    else:
+        raise ValueError(f"{v!r} is not {FORMS}"[:200])
+    if n < 0 or (n == 0 and not zero):
         raise ValueError("must be positive")
     return n
+
+
+def is_duration(v: Any, *, zero: bool = True) -> bool:
+    """Whether `v` parses as a duration (`parse_duration`)."""
+    try:
+        parse_duration(v, zero=zero)
+    except ValueError:
+        return False
+    return True

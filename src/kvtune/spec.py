@@ -48,7 +48,7 @@ from kvtune.safety.remote import (
     server_address_problem,
 )
 
-__all__ = ["StudySpec", "line_map", "parse_cpus", "parse_data", "parse_duration",
+__all__ = ["LineMap", "StudySpec", "line_map", "parse_cpus", "parse_data", "parse_duration",
            "where_in_file", "yaml_data"]
 
 METRICS = OBJECTIVES  # the metrics an objective or a constraint may name (kvtune.metrics)
@@ -203,9 +203,9 @@ class LoadSpec(_Model):
     @field_validator("duration", "warmup", mode="before")
     @classmethod
     def _dur(cls, v: Any, info: ValidationInfo) -> float:
-        if info.field_name == "warmup" and _is_zero_duration(v):
-            return 0.0  # no warm-up: the window starts with the first request (case 004)
-        return safe.check_duration(parse_duration(v), safe.MAX_DURATION)
+        # warmup 0: no warm-up, the window starts with the first request (case 004)
+        return safe.check_duration(parse_duration(v, zero=info.field_name == "warmup"),
+                                   safe.MAX_DURATION)
 
     @field_validator("cpus")
     @classmethod
@@ -239,12 +239,6 @@ class LoadSpec(_Model):
         if self.remote_binary is not None and self.host is None:
             raise ValueError("load.remote_binary is a path on the load host: it needs load.host")
         return self
-
-
-def _is_zero_duration(v: Any) -> bool:
-    if isinstance(v, int | float) and not isinstance(v, bool):
-        return v == 0
-    return isinstance(v, str) and re.fullmatch(r"\s*0+(\.0*)?\s*(ms|s|m|h)?\s*", v) is not None
 
 
 class ApplierSpec(_Model):
@@ -702,13 +696,31 @@ def _line_map(text: str) -> dict[tuple[Any, ...], int]:
     return lines
 
 
+class LineMap(dict[tuple[Any, ...], int]):
+    """A line map whose keys may have been given on the command line instead (`given`:
+    key path -> the option, e.g. ("objective",) -> "--capacity"): a problem there is shown
+    at the option, not at a line of the file."""
+
+    def __init__(self, lines: dict[tuple[Any, ...], int],
+                 given: dict[tuple[Any, ...], str]) -> None:
+        super().__init__(lines)
+        self.given = dict(given)
+
+
 def where_in_file(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> str:
-    """`knobs[2].range, line 14` for a key path, from `parse_spec`'s line map."""
+    """`knobs[2].range, line 14` for a key path, from `parse_spec`'s line map;
+    `objective.slo (--capacity)` for a key a command-line option set (`LineMap`)."""
+    given = getattr(lines, "given", {})
     # pydantic adds union-member names ("str", "KnobSpec") into loc; drop what isn't a key.
-    path = tuple(p for p in loc if isinstance(p, int) or p in _keys_of(lines))
+    keys = _keys_of(lines) | {k for path in given for k in path}
+    path = tuple(p for p in loc if isinstance(p, int) or p in keys)
     text = ""
     for p in path:
         text += f"[{p}]" if isinstance(p, int) else (("." if text else "") + str(p))
+    option = next((given[path[:n]] for n in range(len(path), 0, -1) if path[:n] in given),
+                  None)
+    if option is not None:
+        return f"{text} ({option})"
     line = None
     probe = path
     while probe and line is None:

@@ -205,6 +205,9 @@ def features_status() -> tuple[bool, str]:
 
 def _umount(args: dict[str, Any]) -> str:
     path = str(args["path"])
+    if path != DEBUGFS:  # replayed from a journal file: kvtune mounts debugfs there only
+        raise ValueError(f"refusing to unmount {path}: kvtune mounts only debugfs at "
+                         f"{DEBUGFS}")
     if not _mounted():
         return f"{path} already unmounted"
     try:

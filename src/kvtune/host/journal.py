@@ -12,7 +12,8 @@ study blocks every other journal until `kvtune restore` has put the host back.
 Only files under /proc/sys and /sys (which holds the cgroup trees) may be written, never
 one on the deny-list, and cgroup files only inside kvtune's own cgroups: `check_path`
 enforces `kvtune.safety.hostpaths` (the one owner of those rules) for every write, the
-cgroups kvtune makes, and `kvtune restore` replaying a journal file. A journal file is
+cgroups kvtune makes, the server's move into one (`move_into_cgroup`), and `kvtune restore`
+replaying a journal file. A journal file is
 input too: `restore_from_file` checks every entry before it writes anything.
 
 Changes that are not a file write (a per-process scheduler setting, a mount, ...) are
@@ -258,6 +259,21 @@ class Journal:
             self._state["created_dirs"].append(str(path))
             self._flush()
         path.mkdir(exist_ok=True)
+
+    def move_into_cgroup(self, directory: Path, pid: int) -> None:
+        """Move process `pid` into the cgroup `directory`: a write of its cgroup.procs, checked
+        as every host write is (the resolved path, kvtune's own cgroups only), and only into
+        a cgroup this journal created. Nothing is recorded to put back: a pid cannot be
+        moved back out meaningfully (the process is kvtune's server, started for this
+        trial), it leaves the cgroup when it ends (stopped by the runner, or by restore from
+        `processes`), and restore removes the cgroup itself (`created_dirs`, after killing
+        whatever still runs in it)."""
+        directory = Path(directory)
+        procs = self.check_allowed(directory / "cgroup.procs")
+        if str(directory) not in self._state["created_dirs"]:
+            raise HarnessError(f"refusing to move process {pid} into {directory}: not a "
+                               "cgroup this study created (restore could not remove it)")
+        _write_file(procs, str(pid))
 
     def add_process(self, pid: int, name: str) -> None:
         self._state["processes"].append({"pid": pid, "starttime": _starttime(pid), "name": name})

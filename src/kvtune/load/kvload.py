@@ -16,6 +16,7 @@ import sysconfig
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvtune import durations
 from kvtune.errors import HarnessError, TrialFailed
 from kvtune.load.base import VERDICTS, LoadDriver, LoadResult, transport_for
 from kvtune.load.transport import LocalTransport, Transport
@@ -44,7 +45,7 @@ HOST_VERDICTS = ("host_disturbed", "host_changed")
 # load.extra_args may hold only these kvload flags: they change how the load is measured,
 # never where it goes (--server), what it writes (--json, --dump-arrivals) or what it
 # reads (--workload). Flag -> pattern of its value (None: takes no value).
-_DURATION = r"\d{1,6}(\.\d{1,6})?(ms|s|m)?"
+_DURATION = durations.pattern(6)  # kvload's units, at most 6 digits each side
 SAFE_EXTRA_ARGS: dict[str, str | None] = {
     "--timeout": _DURATION, "--spin-us": r"\d{1,6}", "--max-outstanding": r"\d{1,5}",
     "--max-item-size": r"\d{1,10}[KMkm]?", "--realtime": None,

@@ -9,6 +9,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from kvtune import durations
+from kvtune.durations import is_duration, parse_duration
 from kvtune.safety.files import ReadRefused, read_input
 
 MAX_BYTES = 1 << 20
@@ -68,6 +70,11 @@ def check_workload_file(name: str) -> dict[str, Any]:
             problem = value_problem(str(key), value)
             if problem:
                 raise ValueError(f"{name}: phases[{i}].{key}: {problem}")
+        # kvload's own rules for a phase (kvload/src/config): its duration is required and
+        # positive (the run budget is the sum of them).
+        if "duration" not in ph or parse_duration(ph["duration"], zero=True) == 0:
+            raise ValueError(f"{name}: phases[{i}].duration: a phase needs a positive "
+                             "duration")
     return doc
 
 
@@ -86,12 +93,10 @@ _GRAMMAR = {
     "value_size": rf"{_SIZE}|{_SIZE}-{_SIZE}|etc|fb_value|{_LIST}",
     "ttl": rf"[0-9]{{1,7}}|{_LIST}",
     "mix": rf"(get|mget|set|delete):{_NUM}(,(get|mget|set|delete):{_NUM}){{0,3}}",
-    "duration": r"[0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h)?",
-    "warmup": r"[0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h)?",
-    "timeout": r"[0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h)?",
     "cpus": r"[0-9]{1,4}(-[0-9]{1,4})?(,[0-9]{1,4}(-[0-9]{1,4})?){0,255}",
     "max_item_size": _SIZE,
 }
+_DURATIONS = ("duration", "warmup", "timeout")
 _INTS = {"connections": (1, 100_000), "pipeline": (1, 65536), "max_outstanding": (1, 65536),
          "keys": (1, 10**12), "mget_size": (1, 1024), "seed": (0, 2**64 - 1),
          "spin_us": (0, 10**6)}
@@ -143,6 +148,12 @@ def value_problem(key: str, value: Any) -> str | None:
         lo, hi = _INTS[key]
         if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
             return f"not an integer between {lo} and {hi}"
+        return None
+    if key in _DURATIONS:  # kvload's duration grammar, owned by kvtune.durations
+        if isinstance(value, bool) or not isinstance(value, str | int | float) or (
+                isinstance(value, str) and len(value) > 100) or \
+                not is_duration(value, zero=True):
+            return f"not {durations.FORMS}"
         return None
     if key in ("rate", "rate_scale"):
         if isinstance(value, bool) or not isinstance(value, int | float) \

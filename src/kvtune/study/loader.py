@@ -15,12 +15,17 @@ The steps, in order, each reporting every problem it finds with its key path and
 6. resolve the knobs (`kvtune.knobs.resolve`), check a knob against `target.args`, the
    inline knobs' values against the target's allow-lists, the grid against the budget;
 7. the command line's gates (inline host knobs need `--allow-inline-host-knobs`).
+
+A command-line option that changes the study (`kvtune run --capacity SLO`, `--load-tool`,
+`kvtune tune --trials`) is an `Override`: set on the document after step 2, so it passes
+steps 3-6 as the file's own text would, and a problem with it names the option.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,10 +35,10 @@ from kvtune.errors import UserError
 from kvtune.knobs.knob import Knob
 from kvtune.metrics import direction as metric_direction
 from kvtune.safety import yamlload
-from kvtune.spec import KnobSpec, StudySpec, line_map, parse_data, yaml_data
+from kvtune.spec import KnobSpec, LineMap, StudySpec, line_map, parse_data, yaml_data
 from kvtune.spec import where_in_file as where
 
-__all__ = ["Loaded", "load_study", "load_text", "parse_study", "read_study"]
+__all__ = ["Loaded", "Override", "load_study", "load_text", "parse_study", "read_study"]
 
 Lines = dict[tuple[Any, ...], int]
 
@@ -55,6 +60,51 @@ class Loaded:
     notes: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Override:
+    """A command-line option that sets one key of the study (`option` as typed, e.g.
+    "--capacity"; `path` the key, e.g. ("objective",); `value` as the file would write it).
+    With `create`, missing mappings on the way are created (`budget:` for --trials);
+    without, the key's section must be in the file (`load:` for --load-tool)."""
+
+    option: str
+    path: tuple[str, ...]
+    value: Any
+    typed: str = ""  # the option's argument as given, for messages
+    create: bool = False
+
+    def shown(self) -> str:
+        return f"{self.option} {shlex.quote(self.typed)}" if self.typed else self.option
+
+
+def _apply_overrides(data: dict[str, Any], overrides: tuple[Override, ...],
+                     name: str) -> dict[str, Any]:
+    """The document with each override set (a copy); a section an override needs but the
+    file lacks is a UserError naming the option."""
+    if not overrides:
+        return data
+    data = copy.deepcopy(data)
+    problems = []
+    for o in overrides:
+        node: Any = data
+        for i, key in enumerate(o.path[:-1]):
+            if not isinstance(node.get(key), dict):
+                if o.create and node.get(key) is None:
+                    node[key] = {}
+                else:
+                    section = ".".join(o.path[:i + 1])
+                    problems.append(f"{o.option}: study {data.get('study')!r} has no "
+                                    f"{section} section to set {'.'.join(o.path)} in")
+                    break
+            node = node[key]
+        else:
+            node[o.path[-1]] = copy.deepcopy(o.value)
+    if problems:
+        raise UserError(f"{name}: {len(problems)} problem(s) with the command line",
+                        problems)
+    return data
+
+
 @dataclass
 class Parsed:
     """A study file's checked spec, the line of every key, and its deprecation notes;
@@ -63,6 +113,7 @@ class Parsed:
     spec: StudySpec
     lines: Lines
     notes: list[str]
+    name: str = "<study>"  # as problems name it (with the overrides' options)
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.spec, self.lines))
@@ -81,40 +132,51 @@ def load_study(path: str | Path, allow_inline_host_knobs: bool = False) -> Loade
 
 
 def load_text(text: str, name: str = "<study>", *, base_dir: Path | None = None,
-              allow_inline_host_knobs: bool = False, path: Path | None = None) -> Loaded:
+              allow_inline_host_knobs: bool = False, path: Path | None = None,
+              overrides: tuple[Override, ...] = ()) -> Loaded:
     """`load_study` of a study file's text (`base_dir`: where its relative paths start;
-    the working directory when None)."""
+    the working directory when None), with the command line's `overrides` set on it
+    before any check."""
     from kvtune.knobs.resolve import resolve_knobs
     from kvtune.safety.inline import check_inline_host_knobs
     from kvtune.targets import target_knobs
 
-    parsed = parse_study(text, name, base_dir=base_dir)
+    parsed = parse_study(text, name, base_dir=base_dir, overrides=overrides)
+    shown = parsed.name  # the file's name, with the overrides' options
     spec, lines = parsed.spec, parsed.lines
     notes = list(parsed.notes)
     if spec.target.config is not None:
-        notes += _server_config(spec, lines, base_dir or Path.cwd(), name)
-    knobs = resolve_knobs(spec, lines, name, target_knobs(spec.target.kind))
+        notes += _server_config(spec, lines, base_dir or Path.cwd(), shown)
+    knobs = resolve_knobs(spec, lines, shown, target_knobs(spec.target.kind))
     problems = _knob_problems(spec, knobs, lines)
     if problems:
-        raise UserError(f"{name}: {len(problems)} problem(s) with knobs", problems)
-    check_inline_host_knobs(spec, lines, allow_inline_host_knobs, name)
+        raise UserError(f"{shown}: {len(problems)} problem(s) with knobs", problems)
+    check_inline_host_knobs(spec, lines, allow_inline_host_knobs, shown)
     return Loaded(spec, knobs, path or Path(name), text, lines, notes)
 
 
-def parse_study(text: str, name: str = "<study>", *, base_dir: Path | None = None) -> Parsed:
+def parse_study(text: str, name: str = "<study>", *, base_dir: Path | None = None,
+                overrides: tuple[Override, ...] = ()) -> Parsed:
     """Steps 2–5: the spec of a study file's text, checked against the registries, without
-    resolving its knobs (what `kvtune show` and `report` need)."""
+    resolving its knobs (what `kvtune show` and `report` need); `overrides` set on the
+    document first (a problem names the file with the options: "s.yaml (with --capacity
+    ...)")."""
     data = yaml_data(text, name)
-    lines = line_map(text)
+    lines: Lines = line_map(text)
     notes: list[str] = []
     data = _modernize(data, lines, notes)
+    shown = name
+    if overrides:
+        shown = f"{name} (with {' '.join(o.shown() for o in overrides)})"
+        data = _apply_overrides(data, overrides, shown)
+        lines = LineMap(lines, {o.path: o.option for o in overrides})
     problems = _raw_registry_problems(data, lines)
-    spec = parse_data(data, name, lines, problems)
+    spec = parse_data(data, shown, lines, problems)
     problems = _registry_problems(spec, lines)
     problems += _resolve_paths(spec, lines, base_dir or Path.cwd(), notes)
     if problems:
-        raise UserError(f"{name}: {len(problems)} problem(s) in the study file", problems)
-    return Parsed(spec, lines, [f"{name}: {n}" for n in notes])
+        raise UserError(f"{shown}: {len(problems)} problem(s) in the study file", problems)
+    return Parsed(spec, lines, [f"{name}: {n}" for n in notes], shown)
 
 
 # -- 2. old spellings ------------------------------------------------------------------------

@@ -247,12 +247,21 @@ class ServerTarget(Target):
         if journal is not None:
             journal.add_process(proc.pid, self.kind)
         for d in cgroup_dirs or []:
+            # A write to a cgroup file: through the journal's checked path (resolved, only
+            # kvtune's own cgroups), never directly. No undo is recorded: the pid leaves the
+            # cgroup when the server ends, and restore removes the cgroup (journal docs).
             try:
-                (d / "cgroup.procs").write_text(str(proc.pid))
+                if journal is None:
+                    raise HarnessError("a server is moved into a cgroup only through the "
+                                       "journal")
+                journal.move_into_cgroup(d, proc.pid)
             except OSError as e:
                 self.stop(server, journal)
                 raise HarnessError(f"cannot move the server into cgroup {d}: {e.strerror}") \
                     from None
+            except HarnessError as e:
+                self.stop(server, journal)
+                raise HarnessError(f"cannot move the server into cgroup {d}: {e}") from None
         self._wait_ready(server, journal)
         if sched is not None:  # read every thread back; a setting that did not take fails
             problems = sched_verify(proc.pid, sched)

@@ -17,8 +17,11 @@ Scheduler features (`sched.feature.<NAME>`) are offered as knobs only where
 from __future__ import annotations
 
 import platform
+import re
+from pathlib import Path
 from typing import Any
 
+from kvtune.errors import HarnessError
 from kvtune.host.debugfs import FEATURES, _forget, debugfs_status, features_status
 from kvtune.host.sched import _SYSCALLS, SLICE_KERNEL
 from kvtune.knobs.appliers.base import Applier, ApplyEnv, Availability, ExportEntry, HostContext
@@ -119,21 +122,45 @@ class SchedFeature(Applier):
         if env.journal is None:
             raise ValueError("scheduler features are written through the journal")
         old = self.current(env.ctx)
+        path = env.journal.check_allowed(Path(FEATURES))  # the deny-list, resolved path
         env.journal.record_undo("sched-feature", {"name": self.name, "on": bool(old)},
                                 key=f"sched-feature:{self.name}")
-        _write_feature(self.name, bool(value))
+        _write_feature(self.name, bool(value), path)
         _forget()
         if self.current(env.ctx) != bool(value):
             raise ValueError(f"sched feature {self.name} did not take {bool(value)}")
 
 
-def _write_feature(name: str, on: bool) -> None:
-    with open(FEATURES, "w") as f:
-        f.write(name if on else f"NO_{name}")
+# A feature's name as /sys/kernel/debug/sched/features lists it (TTWU_QUEUE, NO_HRTICK is
+# the name HRTICK switched off).
+_FEATURE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
+
+
+def _feature_text(name: str, on: bool) -> str:
+    """What is written for one feature: its name, or NO_ and its name; never other text
+    (an undo replays the name from a journal file)."""
+    if not _FEATURE.match(name) or name.startswith("NO_"):
+        raise ValueError(f"{name!r} is not a scheduler feature's name")
+    return name if on else f"NO_{name}"
+
+
+def _write_feature(name: str, on: bool, path: Path) -> None:
+    """Write one feature to `path`, which the caller has passed through the journal's
+    `check_path` (the resolved path, the deny-list)."""
+    text = _feature_text(name, on)
+    with open(path, "w") as f:
+        f.write(text)
 
 
 def _undo_feature(args: dict[str, Any]) -> str:
-    _write_feature(str(args["name"]), bool(args["on"]))
+    from kvtune.host.journal import check_path
+
+    _feature_text(str(args["name"]), bool(args["on"]))
+    try:
+        path = check_path(Path(FEATURES))
+    except HarnessError as e:
+        raise ValueError(str(e)) from None
+    _write_feature(str(args["name"]), bool(args["on"]), path)
     _forget()
     return f"sched feature {args['name']} {'on' if args['on'] else 'off'}"
 
