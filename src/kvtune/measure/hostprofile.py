@@ -9,7 +9,8 @@ sysfs, since on a VM it is what sets the floor at low rates.
 
 `judge` compares the SLO with the floor: an SLO within twice the floor is said with the
 figures (a warning); an SLO below the floor at both rates, beyond their intervals, cannot
-be shown on this host and the study is refused (exit 2) before any search.
+be shown on this host and the study is refused (exit 2) before any search. It also says
+when kvload's own limit is near the server's peak (the server may not be the limit).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from kvtune.present import number
 
 CPUIDLE = Path("/sys/devices/system/cpu/cpuidle")
 HALTPOLL = Path("/sys/module/haltpoll/parameters")
+# kvload's limit within this factor of the server's peak: the peak may be the client's.
+CLIENT_MARGIN = 1.25
 
 
 def idle_path() -> dict[str, Any]:
@@ -139,6 +142,17 @@ def judge(profile: HostProfile) -> Judgement:
             f"the SLO {label} <= {number(bound)} µs is within twice this host's floor "
             f"({number(est)} µs at {rate} req/s, {number(mid)} µs at {mid_rate} req/s): "
             "searches will be slow to decide and may not agree" + hint)
+    peak = profile.doc.get("burst_rate")
+    limit = (profile.doc.get("client") or {}).get("limit_rate")
+    if (isinstance(peak, int | float) and isinstance(limit, int | float) and peak > 0
+            and limit < CLIENT_MARGIN * peak):
+        warnings.append(
+            f"kvload's CPUs reach their limit near {number(limit)} req/s, within "
+            f"{(CLIENT_MARGIN - 1) * 100:.0f}% of the server's peak ({number(peak)} req/s, "
+            "itself measured with kvload): knees near it may be the client's, and a search "
+            "that meets its limit ends 'client bound'; to keep the server the limit, give it "
+            "a CPU quota (placement.cpu_quota_pct), more work per request (multi-gets), or "
+            "kvload more CPUs or another host")
     lag = profile.step("mid").get("schedule_lag_p99_us")
     slo = profile.doc.get("slo") or {}
     if (isinstance(lag, int | float) and bound == bound and slo.get("latency") != "service"
