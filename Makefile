@@ -47,7 +47,7 @@ test-rust:
 	@cargo test $(CARGO_FLAGS)
 
 test-python:
-	@$(PY) -m pytest -q
+	@$(PY) -m pytest -q --durations=15
 
 lint: setup
 	@.venv/bin/ruff check -q src tests bench
