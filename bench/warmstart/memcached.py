@@ -118,6 +118,7 @@ def main() -> None:
     out: dict[str, Any] = {"studies": []}
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
+        scratch = str(d)
         env = {"KVTUNE_LIBRARY": str(d / "library.db")}
         for cat, works in CATEGORIES.items():
             for i, w in enumerate(works, 1):
@@ -155,7 +156,9 @@ def main() -> None:
     out["seconds"] = round(time.time() - t0)
     out["args"] = vars(args)
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+        # The scratch library's path is this machine's, not the result's.
+        text = json.dumps(out, indent=1).replace(scratch, "$TMPDIR")
+        Path(args.json).write_text(text + "\n")
 
 
 if __name__ == "__main__":
