@@ -340,7 +340,14 @@ def test_a_capacity_study_confirms_and_reports_the_curve(tmp_path: Path, memcach
         return  # said: a disturbed host is an outcome, not a capacity
     assert r.returncode in (0, 1), r.stdout[-3000:] + r.stderr[-3000:]
     out = r.stdout
-    assert f"req/s at {host_slo}" in out, out[-3000:]
+    if "no feasible candidate better than the baseline" in out:
+        # The search's one trial measured below the defaults (threads=2 under the baseline's
+        # 4 is a plausible answer here): nothing to confirm, said, and the trials table
+        # still carries every capacity measured.
+        assert r.returncode == 1 and "capacity vs baseline" in out, out[-3000:]
+        assert "worse" in out or "FAIL" in out, out[-3000:]
+    else:
+        assert f"req/s at {host_slo}" in out, out[-3000:]
     rep = _kvtune("report", "cap-it", "-o", str(tmp_path / "r.html"), cwd=tmp_path,
                   kvload=kvload_bin)
     assert rep.returncode == 0, rep.stderr[-2000:]
