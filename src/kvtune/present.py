@@ -139,6 +139,16 @@ def change_record(metric: str, change_fraction: float | None, direction: str | N
                                     level)}
 
 
+def fmt(v: Any) -> str:
+    """A value as a configuration writes it (knob values, trial figures): None and NaN as
+    "-", floats to 4 significant digits (whole numbers from 1,000), the rest as str()."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)
+
+
 def number(v: Any) -> str:
     """A figure for people: thousands separators, no exponent notation below a million
     (0.000123 → "0.000123", 123456 → "123,456"), 4 significant digits for fractions;

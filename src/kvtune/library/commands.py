@@ -147,7 +147,7 @@ def library_show(entry: Annotated[str, typer.Argument(help="an entry id (or its 
     """One entry in full."""
     from kvtune.library.entry import parse
     from kvtune.library.features import FEATURES, describe
-    from kvtune.study.progress import fmt
+    from kvtune.present import fmt
 
     out, _ = _consoles()
     lib = _open(library)
@@ -289,7 +289,7 @@ def profiles(ctx: typer.Context, library: LibraryOpt = None) -> None:
         return
     from kvtune.library.features import describe
     from kvtune.library.profiles import spread
-    from kvtune.study.progress import fmt
+    from kvtune.present import fmt
 
     out, _ = _consoles()
     cats = _categories(library)
@@ -356,7 +356,7 @@ def predict_command(study: str, storage: str | None, library: str | None) -> Non
     from kvtune.library.features import NoFeatures, describe, nearest_differences
     from kvtune.library.predict import predict, this_host_fingerprint
     from kvtune.library.profiles import spread
-    from kvtune.study.progress import fmt
+    from kvtune.present import fmt
 
     out, _ = _consoles()
     spec = _spec_of(study, storage)

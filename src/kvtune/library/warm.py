@@ -281,8 +281,8 @@ class WarmStart:
 
     def enqueue(self, study: optuna.Study, space: Space) -> list[dict[str, Any]]:
         """Queue the neighbours' recommendations and carriers as the first trials."""
+        from kvtune.present import fmt
         from kvtune.store import config_key
-        from kvtune.study.progress import fmt
 
         if not self.fresh or self.found is None or not self.found.used:
             return []

@@ -4,7 +4,6 @@ JSON-able records. (The context that opens the journal is `kvtune.host.context`.
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 from rich.console import Console
@@ -20,14 +19,6 @@ def progress(console: Console) -> Progress:
                     TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
                     TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=True,
                     disable=not console.is_terminal)
-
-
-def fmt(v: Any) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    if isinstance(v, float):
-        return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
-    return str(v)
 
 
 def jsonable(obj: Any) -> Any:

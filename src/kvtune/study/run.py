@@ -21,6 +21,7 @@ from kvtune.host.context import on_host
 from kvtune.measure.evaluator import Evaluation, Evaluator, Policy
 from kvtune.measure.session import Repetition, Session
 from kvtune.optimizer import make_sampler
+from kvtune.present import fmt
 from kvtune.space import Space
 from kvtune.store import open_store
 from kvtune.study import ablation
@@ -28,7 +29,7 @@ from kvtune.study import confirm as confirmation
 from kvtune.study.drift import DriftCheck
 from kvtune.study.loader import Loaded
 from kvtune.study.noise import NoiseFloor, check_not_client_bound
-from kvtune.study.progress import fmt, progress
+from kvtune.study.progress import progress
 from kvtune.study.record import evaluation_of, tell
 from kvtune.study.search import Search
 

@@ -18,10 +18,11 @@ from kvtune.knobs import rules
 from kvtune.knobs.appliers.base import HostContext
 from kvtune.knobs.catalog import lookup
 from kvtune.measure.evaluator import Evaluation, Evaluator
+from kvtune.present import fmt
 from kvtune.space import Config, Space
 from kvtune.spec import StudySpec
 from kvtune.store import config_key
-from kvtune.study.progress import fmt, progress
+from kvtune.study.progress import progress
 from kvtune.study.record import evaluation_of, tell
 
 MAX_REPEATS = 30  # repeated configurations in a row before the search stops (converged)
