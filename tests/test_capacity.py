@@ -252,7 +252,11 @@ def test_kvtune_run_measures_capacity_on_memcached(tmp_path: Path, memcached_bin
     assert "Traceback" not in r.stderr
     doc = json.loads(r.stdout)
     cap = doc["capacity"]
-    assert cap["slo"] == host_slo and cap["searches"] == 2
+    # Two planned; a search the host spoiled is measured again, at most once per planned one.
+    assert cap["slo"] == host_slo and cap["planned"] == 2
+    assert 2 <= cap["searches"] <= 4 and cap["searches"] == len(doc["repetitions"])
+    assert cap["remeasured"] == cap["searches"] - 2
+    assert cap["remeasured"] <= sum(_spoiled(rep) for rep in doc["repetitions"])
     prof = cap["host_profile"]["kvload"]
     assert prof["schema"] == "kvload/profile/1" and prof["burst_rate"] > 0
     assert "Host profile" in r.stderr and "floor" in r.stderr

@@ -280,6 +280,9 @@ def _print_capacity_run(res: dict[str, Any]) -> None:
             out.print(f"  search {i}: [yellow]{tag}[/]: {escape(str(r.get('reason') or ''))}"
                       f" ({what})", highlight=False)
     n, k = cap["searches"], cap["with_knee"]
+    if cap.get("remeasured"):
+        out.print(f"{cap['remeasured']} search(es) measured again after the host spoiled "
+                  f"them ({cap.get('planned')} planned, {n} run)", highlight=False)
     if cap.get("value") is not None:
         lo, hi = cap["ci"]
         agree = ""

@@ -201,7 +201,8 @@ def run_config(loaded: Loaded, overrides: dict[str, str], repetitions: int | Non
         for i in host_outliers(reps):
             reps[i]["search"]["host_differed"] = True
         out["capacity"] = {
-            "slo": str(spec.capacity.slo), "searches": len(ev.reps), "with_knee": len(ok),
+            "slo": str(spec.capacity.slo), "planned": n, "searches": len(ev.reps),
+            "remeasured": max(0, len(ev.reps) - n), "with_knee": len(ok),
             "value": pooled.value if pooled else None,
             "ci": list(pooled.ci) if pooled else None,
             "heterogeneity_p": pooled.heterogeneity_p if pooled else None,
