@@ -26,11 +26,31 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
 fi
 
+# valkey-server 8 (the valkey kind, docs/case-studies.md) is in bookworm-backports only: add
+# that suite (its packages are never preferred over bookworm's: backports pin at 100) and
+# install valkey-server from it.
+if ! dpkg-query -W -f='${Status}' valkey-server 2>/dev/null | grep -q "install ok installed"; then
+  if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    echo "setup: adding the Debian suite bookworm-backports (valkey-server 8)"
+    cat > /etc/apt/sources.list.d/kvtune-bookworm-backports.sources <<'SRC'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+  fi
+  echo "setup: installing valkey-server from bookworm-backports"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends -t bookworm-backports valkey-server >/dev/null
+fi
+
 # Debian starts memcached and redis-server as services when it can; kvtune starts its own
 # servers, so a packaged service must not hold the default ports. There is no systemd here,
 # so stop whatever the package scripts may have started.
-for svc in memcached redis-server; do
-  if [ -x "/etc/init.d/$svc" ] && pgrep -x "${svc%-server}" >/dev/null 2>&1; then
+for svc in memcached redis-server valkey-server; do
+  if [ -x "/etc/init.d/$svc" ] && { pgrep -x "$svc" || pgrep -x "${svc%-server}"; } >/dev/null 2>&1; then
     "/etc/init.d/$svc" stop >/dev/null 2>&1 || true
   fi
 done
