@@ -10,8 +10,8 @@ import pytest
 
 from kvtune.host.facts import HostFacts
 from kvtune.host.fs import HostFS
+from kvtune.kinds.memcached.appliers import memcached_argv_options
 from kvtune.knobs.appliers.base import ApplyEnv, HostContext, Launch
-from kvtune.knobs.appliers.memcached import memcached_argv_options
 from kvtune.knobs.catalog import CATALOG
 
 SCHED_61 = ["latency_ns", "min_granularity_ns", "wakeup_granularity_ns", "migration_cost_ns",
@@ -115,7 +115,7 @@ def test_memcached_argv_is_structural() -> None:
     CATALOG["memcached.lru_crawler"].applier.apply(False, env)
     CATALOG["memcached.growth_factor"].applier.apply(1.1, env)
     assert launch.flags == ["-t", "2", "-R", "5", "-f", "1.1"]
-    assert memcached_argv_options(launch.memcached_options) == [
+    assert memcached_argv_options(launch.options) == [
         "-o", "hashpower=20,slab_reassign,no_lru_crawler"]
 
 
@@ -125,12 +125,12 @@ def test_redis_directives() -> None:
     CATALOG["redis.io_threads"].applier.apply(2, env)
     CATALOG["redis.io_threads_do_reads"].applier.apply(True, env)
     CATALOG["redis.maxmemory_policy"].applier.apply("allkeys-lru", env)
-    assert launch.redis_directives == {"io-threads": "2", "io-threads-do-reads": "yes",
+    assert launch.options == {"io-threads": "2", "io-threads-do-reads": "yes",
                                        "maxmemory-policy": "allkeys-lru"}
 
 
 def test_memcached_version_gate() -> None:
-    from kvtune.knobs.appliers.memcached import MemcachedOption
+    from kvtune.kinds.memcached.appliers import MemcachedOption
 
     ctx = HostContext(fake_facts(), versions={"memcached": (1, 6, 18)})
     a = MemcachedOption("worker_logbuf_size", min_version=(1, 6, 40)).check(ctx)
@@ -196,7 +196,7 @@ def test_slab_chunk_max_unit_by_version(version: tuple[int, ...], emitted: str) 
     launch = Launch()
     ctx = HostContext(fake_facts(), versions={"memcached": version})
     CATALOG["memcached.slab_chunk_max"].applier.apply(256, ApplyEnv(None, launch, ctx))
-    assert launch.memcached_options == {"slab_chunk_max": emitted}
+    assert launch.options == {"slab_chunk_max": emitted}
 
 
 def test_worker_logbuf_size_is_never_emitted_before_1_6_40() -> None:
@@ -209,7 +209,7 @@ def test_worker_logbuf_size_is_never_emitted_before_1_6_40() -> None:
     launch = Launch()
     new = HostContext(fake_facts(), versions={"memcached": (1, 6, 40)})
     knob.applier.apply(64, ApplyEnv(None, launch, new))
-    assert launch.memcached_options == {"worker_logbuf_size": "64"}
+    assert launch.options == {"worker_logbuf_size": "64"}
 
 
 def test_large_pages_refused_while_thp_never(tmp_path: Path) -> None:
@@ -235,7 +235,7 @@ def test_no_hashexpand_and_temporary_ttl_forms() -> None:
     CATALOG["memcached.no_hashexpand"].applier.apply(False, env)  # 1.6 has no `hashexpand`
     CATALOG["memcached.temporary_ttl"].applier.apply(0, env)  # 0 = no TEMP LRU: left out
     CATALOG["memcached.modern"].applier.apply(False, env)
-    assert launch.memcached_options == {"no_modern": ""}
+    assert launch.options == {"no_modern": ""}
 
 
 def test_quota_follows_the_period() -> None:

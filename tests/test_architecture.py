@@ -1,7 +1,10 @@
 """The architecture's promises, checked from the source (docs/architecture.md):
 
 - the module import graph, function-level imports included (TYPE_CHECKING ones aside),
-  has no cycle;
+  has no cycle, and neither has the graph of packages (they form a tree: a package
+  imports only packages below it);
+- everything specific to one server kind lives in its folder (kinds/<kind>/): no module
+  outside kinds/ names a kind in code, and a kind is its folder plus one registry line;
 - the schema (spec.py) imports no plugin: no target, load driver, knob or study module;
 - the loader is the only reader of a study file;
 - `kvtune tune` reads its study file once.
@@ -10,6 +13,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -111,6 +115,131 @@ def test_import_graph_has_no_cycle() -> None:
 def test_the_checker_sees_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def _package(module: str) -> str:
+    """The package a module belongs to (a top-level module is its own)."""
+    parts = module.split(".")
+    if (PKG / "/".join(parts[1:])).is_dir():
+        return module
+    return ".".join(parts[:-1]) if len(parts) > 2 else module
+
+
+def _package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Package -> the packages its modules import (a package and its subpackages are
+    different packages: kvtune.kinds, the registry, and kvtune.kinds.valkey, a kind)."""
+    out: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        a = _package(module)
+        out.setdefault(a, set())
+        for d in deps:
+            b = _package(d)
+            if a != b and not _descends(a, b) and not _descends(b, a):
+                out[a].add(b)
+    return out
+
+
+def test_packages_form_a_tree() -> None:
+    """No two packages import each other, directly or around a circle (run-time imports,
+    function-level ones included)."""
+    packages = _package_graph(_graph())
+    assert len(packages) > 20
+    assert _cycle(packages) is None, " -> ".join(_cycle(packages) or [])
+
+
+def test_the_package_checker_sees_a_cycle() -> None:
+    graph = {"kvtune.a.x": {"kvtune.b.y"}, "kvtune.b.y": set(), "kvtune.b.z": {"kvtune.a.w"},
+             "kvtune.a.w": set()}
+    assert _cycle(_package_graph(graph)) is not None
+
+
+def _kind_words() -> re.Pattern[str]:
+    from kvtune import kinds
+
+    return re.compile("|".join(map(re.escape, kinds.names())), re.I)
+
+
+def _names_in_code(path: Path, pattern: re.Pattern[str]) -> list[tuple[int, str]]:
+    """Where `path` names `pattern` in code: identifiers, attributes, imports and string
+    literals; docstrings and comments are prose about the code, not code."""
+    tree = ast.parse(path.read_text(), str(path))
+    docs = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef |
+                      ast.ClassDef) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docs.add(id(first.value))
+    found = []
+    for node in ast.walk(tree):
+        texts: list[str] = []
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and id(node) not in docs:
+            texts.append(node.value)
+        elif isinstance(node, ast.Name):
+            texts.append(node.id)
+        elif isinstance(node, ast.Attribute):
+            texts.append(node.attr)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            texts.append(node.name)
+        elif isinstance(node, ast.arg):
+            texts.append(node.arg)
+        elif isinstance(node, ast.alias):
+            texts.append(node.name)
+        elif isinstance(node, ast.keyword) and node.arg:
+            texts.append(node.arg)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            texts.append(node.module)
+        found += [(getattr(node, "lineno", 0), t[:60]) for t in texts if pattern.search(t)]
+    return found
+
+
+def test_no_module_outside_kinds_names_a_server_kind() -> None:
+    """The generic layers (targets, knobs, measure, study, telemetry, export, report,
+    workload, verify, the command line) ask the kind registry and name no kind."""
+    pattern = _kind_words()
+    offenders = {}
+    for p in sorted(PKG.rglob("*.py")):
+        if p.relative_to(PKG).parts[0] == "kinds":
+            continue
+        found = _names_in_code(p, pattern)
+        if found:
+            offenders[str(p.relative_to(PKG))] = found[:3]
+    assert not offenders, offenders
+
+
+def test_the_checker_sees_a_kind_named_in_code(tmp_path: Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text('"""memcached in a docstring is prose."""\n# redis in a comment too\n'
+                 'x = 1\n')
+    assert _names_in_code(f, _kind_words()) == []
+    f.write_text('def f(kind):\n    """Prose."""\n    return kind == "redis"\n')
+    assert _names_in_code(f, _kind_words()) == [(3, "redis")]
+    f.write_text("from kvtune.kinds.memcached.target import MemcachedTarget\n")
+    assert _names_in_code(f, _kind_words())
+
+
+def test_a_kind_is_its_folder_and_one_registry_line() -> None:
+    """Valkey, the proof: named in code only in kinds/valkey/ and on its one line of the
+    registry (kinds/__init__.py); a kind another builds on (Redis, for Valkey) is named by
+    that kind's folder too, and by no generic module (the test above)."""
+    from kvtune import kinds
+
+    for name in kinds.names():
+        pattern = re.compile(re.escape(name), re.I)
+        outside = {}
+        for p in sorted((PKG / "kinds").rglob("*.py")):
+            rel = p.relative_to(PKG / "kinds")
+            if rel.parts[0] == name:
+                continue
+            found = _names_in_code(p, pattern)
+            if rel == Path("__init__.py"):
+                assert len({ln for ln, _ in found}) == 1, (name, found)  # its registry line
+                continue
+            builds_on = [t for _, t in found if t.startswith(f"kvtune.kinds.{name}")]
+            if found and not builds_on:
+                outside[str(rel)] = found[:3]
+        assert not outside, (name, outside)
 
 
 def test_schema_imports_no_plugin() -> None:

@@ -17,17 +17,17 @@ import pytest
 
 from kvtune.host.cgroup import ServerCgroup
 from kvtune.host.journal import Journal
+from kvtune.kinds.memcached.appliers import memcached_argv_options
+from kvtune.kinds.memcached.target import MemcachedTarget
 from kvtune.knobs import catalog
 from kvtune.knobs.appliers.base import ApplyEnv, HostContext, Launch
 from kvtune.knobs.appliers.cgroup import CpuQuota, CpusetCpus, host_cpus
-from kvtune.knobs.appliers.memcached import memcached_argv_options
 from kvtune.knobs.catalog import check_rules
 from kvtune.knobs.knob import Knob
 from kvtune.knobs.rules import RULES
 from kvtune.spec import TargetSpec, parse_cpus
 from kvtune.targets import host_context
 from kvtune.targets.base import free_port
-from kvtune.targets.memcached import MemcachedTarget
 
 # Why a host knob may be missing here; anything else is a catalog bug.
 REASONS = ("debugfs is not mounted", "absent on kernel", "does not exist", "is read-only",
@@ -205,7 +205,7 @@ def _memcached_argv(config: dict[str, Any]) -> list[str]:
     env = ApplyEnv(None, launch, ctx())
     for name, value in config.items():
         catalog.CATALOG[name].applier.apply(value, env)
-    return launch.flags + memcached_argv_options(launch.memcached_options)
+    return launch.flags + memcached_argv_options(launch.options)
 
 
 def test_every_memcached_knob_starts_memcached_at_its_default(memcached_bin: str) -> None:
@@ -297,22 +297,44 @@ def start_redis(binary: str, extra: list[str], cwd: Path) -> tuple[subprocess.Po
     return proc, port
 
 
-def test_every_redis_directive_and_its_live_flag(redis_bin: str, tmp_path: Path) -> None:
-    """Each directive starts redis at its default; CONFIG SET succeeds exactly for the
-    directives the catalog calls live."""
-    knobs = [k for k in catalog.for_target("redis") if k.target == "redis"]
+@pytest.mark.parametrize("kind", ["redis"])
+def test_every_directive_and_its_live_flag(kind: str, tmp_path: Path,
+                                          request: pytest.FixtureRequest) -> None:
+    """Each directive of a Redis-like kind (Redis 7, Valkey 8) starts the server at the
+    catalog's default, which is the server's own built-in value (CONFIG GET of a server
+    started without it); CONFIG SET succeeds exactly for the directives the catalog calls
+    live."""
+    binary = request.getfixturevalue(f"{kind}_bin")
+    knobs = [k for k in catalog.for_target(kind) if k.target == kind]
+    assert knobs and all(k.name.startswith(f"{kind}.") for k in knobs)
     missing = {k.name: k.applier.check(ctx()).reason for k in knobs
                if not k.applier.check(ctx()).ok}
-    assert set(missing) <= {"redis.activedefrag"}, missing
+    assert set(missing) <= {f"{kind}.activedefrag"}, missing
     if missing:
-        assert "build" in missing["redis.activedefrag"]
+        assert "build" in missing[f"{kind}.activedefrag"]
+    avail = [k for k in knobs if k.name not in missing]
+    # The catalog's defaults are the server's: read them from one started without them
+    # (save is kvtune's benchmark setting, said in the export's SERVER_DEFAULTS).
+    proc, port = start_redis(binary, [], tmp_path)
+    try:
+        for k in avail:
+            d = k.applier.directive  # type: ignore[attr-defined]
+            if d == "save":
+                continue
+            got = redis_call(port, "CONFIG", "GET", d).split("\r\n")
+            value = got[4] if len(got) > 4 else None
+            want = k.applier.format(k.default)  # type: ignore[arg-type]
+            assert value == want.removesuffix("mb") or (
+                want.endswith("mb") and value == str(int(want[:-2]) << 20)), (d, value, want)
+    finally:
+        proc.terminate()
+        proc.wait(10)
     launch = Launch()
     env = ApplyEnv(None, launch, ctx())
-    avail = [k for k in knobs if k.name not in missing]
     for k in avail:
         k.applier.apply(k.default, env)  # type: ignore[arg-type]
-    extra = [w for d, v in launch.redis_directives.items() for w in (f"--{d}", v)]
-    proc, port = start_redis(redis_bin, extra, tmp_path)
+    extra = [w for d, v in launch.options.items() for w in (f"--{d}", v)]
+    proc, port = start_redis(binary, extra, tmp_path)
     try:
         for k in avail:
             d = k.applier.directive  # type: ignore[attr-defined]

@@ -316,6 +316,7 @@ def toy_targets(monkeypatch: pytest.MonkeyPatch) -> tuple[type, type]:
     from kvtune import targets
 
     monkeypatch.setattr(targets, "_REGISTRY", dict(targets._REGISTRY))
+    monkeypatch.setattr(targets, "_CLASSES", dict(targets._CLASSES))
     server, surface = _toy_target_classes()
     targets.register("toymc", server)
     targets.register("toysurface", surface)
@@ -370,7 +371,7 @@ def test_toy_server_target_is_started_loaded_and_stopped(
 
 TOY_TARGET_MODULE = '''\
 """A memcached look-alike target kind: its module is the whole of it."""
-from kvtune.targets.memcached import MemcachedTarget
+from kvtune.kinds.memcached.target import MemcachedTarget
 
 
 class Mc2Target(MemcachedTarget):
@@ -464,3 +465,54 @@ def test_new_target_kind_and_load_driver_touch_two_files_each(
         bad.stderr, bad.stderr
     # Two files each: the module and the registry line; nothing else of kvtune was touched.
     assert sorted(p.name for p in tmp_path.glob("*.py")) == ["mc2target.py", "pingload.py"]
+
+
+TOY_KIND_MODULE = '''
+"""A server kind from outside kvtune: memcached's parts under another name, its own
+target class and telemetry prefix."""
+from dataclasses import replace
+
+from kvtune.kinds import memcached
+from kvtune.kinds.memcached.target import MemcachedTarget
+
+
+class Mc4Target(MemcachedTarget):
+    kind = "mc4"
+
+
+def digest(stats):
+    items = (stats.get("stats") or {}).get("curr_items", 0)
+    return {"mc4_items": float(items)}, {"version": "toy"}
+
+
+KIND = replace(memcached.KIND, name="mc4", label="mc4", target="mc4kind:Mc4Target",
+               knobs=lambda: [], rules=lambda: [], presets=lambda: {},
+               exporters=lambda: [], load_drivers=lambda: [], inline={}, capture=None,
+               thread_knob=None, export_family=None, metric_prefix="mc4_", digest=digest)
+'''
+
+
+def test_a_new_server_kind_is_its_folder_and_one_registry_line(
+        memcached_bin: str, tmp_path: Path) -> None:
+    """A kind registered from outside the package (its module and `kinds.register`) is a
+    target the loader accepts, the runner starts, and whose stats the telemetry digests
+    under its prefix: nothing of kvtune's generic layers names it."""
+    import subprocess
+    import sys
+
+    (tmp_path / "mc4kind.py").write_text(TOY_KIND_MODULE)
+    study = tmp_path / "mc4.yaml"
+    study.write_text("study: mc4\ntarget: {kind: mc4, cpus: '0', args: ['-m', '32']}\n"
+                     "load: {mode: closed, duration: 300ms, warmup: 0, cpus: '1'}\n")
+    src = Path(__file__).resolve().parents[1] / "src"
+    code = ("from kvtune import kinds; kinds.register('mc4', 'mc4kind'); "
+            "from kvtune.cli import main; main(['run', 'mc4.yaml', '--repetitions', '1', "
+            "'--json'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path,
+                         env={"PYTHONPATH": f"{tmp_path}:{src}", "PATH": "/usr/bin:/bin",
+                              "KVTUNE_JOURNAL": os.environ["KVTUNE_JOURNAL"]})
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    doc = json.loads(out.stdout)
+    assert doc["metrics"]["ops_per_sec"] > 0
+    assert doc["metrics"]["mc4_items"] > 0, doc["metrics"]

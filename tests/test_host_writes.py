@@ -12,10 +12,10 @@ import pytest
 from kvtune.errors import HarnessError
 from kvtune.host import debugfs
 from kvtune.host.journal import Journal, restore_state
+from kvtune.kinds.memcached.target import MemcachedTarget
 from kvtune.knobs.appliers import sched as sched_applier
 from kvtune.knobs.appliers.base import ApplyEnv, Launch
 from kvtune.spec import TargetSpec
-from kvtune.targets.memcached import MemcachedTarget
 
 
 @pytest.fixture

@@ -21,10 +21,10 @@ import pytest
 
 from kvtune import __version__
 from kvtune.library.entry import Entry, Host, Objective, Recommendation, parse
-from kvtune.library.features import ALIKE, distance, of_model, zipf_equivalent
 from kvtune.library.nearest import Context, incompatibility, neighbours
 from kvtune.library.profiles import agreed, categories
 from kvtune.library.store import Library, LibraryUnavailable, resolve
+from kvtune.workload.features import ALIKE, distance, of_model, zipf_equivalent
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -492,7 +492,7 @@ def test_a_prior_quieter_than_this_host_is_dropped(tmp_path: Path,
     facts = collect()
     a = study_file(tmp_path, "noisy", "get:9,set:1", trials=2)
     a.write_text(a.read_text().replace("noise_cov: 0.03", "noise_cov: 0.3"))
-    from kvtune.library.features import of_model
+    from kvtune.workload.features import of_model
 
     feats = of_model({"mix": "get:9,set:1", "value_size": 100, "popularity": "zipf:0.99",
                       "keys": 10000})

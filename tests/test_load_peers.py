@@ -16,7 +16,7 @@ import pytest
 
 from kvtune import load
 from kvtune.errors import UserError
-from kvtune.load.redis_benchmark import parse_csv
+from kvtune.kinds.redis.load import parse_csv
 from kvtune.spec import LoadSpec
 from kvtune.targets.base import free_port
 

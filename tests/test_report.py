@@ -109,7 +109,7 @@ def test_report_renders_in_chromium(study: tuple[str, Path]) -> None:
     assert "self-contained" in r.stdout
     page = out.read_text()
     assert "<script src" not in page and "<link" not in page  # nothing fetched
-    for needle in ("Before and after", "memcached slab classes", "perf_context_switches",
+    for needle in ("Before and after", "Slab classes", "perf_context_switches",
                    "Exact command lines", "memcached.growth_factor", "Optimizable zones"):
         assert needle in page, needle
     png = ARTIFACTS / "report.png"
@@ -370,7 +370,7 @@ def test_report_of_an_unconfirmed_synthetic_study(tmp_path: Path) -> None:
     run.run(confirm=False)
     page = render(load(run.store, "syn"))
     assert "Not confirmed yet" in page and "best in search (trial" in page
-    assert "memcached slab classes" not in page
+    assert "Slab classes" not in page
     # convergence, importance and two curves; the synthetic target has no telemetry, so
     # no telemetry plots (its load metrics are in the table only)
     assert page.count('class="plotly-graph-div"') == 4

@@ -11,18 +11,18 @@ import pytest
 from kvtune.errors import HarnessError, UserError
 from kvtune.host.facts import collect
 from kvtune.host.fs import HostFS
+from kvtune.kinds.memcached.appliers import MemcachedFlag, MemcachedOption
+from kvtune.kinds.memcached.target import MemcachedTarget
+from kvtune.kinds.redis.target import RedisTarget
 from kvtune.knobs import catalog
 from kvtune.knobs.appliers.base import HostContext
 from kvtune.knobs.appliers.hostfile import HostFile, Location
-from kvtune.knobs.appliers.memcached import MemcachedFlag, MemcachedOption
 from kvtune.knobs.resolve import resolve_knobs
 from kvtune.safety.binary import find_server_binary
 from kvtune.safety.hostpaths import refusal, resolve
-from kvtune.safety.inline import check_inline_host_knobs
 from kvtune.safety.storage import check_url, mask
+from kvtune.study.inline import check_inline_host_knobs
 from kvtune.study.loader import parse_study
-from kvtune.targets.memcached import MemcachedTarget
-from kvtune.targets.redis import RedisTarget
 
 HEAD = "study: x\ntarget: {kind: memcached}\nload: {rate: 10}\nknobs:\n"
 

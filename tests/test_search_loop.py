@@ -318,7 +318,7 @@ def test_a_server_that_fails_at_start_shows_its_own_message() -> None:
     from kvtune.targets import make_target
 
     target = make_target(TargetSpec(kind="memcached"))
-    launch = Launch(flags=["-t", "12"], memcached_options={"hashpower": "14"})
+    launch = Launch(flags=["-t", "12"], options={"hashpower": "14"})
     with pytest.raises(TrialFailed) as err:
         server = target.start(launch)  # type: ignore[attr-defined]
         target.stop(server)  # type: ignore[attr-defined]

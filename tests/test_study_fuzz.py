@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from kvtune.errors import UserError
 from kvtune.knobs.resolve import resolve_knobs
 from kvtune.measure.session import Session
-from kvtune.safety.inline import check_inline_host_knobs
+from kvtune.study.inline import check_inline_host_knobs
 from kvtune.study.loader import parse_study
 from kvtune.targets import target_knobs
 

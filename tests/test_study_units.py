@@ -235,8 +235,9 @@ def test_memcached_hashpower_must_exceed_the_lock_table() -> None:
     """memcached 1.6 exits at start ("Hash table power size (14) cannot be equal to or less
     than item lock table (14)") with -t 12 -o hashpower=14: the rule catches it, and its
     repair raises hashpower just enough."""
+    from kvtune.kinds.memcached.rules import lock_table_power
     from kvtune.knobs.catalog import lookup
-    from kvtune.knobs.rules import Values, broken, lock_table_power, repairs
+    from kvtune.knobs.rules import Values, broken, repairs
     from kvtune.targets import host_context
 
     assert [lock_table_power(t) for t in (1, 3, 4, 5, 10, 11, 16)] == [10, 11, 12, 13, 13,

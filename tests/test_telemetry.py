@@ -16,11 +16,11 @@ import pytest
 from kvtune.host.cgroup import ServerCgroup
 from kvtune.host.facts import collect
 from kvtune.host.journal import Journal
+from kvtune.kinds.redis.target import resp_command
 from kvtune.knobs.appliers.base import Launch
 from kvtune.spec import TargetSpec
 from kvtune.targets import make_target
 from kvtune.targets.base import ServerProcess, Target
-from kvtune.targets.redis import resp_command
 from kvtune.telemetry import Collector, Probe, collectors, is_telemetry, register, server_digest
 from kvtune.telemetry.perf import PerfStat, find_perf, parse_csv
 

@@ -25,10 +25,10 @@ from rich.console import Console
 
 from kvtune import targets
 from kvtune.errors import KvtuneError
-from kvtune.fleet.worker import FleetWorker
 from kvtune.study.loader import load_study as load
 from kvtune.study.progress import jsonable
 from kvtune.study.run import StudyRun
+from kvtune.study.worker import FleetWorker
 from kvtune.targets.synthetic import SyntheticTarget
 
 SLEEP = 0.0

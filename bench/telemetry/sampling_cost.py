@@ -35,15 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from kvtune import load
+from kvtune.kinds.memcached.telemetry import memcached_sample
+from kvtune.kinds.redis.telemetry import redis_sample
 from kvtune.spec import LoadSpec
 from kvtune.stats import order_statistic_ci
 from kvtune.targets.base import free_port
-from kvtune.telemetry.sampler import (
-    ServerSampler,
-    StatsConn,
-    memcached_sample,
-    redis_sample,
-)
+from kvtune.telemetry.sampler import ServerSampler, StatsConn
 
 PROTOCOL = {"memcached": "memcache", "redis": "resp"}
 

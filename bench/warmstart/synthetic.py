@@ -42,12 +42,12 @@ sys.path.insert(0, str(REPO / "src"))
 
 from rich.console import Console  # noqa: E402
 
-from kvtune.library.features import distance, of_spec  # noqa: E402
 from kvtune.library.store import Library  # noqa: E402
 from kvtune.study.loader import load_text  # noqa: E402
 from kvtune.study.run import StudyRun  # noqa: E402
 from kvtune.targets import synthetic_workload  # noqa: E402
 from kvtune.targets.synthetic import SYNTHETIC_KNOBS  # noqa: E402
+from kvtune.workload.features import distance, of_spec  # noqa: E402
 
 DEFAULTS = {k: kn.default for k, kn in SYNTHETIC_KNOBS.items()}
 CATEGORIES = ("small-read-heavy", "large-values", "multiget-heavy", "write-heavy")

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
+from kvtune import kinds
 from kvtune.errors import KvtuneError, UserError
 from kvtune.safety.text import Console
 from kvtune.safety.text import for_markup as escape
@@ -30,11 +31,14 @@ AllowInline = Annotated[bool, flag(
     "--allow-inline-host-knobs", help="allow the study's inline sysctl/sysfs knobs (kernel "
                                       "files outside the catalog) to be written")]
 
+_KINDS = ", ".join(kinds.names())  # the server kinds, for help texts
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
                   # Plain help: typer's rich panels label every flag (even --help) `<bool>`.
                   rich_markup_mode=None,
-                  help="Honest auto-tuning of memcached and Redis and the Linux host under them.")
+                  help=f"Honest auto-tuning of cache servers ({_KINDS}) and the Linux host "
+                       "under them.")
 
 
 def _version(value: bool) -> None:
@@ -154,7 +158,7 @@ def tune(
     from kvtune.study.run import StudyRun
 
     if worker:
-        from kvtune.fleet.worker import FleetWorker
+        from kvtune.study.worker import FleetWorker
 
         run = StudyRun(loaded, err, worker=worker, strategy=FleetWorker, cold=cold,
                        library=library)
@@ -188,8 +192,9 @@ def run(
     as_json: Annotated[bool, flag("--json", help="print JSON")] = False,
     allow_inline_host_knobs: AllowInline = False,
     load_tool: Annotated[str | None, typer.Option(
-        "--load-tool", help="measure with another load driver (kvload, redis-benchmark, "
-                            "memaslap) as a cross-check; the peers are closed-loop")] = None,
+        "--load-tool", help="measure with another load driver (a server kind's own peer "
+                            "tool, docs/evaluation.md) as a cross-check; the peers are "
+                            "closed-loop")] = None,
     capacity: Annotated[str | None, typer.Option(
         "--capacity", help="measure the capacity at this latency SLO instead of the study's "
                            "objective: the highest open-loop rate whose latency meets it, "
@@ -414,7 +419,7 @@ def restore(
 
 @app.command()
 def knobs(
-    target: Annotated[str | None, typer.Option(help="a target kind: memcached, redis, "
+    target: Annotated[str | None, typer.Option(help=f"a target kind: {_KINDS}, "
                                                     "synthetic")] = None,
     preset: Annotated[str | None, typer.Option(help="only the knobs of a preset")] = None,
     as_json: Annotated[bool, flag("--json", help="print JSON")] = False,
@@ -472,7 +477,7 @@ def knobs(
             f"{a} → {n}" for a, n in aliases.items() if a.startswith("kernel.")), highlight=False)
     for name, why in excluded.items():
         out.print(f"[dim]left out: {name}: {why}[/]", highlight=False)
-    if not target or target in ("memcached", "redis"):
+    if not target or target in kinds.names():
         out.print("Case-study scheduler knobs and their working equivalent here:")
         for name in catalog.EQUIVALENTS:
             out.print(f"  {name}: {catalog.equivalent(name, ctx)}", highlight=False)
@@ -483,8 +488,9 @@ def knobs(
 def export(
     study: Annotated[str, typer.Argument(help="a study file, or a study name")],
     format_: Annotated[list[str] | None, typer.Option(
-        "--format", help="sysctl, tuned, memcached, redis or systemd (repeatable; default: "
-                         "every format the configuration has knobs for)")] = None,
+        "--format", help=f"sysctl, tuned, systemd or a server kind's ({_KINDS}) "
+                         "(repeatable; default: every format the configuration has knobs "
+                         "for)")] = None,
     out_dir: Annotated[Path | None, typer.Option(
         "-o", "--out", help="directory for the files (default ./export/STUDY/)")] = None,
     storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the results")] = None,
@@ -501,8 +507,8 @@ def export(
         "--full", help="export the confirmed configuration whole, even where the ablation "
                        "recommends only the changes that carry the gain")] = False,
     from_: Annotated[Path | None, typer.Option(
-        "--from", help="the host's current server config file (/etc/memcached.conf, "
-                       "/etc/redis/redis.conf): merged into, and the rollback")] = None,
+        "--from", help="the host's current server config file (its kind's own, under "
+                       "/etc): merged into, and the rollback")] = None,
     tuned_include: Annotated[str | None, typer.Option(
         "--tuned-include", help="TuneD profile to include (default: `tuned-adm recommend`; "
                                 "'' for none)")] = None,
@@ -712,19 +718,20 @@ def _size(text: str, what: str) -> int:
 
 @workload_app.command("capture")
 def workload_capture(
-    url: Annotated[str, typer.Argument(help="memcached://HOST:PORT or redis://HOST:PORT")],
+    url: Annotated[str, typer.Argument(help=f"KIND://HOST:PORT, a server kind: {_KINDS}")],
     output: Annotated[Path, typer.Option("-o", "--output", help="the model to write")],
     duration: Annotated[str | None, typer.Option(
-        help="how long to capture (default 10s for memcached, 5s for Redis; MONITOR at "
-             "most 60s)")] = None,
+        help="how long to capture (default: 10s with a watcher, 5s with MONITOR, which "
+             "captures at most 60s)")] = None,
     max_events: Annotated[int, typer.Option(help="stop after this many lines")] = 5_000_000,
     max_bytes: Annotated[str, typer.Option(help="stop after reading this much")] = "1G",
-    sample: Annotated[bool, flag("--sample", help="Redis without MONITOR: INFO "
+    sample: Annotated[bool, flag("--sample", help="a server with MONITOR, without it: INFO "
                                                    "commandstats, SCAN, STRLEN, TTL")] = False,
     remote: Annotated[bool, flag("--remote", help="allow a server that is not on a loopback "
                                                    "address")] = False,
     mget_gap_us: Annotated[float, typer.Option(
-        "--mget-gap-us", help="memcached: fetches of one connection this close form one "
+        "--mget-gap-us", help="a watcher's capture: fetches of one connection this close "
+                              "form one "
                               "multiget; it also merges pipelined gets (default 0: never "
                               "group)")] = 0.0,
     keep_trace: Annotated[Path | None, typer.Option(
@@ -825,7 +832,7 @@ def workload_describe(
         out.print(f"wrote {escape(html)}", highlight=False)
 
 
-from kvtune.library.commands import library_app, predict_command, profiles_app  # noqa: E402
+from kvtune.library_commands import library_app, predict_command, profiles_app  # noqa: E402
 
 app.add_typer(library_app, name="library")
 app.add_typer(profiles_app, name="profiles")

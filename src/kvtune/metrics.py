@@ -15,10 +15,49 @@ Figures that are not in the table (telemetry such as `perf_context_switches`, a 
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
-Direction = Literal["maximize", "minimize"]
+_T = TypeVar("_T")
+
+
+class Direction(enum.StrEnum):
+    """Which way a figure is better: the one owner of "better" (as Optuna's
+    `StudyDirection` is for a study). A `str`, so stored and printed as "maximize" or
+    "minimize"; `Direction(text)` reads one back (ValueError for any other text)."""
+
+    MAXIMIZE = "maximize"
+    MINIMIZE = "minimize"
+
+    @property
+    def text(self) -> Literal["maximize", "minimize"]:
+        """The word itself, for an API that takes the literal (Optuna's `create_study`)."""
+        return "maximize" if self is Direction.MAXIMIZE else "minimize"
+
+    @property
+    def sign(self) -> float:
+        """+1 when higher is better, −1 when lower is: a log ratio times the sign is a
+        gain."""
+        return 1.0 if self is Direction.MAXIMIZE else -1.0
+
+    def better(self, a: float, b: float) -> bool:
+        """Whether `a` is strictly better than `b`."""
+        return a > b if self is Direction.MAXIMIZE else a < b
+
+    def best(self, items: Iterable[_T], key: Callable[[_T], float]) -> _T:
+        """The best of `items` by `key` (ValueError when there are none)."""
+        return (max if self is Direction.MAXIMIZE else min)(items, key=key)
+
+    def gain(self, new: float, base: float) -> float:
+        """The improvement of `new` over `base` as a fraction, > 0 when better: new/base − 1
+        when higher is better, base/new − 1 when lower is."""
+        return new / base - 1 if self is Direction.MAXIMIZE else base / new - 1
+
+    def ranked(self, value: float) -> float:
+        """A sort key that puts the best first (ascending)."""
+        return -value if self is Direction.MAXIMIZE else value
 
 
 @dataclass(frozen=True)
@@ -31,22 +70,22 @@ class Metric:
 
 
 _TABLE: tuple[Metric, ...] = (
-    Metric("ops_per_sec", "req/s", "maximize", True, "requests completed per second"),
-    Metric("capacity", "req/s", "maximize", True,
+    Metric("ops_per_sec", "req/s", Direction.MAXIMIZE, True, "requests completed per second"),
+    Metric("capacity", "req/s", Direction.MAXIMIZE, True,
            "the highest open-loop request rate whose latency meets the study's SLO (a knee "
            "search per repetition)"),
-    Metric("p50_us", "µs", "minimize", True, "median latency from the intended send time"),
-    Metric("p90_us", "µs", "minimize", True, "90th percentile latency"),
-    Metric("p99_us", "µs", "minimize", True, "99th percentile latency"),
-    Metric("p999_us", "µs", "minimize", True, "99.9th percentile latency"),
-    Metric("p9999_us", "µs", "minimize", True, "99.99th percentile latency"),
-    Metric("max_us", "µs", "minimize", True, "largest latency"),
-    Metric("mean_us", "µs", "minimize", True, "mean latency"),
-    Metric("service_p99_us", "µs", "minimize", True,
+    Metric("p50_us", "µs", Direction.MINIMIZE, True, "median latency from the intended send time"),
+    Metric("p90_us", "µs", Direction.MINIMIZE, True, "90th percentile latency"),
+    Metric("p99_us", "µs", Direction.MINIMIZE, True, "99th percentile latency"),
+    Metric("p999_us", "µs", Direction.MINIMIZE, True, "99.9th percentile latency"),
+    Metric("p9999_us", "µs", Direction.MINIMIZE, True, "99.99th percentile latency"),
+    Metric("max_us", "µs", Direction.MINIMIZE, True, "largest latency"),
+    Metric("mean_us", "µs", Direction.MINIMIZE, True, "mean latency"),
+    Metric("service_p99_us", "µs", Direction.MINIMIZE, True,
            "99th percentile from the actual send time (no queueing in the client)"),
-    Metric("hit_ratio", "ratio", "maximize", True, "share of gets that found their key"),
-    Metric("errors", "count", "minimize", True, "failed requests"),
-    Metric("server_errors", "count", "minimize", True,
+    Metric("hit_ratio", "ratio", Direction.MAXIMIZE, True, "share of gets that found their key"),
+    Metric("errors", "count", Direction.MINIMIZE, True, "failed requests"),
+    Metric("server_errors", "count", Direction.MINIMIZE, True,
            "requests the server refused (SERVER_ERROR, out of memory)"),
     Metric("client_utilization", "CPUs", None, False, "the load generator's CPU use"),
     Metric("offered_rate", "req/s", None, False, "the rate the load generator was asked for"),
@@ -90,9 +129,9 @@ def guess_direction(name: str) -> Direction | None:
         return known.direction
     m = name.lower()
     if m.endswith(_HIGHER) or "hit_ratio" in m or "ops_per_sec" in m:
-        return "maximize"
+        return Direction.MAXIMIZE
     if m.endswith(_LOWER) or m.startswith(("p50", "p9", "mean_us", "max_us")):
-        return "minimize"
+        return Direction.MINIMIZE
     return None
 
 
@@ -105,7 +144,7 @@ def unit(name: str) -> str:
     for suffix, u in _UNITS:
         if m.endswith(suffix):
             return u
-    if m.startswith("redis_used_memory"):
+    if "_used_memory" in m:  # INFO's used_memory* (bytes)
         return "B"
     return "count"
 

@@ -13,7 +13,8 @@ on the better side is "better", wholly on the worse side "worse", and only an in
 that spans zero is "no significant change".
     change_record("p99_us", -0.826, "minimize")                   # the same, for JSON
 
-`direction` is the metric's good direction ("maximize"/"minimize"); `metric_direction`
+`direction` is the metric's good direction ("maximize"/"minimize", a `metrics.Direction`);
+`metrics.guess_direction`
 guesses it for the figures kvtune shows beside the objective (latencies, errors and
 evictions are better lower; throughput and hit ratios higher). None leaves the change
 unjudged ("p99_us −82.6%").
@@ -25,15 +26,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from kvtune.metrics import guess_direction
+from kvtune.metrics import Direction
 from kvtune.metrics import unit as metric_unit
 
 MINUS = "\u2212"  # −, not the hyphen
-
-def metric_direction(metric: str) -> str | None:
-    """The good direction of a figure kvtune knows by name, or None (`kvtune.metrics`)."""
-    return guess_direction(metric)
-
 
 def pct(x: float | None, digits: int = 1) -> str:
     """A signed percentage with a real minus sign ("−82.6%", "+4.0%"); "-" when unknown."""
@@ -94,9 +90,9 @@ def judge(change: float | None, direction: str | None, significant: bool | None 
         if change == 0:
             return "no change"
         side = 1 if change > 0 else -1
-    if direction not in ("maximize", "minimize"):
+    if direction not in tuple(Direction):
         return None
-    good = side > 0 if direction == "maximize" else side < 0
+    good = Direction(direction).better(side, 0)
     return "better" if good else "worse"
 
 

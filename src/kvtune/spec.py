@@ -34,7 +34,7 @@ from pydantic import (
 from kvtune.cpulist import parse_cpus
 from kvtune.durations import parse_duration
 from kvtune.errors import UserError
-from kvtune.metrics import OBJECTIVES, SLO_METRICS, guess_direction, unknown_objective
+from kvtune.metrics import OBJECTIVES, SLO_METRICS, Direction, unknown_objective
 from kvtune.metrics import direction as objective_direction
 from kvtune.safety import args as scan
 from kvtune.safety import values as safe
@@ -58,11 +58,6 @@ _SLO = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|<)\s*([0-9.eE+\-]+)\s*(us|µs|ms)?\s*
 # "p99_us <= 500", or relative to the baseline: "ops_per_sec >= 0.98 * baseline".
 _CONSTRAINT = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=|<|>)\s*(?:(-?[0-9.eE+]+)|(-?[0-9.eE+]+)"
                          r"\s*\*\s*baseline|(baseline))\s*$")
-
-
-def metric_direction(metric: str) -> Literal["maximize", "minimize"] | None:
-    """A metric's good direction (kvtune.metrics): None for a figure kvtune does not judge."""
-    return guess_direction(metric)
 
 
 class _Model(BaseModel):
@@ -241,21 +236,40 @@ class LoadSpec(_Model):
         return self
 
 
-class ApplierSpec(_Model):
-    """For inline knobs: exactly one of these says where the value goes."""
+def inline_keys() -> list[str]:
+    """The keys of an inline knob's `applier:`: each server kind's, then the host's."""
+    from kvtune import kinds
 
-    memcached_flag: str | None = None
-    memcached_option: str | None = None
-    redis_directive: str | None = None
+    return [*(key for k in kinds.every() for key in k.inline), "sysctl", "sysfs"]
+
+
+class ApplierSpec(_Model):
+    """For inline knobs: exactly one key says where the value goes: `sysctl`, `sysfs`, or a
+    server kind's own (kinds/<kind>/__init__.py, `inline`: memcached_flag, ...)."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
     sysctl: str | None = None
     sysfs: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            keys = inline_keys()
+            for k in data:
+                if k not in keys:  # never echoed: an unknown word of an untrusted file
+                    raise ValueError("an unknown applier key: give exactly one of "
+                                     + ", ".join(keys))
+                if data[k] is not None and not isinstance(data[k], str):
+                    raise ValueError(f"{k}: give its name as text")
+        return data
 
     @model_validator(mode="after")
     def _one(self) -> ApplierSpec:
         given = [k for k, v in self.model_dump().items() if v is not None]
         if len(given) != 1:
-            raise ValueError("give exactly one of memcached_flag, memcached_option, "
-                             "redis_directive, sysctl, sysfs")
+            raise ValueError("give exactly one of " + ", ".join(inline_keys()))
         if self.sysfs is not None and not self.sysfs.startswith("/sys/"):
             raise ValueError(f"sysfs path {self.sysfs!r} must be under /sys/")
         if self.sysfs is not None:
@@ -301,6 +315,41 @@ class KnobSpec(_Model):
         return self
 
 
+class Slo(BaseModel):
+    """A latency SLO, `metric op bound` in µs: what a capacity search keeps."""
+
+    metric: str
+    op: str
+    bound_us: float
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.op} {self.bound_us:g}"
+
+    def kvload(self) -> str:
+        """The SLO in kvload's `--search` grammar (docs/kvload.md)."""
+        return f"{SLO_METRICS[self.metric]}{self.op}{self.bound_us:g}us"
+
+
+def parse_slo(text: str) -> Slo:
+    """`p99_us <= 200` (µs; `200us` and `0.2ms` too). ValueError naming what is wrong."""
+    m = _SLO.match(text)
+    if not m:
+        raise ValueError(f"{text!r} is not an SLO such as 'p99_us <= 200'")
+    metric, op, bound, unit = m.groups()
+    if metric not in SLO_METRICS:
+        raise ValueError(f"an SLO bounds a latency: {metric!r} is not one of "
+                         f"{', '.join(SLO_METRICS)}")
+    try:
+        value = float(bound) * (1000.0 if unit == "ms" else 1.0)
+    except ValueError:
+        raise ValueError(f"{text!r}: {bound!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{text!r}: the bound must be a positive number of µs")
+    if value > 60e6:
+        raise ValueError(f"{text!r}: a bound above 60 s is not a latency SLO")
+    return Slo(metric=metric, op=op, bound_us=value)
+
+
 class ObjectiveSpec(_Model):
     """The objective: one metric (`objective: p99_us` or `{metric: p99_us}`), or several
     (`objective: [p99_us, ops_per_sec]`: a Pareto study; `metric` is then the first and
@@ -312,16 +361,25 @@ class ObjectiveSpec(_Model):
     also: list[ObjectiveSpec] = Field(default_factory=list)
     # metric: capacity — the latency SLO its knee search keeps ("p99_us <= 200"), the rate
     # range it searches (req/s; default: from a short closed-loop burst), its precision.
-    slo: str | None = Field(default=None, max_length=64)
+    # Parsed once, here: what travels is the Slo (its text is `str(slo)`, as stored).
+    slo: Slo | None = None
     rates: tuple[float, float] | None = None
     precision: float = Field(default=0.02, ge=0.005, le=0.25)
 
-    @field_validator("slo")
+    @field_validator("slo", mode="before")
     @classmethod
-    def _slo(cls, v: str | None) -> str | None:
-        if v is not None:
-            parse_slo(v)
+    def _slo(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            if len(v) > 64:
+                raise ValueError("an SLO is at most 64 characters")
+            return parse_slo(v)
+        if v is not None and not isinstance(v, Slo):
+            raise ValueError("an SLO is text such as 'p99_us <= 200'")
         return v
+
+    @field_serializer("slo")
+    def _slo_text(self, v: Slo | None) -> str | None:
+        return None if v is None else str(v)
 
     @field_validator("rates")
     @classmethod
@@ -399,7 +457,7 @@ class ObjectiveSpec(_Model):
         return v
 
     @property
-    def resolved_direction(self) -> Literal["maximize", "minimize"]:
+    def resolved_direction(self) -> Direction:
         return objective_direction(self.metric)
 
 
@@ -442,21 +500,6 @@ class Constraint(BaseModel):
         return f"{self.metric} {self.op} {self.bound:g}"
 
 
-class Slo(BaseModel):
-    """A latency SLO, `metric op bound` in µs: what a capacity search keeps."""
-
-    metric: str
-    op: str
-    bound_us: float
-
-    def __str__(self) -> str:
-        return f"{self.metric} {self.op} {self.bound_us:g}"
-
-    def kvload(self) -> str:
-        """The SLO in kvload's `--search` grammar (docs/kvload.md)."""
-        return f"{SLO_METRICS[self.metric]}{self.op}{self.bound_us:g}us"
-
-
 @dataclass(frozen=True)
 class CapacitySearch:
     """A capacity repetition: the highest open-loop rate whose latency keeps `slo`,
@@ -465,26 +508,6 @@ class CapacitySearch:
     slo: Slo
     rates: tuple[float, float] | None
     precision: float
-
-
-def parse_slo(text: str) -> Slo:
-    """`p99_us <= 200` (µs; `200us` and `0.2ms` too). ValueError naming what is wrong."""
-    m = _SLO.match(text)
-    if not m:
-        raise ValueError(f"{text!r} is not an SLO such as 'p99_us <= 200'")
-    metric, op, bound, unit = m.groups()
-    if metric not in SLO_METRICS:
-        raise ValueError(f"an SLO bounds a latency: {metric!r} is not one of "
-                         f"{', '.join(SLO_METRICS)}")
-    try:
-        value = float(bound) * (1000.0 if unit == "ms" else 1.0)
-    except ValueError:
-        raise ValueError(f"{text!r}: {bound!r} is not a number") from None
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{text!r}: the bound must be a positive number of µs")
-    if value > 60e6:
-        raise ValueError(f"{text!r}: a bound above 60 s is not a latency SLO")
-    return Slo(metric=metric, op=op, bound_us=value)
 
 
 def parse_constraint(text: str) -> Constraint:
@@ -636,7 +659,7 @@ class StudySpec(_Model):
         o = next((o for o in self.objective.all if o.metric == "capacity"), None)
         if o is None or o.slo is None:
             return None
-        return CapacitySearch(parse_slo(o.slo), o.rates, o.precision)
+        return CapacitySearch(o.slo, o.rates, o.precision)
 
     @model_validator(mode="after")
     def _network_rule(self) -> StudySpec:

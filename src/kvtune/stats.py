@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvtune.metrics import Direction
+
 # scipy.stats is imported inside the functions that need it: importing it costs about
 # 0.7 s, paid by every process that imports kvtune.measure.preflight (each fleet worker at
 # start-up) even when no test is run.
@@ -97,8 +99,7 @@ def compare_pooled(candidate: Sequence[float], cand_cis: Sequence[tuple[float, f
     def se(p: Pooled) -> float:
         return (math.log(p.ci[1]) - math.log(p.ci[0])) / (2 * z95)
 
-    sign = 1.0 if direction == "maximize" else -1.0
-    d = sign * (math.log(c.value) - math.log(b.value))
+    d = Direction(direction).sign * (math.log(c.value) - math.log(b.value))
     s = math.hypot(se(c), se(b))
     z = float(sps.norm.ppf(1 - (1 - level) / 2))
     p = float(sps.norm.sf(d / s)) if s > 0 else (0.0 if d > 0 else 1.0)
@@ -120,9 +121,8 @@ def compare_paired(candidate: Sequence[float], cand_cis: Sequence[tuple[float, f
     from scipy import stats as sps
 
     z95 = float(sps.norm.ppf(0.975))
-    sign = 1.0 if direction == "maximize" else -1.0
     c, b = np.asarray(candidate, dtype=float), np.asarray(baseline, dtype=float)
-    d = sign * (np.log(c) - np.log(b))
+    d = Direction(direction).sign * (np.log(c) - np.log(b))
     se2 = np.zeros_like(d)
     for cis in (cand_cis, base_cis):
         lo = np.log(np.asarray([x[0] for x in cis], dtype=float))
@@ -209,7 +209,7 @@ class Comparison:
         """The metric's own relative change, candidate / baseline − 1, with its CI: the
         number people quote ("p99 −79%"). For maximize it equals the improvement; for
         minimize an improvement g is a change of 1/(1+g) − 1 (the CI bounds swap)."""
-        if self.direction == "maximize":
+        if self.direction == Direction.MAXIMIZE:
             return self.improvement, self.ci_low, self.ci_high
 
         def f(g: float) -> float:
@@ -236,8 +236,10 @@ def compare(candidate: Sequence[float], baseline: Sequence[float], direction: st
     if len(c) == 0 or len(b) == 0:
         return Comparison(math.nan, math.nan, math.nan, 1.0, len(c), len(b), direction)
 
+    better = Direction(direction)
+
     def gain(cm: np.ndarray | float, bm: np.ndarray | float) -> np.ndarray | float:
-        return cm / bm - 1 if direction == "maximize" else bm / cm - 1
+        return cm / bm - 1 if better is Direction.MAXIMIZE else bm / cm - 1
 
     point = float(gain(np.median(c), np.median(b)))
     rng = np.random.default_rng(seed)
@@ -245,7 +247,7 @@ def compare(candidate: Sequence[float], baseline: Sequence[float], direction: st
     bs = np.median(b[rng.integers(0, len(b), size=(resamples, len(b)))], axis=1)
     boot = np.asarray(gain(cs, bs))
     lo, hi = np.percentile(boot, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
-    alt = "two-sided" if two_sided else "greater" if direction == "maximize" else "less"
+    alt = "two-sided" if two_sided else "greater" if better is Direction.MAXIMIZE else "less"
     if len(c) >= 2 and len(b) >= 2:
         from scipy import stats as sps
 

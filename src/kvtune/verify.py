@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvtune import kinds
 from kvtune.cpulist import parse_cpus
 from kvtune.errors import UserError
 from kvtune.export.base import Recommendation
@@ -27,8 +28,11 @@ from kvtune.export.systemd import placement_entries
 from kvtune.safety import programs
 from kvtune.safety.programs import Program
 
-# The process names of each target kind's server (/proc/PID/comm).
-SERVER_COMM = {"memcached": ("memcached",), "redis": ("redis-server",)}
+
+def _comm(kind: str | None) -> tuple[str, ...]:
+    """The process names of a server kind's server (its default binary first)."""
+    k = kinds.find(kind)
+    return k.comm if k is not None else ()
 
 
 @dataclass(frozen=True)
@@ -68,17 +72,13 @@ def host_checks(rec: Recommendation) -> list[Check]:
     return out
 
 
-# The accounts the packaged services run as (Debian, RHEL): besides root and the user the
-# server's own argv names (memcached -u), the owners a verified server may have.
-SERVICE_USERS = {"memcached": ("memcache", "memcached"), "redis": ("redis",)}
-DEFAULT_PORTS = {"memcached": 11211, "redis": 6379}
 
 
 def trusted_binary(rec: Recommendation) -> Program:
     """The server binary the study ran (target.binary, else the kind's on PATH), when kvtune
     trusts it (kvtune.safety.programs): what a verified process must be running."""
     target = rec.spec.get("target") or {}
-    name = str(target.get("binary") or (SERVER_COMM.get(rec.target or "") or ("",))[0])
+    name = str(target.get("binary") or (_comm(rec.target) or ("",))[0])
     if not name:
         raise UserError(f"the {rec.target} target has no server binary to verify")
     return programs.find(name, f"the {rec.target} server binary")
@@ -102,7 +102,7 @@ def server_pids(kind: str | None, binary: Program | None = None,
     """The processes running the target kind's trusted server binary (by /proc/PID/exe,
     never by a name a process may give itself)."""
     if binary is None:
-        names = SERVER_COMM.get(kind or "", ())
+        names = _comm(kind)
         binary = programs.lookup(names[0])[0] if names else None
         if binary is None:
             return []
@@ -154,8 +154,11 @@ def expected_owners(kind: str | None, argv: list[str]) -> dict[int, str]:
     (memcached -u USER), and the kind's packaged service accounts."""
     import pwd
 
-    names = list(SERVICE_USERS.get(kind or "", ()))
-    user = _flag_value(argv, "-u") if kind == "memcached" else None
+    k = kinds.find(kind)
+    # The accounts the packaged services run as (Debian, RHEL), and the user the server's
+    # own argv names (memcached -u), when its kind reads one.
+    names = list(k.service_users) if k is not None else []
+    user = k.argv_user(argv) if k is not None and k.argv_user is not None else None
     if user:
         names.append(user)
     out = {0: "root"}
@@ -180,7 +183,8 @@ def expected_port(rec: Recommendation, port: int | None) -> int:
         words = line.split()
         if len(words) == 2 and words[0] in ("-p", "port") and words[1].isdigit():
             return int(words[1])
-    return DEFAULT_PORTS.get(rec.target or "", 0)
+    k = kinds.find(rec.target)
+    return k.default_port if k is not None else 0
 
 
 def identity_checks(rec: Recommendation, pid: int, binary: Program,
@@ -221,82 +225,23 @@ def _argv(pid: int) -> list[str]:
     return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
 
 
-def _flag_value(argv: list[str], flag: str) -> str | None:
-    """The value memcached's argv gives `flag` ("-t 4", "-t4", "--threads=4"); "" for a
-    bare flag that is present; None when absent. The last occurrence wins, as in getopt."""
-    found = None
-    for i, a in enumerate(argv):
-        if a == flag:
-            nxt = argv[i + 1] if i + 1 < len(argv) else ""
-            found = "" if nxt.startswith("-") else nxt
-        elif flag.startswith("--") and a.startswith(flag + "="):
-            found = a.split("=", 1)[1]
-        elif not flag.startswith("--") and len(flag) == 2 and a.startswith(flag) \
-                and len(a) > 2:
-            found = a[2:]
-    return found
-
-
-def _options(argv: list[str]) -> dict[str, str]:
-    """memcached's `-o a=b,c` options (every -o, later ones win)."""
-    out: dict[str, str] = {}
-    for i, a in enumerate(argv):
-        text = None
-        if a in ("-o", "--extended") and i + 1 < len(argv):
-            text = argv[i + 1]
-        elif a.startswith("--extended="):
-            text = a.split("=", 1)[1]
-        if text:
-            for item in text.split(","):
-                k, _, v = item.partition("=")
-                out[k.strip()] = v.strip()
-    return out
-
-
 def flag_checks(rec: Recommendation, pid: int) -> list[Check]:
-    """The recommended memcached flags and options on the running server's command line."""
+    """The recommended application settings on the running server's command line, as its
+    kind reads them (kinds/<kind>/verify.py); settings a kind reads from its own config file
+    are said unchecked."""
     argv = _argv(pid)
-    opts = _options(argv)
-    out = []
-    if rec.target == "memcached":  # the fixed arguments it was measured with (-m 256, ...)
-        from kvtune.export.memcached import arg_lines
-
-        # The study's fixed arguments are its test settings, not the recommendation:
-        # `export --from` keeps the operator's own values for them, so a difference is said
-        # and never fails the verification.
-        def scaffold(what: str, want: str, got: str | None) -> Check:
-            shown = "(absent)" if got is None else (got or "(set)")
-            same = (got or "(set)") == want if got is not None else False
-            return Check(what, want, shown, True,
-                         "" if same else f"a test setting of the study, not part of the "
-                                         f"recommendation: the server runs with {shown}")
-
-        for ln in arg_lines(rec.target_args):
-            flag, _, value = ln.partition(" ")
-            if flag in ("-o", "--extended"):
-                for item in value.split(","):
-                    k, _, v = item.partition("=")
-                    out.append(scaffold(f"memcached -o {k} (target.args)", v or "(set)",
-                                        opts.get(k)))
-                continue
-            out.append(scaffold(f"memcached {flag} (target.args)", value or "(set)",
-                                _flag_value(argv, flag)))
+    out: list[Check] = []
+    kind = kinds.find(rec.target)
+    if kind is not None and kind.argv_checks is not None:
+        out += kind.argv_checks(rec, argv)
     for row in rec.entries("app"):
         e = row.entry
         if e is None:
             continue
-        if e.family == "memcached-flag":
-            found = _flag_value(argv, e.key)
-            out.append(Check(f"{rec.target} {e.key}", e.value or "(set)",
-                             "(absent)" if found is None else (found or "(set)"),
-                             found == e.value if e.value else found is not None))
-        elif e.family == "memcached-option":
-            got = opts.get(e.key)
-            out.append(Check(f"{rec.target} -o {e.key}", e.value or "(set)",
-                             "(absent)" if got is None else (got or "(set)"),
-                             got is not None and got == e.value))
-        else:
-            out.append(Check(f"{rec.target} {e.key}", e.value, None, False,
+        if kind is not None and kind.argv_checks is not None and \
+                e.family in kind.argv_families:
+            continue  # checked by the kind, on the command line
+        out.append(Check(f"{rec.target} {e.key}", e.value, None, False,
                              f"{e.family} settings are read from the server's own config, "
                              "not its command line: check with the server's CONFIG GET"))
     return out

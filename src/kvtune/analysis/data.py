@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from kvtune.errors import UserError
 from kvtune.knobs.domain import Domain
+from kvtune.metrics import Direction
 from kvtune.space import stored_domains
 from kvtune.store import RESULTS, Store
 
@@ -55,7 +56,7 @@ class StudyData:
 
     @property
     def maximize(self) -> bool:
-        return self.direction == "maximize"
+        return Direction(self.direction) is Direction.MAXIMIZE
 
     def better(self, a: float, b: float) -> bool:
         return a > b if self.maximize else a < b

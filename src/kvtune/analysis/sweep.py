@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from kvtune import stats
+from kvtune.metrics import Direction
 from kvtune.present import number
 
 ALPHA = 0.05
@@ -120,7 +121,7 @@ def analyse(result: dict[str, Any], alpha: float = ALPHA) -> SweepView:
                           "an SLO: objective capacity)")
         return view
     # A tie with the default goes to the default (all-zero medians pick no "best" change).
-    if view.direction == "maximize":
+    if Direction(view.direction) is Direction.MAXIMIZE:
         view.best = max(measured, key=lambda p: (p.median, p.is_default))
     else:
         view.best = min(measured, key=lambda p: (p.median, not p.is_default))
@@ -194,3 +195,20 @@ def summary_lines(view: SweepView) -> list[str]:
     elif view.plateau:
         out.append("no plateau: every other value differs from the best beyond noise")
     return out + view.notes
+
+
+def sweep_views(store: Any, name: str) -> list[SweepView]:
+    """Every sweep stored for study `name` (one per knob, the last run of each)."""
+    import sqlalchemy as sa
+
+    from kvtune.store import RESULTS
+
+    q = sa.select(RESULTS.c.key).where(RESULTS.c.study == name).distinct()
+    with store.engine.connect() as c:
+        keys = sorted(r[0] for r in c.execute(q) if str(r[0]).startswith("sweep:"))
+    views = []
+    for key in keys:
+        res = store.last_result(name, key)
+        if res:
+            views.append(analyse(res))
+    return views

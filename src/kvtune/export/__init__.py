@@ -1,6 +1,6 @@
 """Export: ready-to-use files for a study's measured configuration, with rollbacks under
-rollback/ (see base.py). One module per format (`sysctl`, `tuned`, `memcached`, `redis`,
-`systemd`), registered in one table."""
+rollback/ (see base.py). One module per format (`sysctl`, `tuned`, `systemd`, and each server
+kind's from its folder), registered in one table."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from kvtune import kinds
 from kvtune.errors import KvtuneError, UserError
 from kvtune.export.base import Exporter, ExportFile, Recommendation
-from kvtune.export.memcached import MemcachedExporter
-from kvtune.export.redis import RedisExporter
 from kvtune.export.sysctl import SysctlExporter
 from kvtune.export.systemd import SystemdExporter
 from kvtune.export.tuned import TunedExporter
@@ -26,8 +25,8 @@ def register(exporter: Exporter) -> None:
     EXPORTERS[exporter.name] = exporter
 
 
-for _e in (SysctlExporter(), TunedExporter(), MemcachedExporter(), RedisExporter(),
-           SystemdExporter()):
+for _e in (SysctlExporter(), TunedExporter(),
+           *(e for kind in kinds.every() for e in kind.exporters()), SystemdExporter()):
     register(_e)
 
 # Never write into the live configuration of the host: a person installs the files.
@@ -83,7 +82,7 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
     (only the changes that carry the gain). Raises NoRecommendation when there is none."""
     import optuna
 
-    from kvtune.report.summary import collect
+    from kvtune.study.result import collect
 
     data = collect(store, name)
     if "trials" not in data:  # a study that only ran `kvtune sweep`: nothing was tuned

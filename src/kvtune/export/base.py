@@ -28,8 +28,13 @@ from kvtune.knobs.knob import Knob
 
 ROLLBACK_DIR = "rollback"
 
-# Knobs whose best value depends on the CPUs the server had when it was measured.
-THREAD_KNOBS = ("memcached.threads", "redis.io_threads")
+
+def thread_knobs() -> tuple[str, ...]:
+    """Knobs whose best value depends on the CPUs the server had when it was measured: each
+    server kind's thread count."""
+    from kvtune import kinds
+
+    return tuple(k.thread_knob for k in kinds.every() if k.thread_knob)
 
 
 def placement_conditions(spec: Mapping[str, Any], config: Mapping[str, Any],
@@ -43,7 +48,7 @@ def placement_conditions(spec: Mapping[str, Any], config: Mapping[str, Any],
     cpus = config.get("placement.server_cpus") or config.get("placement.cpuset") \
         or target.get("cpus")
     out = []
-    for name in THREAD_KNOBS:
+    for name in thread_knobs():
         if name in config and config[name] != baseline.get(name) and cpus:
             try:
                 n = len(parse_cpus(str(cpus)))

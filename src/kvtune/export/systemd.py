@@ -6,11 +6,11 @@ admin's own drop-ins."""
 
 from __future__ import annotations
 
+from kvtune import kinds
 from kvtune.export.base import Exporter, ExportFile, Recommendation, comment, rollback_path
 from kvtune.knobs import catalog
 from kvtune.knobs.appliers.base import ExportEntry
 
-UNITS = {"memcached": "memcached.service", "redis": "redis-server.service"}
 DROP_IN = "90-kvtune.conf"
 
 
@@ -69,9 +69,10 @@ class SystemdExporter(Exporter):
     def files(self, rec: Recommendation) -> list[ExportFile]:
         qos = pm_qos_unit(rec)
         rows = placement_entries(rec)
-        if not rows or rec.target not in UNITS:
+        kind = kinds.find(rec.target)
+        if not rows or kind is None:
             return qos
-        unit = UNITS[rec.target or ""]
+        unit = kind.systemd_unit
         d = f"/etc/systemd/system/{unit}.d"
         head = rec.header(f"systemd drop-in for {unit}",
                           f"Install: mkdir -p {d} && cp {DROP_IN} {d}/ && systemctl "

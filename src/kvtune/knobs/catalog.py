@@ -1,7 +1,8 @@
 """The knob catalog: the knobs kvtune knows, their domains, units, defaults, where they live
 on which version, the rules between them, and the presets.
 
-Names are `<family>.<name>`: `memcached.*` and `redis.*` (application), `kernel.*`,
+Names are `<family>.<name>`: one family per server kind (application knobs, from
+`kinds/<kind>/catalog.py`), `kernel.*`,
 `sched.*`, `thp.*`, `vm.*` (kernel), `net.*` (network, named as their sysctl), and
 `placement.*` (where the server runs). Defaults of application knobs are the server's
 built-in defaults; host knobs take the host's value at study start as their baseline.
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any, Final
+from typing import Any
 
 from kvtune.host.debugfs import debugfs_status, features_status
 from kvtune.host.sched import SLICE_MAX_NS, SLICE_MIN_NS
@@ -30,160 +31,16 @@ from kvtune.knobs.appliers.cgroup import (
     host_cpus,
 )
 from kvtune.knobs.appliers.hostfile import HostFile, Location, Sysctl, sched_tunable
-from kvtune.knobs.appliers.memcached import (
-    ITEM_SIZES_KB,
-    MemcachedFlag,
-    MemcachedOption,
-    SlabChunkMax,
-)
-from kvtune.knobs.appliers.redis import RedisDirective
 from kvtune.knobs.appliers.sched import SchedFeature, SchedNice, SchedPolicy, SchedSlice
-from kvtune.knobs.domain import Domain
+from kvtune.knobs.domain import B, C, Domain, I
 from kvtune.knobs.knob import Knob
 from kvtune.knobs.rules import Values, broken
-
-I: Final = "int"  # noqa: E741
-F: Final = "float"
-C: Final = "categorical"
-B: Final = "bool"
 
 EEVDF = (6, 6)
 THP = "/sys/kernel/mm/transparent_hugepage"
 NO_LO = "loopback:no-effect"
 PER_NS = "netns:per"
 INIT_NS = "netns:init"
-
-
-def _mc() -> list[Knob]:
-    return [
-        Knob("memcached.threads", Domain(I, 1, 16), MemcachedFlag("-t"), 4,
-             "worker threads (each with its own event loop)", "threads"),
-        Knob("memcached.memory_mb", Domain(I, 16, 16384, log=True), MemcachedFlag("-m"), 64,
-             "item memory (allocated lazily in 1 MB pages, all at start with -L)", "MB"),
-        Knob("memcached.max_connections", Domain(I, 64, 65536, log=True), MemcachedFlag("-c"),
-             1024, "max simultaneous connections (needs RLIMIT_NOFILE above it)"),
-        Knob("memcached.growth_factor", Domain(F, 1.01, 3.0, step=0.005),
-             MemcachedFlag("-f"), 1.25, "slab chunk size growth factor (> 1)"),
-        Knob("memcached.min_item_bytes", Domain(I, 8, 1024, step=2), MemcachedFlag("-n"), 48,
-             "minimum space for key + value + flags", "bytes"),
-        Knob("memcached.backlog", Domain(I, 16, 65536, log=True), MemcachedFlag("-b"), 1024,
-             "listen backlog, silently capped by net.core.somaxconn"),
-        Knob("memcached.reqs_per_event", Domain(I, 1, 1000, log=True), MemcachedFlag("-R"), 20,
-             "requests served per connection per event before yielding (conn_yields)"),
-        Knob("memcached.protocol", Domain(C, choices=("auto", "ascii")), MemcachedFlag("-B"),
-             "auto", "protocol negotiation (binary is deprecated, and kvload speaks text/meta)"),
-        Knob("memcached.max_item_size", Domain(C, choices=tuple(ITEM_SIZES_KB)),
-             MemcachedFlag("-I"), "1m", "item size limit (at most half of -m)"),
-        Knob("memcached.large_pages", Domain(B), MemcachedFlag("-L"), False,
-             "-L: preallocate all item memory in huge pages; refused while THP is never "
-             "(rule memcached-large-pages-thp)"),
-        Knob("memcached.disable_cas", Domain(B), MemcachedFlag("-C"), False,
-             "-C: no CAS (8 bytes less per item; gets/cas stop working)"),
-        Knob("memcached.hashpower", Domain(I, 12, 26), MemcachedOption("hashpower"), 16,
-             "initial hash table size as a power of two (16 = 65536 buckets)"),
-        Knob("memcached.no_hashexpand", Domain(B), MemcachedOption("no_hashexpand"), False,
-             "never grow the hash table (1.6 has no `hashexpand` option to turn it on)"),
-        Knob("memcached.hash_algorithm", Domain(C, choices=("murmur3", "jenkins", "xxh3")),
-             MemcachedOption("hash_algorithm"), "murmur3", "key hash function"),
-        Knob("memcached.maxconns_fast", Domain(B),
-             MemcachedOption("maxconns_fast", "no_maxconns_fast"), True,
-             "reject at the connection limit at once instead of pausing the listener"),
-        Knob("memcached.slab_reassign", Domain(B),
-             MemcachedOption("slab_reassign", "no_slab_reassign"), True,
-             "allow 1 MB slab pages to move between classes"),
-        Knob("memcached.slab_automove", Domain(C, choices=(0, 1, 2)),
-             MemcachedOption("slab_automove"), 1,
-             "slab rebalancer: 0 off, 1 through a global page pool, 2 on every eviction"),
-        Knob("memcached.slab_automove_ratio", Domain(F, 0.05, 1.0, step=0.05),
-             MemcachedOption("slab_automove_ratio"), 0.8,
-             "young/old age ratio that makes the automover move a page"),
-        Knob("memcached.slab_automove_window", Domain(I, 3, 1800, log=True),
-             MemcachedOption("slab_automove_window"), 30,
-             "automover decision window (default 30 up to 1.6.33, 10 from 1.6.34)", "s"),
-        Knob("memcached.slab_chunk_max", Domain(C, choices=(16, 32, 64, 128, 256, 512)),
-             SlabChunkMax(), 512, "largest slab chunk; bigger items are chained "
-             "(written in bytes before 1.6.24, in KB from 1.6.24)", "KB"),
-        Knob("memcached.lru_crawler", Domain(B), MemcachedOption("lru_crawler", "no_lru_crawler"),
-             True, "background crawler that reclaims expired items"),
-        Knob("memcached.lru_crawler_sleep", Domain(I, 0, 1_000_000, step=50),
-             MemcachedOption("lru_crawler_sleep"), 100, "crawler pause between items", "us"),
-        Knob("memcached.lru_maintainer", Domain(B),
-             MemcachedOption("lru_maintainer", "no_lru_maintainer"), True,
-             "segmented LRU (HOT/WARM/COLD) and its background thread"),
-        Knob("memcached.hot_lru_pct", Domain(I, 1, 79), MemcachedOption("hot_lru_pct"), 20,
-             "share of a slab class kept HOT (hot + warm <= 80)", "%"),
-        Knob("memcached.warm_lru_pct", Domain(I, 1, 79), MemcachedOption("warm_lru_pct"), 40,
-             "share of a slab class kept WARM (hot + warm <= 80)", "%"),
-        Knob("memcached.temporary_ttl", Domain(I, 1, 3600, log=True, special=(0,)),
-             MemcachedOption("temporary_ttl", omit=0), 0,
-             "items with a TTL below this go to the never-evicted TEMP LRU (0 = no TEMP LRU; "
-             "needs the LRU maintainer)", "s"),
-        Knob("memcached.idle_timeout", Domain(I, 10, 86400, log=True, special=(0,)),
-             MemcachedOption("idle_timeout"), 0, "close connections idle this long (0 = never)",
-             "s", ("idle-only",)),
-        Knob("memcached.modern", Domain(B), MemcachedOption("modern", "no_modern"), True,
-             "`modern` is a no-op in 1.6; false gives `no_modern` (1.4 defaults: flat LRU, no "
-             "crawler, no slab reassign, jenkins hash)"),
-        Knob("memcached.worker_logbuf_size", Domain(I, 16, 1024, log=True),
-             MemcachedOption("worker_logbuf_size", min_version=(1, 6, 40)), 64,
-             "per-worker log buffer; never emitted before 1.6.40, where it also set "
-             "slab_sizes to its value", "KB"),
-    ]
-
-
-def _redis() -> list[Knob]:
-    policies = ("noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru",
-                "volatile-lfu", "volatile-random", "volatile-ttl")
-    return [
-        Knob("redis.io_threads", Domain(I, 1, 8), RedisDirective("io-threads"), 1,
-             "I/O threads (1 = main thread only; at most the server's CPUs)", "threads"),
-        Knob("redis.io_threads_do_reads", Domain(B), RedisDirective("io-threads-do-reads"),
-             False, "I/O threads also read and parse"),
-        Knob("redis.hz", Domain(I, 1, 500, log=True), RedisDirective("hz", live=True), 10,
-             "serverCron frequency (expiry, timeouts, rehashing)", "Hz"),
-        Knob("redis.dynamic_hz", Domain(B), RedisDirective("dynamic-hz", live=True), True,
-             "scale hz with the number of clients"),
-        Knob("redis.maxmemory_mb", Domain(I, 16, 65536, log=True, special=(0,)),
-             RedisDirective("maxmemory", live=True, suffix="mb"), 0,
-             "eviction threshold (0 = no limit)", "MB"),
-        Knob("redis.maxmemory_policy", Domain(C, choices=policies),
-             RedisDirective("maxmemory-policy", live=True), "noeviction", "eviction policy"),
-        Knob("redis.maxmemory_samples", Domain(I, 1, 64), RedisDirective(
-            "maxmemory-samples", live=True), 5, "keys sampled per eviction"),
-        Knob("redis.maxmemory_eviction_tenacity", Domain(I, 0, 100),
-             RedisDirective("maxmemory-eviction-tenacity", live=True), 10,
-             "how long one command may keep evicting"),
-        Knob("redis.active_expire_effort", Domain(I, 1, 10),
-             RedisDirective("active-expire-effort", live=True), 1,
-             "CPU spent expiring keys vs memory held by expired keys"),
-        Knob("redis.activerehashing", Domain(B), RedisDirective("activerehashing", live=True),
-             True, "rehash the main dictionary in 1 ms steps from cron"),
-        Knob("redis.activedefrag", Domain(B),
-             RedisDirective("activedefrag", live=True, probe="yes"), False,
-             "active defragmentation (only builds with Redis's bundled jemalloc)", "",
-             ("build",)),
-        *[Knob(f"redis.lazyfree_lazy_{n.replace('-', '_')}", Domain(B),
-               RedisDirective(f"lazyfree-lazy-{n}", live=True), False,
-               f"free memory of {what} in a background thread")
-          for n, what in (("eviction", "evicted keys"), ("expire", "expired keys"),
-                          ("server-del", "implicitly deleted keys"),
-                          ("user-del", "DEL (as UNLINK)"), ("user-flush", "FLUSHALL/FLUSHDB"))],
-        Knob("redis.tcp_backlog", Domain(I, 16, 65536, log=True), RedisDirective("tcp-backlog"),
-             511, "listen backlog, capped by net.core.somaxconn"),
-        Knob("redis.save", Domain(C, choices=("", "3600 1 300 100 60 10000", "900 1 300 10")),
-             RedisDirective("save", live=True), "",
-             "RDB snapshot schedule (\"\" = none; kvtune's target starts with none, the "
-             "built-in default is 3600 1 300 100 60 10000)"),
-        Knob("redis.appendonly", Domain(B), RedisDirective("appendonly", live=True), False,
-             "append-only file persistence"),
-        Knob("redis.appendfsync", Domain(C, choices=("everysec", "always", "no")),
-             RedisDirective("appendfsync", live=True), "everysec", "AOF fsync policy"),
-        Knob("redis.jemalloc_bg_thread", Domain(B),
-             RedisDirective("jemalloc-bg-thread", live=True), True,
-             "jemalloc background purging thread"),
-        Knob("redis.disable_thp", Domain(B), RedisDirective("disable-thp"), True,
-             "opt the redis process out of THP (matters when thp.enabled is always)"),
-    ]
 
 
 def _kernel() -> list[Knob]:
@@ -254,7 +111,8 @@ def _vm() -> list[Knob]:
         Knob("vm.stat_interval", Domain(I, 1, 10), Sysctl("vm.stat_interval"), None,
              "vmstat timer interval (a jitter source)", "s"),
         Knob("vm.dirty_ratio", Domain(I, 5, 80), Sysctl("vm.dirty_ratio"), None,
-             "dirty page cache share that blocks writers (Redis persistence only)", "%"),
+             "dirty page cache share that blocks writers (a persistent server's snapshots "
+             "only)", "%"),
         Knob("vm.dirty_background_ratio", Domain(I, 1, 50), Sysctl("vm.dirty_background_ratio"),
              None, "dirty share that starts background writeback (below vm.dirty_ratio)", "%"),
     ]
@@ -266,7 +124,7 @@ def _net() -> list[Knob]:
 
     return [
         s("net.core.somaxconn", Domain(I, 128, 65535, log=True),
-          "cap on every listen backlog (memcached -b, redis tcp-backlog)", (PER_NS,)),
+          "cap on every listen backlog (the server's own backlog setting included)", (PER_NS,)),
         s("net.core.netdev_max_backlog", Domain(I, 100, 100000, log=True),
           "per-CPU input queue (the loopback path goes through it)", (INIT_NS,)),
         s("net.core.netdev_budget", Domain(I, 50, 2000, log=True),
@@ -422,8 +280,10 @@ def _idle() -> list[Knob]:
 
 
 def all_knobs() -> list[Knob]:
-    return (_mc() + _redis() + _kernel() + _vm() + _net() + _placement() + _server_sched()
-            + _idle())
+    from kvtune import kinds
+
+    return ([k for kind in kinds.every() for k in kind.knobs()] + _kernel() + _vm() + _net()
+            + _placement() + _server_sched() + _idle())
 
 
 # The scheduler knobs of the case studies (000, 002, 003), and what does their job on a
@@ -490,51 +350,32 @@ def register(*knobs: Knob) -> None:
 
 # -- presets -------------------------------------------------------------------------------
 
-# The seven application flags of the A-Tune memcached study (case study 003), with its ranges.
-ATUNE_MEMCACHED: dict[str, Domain] = {
-    "memcached.memory_mb": Domain(I, 1024, 10240, step=1024),
-    "memcached.max_connections": Domain(I, 896, 1536, step=64),
-    "memcached.growth_factor": Domain(F, 1.125, 3.0, step=0.125),
-    "memcached.min_item_bytes": Domain(I, 12, 512, step=2),
-    "memcached.backlog": Domain(I, 256, 2048, step=64),
-    "memcached.threads": Domain(I, 4, 16, step=4),
-    "memcached.reqs_per_event": Domain(I, 10, 100),
-}
+# Preset name → (knob names, domain overrides, keep only what is available on this host):
+# each server kind's (kinds/<kind>/catalog.py, PRESETS), then the placement's with every
+# kind's thread knob.
+Preset = tuple[list[str], dict[str, Domain], bool]
 
-# Preset name → (knob names, domain overrides, keep only what is available on this host).
-_PRESET_DEFS: dict[str, tuple[list[str], dict[str, Domain], bool]] = {
-    "memcached-app": (list(ATUNE_MEMCACHED), ATUNE_MEMCACHED, False),
-    "memcached-full": (
-        [*ATUNE_MEMCACHED, "memcached.hashpower", "memcached.slab_automove",
-         "memcached.lru_crawler", "memcached.lru_maintainer",
-         "kernel.sched_autogroup_enabled", "kernel.numa_balancing", "sched.migration_cost_ns",
-         "sched.latency_ns", "sched.min_granularity_ns", "sched.wakeup_granularity_ns",
-         "sched.base_slice_ns", "thp.enabled", "thp.defrag",
-         "net.core.somaxconn", "net.core.netdev_max_backlog", "net.core.netdev_budget",
-         "net.core.dev_weight", "net.core.rmem_max", "net.core.wmem_max",
-         "net.core.rmem_default", "net.core.wmem_default", "net.core.optmem_max",
-         "net.ipv4.tcp_autocorking", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_tw_reuse",
-         "net.ipv4.tcp_max_syn_backlog"],
-        ATUNE_MEMCACHED, True),
-    "redis-throughput": (
-        ["redis.io_threads", "redis.io_threads_do_reads", "redis.hz", "redis.dynamic_hz",
-         "redis.jemalloc_bg_thread", "redis.disable_thp", "redis.lazyfree_lazy_eviction",
-         "redis.activedefrag", "thp.enabled", "thp.defrag", "kernel.sched_autogroup_enabled",
-         "sched.migration_cost_ns", "sched.wakeup_granularity_ns", "sched.latency_ns",
-         "sched.base_slice_ns", "net.ipv4.tcp_autocorking"],
-        {}, True),
-    "placement": (
+
+def _presets() -> dict[str, Preset]:
+    from kvtune import kinds
+
+    out: dict[str, Preset] = {}
+    for kind in kinds.every():
+        out.update(kind.presets())
+    out["placement"] = (
         ["placement.cpu_quota_pct", "placement.cpu_period_us", "placement.cpuset",
-         "placement.server_cpus", "memcached.threads", "redis.io_threads"],
-        {}, True),
-}
+         "placement.server_cpus", *(k.thread_knob for k in kinds.every() if k.thread_knob)],
+        {}, True)
+    return out
 
+
+_PRESET_DEFS: dict[str, Preset] = _presets()
 PRESET_NAMES: tuple[str, ...] = tuple(_PRESET_DEFS)
 
 
 def apply_preset(preset: str, knob: Knob) -> Knob:
-    """`knob` with the range `preset` gives it (A-Tune's for memcached-app), else as it is.
-    The one place a preset's ranges are applied."""
+    """`knob` with the range `preset` gives it (A-Tune's for the memcached-app preset),
+    else as it is. The one place a preset's ranges are applied."""
     domain = _PRESET_DEFS[preset][1].get(knob.name)
     return knob if domain is None else replace(knob, domain=domain)
 

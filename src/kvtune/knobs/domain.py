@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, cast
+from typing import Any, Final, Literal, cast
 
 import optuna
 
 Value = int | float | str | bool
 DomainType = Literal["int", "float", "categorical", "bool"]
+# The types by their one-letter names, as the catalogs write them.
+I: Final = "int"  # noqa: E741
+F: Final = "float"
+C: Final = "categorical"
+B: Final = "bool"
 MODE_SUFFIX = "#mode"
 RANGE = "range"
 

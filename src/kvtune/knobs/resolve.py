@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,24 +18,27 @@ from kvtune.host.facts import this_host
 from kvtune.knobs import catalog
 from kvtune.knobs.appliers.base import Applier, HostContext
 from kvtune.knobs.appliers.hostfile import HostFile, Location, Sysctl
-from kvtune.knobs.appliers.memcached import MemcachedFlag, MemcachedOption
-from kvtune.knobs.appliers.redis import RedisDirective
 from kvtune.knobs.domain import Domain
 from kvtune.knobs.knob import Knob
 from kvtune.knobs.rules import RULE_NAMES
 from kvtune.safety import values as safe
 from kvtune.spec import KnobSpec, StudySpec, where_in_file
 
-__all__ = ["INLINE_APPLIERS", "build_knob", "resolve_knobs"]
+__all__ = ["build_knob", "inline_appliers", "resolve_knobs"]
 
-# The study file's `applier:` keys (spec.ApplierSpec) → the applier they build.
-INLINE_APPLIERS: dict[str, Callable[[str], Applier]] = {
-    "memcached_flag": MemcachedFlag,
-    "memcached_option": MemcachedOption,
-    "redis_directive": RedisDirective,
-    "sysctl": Sysctl,
-    "sysfs": lambda path: HostFile([Location(path)]),
-}
+
+def inline_appliers() -> dict[str, Callable[[str], Applier]]:
+    """The study file's `applier:` keys (spec.ApplierSpec) → the applier they build: the
+    host's (sysctl, sysfs) and each server kind's (kinds/<kind>/__init__.py, `inline`)."""
+    from kvtune import kinds
+
+    out: dict[str, Callable[[str], Applier]] = {
+        "sysctl": Sysctl, "sysfs": lambda path: HostFile([Location(path)])}
+    for kind in kinds.every():
+        for key, where in kind.inline.items():
+            module, _, name = where.partition(":")
+            out[key] = getattr(importlib.import_module(module), name)
+    return out
 
 
 def resolve_knobs(spec: StudySpec, lines: dict[tuple[Any, ...], int] | None = None,
@@ -117,7 +121,7 @@ def build_knob(ks: KnobSpec, target_kind: str,
         # spec.ApplierSpec guarantees exactly one key is set.
         key, arg = next((k, v) for k, v in ks.applier.model_dump().items() if v is not None)
         default = ks.fixed if ks.fixed is not None else ks.default
-        return Knob(ks.name, domain, INLINE_APPLIERS[key](str(arg)),
+        return Knob(ks.name, domain, inline_appliers()[key](str(arg)),
                     None if default is None else domain.coerce(default), "inline knob")
     if ks.applier is not None:
         raise ValueError(f"{ks.name!r} is in the catalog; override it with range, step, log, "

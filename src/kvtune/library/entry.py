@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kvtune.library.features import FEATURES
+from kvtune.workload.features import FEATURES
 
 SCHEMA = "kvtune/library/1"
 MAX_ENTRY_BYTES = 256 * 1024  # one entry's JSON

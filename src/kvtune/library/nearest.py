@@ -1,7 +1,7 @@
 """Which past studies speak to a new one: compatible ones (same kvtune release, target
 kind and version, objective, and a host of the same CPU model and count, with the server
 on as many CPUs), ranked by the distance between their workloads
-(`kvtune.library.features.distance`); those within `ALIKE` are its neighbours.
+(`kvtune.workload.features.distance`); those within `ALIKE` are its neighbours.
 
 Versions are compared by their first two numbers (kvtune 0.1.x, memcached 1.6.x): a
 patch release keeps the defaults and the knobs a result depends on; a minor one may not.
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvtune.library.entry import Entry
-from kvtune.library.features import ALIKE, distance
+from kvtune.workload.features import ALIKE, distance
 
 NEIGHBOURS = 3  # at most this many past studies are drawn from
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvtune.library.entry import Entry
-from kvtune.library.features import of_spec
 from kvtune.library.nearest import Found, context_of, neighbours
 from kvtune.library.profiles import agreed
+from kvtune.workload.features import of_spec
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 `categories` groups the library's entries by target kind (and minor version) and
 objective, then by workload: average-linkage clustering on the workload distance
-(`kvtune.library.features.distance`), cut at `ALIKE`, so that the studies of one category
+(`kvtune.workload.features.distance`), cut at `ALIKE`, so that the studies of one category
 are alike on average. A category is named from its centre (`features.label`).
 
 A category's **profile** (`profile`): for each knob some study of the category changed,
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvtune.library.entry import Entry
-from kvtune.library.features import ALIKE, FEATURES, distance, label
 from kvtune.library.nearest import minor
+from kvtune.workload.features import ALIKE, FEATURES, distance, label
 
 
 @dataclass

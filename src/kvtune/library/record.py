@@ -23,7 +23,7 @@ from kvtune.library.entry import (
     Search,
     WarmFrom,
 )
-from kvtune.library.features import describe, of_spec
+from kvtune.workload.features import describe, of_spec
 
 if TYPE_CHECKING:
     from kvtune.study.run import StudyRun
@@ -83,7 +83,7 @@ def entry_of(run: StudyRun, result: dict[str, Any],
     return Entry(
         id=uuid.uuid4().hex, created=time.time(), kvtune_version=__version__, study=name,
         target=spec.target.kind, target_version=fp.get("target_version"), host=host,
-        objective=Objective(metric=run.metric, direction=run.direction,
+        objective=Objective(metric=run.metric, direction=run.direction.text,
                             slo=str(cap.slo) if cap else None),
         workload=features, workload_source=f"{source}: {describe(features)}"[:2000],
         knobs=list(run.space.names), baseline=baseline, recommendation=rec,

@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 
 from kvtune.library.entry import Entry
-from kvtune.library.features import ALIKE, NoFeatures, describe, nearest_differences, of_spec
 from kvtune.library.nearest import Found, context_of, neighbours
 from kvtune.library.store import Library, LibraryUnavailable, open_library
+from kvtune.workload.features import ALIKE, NoFeatures, describe, nearest_differences, of_spec
 
 if TYPE_CHECKING:
     import optuna

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvtune.measure.session import Config, Repetition, Session
+from kvtune.metrics import Direction
 from kvtune.spec import METRICS, Constraint, EvaluationSpec
 from kvtune.stats import (
     CI_95,
@@ -123,15 +124,13 @@ class Policy:
             return not math.isnan(a)
         if math.isnan(a):
             return False
-        return a > b if self.direction == "maximize" else a < b
+        return Direction(self.direction).better(a, b)
 
     def relative_gap(self, value: float, incumbent: float) -> float:
         """How much worse `value` is than `incumbent`, as a fraction (> 0 is worse)."""
         if incumbent == 0 or math.isnan(value) or math.isnan(incumbent):
             return 0.0
-        if self.direction == "maximize":
-            return (incumbent - value) / abs(incumbent)
-        return (value - incumbent) / abs(incumbent)
+        return Direction(self.direction).sign * (incumbent - value) / abs(incumbent)
 
     @staticmethod
     def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:

@@ -6,6 +6,7 @@ classes and the per-verb latencies of those two configurations. Data only: the H
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from kvtune.analysis import StudyData
@@ -71,11 +72,12 @@ def comparison(data: StudyData) -> dict[str, Any]:
     return out
 
 
-def slab_tables(data: StudyData, cmp: dict[str, Any]) -> dict[str, list[dict[str, float]]]:
+def slab_tables(data: StudyData, cmp: dict[str, Any],
+                slab_table: Callable[[dict[str, Any]], list[dict[str, float]]]
+                ) -> dict[str, list[dict[str, float]]]:
     """Median per slab class over the repetitions of the baseline and of the compared
-    configuration (confirmation repetitions preferred)."""
-    from kvtune.telemetry.memcached import slab_table
-
+    configuration (confirmation repetitions preferred); `slab_table` reads a repetition's
+    stored stats when its telemetry kept no table (the kind's)."""
     out: dict[str, list[dict[str, float]]] = {}
     for name, cfg in (("baseline", cmp["base_config"]), (cmp["label"] or "best",
                                                          cmp["new_config"])):

@@ -207,7 +207,7 @@ def slab_pages(tables: dict[str, list[dict[str, float]]]) -> go.Figure | None:
             text=[f"{int(by[c]['chunk_size'])} B chunks" if c in by and "chunk_size" in by[c]
                   else "" for c in classes],
             hovertemplate="class %{x}: %{y} pages<br>%{text}<extra>" + name + "</extra>"))
-    fig.update_layout(**_LAYOUT, barmode="group", title="memcached pages per slab class",
+    fig.update_layout(**_LAYOUT, barmode="group", title="pages per slab class",
                       xaxis_title="slab class", yaxis_title="total_pages", xaxis_type="category")
     return fig
 

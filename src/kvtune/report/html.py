@@ -20,13 +20,14 @@ import plotly.graph_objects as go
 import plotly.offline
 import yaml
 
+from kvtune import kinds
 from kvtune.analysis import Analysis, StudyData, analyse
 from kvtune.metrics import NAMES as METRICS
+from kvtune.metrics import guess_direction
 from kvtune.present import (
     change_fraction,
     change_text,
     describe_change,
-    metric_direction,
     number,
     pct,
     unit,
@@ -82,9 +83,12 @@ _GROUPS = (
     ("steal", "the host (/proc/stat)"),
     ("throttle_", "CFS throttling (cgroup with a CPU quota)"),
     ("cgroup_", "kvtune's cgroup (cpu.stat)"),
-    ("mc_", "memcached stats"),
-    ("redis_", "Redis INFO"),
 )
+
+
+def _groups() -> tuple[tuple[str, str], ...]:
+    """The telemetry groups: the host's collectors', then each server kind's stats."""
+    return _GROUPS + tuple((k.metric_prefix, k.stats_label) for k in kinds.every())
 
 
 
@@ -105,7 +109,7 @@ def _pct(v: Any) -> str:
 
 def _dir(data: StudyData, metric: str) -> str | None:
     """The good direction of a figure: the objective's, else known by its name."""
-    return data.direction if metric == data.metric else metric_direction(metric)
+    return data.direction if metric == data.metric else guess_direction(metric)
 
 
 # -- what is compared ----------------------------------------------------------------------
@@ -231,7 +235,7 @@ def _load_tool(data: StudyData) -> str:
 
 
 def _group_of(metric: str, tool: str) -> str:
-    for prefix, name in _GROUPS:
+    for prefix, name in _groups():
         if metric.startswith(prefix):
             return name
     return f"load ({tool})"
@@ -469,7 +473,7 @@ def _slabs(data: StudyData, tables: dict[str, list[dict[str, float]]],
         err.append(f"<tr><td>{_e(what)}</td>" + "".join(f"<td>{_f(v)}</td>" for v in vals)
                    + "</tr>")
     err.append("</table>")
-    return ("<h2 id=slabs>memcached slab classes</h2><p class=note>Median over the "
+    return ("<h2 id=slabs>Slab classes</h2><p class=note>Median over the "
             "repetitions of each configuration, read at the end of each repetition (fresh "
             "server: preload, warm-up and measured window).</p>" + "".join(out)
             + "".join(err))
@@ -582,7 +586,9 @@ def render(data: StudyData, a: Analysis | None = None, within: float = 0.05) -> 
     a = a or analyse(data, within)
     cmp = comparison(data)
     target = (data.spec.get("target") or {}).get("kind", "")
-    slabs = slab_tables(data, cmp) if target == "memcached" else {}
+    kind = kinds.find(target)
+    slabs = slab_tables(data, cmp, kind.slab_table) \
+        if kind is not None and kind.slab_table is not None else {}
     figs = figures.all_figures(data, a, slabs)
     n_trials = sum(1 for t in data.trials if t.user_attrs.get("kind") == "trial")
     n_reps = len(data.reps)

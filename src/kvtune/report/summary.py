@@ -5,15 +5,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import optuna
 from rich.console import Console
 from rich.table import Table
 
-from kvtune.errors import UserError
 from kvtune.present import NO_SIGNIFICANT_CHANGE, describe_change, judge, number, pct
 from kvtune.safety.text import for_markup as esc
 from kvtune.store import Store
-from kvtune.study.record import stored_eval
+from kvtune.study import result
 
 SHOWN = ("ops_per_sec", "p50_us", "p99_us", "p999_us", "hit_ratio", "errors", "server_errors")
 
@@ -60,107 +58,16 @@ def _chg(comp: dict[str, Any], key: str) -> str:
 
 
 def collect(store: Store, name: str) -> dict[str, Any]:
-    sweeps = _sweeps(store, name)
-    try:
-        study = optuna.load_study(study_name=name, storage=store.storage)
-    except KeyError:
-        if sweeps:  # a study that only ran `kvtune sweep`
-            return {"study": name, "storage": store.url, "sweeps": sweeps}
-        known = ", ".join(store.study_names()) or "none"
-        raise UserError(f"no study named {name!r} in {store.url} (studies there: {known})") \
-            from None
-    trials = []
-    for t in study.get_trials(deepcopy=False):
-        ev = stored_eval(t)
-        trials.append({
-            "number": t.number, "state": t.state.name, "kind": t.user_attrs.get("kind"),
-            "value": t.values[0] if t.values else None, "values": t.values,
-            "ci": ev.get("ci"), "ci_kind": ev.get("ci_kind"), "n": ev.get("n"),
-            "config": t.user_attrs.get("config", {}), "metrics": ev.get("metrics", {}),
-            "feasible": all(v <= 0 for v in t.user_attrs.get("violations", [0.0])),
-            "flags": ev.get("flags", []), "failed": t.user_attrs.get("failed"),
-            "worker": t.user_attrs.get("worker"),
-            "fingerprint": t.user_attrs.get("fingerprint"),
-        })
-    base = next((t for t in trials if t["kind"] == "baseline" and t["state"] == "COMPLETE"),
-                None)
-    direction = study.directions[0].name.lower()  # the first objective's
-    # The best of the search: the baseline is what it is compared with, never its own "best".
-    done = [t for t in trials if t["state"] == "COMPLETE" and t["feasible"]
-            and t["kind"] != "baseline"]
-    best = None
-    if done:
-        best = (max if direction == "maximize" else min)(done, key=lambda t: t["value"])
-    drift = store.results(name, "drift")
-    bases: dict[Any, dict[str, Any]] = {}
-    for tr in trials:
-        if tr["kind"] == "baseline" and tr["state"] == "COMPLETE":
-            bases.setdefault(tr["fingerprint"], tr)
-    if len(bases) <= 1:
-        _vs_nearest_baseline(trials, base, drift, direction)
-    else:  # a heterogeneous fleet: each trial against its own host fingerprint's baseline
-        for fp, b in bases.items():
-            _vs_nearest_baseline([tr for tr in trials if tr["fingerprint"] == fp], b,
-                                 [d for d in drift if d.get("fingerprint", fp) == fp],
-                                 direction)
-    spec = study.user_attrs.get("spec", {})
-    from kvtune.present import change_fraction, change_record
-
-    for tr in trials:  # the metric's own change against its baseline, as shown (present.py)
-        if tr.get("baseline_ref") is not None:
-            tr["change"] = change_record(spec.get("objective", {}).get("metric") or "value",
-                                         change_fraction(tr["baseline_ref"], tr["value"]),
-                                         direction)
-    return {
-        "study": name, "storage": store.url, "direction": direction,
-        "metric": spec.get("objective", {}).get("metric"), "host": study.user_attrs.get("host"),
-        "objectives": study.user_attrs.get("objectives"),
-        "trials": trials, "baseline": base, "best": best,
-        "noise_floor": store.last_result(name, "noise_floor"),
-        "drift": drift,
-        "confirmation": store.last_result(name, "confirmation"),
-        "workers": (workers := _workers(store, name, study)),
-        "hosts": _hosts(store, name, trials, workers, direction),
-        "analysis": _analysis(store, name),
-        "sweeps": sweeps,
-        "spec": spec,
-    }
-
-
-def _workers(store: Store, name: str, study: optuna.Study) -> list[dict[str, Any]]:
-    """The fleet's workers (kvtune.fleet), each with its host and its trials' numbers."""
-    from kvtune.fleet.claims import workers_of
-
-    ws = workers_of(store.engine, name)
-    for w in ws:
-        w["trials"] = [t.number for t in study.get_trials(deepcopy=False)
-                       if t.user_attrs.get("worker") == w["worker"]]
-    return ws
-
-
-def _hosts(store: Store, name: str, trials: list[dict[str, Any]],
-           workers: list[dict[str, Any]], direction: str) -> list[dict[str, Any]]:
-    """Per host fingerprint of the study's workers: the fingerprint, its workers, its own
-    baseline, best search trial, noise floor and confirmation (a heterogeneous fleet has
-    several; trials are only compared with their own fingerprint's baseline)."""
-    out = []
-    for fp in dict.fromkeys(w["fingerprint_key"] for w in workers):
-        own = [t for t in trials if t["fingerprint"] == fp]
-        base = next((t for t in own if t["kind"] == "baseline" and t["state"] == "COMPLETE"),
-                    None)
-        done = [t for t in own if t["state"] == "COMPLETE" and t["feasible"]
-                and t["kind"] == "trial"]
-        best = (max if direction == "maximize" else min)(
-            done, key=lambda t: t["value"]) if done else None
-        out.append({
-            "fingerprint": fp,
-            "host": next(w["fingerprint"] for w in workers if w["fingerprint_key"] == fp),
-            "workers": [w["worker"] for w in workers if w["fingerprint_key"] == fp],
-            "trials": len([t for t in own if t["kind"] == "trial"]),
-            "baseline": base, "best": best,
-            "noise_floor": store.last_result(name, "noise_floor", fp),
-            "confirmation": store.last_result(name, "confirmation", fp),
-        })
+    """The study's stored results (kvtune.study.result.collect) with the report's analysis:
+    importance, zones and the telemetry most correlated with the objective."""
+    data = result.collect(store, name)
+    if "trials" not in data:  # only sweeps
+        return data
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "sweeps":
+            out["analysis"] = _analysis(store, name)
+        out[key] = value
     return out
 
 
@@ -211,41 +118,12 @@ def _render_workers(data: dict[str, Any], console: Console) -> None:
     console.print(t)
 
 
-def _sweeps(store: Store, name: str) -> list[dict[str, Any]]:
-    """The study's one-knob sweeps, analysed (report/sweep.py, analysis/sweep.py)."""
-    from kvtune.report.sweep import sweep_views
-
-    return [v.as_dict() for v in sweep_views(store, name)]
-
-
 def _render_sweeps(data: dict[str, Any], console: Console) -> None:
     from kvtune.analysis.sweep import view_from_dict
     from kvtune.report.sweep import sweep_text
 
     for sw in data.get("sweeps") or []:
         console.print(sweep_text(view_from_dict(sw)), highlight=False, markup=False)
-
-
-def _vs_nearest_baseline(trials: list[dict[str, Any]], base: dict[str, Any] | None,
-                         drift: list[dict[str, Any]], direction: str) -> None:
-    """Each trial's change against the baseline measured nearest to it in time (the first
-    baseline, or a drift re-measurement), so that a drifting host does not pass for a
-    better or worse configuration. Positive is better."""
-    if base is None or base["value"] is None:
-        return
-    # Re-reference only to baseline measurements that showed the host moved.
-    points = [(0, float(base["value"]))] + [
-        (d["after_trial"] if d["after_trial"] is not None else 10**9, float(d["value"]))
-        for d in drift if d.get("value") is not None and d.get("moved")]
-    for t in trials:
-        if t["value"] is None or t["kind"] != "trial":
-            continue
-        _, ref = min(points, key=lambda p: abs(p[0] - t["number"]))
-        if not ref:
-            continue
-        ratio = t["value"] / ref
-        t["vs_baseline"] = ratio - 1 if direction == "maximize" else 1 / ratio - 1
-        t["baseline_ref"] = ref
 
 
 def next_steps(data: dict[str, Any], study: str) -> list[str]:

@@ -22,23 +22,6 @@ from kvtune.telemetry.sampler import phase_table
 BLUE, ORANGE, GREY, GREEN = "#1f77b4", "#ff7f0e", "#9e9e9e", "#2ca02c"
 
 
-def sweep_views(store: Any, name: str) -> list[SweepView]:
-    """Every sweep stored for study `name` (one per knob, the last run of each)."""
-    import sqlalchemy as sa
-
-    from kvtune.store import RESULTS
-
-    q = sa.select(RESULTS.c.key).where(RESULTS.c.study == name).distinct()
-    with store.engine.connect() as c:
-        keys = sorted(r[0] for r in c.execute(q) if str(r[0]).startswith("sweep:"))
-    views = []
-    for key in keys:
-        res = store.last_result(name, key)
-        if res:
-            views.append(analyse(res))
-    return views
-
-
 # -- text ----------------------------------------------------------------------------------
 
 
@@ -147,15 +130,23 @@ def bucketed_pages(row: dict[str, Any]) -> dict[str, int]:
     return out
 
 
+def _slabs(rec: dict[str, Any]) -> bool:
+    """Whether the sampled server's kind has slab classes (its stats have a slab table)."""
+    from kvtune import kinds
+
+    kind = kinds.find(rec.get("kind"))
+    return kind is not None and kind.slab_table is not None
+
+
 def timeline_figure(rec: dict[str, Any]) -> go.Figure | None:
-    """Slab pages per size bucket (memcached) or used memory (Redis) over time, one sample
+    """Slab pages per size bucket (a server with slab classes) or used memory over time, one sample
     a second, with the phase boundaries marked."""
     samples = [s for s in rec.get("samples", []) if s.get("t_s") is not None]
     if not samples:
         return None
     fig = go.Figure()
     t = [s["t_s"] for s in samples]
-    if rec.get("kind") == "memcached":
+    if _slabs(rec):
         for b in BUCKETS:
             ys = []
             for s in samples:
@@ -201,7 +192,7 @@ def phase_rows_html(rec: dict[str, Any], load_raw: dict[str, Any] | None) -> str
     rows = phase_table(rec, load_raw)
     if not rows:
         return ""
-    mc = rec.get("kind") == "memcached"
+    mc = _slabs(rec)
     head = ["phase", "start s", "value size", "mix"]
     head += ([f"pages {b}" for b in BUCKETS] + ["evictions", "pages moved", "hit ratio",
                                                  "out of memory", "load errors"]

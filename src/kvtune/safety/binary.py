@@ -58,7 +58,7 @@ def find_server(name: str, kind: str, server_name: str, version_args: tuple[str,
             raise _refuse(f"{name} is not executable")
     elif programs.which(name) is None:
         raise _refuse(f"{name!r} not found on PATH; install it (`make setup` installs "
-                      "memcached and redis-server) or give a path")
+                      "every server kvtune tunes) or give a path")
     if not os.path.basename(name).startswith(server_name):
         raise _refuse(f"{name!r} is not a {kind} server: kvtune runs only the target's "
                       f"server, whose file name begins with {server_name!r}")

@@ -5,7 +5,7 @@ offline, huge pages by any path), or drop a security setting. `write_refusal` is
 where every host write happens (`kvtune.host.journal.check_path`: the appliers' writes,
 the cgroups, and `kvtune restore` replaying a journal file); `refusal` is what a study file
 may name. Inline host knobs (sysctl/sysfs defined in the study file) are written only with
-`--allow-inline-host-knobs` on the command line (`kvtune.safety.inline`). The exports
+`--allow-inline-host-knobs` on the command line (`kvtune.study.inline`). The exports
 judge their sysctl and sysfs entries by the same list (`export_refusal`).
 
 Paths are judged resolved. Entries of the deny-list under /sys/class and /sys/bus name

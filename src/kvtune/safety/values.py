@@ -1,9 +1,9 @@
 """Values for the structure they land in, and numbers a study file may hold.
 
-- Inline knobs: the memcached flag, `-o` option or Redis directive must be on the target's
-  allow-list (the target's `*_pattern`, passed in by the loader), and every value the knob
-  can take (choices, specials, default, fixed value, range ends) must match that flag's
-  value pattern, so no value can add an argv word, a `-o` option or a Redis config line.
+- Inline knobs: a server kind's flag, option or directive must be on the target's
+  allow-list (its applier's `check_inline`, kinds/<kind>/appliers.py), and every value the
+  knob can take (choices, specials, default, fixed value, range ends) must match that
+  setting's value pattern, so no value can add an argv word, an option or a config line.
   Inline sysctl/sysfs values are short printable text.
 - Catalog knobs: an override may narrow the catalog's range or choices, never widen them.
 - CPU lists and numbers are bounded: no list of 4 billion CPUs, no infinite durations.
@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
-
-from kvtune.safety import args as safe_args
 
 if TYPE_CHECKING:
     from kvtune.knobs.domain import Domain
@@ -99,12 +96,16 @@ def _candidates(ks: KnobSpec) -> list[Any]:
     return [v for v in out if v is not None]
 
 
-def _fmt(v: Any, redis: bool = False) -> str:
+def fmt_value(v: Any, yes_no: bool = False) -> str:
+    """A value as the server reads it: a bool as 1/0, or yes/no (`yes_no`)."""
     if isinstance(v, bool):
-        return ("yes" if v else "no") if redis else ("1" if v else "0")
+        return ("yes" if v else "no") if yes_no else ("1" if v else "0")
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     return str(v)
+
+
+_fmt = fmt_value
 
 
 def check_knob_numbers(ks: KnobSpec) -> None:
@@ -113,15 +114,11 @@ def check_knob_numbers(ks: KnobSpec) -> None:
         check_number(v, ks.name)
 
 
-Pattern = Callable[[str], "str | None"]
-
-
-def check_inline_values(ks: KnobSpec, flag_pattern: Pattern | None = None,
-                        option_pattern: Pattern | None = None,
-                        directive_pattern: Pattern | None = None) -> None:
-    """An inline knob's applier on its target's allow-list (the patterns the target
-    declares; None where the study's target has none of that kind) and every value it can
-    take safe for where it lands. Raises ValueError."""
+def check_inline_values(ks: KnobSpec, target_kind: str, target: Any) -> None:
+    """An inline knob's applier on its target's allow-list and every value it can take safe
+    for where it lands: a server kind's applier key (kinds/<kind>/__init__.py, `inline`)
+    checks its own (its class's `check_inline`, against the study's `target` class); sysctl
+    and sysfs values are short printable text. Raises ValueError."""
     a = ks.applier
     if a is None:
         return
@@ -129,39 +126,29 @@ def check_inline_values(ks: KnobSpec, flag_pattern: Pattern | None = None,
     values = [v for v in _candidates(ks) if not (is_bool and isinstance(v, bool))]
     if ks.step is not None:
         values = [v for v in values if v is not ks.step]
-    if a.memcached_flag is not None:
-        if flag_pattern is None:
-            raise ValueError(f"memcached_flag {a.memcached_flag}: the target is not memcached")
-        pattern = flag_pattern(a.memcached_flag)
-        _check_bare(pattern, is_bool, f"memcached {a.memcached_flag}")
-        if pattern == "options":
-            raise ValueError("memcached -o: define an inline knob with memcached_option")
-        for v in values:
-            safe_args.check_value(_fmt(v), pattern or "", f"{ks.name} ({a.memcached_flag})")
-    elif a.memcached_option is not None:
-        if option_pattern is None:
-            raise ValueError(f"memcached_option {a.memcached_option}: the target is not "
-                             "memcached")
-        pattern = option_pattern(a.memcached_option)
-        _check_bare(pattern, is_bool, f"memcached -o {a.memcached_option}")
-        for v in values:
-            safe_args.check_value(_fmt(v), pattern or "", f"{ks.name} (-o "
-                                  f"{a.memcached_option})")
-    elif a.redis_directive is not None:
-        if directive_pattern is None:
-            raise ValueError(f"redis_directive {a.redis_directive}: the target is not redis")
-        pattern = directive_pattern(a.redis_directive) or ""
-        for v in [*values, *([True, False] if is_bool else [])]:
-            safe_args.check_value(_fmt(v, redis=True), pattern,
-                                  f"{ks.name} ({a.redis_directive})")
-    else:
-        for v in values:
-            if isinstance(v, str) and not _HOST_VALUE.match(v):
-                raise ValueError(f"{ks.name}: {v!r} is not a value for a kernel file "
-                                 "(printable text, at most 256 characters)")
+    key, arg = next((k, v) for k, v in a.model_dump().items() if v is not None)
+    if key not in ("sysctl", "sysfs"):
+        import importlib
+
+        from kvtune import kinds
+
+        owner = next((k for k in kinds.every() if key in k.inline), None)
+        if owner is None:
+            raise ValueError(f"{key}: not an applier kvtune knows")
+        if owner.name != target_kind:
+            raise ValueError(f"{key} {arg}: the target is not {owner.name}")
+        module, _, name = owner.inline[key].partition(":")
+        applier = getattr(importlib.import_module(module), name)
+        applier.check_inline(str(arg), ks.name, values, is_bool, target)
+        return
+    for v in values:
+        if isinstance(v, str) and not _HOST_VALUE.match(v):
+            raise ValueError(f"{ks.name}: {v!r} is not a value for a kernel file "
+                             "(printable text, at most 256 characters)")
 
 
-def _check_bare(pattern: str | None, is_bool: bool, what: str) -> None:
+def check_bare(pattern: str | None, is_bool: bool, what: str) -> None:
+    """A flag that takes no value needs a bool domain, and one that takes a value not."""
     if pattern is None and not is_bool:
         raise ValueError(f"{what} takes no value: give the knob a bool domain")
     if pattern is not None and is_bool:

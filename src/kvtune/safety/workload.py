@@ -100,7 +100,9 @@ _DURATIONS = ("duration", "warmup", "timeout")
 _INTS = {"connections": (1, 100_000), "pipeline": (1, 65536), "max_outstanding": (1, 65536),
          "keys": (1, 10**12), "mget_size": (1, 1024), "seed": (0, 2**64 - 1),
          "spin_us": (0, 10**6)}
-MAX_TTL = 30 * 24 * 3600  # memcached reads larger values as absolute Unix times
+# The longest relative TTL: the memcache protocol reads larger values as absolute Unix
+# times (kvload/src/config/spec.rs, MAX_RELATIVE_TTL, has the same bound).
+MAX_TTL = 30 * 24 * 3600
 # Sizes kvload allocates from (its value buffer, its keys): the same bounds kvload checks
 # before it allocates (kvload/src/config, MAX_ITEM_BYTES and MAX_KEY_BYTES).
 MAX_ITEM_BYTES = 1 << 30  # memcached's -I tops out at 1 GiB; Redis bulk strings at 512 MiB
@@ -177,7 +179,7 @@ def value_problem(key: str, value: Any) -> str | None:
             top = max((_size(p.split(":")[0]) for p in text[5:].split(",")) if
                       text.startswith("list:") else [int(text)])
             if top > MAX_TTL:
-                return "a TTL beyond 30 days (memcached reads it as an absolute time)"
+                return "a TTL beyond 30 days (the memcache protocol reads it as an absolute time)"
         return size_problem(key, text)
     return None
 

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from kvtune.metrics import Direction
 from kvtune.present import MINUS, change_fraction, change_record, number
 from kvtune.spec import EvaluationSpec
 from kvtune.stats import detectable_improvement, rounds_needed
@@ -265,7 +266,7 @@ def analyse(rec_arm: Arm, base_arm: Arm, arms: list[tuple[str, Arm]],
     """Shares, intervals and verdicts from measured arms (`arms`: (knob, reverted arm)).
     `decisions`: how each knob's sequential test ended (`ablate`); without them, one last
     look at `alpha` over every arm as measured."""
-    sign = 1.0 if direction == "maximize" else -1.0
+    sign = Direction(direction).sign
     if decisions is None:
         g = _gain_log(rec_arm.samples, base_arm.samples, sign)
         decisions = look_at(rec_arm, arms, alpha, share, g, sign, last=True)
@@ -513,7 +514,7 @@ def ablate(confirmation: dict[str, Any], baseline: dict[str, Any], metric: str,
     if len(changed) == 1:
         return single(confirmation, recommended, baseline, changed[0], metric, direction,
                       ev.alpha)
-    sign = 1.0 if direction == "maximize" else -1.0
+    sign = Direction(direction).sign
     rec_arm = Arm(rec["name"], recommended)
     base_arm = Arm("baseline", baseline)
     arms = [(k, Arm(f"without {k}", {**recommended, k: baseline[k]})) for k in changed]
@@ -591,7 +592,7 @@ def choose(res: dict[str, Any], rec_arm: Arm, base_arm: Arm, recommended: dict[s
     the study's alpha): fewer changes are less to review, ship and verify. Without a
     carrier, or when every change carries, nothing is measured: the full recommendation
     is kept and the line says why."""
-    sign = 1.0 if direction == "maximize" else -1.0
+    sign = Direction(direction).sign
     changes = res["changes"]
     carries = res["carries"]
     rows = {r["knob"]: r for r in res["knobs"]}

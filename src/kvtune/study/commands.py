@@ -123,7 +123,7 @@ def sweep(loaded: Loaded, knob_name: str, values: list[str] | None, repetitions:
     n = repetitions or spec.repetitions
     name = f"{spec.study}.sweep.{knob_name}"
     study = optuna.create_study(study_name=name, storage=run.store.storage,
-                                direction=run.direction, load_if_exists=True)
+                                direction=run.direction.text, load_if_exists=True)
     run.evaluator.study = name
     rows = []
     console.print(f"[bold]Sweep[/] {knob_name} over {len(vals)} values, {n} repetitions each")

@@ -37,9 +37,10 @@ from typing import Any
 import numpy as np
 import optuna
 
+from kvtune.metrics import Direction, guess_direction
 from kvtune.metrics import unit as metric_unit
 from kvtune.present import NO_SIGNIFICANT_CHANGE, describe_change, judge, number
-from kvtune.spec import Constraint, EvaluationSpec, metric_direction
+from kvtune.spec import Constraint, EvaluationSpec
 from kvtune.stats import (
     Comparison,
     bootstrap_ci,
@@ -70,7 +71,10 @@ def clearly_worse(trial: optuna.trial.FrozenTrial, baseline: optuna.trial.Frozen
     if not c or not b or any(v is None or (isinstance(v, float) and math.isnan(v))
                              for v in (*c, *b)):
         return False
-    return bool(c[1] < b[0]) if direction == "maximize" else bool(c[0] > b[1])
+    # The baseline's worst bound better than the trial's best one: wholly on the worse side.
+    d = Direction(direction)
+    best_c, worst_b = (c[1], b[0]) if d is Direction.MAXIMIZE else (c[0], b[1])
+    return d.better(worst_b, best_c)
 
 
 def candidates(trials: Sequence[optuna.trial.FrozenTrial], baseline: dict[str, Any],
@@ -86,7 +90,7 @@ def candidates(trials: Sequence[optuna.trial.FrozenTrial], baseline: dict[str, A
          and t.user_attrs.get("kind") == "trial"
          and all(v <= 0 for v in t.user_attrs.get("violations", [0.0]))
          and not (base_trial is not None and clearly_worse(t, base_trial, direction))),
-        key=lambda t: float(t.value or 0) if direction == "minimize" else -float(t.value or 0))
+        key=lambda t: Direction(direction).ranked(float(t.value or 0)))
     out: list[dict[str, Any]] = []
     for t in ranked:
         cfg = t.user_attrs["config"]
@@ -197,7 +201,7 @@ class MetricChange:
     def worse(self) -> bool:
         if not self.significant or self.change is None or self.direction is None:
             return False
-        return self.change < 0 if self.direction == "maximize" else self.change > 0
+        return Direction(self.direction).better(0.0, self.change)
 
     @property
     def better(self) -> bool:
@@ -229,7 +233,7 @@ def metric_change(metric: str, cand: Sequence[float], base: Sequence[float], alp
     c = [v for v in cand if not math.isnan(v)]
     b = [v for v in base if not math.isnan(v)]
     cm, bm = centre(c), centre(b)
-    direction = metric_direction(metric)
+    direction = guess_direction(metric)
     n = (len(c), len(b))
     cm_ = None if math.isnan(cm) else cm
     bm_ = None if math.isnan(bm) else bm
@@ -459,7 +463,7 @@ def candidate_text(row: dict[str, Any], metric: str, changes: Mapping[str, Metri
         after = (row.get("metrics") or {}).get(metric)
         label = (f"{metric} {number(before)} → {number(after)} {metric_unit(metric)} at "
                  f"{slo},")
-    head = describe_change(label, comp["change"], metric_direction(metric), ci,
+    head = describe_change(label, comp["change"], guess_direction(metric), ci,
                            bool(row["objective_significant"]))
     if obj.change is None:
         # Still said at the SLO with the baseline's capacity when the candidate has none
@@ -510,7 +514,7 @@ def _dominates(a: Sequence[float], b: Sequence[float], directions: Sequence[str]
     """`a` at least as good as `b` in every objective and better in one."""
     better = False
     for x, y, d in zip(a, b, directions, strict=True):
-        if (x < y) if d == "maximize" else (x > y):
+        if Direction(d).better(y, x):
             return False
         if x != y:
             better = True
@@ -530,8 +534,7 @@ def pareto_candidates(trials: Sequence[optuna.trial.FrozenTrial], baseline: dict
              if not any(_dominates(o.values, t.values, directions) for o in feasible)]
     seen = {config_key(baseline)}
     out: list[dict[str, Any]] = []
-    for t in sorted(front, key=lambda t: (t.values[0] if directions[0] == "minimize"
-                                          else -t.values[0])):
+    for t in sorted(front, key=lambda t: Direction(directions[0]).ranked(t.values[0])):
         cfg = t.user_attrs["config"]
         if config_key(cfg) in seen:
             continue

@@ -33,7 +33,7 @@ from typing import Any
 
 from kvtune.errors import UserError
 from kvtune.knobs.knob import Knob
-from kvtune.metrics import direction as metric_direction
+from kvtune.metrics import direction as objective_direction
 from kvtune.safety import yamlload
 from kvtune.spec import KnobSpec, LineMap, StudySpec, line_map, parse_data, yaml_data
 from kvtune.spec import where_in_file as where
@@ -138,7 +138,7 @@ def load_text(text: str, name: str = "<study>", *, base_dir: Path | None = None,
     the working directory when None), with the command line's `overrides` set on it
     before any check."""
     from kvtune.knobs.resolve import resolve_knobs
-    from kvtune.safety.inline import check_inline_host_knobs
+    from kvtune.study.inline import check_inline_host_knobs
     from kvtune.targets import target_knobs
 
     parsed = parse_study(text, name, base_dir=base_dir, overrides=overrides)
@@ -199,7 +199,7 @@ def _modernize(data: dict[str, Any], lines: Lines, notes: list[str]) -> dict[str
         if isinstance(o, dict) and isinstance(o.get("direction"), str) \
                 and isinstance(o.get("metric"), str):
             try:
-                own = metric_direction(o["metric"])
+                own = objective_direction(o["metric"])
             except KeyError:
                 continue  # the schema names the unknown metric
             if o["direction"] == own:
@@ -371,9 +371,7 @@ def _knob_problems(spec: StudySpec, knobs: list[Knob], lines: Lines) -> list[str
     for i, entry in enumerate(spec.knobs):
         if isinstance(entry, KnobSpec) and entry.applier is not None:
             try:
-                check_inline_values(entry, getattr(tc, "flag_pattern", None),
-                                    getattr(tc, "option_pattern", None),
-                                    getattr(tc, "directive_pattern", None))
+                check_inline_values(entry, spec.target.kind, tc)
             except ValueError as e:
                 problems.append(f"{where(('knobs', i, 'applier'), lines)}: {e}")
     set_by_args = tc.arg_names(spec.target.args) if spec.target.args else {}

@@ -42,7 +42,7 @@ class StudyRun:
     The run conducts the phases in one order — preflight, the baseline and noise floor, the
     search, the confirmation, the ablation — and its `strategy` says how this process
     shares the study at each phase: `Solo` (a plain run, the default) or a fleet worker
-    (`kvtune.fleet.worker.FleetWorker`). A plain run is a fleet of one: it records a
+    (`kvtune.study.worker.FleetWorker`). A plain run is a fleet of one: it records a
     heartbeat for the trial it measures, so that a resumed run fails only trials whose
     process is dead, and it holds the study's `tune` claim, so that a second plain
     `kvtune tune` of the study (or a fleet worker) is refused while it runs."""
@@ -115,13 +115,13 @@ class StudyRun:
             # objective; the confirmation then checks the front.
             study = optuna.create_study(
                 study_name=self.spec.study, storage=self.store.storage,
-                directions=[o.resolved_direction for o in objectives], sampler=sampler,
+                directions=[o.resolved_direction.text for o in objectives], sampler=sampler,
                 load_if_exists=True)
             study.set_user_attr("objectives", [o.metric for o in objectives])
         else:
             study = optuna.create_study(study_name=self.spec.study,
                                         storage=self.store.storage,
-                                        direction=self.direction, sampler=sampler,
+                                        direction=self.direction.text, sampler=sampler,
                                         load_if_exists=True)
         # The knobs as the study file declares them: the host's current values (which the
         # space's domains may hold) do not make a resumed study another study.
@@ -487,7 +487,7 @@ class StudyRun:
 
 class Strategy:
     """How this process takes part in the study, phase by phase. This base is a plain run
-    (`Solo`); `kvtune.fleet.worker.FleetWorker` shares the study with other workers."""
+    (`Solo`); `kvtune.study.worker.FleetWorker` shares the study with other workers."""
 
     #: A plain run holds the study alone; fleet workers share it.
     exclusive = True

@@ -213,7 +213,7 @@ class SyntheticTarget(SimulatedTarget):
         """The "workload" surface reads the study's workload (its load section)."""
         if self.surface != "workload":
             return
-        from kvtune.library.features import NoFeatures, of_spec
+        from kvtune.workload.features import NoFeatures, of_spec
 
         try:
             self.features, _ = of_spec(spec)

@@ -2,7 +2,7 @@
 moves with the workload (issue 33), so that a warm start's benefit is measured against a
 known truth (bench/warmstart/).
 
-The study's workload features (kvtune.library.features: read share r, write share w,
+The study's workload features (kvtune.workload.features: read share r, write share w,
 mget share m, log10 of the mean value size v, Zipf exponent z) place the optimum:
 
     x*(w)       = 2 + 5 r + 2 m                      (clipped to 0.5 … 9.5)

@@ -21,11 +21,9 @@ This module is the one place collectors and server digests are registered.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from kvtune.telemetry import memcached as _memcached
-from kvtune.telemetry import redis as _redis
+from kvtune import kinds
 from kvtune.telemetry.base import (
     Collector,
     Probe,
@@ -43,24 +41,16 @@ for _cls in (PerfCollector, ProcessCollector, SystemCollector, ThrottleCollector
              CpuidleCollector):
     register(_cls)
 
-Digest = Callable[[dict[str, Any]], tuple[dict[str, float], dict[str, Any]]]
-
-# target kind -> (metric prefix, digest of the target's stats())
-_DIGESTS: dict[str, tuple[str, Digest]] = {
-    "memcached": ("mc_", _memcached.digest),
-    "redis": ("redis_", _redis.digest),
-}
-
-
 def server_digest(kind: str, stats: dict[str, Any]) -> tuple[dict[str, float], dict[str, Any]]:
-    """Flat metrics and a raw digest from a target's stats() (none for other kinds)."""
-    entry = _DIGESTS.get(kind)
-    return entry[1](stats) if entry else ({}, {})
+    """Flat metrics and a raw digest from a target's stats(), by its kind's digest (none for
+    a target that is no server kind)."""
+    k = kinds.find(kind)
+    return k.digest(stats) if k is not None else ({}, {})
 
 
 def is_telemetry(metric: str) -> bool:
     """True for the explanatory counters (not the load generator's own measurements)."""
-    prefixes = collector_prefixes() + tuple(p for p, _ in _DIGESTS.values())
+    prefixes = collector_prefixes() + tuple(k.metric_prefix for k in kinds.every())
     return metric.startswith(prefixes)
 
 

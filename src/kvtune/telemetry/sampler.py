@@ -14,9 +14,9 @@ memcached is asked `stats`, `stats slabs` and `stats items` (pipelined in one wr
 with the window without guessing. Each sample stores what it cost (`cost_us`, the wall time
 of the request and the answer).
 
-What a sample keeps is compact (the figures that explain memory and hit ratio; see
-`MC_STATS`, `MC_SLAB`, `MC_ITEMS`, and every numeric INFO field for Redis), so a repetition
-of a minute stores about 60 × 2 KB.
+What a sample keeps is compact (the figures that explain memory and hit ratio, chosen by
+each kind's `sample` in kinds/<kind>/telemetry.py), so a repetition of a minute stores about
+60 × 2 KB.
 
 The cost (bench/telemetry/sampling_cost.py; docs/case-studies.md, "Server stats over
 time"): memcached answers the three stats requests in ~0.13 ms of server CPU, Redis INFO in
@@ -35,16 +35,6 @@ import time
 from typing import Any
 
 INTERVAL_S = 1.0
-
-MC_STATS = ("curr_items", "total_items", "bytes", "limit_maxbytes", "evictions",
-            "cmd_get", "cmd_set", "get_hits", "get_misses", "slabs_moved",
-            "slab_reassign_rescues", "slab_reassign_evictions_nomem", "slab_global_page_pool",
-            "total_malloced", "curr_connections", "rusage_user", "rusage_system",
-            "expired_unfetched", "evicted_unfetched")
-MC_SLAB = ("chunk_size", "total_pages", "used_chunks", "total_chunks", "free_chunks",
-           "cmd_set", "get_hits")
-MC_ITEMS = ("number", "evicted", "outofmemory", "evicted_nonzero", "expired_unfetched")
-
 
 def parse_number(v: str) -> int | float | str:
     """A stats value as a number when it is one (int, else float), else the text."""
@@ -89,56 +79,16 @@ class StatsConn:
             self.s.close()
 
 
-def _mc_lines(raw: bytes) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for line in raw.decode(errors="replace").split("\r\n"):
-        if line.startswith("STAT "):
-            parts = line.split(" ", 2)
-            if len(parts) == 3:
-                out[parts[1]] = parts[2]
-    return out
+def _sampler(kind: str) -> Any:
+    from kvtune import kinds
 
-
-def memcached_sample(conn: StatsConn) -> dict[str, Any]:
-    """`stats`, `stats slabs`, `stats items`, reduced to the kept figures: {"stats": {...},
-    "slabs": {class: {...}}} (a class's item figures merged into its slab figures)."""
-    conn.s.sendall(b"stats\r\nstats slabs\r\nstats items\r\n")
-    general, slabs, items = (_mc_lines(conn.until(b"END\r\n")) for _ in range(3))
-    stats = {k: parse_number(general[k]) for k in MC_STATS if k in general}
-    classes: dict[str, dict[str, Any]] = {}
-    for key, v in slabs.items():
-        cls, _, name = key.partition(":")
-        if name in MC_SLAB and cls.isdigit():
-            classes.setdefault(cls, {})[name] = parse_number(v)
-    for key, v in items.items():  # items:<class>:<name>
-        _, cls, name = ([*key.split(":", 2), "", ""])[:3]
-        if name in MC_ITEMS and cls.isdigit():
-            classes.setdefault(cls, {})[f"items_{name}"] = parse_number(v)
-    return {"stats": stats, "slabs": classes}
-
-
-def redis_sample(conn: StatsConn) -> dict[str, Any]:
-    """`INFO` (default sections): every numeric field."""
-    conn.s.sendall(b"*1\r\n$4\r\nINFO\r\n")
-    header = conn.until(b"\r\n")
-    if not header.startswith(b"$"):
-        raise ValueError(f"unexpected INFO reply {header[:60]!r}")
-    body = conn.exact(int(header[1:-2]) + 2)[:-2].decode(errors="replace")
-    stats: dict[str, Any] = {}
-    for line in body.splitlines():
-        if ":" in line and not line.startswith("#"):
-            k, v = line.split(":", 1)
-            n = parse_number(v.strip())
-            if not isinstance(n, str):
-                stats[k] = n
-    return {"stats": stats}
-
-
-_SAMPLERS = {"memcached": memcached_sample, "redis": redis_sample}
+    k = kinds.find(kind)
+    return k.sample if k is not None else None
 
 
 def supported(kind: str) -> bool:
-    return kind in _SAMPLERS
+    """Whether the server kind has a stats sampler (every registered kind has one)."""
+    return _sampler(kind) is not None
 
 
 class ServerSampler:
@@ -146,7 +96,8 @@ class ServerSampler:
     connection, until `stop`."""
 
     def __init__(self, kind: str, host: str, port: int, interval: float = INTERVAL_S) -> None:
-        if kind not in _SAMPLERS:
+        self._sample = _sampler(kind)
+        if self._sample is None:
             raise ValueError(f"no stats sampler for target kind {kind!r}")
         self.kind, self.host, self.port, self.interval = kind, host, port, interval
         self.samples: list[dict[str, Any]] = []
@@ -167,7 +118,7 @@ class ServerSampler:
     def _take(self) -> None:
         assert self._conn is not None
         t0 = time.monotonic_ns()
-        data = _SAMPLERS[self.kind](self._conn)
+        data = self._sample(self._conn)
         t1 = time.monotonic_ns()
         self.samples.append({"t_ns": t0, "cost_us": round((t1 - t0) / 1000, 1), **data})
 
@@ -258,16 +209,15 @@ def phase_at(phases: list[dict], t: float, window_s: float | None) -> int | None
     return idx
 
 
-def _slab_pages(sample: dict[str, Any]) -> dict[str, int]:
-    return {c: int(v.get("total_pages", 0)) for c, v in sample.get("slabs", {}).items()
-            if v.get("total_pages")}
-
-
 def phase_table(rec: dict[str, Any], load_raw: dict[str, Any] | None = None) -> list[dict]:
     """One row per phase from the last sample taken in that phase (the state at its end):
-    memcached pages per slab class (by chunk size), and what changed during the phase
-    (evictions, pages moved, hit ratio, out-of-memory errors from `stats items`, plus the
-    load's own error count for the phase's seconds when `load_raw` has a series)."""
+    what the server's kind reads from it (its `phase_row`: memcached's pages per slab class,
+    evictions, pages moved, hit ratio, out-of-memory errors; Redis's evictions, hits and
+    memory), plus the load's own error count for the phase's seconds when `load_raw` has a
+    series."""
+    from kvtune import kinds
+
+    kind = kinds.find(rec.get("kind"))
     samples = [s for s in rec.get("samples", []) if s.get("phase") is not None]
     phases = rec.get("phases") or [{}]
     series = (load_raw or {}).get("series") or []
@@ -290,24 +240,8 @@ def phase_table(rec: dict[str, Any], load_raw: dict[str, Any] | None = None) -> 
             return float(st[key]) - float(p0.get(key, 0))
 
         row: dict[str, Any] = {"phase": i, **ph, "samples": len(mine), "t_s": last["t_s"]}
-        if rec.get("kind") == "memcached":
-            pages = _slab_pages(last)
-            chunk = {c: int(v.get("chunk_size", 0)) for c, v in last.get("slabs", {}).items()}
-            row["pages"] = {f"{c}:{chunk.get(c, 0)}": n for c, n in
-                            sorted(pages.items(), key=lambda kv: int(kv[0]))}
-            row["evictions"] = delta("evictions")
-            row["slabs_moved"] = delta("slabs_moved")
-            gets, hits = delta("cmd_get"), delta("get_hits")
-            row["hit_ratio"] = hits / gets if gets and hits is not None else None
-            oom_now = sum(int(v.get("items_outofmemory", 0)) for v in last["slabs"].values())
-            oom_before = sum(int(v.get("items_outofmemory", 0))
-                             for v in (prev or {}).get("slabs", {}).values())
-            row["out_of_memory"] = oom_now - oom_before
-        else:
-            for key in ("evicted_keys", "keyspace_hits", "keyspace_misses",
-                        "total_commands_processed"):
-                row[key] = delta(key)
-            row["used_memory"] = st.get("used_memory")
+        if kind is not None and kind.phase_row is not None:
+            row.update(kind.phase_row(last, prev, delta))
         if series:
             lo = float(ph.get("start_s") or 0)
             hi = lo + float(ph.get("duration_s") or 1e18)

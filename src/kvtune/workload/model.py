@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from kvtune.safety.workload import MAX_TTL
+
 SCHEMA = "kvtune/workload-model/1"
 MAX_TRACKED_KEYS = 200_000  # keys whose requests are counted exactly (hash-sampled)
 MAX_TIMES = 2_000_000  # request times kept for the inter-arrival dispersion
@@ -51,7 +53,6 @@ HEAD_KEYS = 64  # ... the hottest keys, one bucket each (they carry most of the 
 ZIPF_KS_LIMIT = 0.05  # above this the table replaces the Zipf fit
 HEAD_MIN_COUNT = 10  # ranks with at least this many requests enter the Zipf fit
 KVLOAD_MAX_CONNECTIONS = 256
-MEMCACHED_MAX_TTL = 30 * 24 * 3600
 VERBS = ("get", "mget", "set", "delete")
 
 
@@ -119,7 +120,7 @@ class ModelBuilder:
                 if verb == "set":
                     if value_size is not None:
                         self.key_values[h] = value_size
-                    self.key_ttls[h] = min(max(ttl or 0, 0), MEMCACHED_MAX_TTL)
+                    self.key_ttls[h] = min(max(ttl or 0, 0), MAX_TTL)
                 elif (verb in ("get", "mget") and item_sizes is not None
                       and i < len(item_sizes) and item_sizes[i] is not None
                       and h not in self.key_values):
@@ -129,7 +130,7 @@ class ModelBuilder:
         if verb == "set" and value_size is not None:
             self.set_sizes[value_size] += count
         if verb == "set":
-            self.ttls[min(max(ttl or 0, 0), MEMCACHED_MAX_TTL)] += count
+            self.ttls[min(max(ttl or 0, 0), MAX_TTL)] += count
         if conn is not None:
             if len(self.connections) < MAX_CONNECTIONS:
                 self.connections.add(conn)

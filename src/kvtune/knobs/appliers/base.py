@@ -33,7 +33,7 @@ class Availability:
 @dataclass(frozen=True)
 class ExportEntry:
     """One line of an exported configuration: `family` names the exporter format that takes
-    it ("sysctl", "sysfs", "memcached-flag", "memcached-option", "redis", "systemd"), `key`
+    it ("sysctl", "sysfs", "systemd", or a server kind's: "memcached-flag", "redis"), `key`
     the setting there (a sysctl name, a sysfs path, a flag, an option, a directive, a unit
     setting) and `value` its text ("" for a bare flag or option). `live` says the setting
     can change without a restart."""
@@ -62,8 +62,9 @@ class Launch:
     """The server launch under construction for one trial."""
 
     flags: list[str] = field(default_factory=list)
-    memcached_options: dict[str, str] = field(default_factory=dict)
-    redis_directives: dict[str, str] = field(default_factory=dict)
+    # the server's own named settings (memcached's -o options, Redis's directives), as its
+    # kind's appliers write them and its target passes them
+    options: dict[str, str] = field(default_factory=dict)
     server_cpus: str | None = None
     cgroup_files: dict[tuple[str, str], str] = field(default_factory=dict)  # (controller, file)
     params: dict[str, Value] = field(default_factory=dict)  # every knob's value, by name

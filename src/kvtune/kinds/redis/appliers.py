@@ -11,6 +11,7 @@ Such directives are probed with a dry start of the binary that cannot listen any
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from kvtune.knobs.appliers.base import (
     Applier,
@@ -20,14 +21,17 @@ from kvtune.knobs.appliers.base import (
     HostContext,
 )
 from kvtune.knobs.domain import Value
+from kvtune.safety import args as safe_args
 from kvtune.safety import programs
+from kvtune.safety.values import fmt_value
 
 # What a build that lacks a feature prints when the directive is set at start.
 _BUILD_REFUSALS = {"activedefrag": "Active defragmentation cannot be enabled"}
 
 
 @lru_cache(maxsize=16)
-def build_supports(binary: str, directive: str, value: str) -> tuple[bool, str]:
+def build_supports(binary: str, directive: str, value: str,
+                   server: str = "redis-server") -> tuple[bool, str]:
     """Whether `binary` accepts `directive value` at start. The probe listens nowhere
     (port 0, no socket), so a build that accepts the directive exits right after loading
     its configuration; one that refuses it exits with a fatal config error. Only a binary
@@ -35,7 +39,7 @@ def build_supports(binary: str, directive: str, value: str) -> tuple[bool, str]:
     args = ["--port", "0", "--save", "", "--appendonly", "no", "--daemonize", "no",
             f"--{directive}", value]
     try:
-        out = programs.find(binary, "redis-server build probe").run(
+        out = programs.find(binary, f"{server} build probe").run(
             args, capture_output=True, text=True, timeout=10)
     except programs.Untrusted as e:
         return False, f"not probed: {e}"
@@ -45,13 +49,18 @@ def build_supports(binary: str, directive: str, value: str) -> tuple[bool, str]:
     marker = _BUILD_REFUSALS.get(directive, "FATAL CONFIG FILE ERROR")
     if marker in text or "FATAL CONFIG FILE ERROR" in text:
         line = next((ln.strip() for ln in text.splitlines() if marker in ln), marker)
-        return False, f"this redis-server build refuses {directive}: {line}"
+        return False, f"this {server} build refuses {directive}: {line}"
     return True, ""
 
 
 class RedisDirective(Applier):
+    """A directive of redis-server; a kind whose server reads the same directives (Valkey)
+    subclasses it with its own `target`, `server` and `family`."""
+
     scope = "app"
     target = "redis"
+    server = "redis-server"  # the binary probed when the context names none
+    family = "redis"  # the export format that takes it
 
     def __init__(self, directive: str, live: bool = False,
                  min_version: tuple[int, ...] | None = None, suffix: str = "",
@@ -64,6 +73,15 @@ class RedisDirective(Applier):
         self.suffix = suffix
         self.probe = probe
 
+    @classmethod
+    def check_inline(cls, directive: str, name: str, values: list[Any], is_bool: bool,
+                     target: Any) -> None:
+        """An inline knob's directive on the target's allow-list, every value (yes/no for
+        a bool) matching its pattern (kvtune.safety.values). Raises ValueError."""
+        pattern = target.directive_pattern(directive) or ""
+        for v in [*values, *([True, False] if is_bool else [])]:
+            safe_args.check_value(fmt_value(v, yes_no=True), pattern, f"{name} ({directive})")
+
     @property
     def restart(self) -> bool:  # type: ignore[override]
         return not self.live
@@ -72,21 +90,22 @@ class RedisDirective(Applier):
         return (self.directive,)
 
     def where(self) -> str:
-        return f"redis.conf {self.directive}" + (" (live)" if self.live else "")
+        return f"{self.family}.conf {self.directive}" + (" (live)" if self.live else "")
 
     def check(self, ctx: HostContext) -> Availability:
-        have = ctx.versions.get("redis")
+        have = ctx.versions.get(self.target)
         if have and self.min_version and have < self.min_version:
-            return Availability(False, f"needs redis >= {'.'.join(map(str, self.min_version))}")
+            return Availability(False, f"needs {self.target} >= "
+                                       f"{'.'.join(map(str, self.min_version))}")
         if self.probe is not None:
-            binary = ctx.binaries.get("redis")
-            if binary is None:  # a redis-server on PATH, only when kvtune may execute it
-                found, why = programs.lookup("redis-server", "redis-server build probe")
+            binary = ctx.binaries.get(self.target)
+            if binary is None:  # the server on PATH, only when kvtune may execute it
+                found, why = programs.lookup(self.server, f"{self.server} build probe")
                 if found is None:
                     return Availability(False, f"{why}, so the build cannot be probed for "
                                                f"{self.directive}")
                 binary = found.path
-            ok, why = build_supports(binary, self.directive, self.probe)
+            ok, why = build_supports(binary, self.directive, self.probe, self.server)
             if not ok:
                 return Availability(False, why)
         return Availability(True)
@@ -100,7 +119,7 @@ class RedisDirective(Applier):
         return text
 
     def apply(self, value: Value, env: ApplyEnv) -> None:
-        env.launch.redis_directives[self.directive] = self.format(value)
+        env.launch.options[self.directive] = self.format(value)
 
     def export_entry(self, value: Value, ctx: HostContext) -> ExportEntry | None:
-        return ExportEntry("redis", self.directive, self.format(value), self.live)
+        return ExportEntry(self.family, self.directive, self.format(value), self.live)

@@ -6,10 +6,13 @@ Version traps handled here, not by callers:
 - `slab_chunk_max` is given to kvtune in KB and emitted in the unit of the running binary
   (bytes before 1.6.24, KB from 1.6.24);
 - `-L` while transparent huge pages are `never` (memcached exits at start) is the rule
-  `memcached-large-pages-thp` (knobs/rules.py), checked before a configuration is measured.
+  `memcached-large-pages-thp` (kinds/memcached/rules.py), checked before a configuration
+  is measured.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from kvtune.errors import UserError
 from kvtune.knobs.appliers.base import (
@@ -20,6 +23,8 @@ from kvtune.knobs.appliers.base import (
     HostContext,
 )
 from kvtune.knobs.domain import Value
+from kvtune.safety import args as safe_args
+from kvtune.safety.values import check_bare, fmt_value
 
 # memcached -I sizes kvtune searches, in KB.
 ITEM_SIZES_KB = {"512k": 512, "1m": 1024, "2m": 2048, "4m": 4096, "8m": 8192}
@@ -61,6 +66,18 @@ class MemcachedFlag(Applier):
         self.flag = flag
         self.min_version = min_version
         self.max_version = max_version
+
+    @classmethod
+    def check_inline(cls, flag: str, name: str, values: list[Any], is_bool: bool,
+                     target: Any) -> None:
+        """An inline knob's flag on the target's allow-list, every value it can take
+        matching the flag's value pattern (kvtune.safety.values). Raises ValueError."""
+        pattern = target.flag_pattern(flag)
+        check_bare(pattern, is_bool, f"memcached {flag}")
+        if pattern == "options":
+            raise ValueError("memcached -o: define an inline knob with memcached_option")
+        for v in values:
+            safe_args.check_value(fmt_value(v), pattern or "", f"{name} ({flag})")
 
     def where(self) -> str:
         return self.flag
@@ -106,6 +123,16 @@ class MemcachedOption(Applier):
         self.max_version = max_version
         self.omit = omit
 
+    @classmethod
+    def check_inline(cls, key: str, name: str, values: list[Any], is_bool: bool,
+                     target: Any) -> None:
+        """An inline knob's `-o` option on the target's allow-list, every value matching
+        its pattern (kvtune.safety.values). Raises ValueError."""
+        pattern = target.option_pattern(key)
+        check_bare(pattern, is_bool, f"memcached -o {key}")
+        for v in values:
+            safe_args.check_value(fmt_value(v), pattern or "", f"{name} (-o {key})")
+
     def where(self) -> str:
         return f"-o {self.key}"
 
@@ -129,7 +156,7 @@ class MemcachedOption(Applier):
         _refuse_outside_gate(f"-o {self.key}", env, self.min_version, self.max_version)
         opt = self.option(value, env.ctx)
         if opt is not None:
-            env.launch.memcached_options[opt[0]] = opt[1]
+            env.launch.options[opt[0]] = opt[1]
 
     def export_entry(self, value: Value, ctx: HostContext) -> ExportEntry | None:
         opt = self.option(value, ctx)

@@ -115,7 +115,7 @@ def library_list(library: LibraryOpt = None,
     """Every entry: id, when, study, target, objective, workload, result, host."""
     from rich.table import Table
 
-    from kvtune.library.features import describe
+    from kvtune.workload.features import describe
 
     out, _ = _consoles()
     lib = _open(library)
@@ -146,8 +146,8 @@ def library_show(entry: Annotated[str, typer.Argument(help="an entry id (or its 
                                                        help="print JSON")] = False) -> None:
     """One entry in full."""
     from kvtune.library.entry import parse
-    from kvtune.library.features import FEATURES, describe
     from kvtune.present import fmt
+    from kvtune.workload.features import FEATURES, describe
 
     out, _ = _consoles()
     lib = _open(library)
@@ -287,9 +287,9 @@ def profiles(ctx: typer.Context, library: LibraryOpt = None) -> None:
     if ctx.invoked_subcommand is not None:
         ctx.obj = library
         return
-    from kvtune.library.features import describe
     from kvtune.library.profiles import spread
     from kvtune.present import fmt
+    from kvtune.workload.features import describe
 
     out, _ = _consoles()
     cats = _categories(library)
@@ -330,7 +330,7 @@ def profiles_export(
 ) -> None:
     """A category's profile as a TuneD profile and the server's config drop-in (with
     rollbacks), as `kvtune export` writes a study's."""
-    from kvtune.library.export import export
+    from kvtune.export.profile import export
     from kvtune.library.profiles import find
 
     out, _ = _consoles()
@@ -353,10 +353,10 @@ def profiles_export(
 
 def predict_command(study: str, storage: str | None, library: str | None) -> None:
     """`kvtune predict`: see kvtune.library.predict."""
-    from kvtune.library.features import NoFeatures, describe, nearest_differences
     from kvtune.library.predict import predict, this_host_fingerprint
     from kvtune.library.profiles import spread
     from kvtune.present import fmt
+    from kvtune.workload.features import NoFeatures, describe, nearest_differences
 
     out, _ = _consoles()
     spec = _spec_of(study, storage)

@@ -9,10 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from kvtune.export import EXPORTERS, ExportFile, Recommendation, write
-from kvtune.library.features import describe
 from kvtune.library.profiles import Category, spread
+from kvtune.workload.features import describe
 
-FORMATS = ("tuned", "memcached", "redis", "systemd")
+
+def formats() -> list[str]:
+    """The export formats a profile is written in: the host's (TuneD), each server kind's,
+    the placement's (systemd)."""
+    from kvtune import kinds
+
+    return ["tuned", *(k.export_family for k in kinds.every() if k.export_family), "systemd"]
 
 
 @dataclass
@@ -46,7 +52,7 @@ def recommendation(cat: Category) -> Recommendation:
 
 def export(cat: Category, out_dir: Path) -> list[tuple[str, ExportFile]]:
     rec = recommendation(cat)
-    formats = [f for f in FORMATS if f in EXPORTERS and EXPORTERS[f].files(rec)]
-    if not formats:
+    chosen = [f for f in formats() if f in EXPORTERS and EXPORTERS[f].files(rec)]
+    if not chosen:
         return []
-    return write(rec, formats, out_dir)
+    return write(rec, chosen, out_dir)

@@ -123,7 +123,7 @@ class RedisTarget(ServerTarget):
             # A load host reaches it (load.host; spec.py allows no other non-loopback
             # address): protected mode would answer every client not on loopback -DENIED.
             argv += ["--protected-mode", "no"]
-        for name, value in launch.redis_directives.items():
+        for name, value in launch.options.items():
             argv += [f"--{name}", value]
         return argv
 

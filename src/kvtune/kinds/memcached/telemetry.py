@@ -9,7 +9,10 @@ The server is fresh for every repetition, so its counters cover that repetition 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+from kvtune.telemetry.sampler import StatsConn, parse_number
 
 # stats counter -> metric name
 _COUNTERS = {
@@ -98,3 +101,67 @@ def digest(stats: dict[str, Any]) -> tuple[dict[str, float], dict[str, Any]]:
         if v is not None:
             m["mc_" + key] = v
     return m, {"slab_table": table}
+
+
+MC_STATS = ("curr_items", "total_items", "bytes", "limit_maxbytes", "evictions",
+            "cmd_get", "cmd_set", "get_hits", "get_misses", "slabs_moved",
+            "slab_reassign_rescues", "slab_reassign_evictions_nomem", "slab_global_page_pool",
+            "total_malloced", "curr_connections", "rusage_user", "rusage_system",
+            "expired_unfetched", "evicted_unfetched")
+MC_SLAB = ("chunk_size", "total_pages", "used_chunks", "total_chunks", "free_chunks",
+           "cmd_set", "get_hits")
+MC_ITEMS = ("number", "evicted", "outofmemory", "evicted_nonzero", "expired_unfetched")
+
+
+def _mc_lines(raw: bytes) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in raw.decode(errors="replace").split("\r\n"):
+        if line.startswith("STAT "):
+            parts = line.split(" ", 2)
+            if len(parts) == 3:
+                out[parts[1]] = parts[2]
+    return out
+
+
+def memcached_sample(conn: StatsConn) -> dict[str, Any]:
+    """`stats`, `stats slabs`, `stats items`, reduced to the kept figures: {"stats": {...},
+    "slabs": {class: {...}}} (a class's item figures merged into its slab figures)."""
+    conn.s.sendall(b"stats\r\nstats slabs\r\nstats items\r\n")
+    general, slabs, items = (_mc_lines(conn.until(b"END\r\n")) for _ in range(3))
+    stats = {k: parse_number(general[k]) for k in MC_STATS if k in general}
+    classes: dict[str, dict[str, Any]] = {}
+    for key, v in slabs.items():
+        cls, _, name = key.partition(":")
+        if name in MC_SLAB and cls.isdigit():
+            classes.setdefault(cls, {})[name] = parse_number(v)
+    for key, v in items.items():  # items:<class>:<name>
+        _, cls, name = ([*key.split(":", 2), "", ""])[:3]
+        if name in MC_ITEMS and cls.isdigit():
+            classes.setdefault(cls, {})[f"items_{name}"] = parse_number(v)
+    return {"stats": stats, "slabs": classes}
+
+
+def _slab_pages(sample: dict[str, Any]) -> dict[str, int]:
+    return {c: int(v.get("total_pages", 0)) for c, v in sample.get("slabs", {}).items()
+            if v.get("total_pages")}
+
+
+def phase_row(last: dict[str, Any], prev: dict[str, Any] | None,
+              delta: Callable[[str], float | None]) -> dict[str, Any]:
+    """A phase's row (telemetry/sampler.py, phase_table) from its last sample: pages per
+    slab class (by chunk size) and what changed (evictions, pages moved, hit ratio,
+    out-of-memory errors)."""
+    row: dict[str, Any] = {}
+    pages = _slab_pages(last)
+    chunk = {c: int(v.get("chunk_size", 0)) for c, v in last.get("slabs", {}).items()}
+    row["pages"] = {f"{c}:{chunk.get(c, 0)}": n for c, n in
+                    sorted(pages.items(), key=lambda kv: int(kv[0]))}
+    row["evictions"] = delta("evictions")
+    row["slabs_moved"] = delta("slabs_moved")
+    gets, hits = delta("cmd_get"), delta("get_hits")
+    row["hit_ratio"] = hits / gets if gets and hits is not None else None
+    oom_now = sum(int(v.get("items_outofmemory", 0)) for v in last["slabs"].values())
+    oom_before = sum(int(v.get("items_outofmemory", 0))
+                     for v in (prev or {}).get("slabs", {}).values())
+    row["out_of_memory"] = oom_now - oom_before
+    return row

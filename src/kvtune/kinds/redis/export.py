@@ -51,16 +51,17 @@ def read_conf(text: str) -> dict[str, str]:
     return out
 
 
-def server_default(directive: str, ctx: HostContext) -> str | None:
-    """Redis's built-in value of `directive` (the catalog's defaults are Redis's own,
-    except where SERVER_DEFAULTS says), or None when kvtune does not know it."""
-    if directive in SERVER_DEFAULTS:
-        return SERVER_DEFAULTS[directive]
+def server_default(directive: str, ctx: HostContext, kind: str = "redis",
+                   defaults: dict[str, str] = SERVER_DEFAULTS) -> str | None:
+    """The server's built-in value of `directive` (the catalog's defaults of `kind` are the
+    server's own, except where `defaults` says), or None when kvtune does not know it."""
+    if directive in defaults:
+        return defaults[directive]
     for k in catalog.CATALOG.values():
-        if k.target != "redis" or k.default is None:
+        if k.target != kind or k.default is None:
             continue
         e = k.applier.export_entry(k.default, ctx)
-        if e is not None and e.family == "redis" and e.key == directive:
+        if e is not None and e.family == kind and e.key == directive:
             return e.value
     return None
 
@@ -78,16 +79,26 @@ def arg_directives(args: list[str]) -> list[tuple[str, str]]:
 
 
 class RedisExporter(Exporter):
-    name = "redis"
+    """A config include for redis-server; a kind whose server reads redis.conf's directives
+    (Valkey) subclasses it with its own names."""
+
+    name = "redis"  # the format, the kind and the export family
+    label = "Redis"
+    server = "redis-server"
+    conf = "redis.conf"
+    etc = "/etc/redis"
+    defaults = SERVER_DEFAULTS
     help = "a redis.conf include (rollback: the previous values or Redis's defaults)"
 
     def files(self, rec: Recommendation) -> list[ExportFile]:
-        if rec.target not in (None, "redis"):
+        kind, label, server, conf, etc = self.name, self.label, self.server, self.conf, \
+            self.etc
+        if rec.target not in (None, kind):
             return []
         rows: list[tuple[str, str, bool]] = []  # directive, value, live
         notes = []
         for row in rec.entries("app"):
-            if row.entry is None or row.entry.family != "redis":
+            if row.entry is None or row.entry.family != kind:
                 continue
             gate = row.knob.applier.check(rec.ctx)
             if not gate.ok:
@@ -96,11 +107,11 @@ class RedisExporter(Exporter):
             rows.append((row.entry.key, row.entry.value, row.entry.live))
         set_ = {d for d, _, _ in rows}
         fixed = [(d, v, False) for d, v in arg_directives(rec.target_args) if d not in set_] \
-            if rec.target == "redis" else []
+            if rec.target == kind else []
         theirs = read_conf(rec.previous_text) if rec.previous_text is not None else None
         if theirs is not None:
             # Production keeps its own settings: the study's scaffolding (target.args) is
-            # not written over the operator's redis.conf; what it kept is said.
+            # not written over the operator's config file; what it kept is said.
             for d, v, _ in fixed:
                 if d in theirs and theirs[d] != v:
                     notes.append(f"kept from {rec.previous}: {d} {theirs[d]} (the study "
@@ -111,18 +122,18 @@ class RedisExporter(Exporter):
             fixed = []
         if not rows and not fixed:
             return []
-        if rec.target == "redis":
-            notes.append('measured with persistence off (kvtune starts redis-server with save '
-                         '"" and appendonly no); persistence is left to your redis.conf')
+        if rec.target == kind:
+            notes.append(f'measured with persistence off (kvtune starts {server} with save '
+                         f'"" and appendonly no); persistence is left to your {conf}')
         if rec.target_cpus:
             notes.append(f"measured pinned to CPUs {rec.target_cpus}: install the systemd "
                          "drop-in too (CPUAffinity)")
         base = f"kvtune-{rec.study}.conf"
-        name = f"redis/{base}"
+        name = f"{kind}/{base}"
         text = comment(rec.header(
-            f"redis.conf include for {rec.study}",
-            f"Install: copy to /etc/redis/ and add `include /etc/redis/{base}` at the END of "
-            "redis.conf (the last value wins), then restart redis-server.", *notes))
+            f"{conf} include for {rec.study}",
+            f"Install: copy to {etc}/ and add `include {etc}/{base}` at the END of "
+            f"{conf} (the last value wins), then restart {server}.", *notes))
         for title, group in (("fixed server arguments of the study (target.args)", fixed),
                              ("live: also applicable with CONFIG SET, no restart",
                               [r for r in rows if r[2]]),
@@ -131,29 +142,29 @@ class RedisExporter(Exporter):
                 text += f"\n# {title}\n" + "".join(f"{ln}\n" for d, v, _ in group
                                                   for ln in conf_lines(d, v))
         if rec.previous_text is not None:
-            back = rollback_path("redis/redis.conf")
+            back = rollback_path(f"{kind}/{conf}")
             restores = f"the host's previous {rec.previous} (byte for byte)"
             return [ExportFile(name, text, back, rec.previous_text,
-                               f"include {base} at the end of redis.conf and restart redis "
+                               f"include {base} at the end of {conf} and restart {kind} "
                                f"(or CONFIG SET the live ones); roll back: install {back} "
                                f"as {rec.previous} ({restores}) and restart")]
         back_lines: list[str] = []
         unknown: list[str] = []
         for d, _, _ in fixed + rows:
-            default = server_default(d, rec.ctx)
+            default = server_default(d, rec.ctx, kind, self.defaults)
             if default is None:
                 unknown.append(d)
             else:
                 back_lines += conf_lines(d, default)
-        restores = "Redis's built-in defaults (no --from file was given)"
+        restores = f"{label}'s built-in defaults (no --from file was given)"
         rb = comment(rec.rollback_header(
-            f"/etc/redis/{base}", restores,
-            f"Use: replace `include /etc/redis/{base}` with this file and restart, or CONFIG "
+            f"{etc}/{base}", restores,
+            f"Use: replace `include {etc}/{base}` with this file and restart, or CONFIG "
             "SET its live values; removing the include line and restarting also works.",
             *([f"not here (default unknown; restart without the include): "
                f"{', '.join(unknown)}"] if unknown else []))) + "".join(
             f"{ln}\n" for ln in back_lines)
         back = rollback_path(name)
         return [ExportFile(name, text, back, rb,
-                           f"include {base} at the end of redis.conf and restart redis (or "
+                           f"include {base} at the end of {conf} and restart {kind} (or "
                            f"CONFIG SET the live ones); roll back: {back} ({restores})")]

@@ -7,8 +7,8 @@ import os
 import socket
 from typing import Any, ClassVar
 
+from kvtune.kinds.memcached.appliers import memcached_argv_options
 from kvtune.knobs.appliers.base import Launch
-from kvtune.knobs.appliers.memcached import memcached_argv_options
 from kvtune.safety import args as scan
 from kvtune.targets.base import ServerTarget
 from kvtune.telemetry.sampler import parse_number
@@ -93,7 +93,7 @@ class MemcachedTarget(ServerTarget):
             argv += ["-u", "root"]  # memcached refuses to run as root without it
         argv += list(self.spec.args)
         argv += launch.flags
-        argv += memcached_argv_options(launch.memcached_options)
+        argv += memcached_argv_options(launch.options)
         return argv
 
     # -- what a study file may pass (target.args, inline knobs) ------------------------------
