@@ -79,6 +79,11 @@ def redis_bin() -> str:
 
 
 @pytest.fixture
+def valkey_bin() -> str:
+    return _require("valkey-server")  # bookworm-backports (make setup adds the suite)
+
+
+@pytest.fixture
 def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     return tmp_path

@@ -240,6 +240,9 @@ def test_a_kind_is_its_folder_and_one_registry_line() -> None:
             if found and not builds_on:
                 outside[str(rel)] = found[:3]
         assert not outside, (name, outside)
+    registry = (PKG / "kinds" / "__init__.py").read_text().splitlines()
+    assert [ln for ln in registry if "valkey" in ln.lower() and "kvtune.kinds." in ln] == [
+        '    "valkey": "kvtune.kinds.valkey",']
 
 
 def test_schema_imports_no_plugin() -> None:

@@ -297,7 +297,7 @@ def start_redis(binary: str, extra: list[str], cwd: Path) -> tuple[subprocess.Po
     return proc, port
 
 
-@pytest.mark.parametrize("kind", ["redis"])
+@pytest.mark.parametrize("kind", ["redis", "valkey"])
 def test_every_directive_and_its_live_flag(kind: str, tmp_path: Path,
                                           request: pytest.FixtureRequest) -> None:
     """Each directive of a Redis-like kind (Redis 7, Valkey 8) starts the server at the

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 _REGISTRY: dict[str, str] = {
     "memcached": "kvtune.kinds.memcached",
     "redis": "kvtune.kinds.redis",
+    "valkey": "kvtune.kinds.valkey",
 }
 
 __all__ = ["every", "find", "get", "names", "register"]
