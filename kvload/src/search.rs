@@ -65,8 +65,9 @@ pub const START_FRACTION: f64 = 0.8;
 pub const LOW_FRACTION: f64 = 0.1;
 /// The host watch's reference rate, as a fraction of the first step's rate.
 pub const REFERENCE_FRACTION: f64 = 0.5;
-/// kvload's largest open-loop rate, req/s.
-pub const MAX_RATE: f64 = 1e7;
+/// kvload's largest open-loop rate, req/s (config::spec owns it: the rates parsed there
+/// are checked against it).
+pub use crate::config::spec::MAX_RATE;
 pub const DEFAULT_PRECISION: f64 = 0.02;
 pub const DEFAULT_MAX_STEPS: usize = 24;
 /// Runs at one rate whose answer is in doubt, at most (the first included).

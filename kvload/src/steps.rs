@@ -15,6 +15,7 @@ use rand::seq::SliceRandom;
 use serde_json::{Value, json};
 
 use crate::Error;
+use crate::config::spec::parse_rate;
 use crate::config::{Cli, Config, Mode, phase_spans};
 use crate::engine;
 use crate::output::{Report, Verdict, json as doc};
@@ -58,24 +59,6 @@ pub const PROFILE_FLOOR_NS: u64 = 3_000_000_000;
 
 fn usage<T>(m: impl Into<String>) -> Result<T, Error> {
     Err(Error::usage(m))
-}
-
-/// A rate in requests/s: 150000, 150k, 1.5M.
-pub fn parse_rate(s: &str) -> Result<f64, String> {
-    let t = s.trim();
-    let (num, scale) = if let Some(n) = t.strip_suffix(['k', 'K']) {
-        (n, 1e3)
-    } else if let Some(n) = t.strip_suffix('M') {
-        (n, 1e6)
-    } else {
-        (t, 1.0)
-    };
-    match num.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v * scale),
-        _ => Err(format!(
-            "'{s}' is not a positive rate such as 50000, 50k or 1.5M"
-        )),
-    }
 }
 
 fn parse_precision(s: &str) -> Result<f64, String> {

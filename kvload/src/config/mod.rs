@@ -3,7 +3,9 @@
 
 pub mod cli;
 pub mod file;
+pub mod sim;
 pub mod spec;
+pub mod trace;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -105,9 +107,9 @@ pub struct Config {
     pub quiet: bool,
     pub workload_file: Option<PathBuf>,
     /// --trace: the requests to replay in place of the generated ones.
-    pub trace: Option<Arc<crate::workload::trace::Trace>>,
+    pub trace: Option<Arc<trace::Trace>>,
     /// --simulate: a simulated server in place of `server` (engine/sim.rs).
-    pub simulate: Option<crate::engine::sim::SimServer>,
+    pub simulate: Option<sim::SimServer>,
     /// --window: the measured window is also kept in windows of this length.
     pub window_ns: Option<u64>,
     /// --watch-pid and --watch-cpus: the server watched for host disturbance per window.
@@ -159,7 +161,7 @@ impl Config {
                     return Err(Error::usage("--simulate does not replay a --trace"));
                 }
                 Some(
-                    crate::engine::sim::SimServer::parse(t)
+                    sim::SimServer::parse(t)
                         .map_err(|e| Error::usage(format!("--simulate: {e}")))?,
                 )
             }
@@ -185,7 +187,7 @@ impl Config {
         }
         let trace = match &cli.trace {
             Some(p) => Some(Arc::new(
-                crate::workload::trace::Trace::load(p, rate_scale)
+                trace::Trace::load(p, rate_scale)
                     .map_err(|e| Error::usage(format!("--trace {e}")))?,
             )),
             None => None,

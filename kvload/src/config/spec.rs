@@ -483,6 +483,27 @@ impl fmt::Display for Mix {
     }
 }
 
+/// kvload's largest open-loop rate, req/s.
+pub const MAX_RATE: f64 = 1e7;
+
+/// A rate in requests/s: 150000, 150k, 1.5M.
+pub fn parse_rate(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let (num, scale) = if let Some(n) = t.strip_suffix(['k', 'K']) {
+        (n, 1e3)
+    } else if let Some(n) = t.strip_suffix('M') {
+        (n, 1e6)
+    } else {
+        (t, 1.0)
+    };
+    match num.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v * scale),
+        _ => Err(format!(
+            "'{s}' is not a positive rate such as 50000, 50k or 1.5M"
+        )),
+    }
+}
+
 /// Parses `500ms`, `3s`, `1m`, `250us`, `2.5s` or a bare number of seconds into nanoseconds.
 pub fn parse_duration(s: &str) -> Result<u64, String> {
     let s = s.trim();

@@ -1,8 +1,8 @@
 //! memcached text protocol: `get`, multi-key `get`, `set`, `delete`.
 
 use super::{
-    Outcome, ParseResult, ProtocolError, line_at, memcached_error, parse_uint, put_uint, show,
-    unexpected,
+    Outcome, ParseResult, ProtocolError, data_block, line_at, memcached_error, parse_uint,
+    put_block, put_uint, show, unexpected,
 };
 use crate::config::Verb;
 use crate::workload::{KeyFormat, Request};
@@ -25,8 +25,7 @@ pub fn encode(buf: &mut Vec<u8>, req: &Request, keys: &KeyFormat, value: &[u8]) 
             buf.push(b' ');
             put_uint(buf, req.value_len);
             buf.extend_from_slice(b"\r\n");
-            buf.extend_from_slice(&value[..req.value_len]);
-            buf.extend_from_slice(b"\r\n");
+            put_block(buf, &value[..req.value_len]);
         }
         Verb::Delete => {
             buf.extend_from_slice(b"delete ");
@@ -73,16 +72,10 @@ fn parse_get(nkeys: usize, buf: &[u8]) -> ParseResult {
                 .nth(3)
                 .and_then(parse_uint)
                 .ok_or_else(|| ProtocolError(format!("malformed VALUE line {}", show(line))))?;
-            let end = next + bytes + 2;
-            if buf.len() < end {
+            let Some(end) = data_block(buf, next, bytes, || format!("value after {}", show(line)))?
+            else {
                 return Ok(None);
-            }
-            if &buf[end - 2..end] != b"\r\n" {
-                return Err(ProtocolError(format!(
-                    "value of {bytes} bytes not followed by CRLF after {}",
-                    show(line)
-                )));
-            }
+            };
             hits += 1;
             pos = end;
             continue;

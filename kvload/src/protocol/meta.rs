@@ -2,8 +2,8 @@
 //! quiet `mg ... v q` commands closed by `mn`, so misses are implicit.
 
 use super::{
-    Outcome, ParseResult, ProtocolError, line_at, memcached_error, parse_uint, put_uint, show,
-    unexpected,
+    Outcome, ParseResult, ProtocolError, data_block, line_at, memcached_error, parse_uint,
+    put_block, put_uint, show, unexpected,
 };
 use crate::config::Verb;
 use crate::workload::{KeyFormat, Request};
@@ -33,8 +33,7 @@ pub fn encode(buf: &mut Vec<u8>, req: &Request, keys: &KeyFormat, value: &[u8]) 
                 put_uint(buf, req.ttl as usize);
             }
             buf.extend_from_slice(b"\r\n");
-            buf.extend_from_slice(&value[..req.value_len]);
-            buf.extend_from_slice(b"\r\n");
+            put_block(buf, &value[..req.value_len]);
         }
         Verb::Delete => {
             buf.extend_from_slice(b"md ");
@@ -51,17 +50,7 @@ fn value_block(buf: &[u8], line: &[u8], next: usize) -> Result<Option<usize>, Pr
         .nth(1)
         .and_then(parse_uint)
         .ok_or_else(|| ProtocolError(format!("malformed VA line {}", show(line))))?;
-    let end = next + size + 2;
-    if buf.len() < end {
-        return Ok(None);
-    }
-    if &buf[end - 2..end] != b"\r\n" {
-        return Err(ProtocolError(format!(
-            "value of {size} bytes not followed by CRLF after {}",
-            show(line)
-        )));
-    }
-    Ok(Some(end))
+    data_block(buf, next, size, || format!("value after {}", show(line)))
 }
 
 fn code(line: &[u8]) -> &[u8] {

@@ -118,6 +118,35 @@ pub(crate) fn line_at(buf: &[u8], pos: usize) -> Result<Option<(&[u8], usize)>, 
 
 /// Parses an unsigned decimal.
 #[inline]
+/// The end of a data block of `len` bytes that starts at `start` and must be followed by
+/// CRLF (a memcached VALUE, a meta VA, a RESP bulk string): `Ok(None)` until the block
+/// and its CRLF are there; `what` names the block in the error.
+pub(crate) fn data_block(
+    buf: &[u8],
+    start: usize,
+    len: usize,
+    what: impl FnOnce() -> String,
+) -> Result<Option<usize>, ProtocolError> {
+    let end = start + len + 2;
+    if buf.len() < end {
+        return Ok(None);
+    }
+    if &buf[end - 2..end] != b"\r\n" {
+        return Err(ProtocolError(format!(
+            "{} of {len} bytes not followed by CRLF",
+            what()
+        )));
+    }
+    Ok(Some(end))
+}
+
+/// Appends `data` and its CRLF (the data block of a set, in every protocol).
+#[inline]
+pub(crate) fn put_block(buf: &mut Vec<u8>, data: &[u8]) {
+    buf.extend_from_slice(data);
+    buf.extend_from_slice(b"\r\n");
+}
+
 pub(crate) fn parse_uint(s: &[u8]) -> Option<usize> {
     if s.is_empty() || s.len() > 18 {
         return None;

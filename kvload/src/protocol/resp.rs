@@ -1,7 +1,8 @@
 //! Redis RESP2: `GET`, `MGET`, `SET`, `DEL`.
 
 use super::{
-    ErrorKind, Outcome, ParseResult, ProtocolError, line_at, parse_uint, put_uint, show, unexpected,
+    ErrorKind, Outcome, ParseResult, ProtocolError, data_block, line_at, parse_uint, put_block,
+    put_uint, show, unexpected,
 };
 use crate::config::Verb;
 use crate::workload::{KeyFormat, Request};
@@ -12,6 +13,14 @@ fn bulk_key(buf: &mut Vec<u8>, keys: &KeyFormat, k: u64) {
     buf.extend_from_slice(b"\r\n");
     keys.write(k, buf);
     buf.extend_from_slice(b"\r\n");
+}
+
+/// A bulk string: `$<len>` CRLF, the data block.
+fn put_bulk(buf: &mut Vec<u8>, data: &[u8]) {
+    buf.push(b'$');
+    put_uint(buf, data.len());
+    buf.extend_from_slice(b"\r\n");
+    put_block(buf, data);
 }
 
 pub fn encode(buf: &mut Vec<u8>, req: &Request, keys: &KeyFormat, value: &[u8]) {
@@ -35,19 +44,12 @@ pub fn encode(buf: &mut Vec<u8>, req: &Request, keys: &KeyFormat, value: &[u8]) 
                 b"*3\r\n$3\r\nSET\r\n"
             });
             bulk_key(buf, keys, req.keys[0]);
-            buf.push(b'$');
-            put_uint(buf, req.value_len);
-            buf.extend_from_slice(b"\r\n");
-            buf.extend_from_slice(&value[..req.value_len]);
-            buf.extend_from_slice(b"\r\n");
+            put_bulk(buf, &value[..req.value_len]);
             if req.ttl > 0 {
                 let mut digits = Vec::with_capacity(10);
                 put_uint(&mut digits, req.ttl as usize);
-                buf.extend_from_slice(b"$2\r\nEX\r\n$");
-                put_uint(buf, digits.len());
-                buf.extend_from_slice(b"\r\n");
-                buf.extend_from_slice(&digits);
-                buf.extend_from_slice(b"\r\n");
+                put_bulk(buf, b"EX");
+                put_bulk(buf, &digits);
             }
         }
         Verb::Delete => {
@@ -91,16 +93,8 @@ fn bulk(buf: &[u8], pos: usize) -> Result<Option<(usize, bool)>, ProtocolError> 
     match signed(&line[1..]) {
         Some(-1) => Ok(Some((next, false))),
         Some(n) if n >= 0 => {
-            let end = next + n as usize + 2;
-            if buf.len() < end {
-                return Ok(None);
-            }
-            if &buf[end - 2..end] != b"\r\n" {
-                return Err(ProtocolError(format!(
-                    "bulk string of {n} bytes not followed by CRLF"
-                )));
-            }
-            Ok(Some((end, true)))
+            let end = data_block(buf, next, n as usize, || "bulk string".to_string())?;
+            Ok(end.map(|e| (e, true)))
         }
         _ => Err(ProtocolError(format!(
             "malformed bulk length {}",

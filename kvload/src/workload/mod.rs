@@ -5,18 +5,17 @@
 pub mod buckets;
 pub mod dist;
 pub mod keys;
-pub mod trace;
 
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use std::sync::Arc;
 
+use crate::config::trace::{self, Trace};
 use crate::config::{Config, Verb};
 use buckets::PerKey;
 pub use dist::{ArrivalGen, KeyGen, MixGen, ValueSizeGen};
 pub use keys::KeyFormat;
-use trace::Trace;
 
 /// Derives an independent seed for a stream (SplitMix64 finaliser).
 pub fn derive_seed(seed: u64, stream: u64, thread: u64) -> u64 {

@@ -20,8 +20,8 @@ use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use crate::config::Verb;
-use crate::config::spec::MAX_RELATIVE_TTL;
+use super::Verb;
+use super::spec::MAX_RELATIVE_TTL;
 
 /// The most requests a trace may hold (16 bytes each in memory).
 pub const MAX_RECORDS: usize = 50_000_000;
