@@ -413,3 +413,22 @@ def test_a_repetition_the_host_spoiled_is_measured_again_within_a_limit(
     assert (result.failed is not None) == failed
     assert result.summary()["n"] == measured
     assert len(result.skipped) == calls - measured
+
+
+def test_the_search_best_is_never_the_baseline_asked_again(tmp_path: Any) -> None:
+    """A sampler may propose the defaults again (a `repeat` of trial 0, reusing its
+    result): that is the baseline, not the search's best, whatever its value."""
+    from kvtune.store import Store
+    from kvtune.study.result import collect
+
+    store = Store(f"sqlite:///{tmp_path / 'r.db'}")
+    study = optuna.create_study(study_name="s", storage=store.storage, direction="minimize")
+    for kind, threads, value in (("baseline", 4, 700.0), ("repeat", 4, 650.0),
+                                 ("trial", 1, 760.0), ("trial", 3, 800.0)):
+        t = study.ask()
+        t.set_user_attr("kind", kind)
+        t.set_user_attr("config", {"memcached.threads": threads})
+        study.tell(t, value)
+    data = collect(store, "s")
+    assert data["best"]["config"] == {"memcached.threads": 1}
+    assert data["best"]["kind"] == "trial"

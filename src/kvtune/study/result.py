@@ -11,7 +11,7 @@ import optuna
 
 from kvtune.errors import UserError
 from kvtune.metrics import Direction
-from kvtune.store import Store
+from kvtune.store import Store, config_key
 from kvtune.study.record import stored_eval
 
 
@@ -41,9 +41,12 @@ def collect(store: Store, name: str) -> dict[str, Any]:
     base = next((t for t in trials if t["kind"] == "baseline" and t["state"] == "COMPLETE"),
                 None)
     direction = study.directions[0].name.lower()  # the first objective's
-    # The best of the search: the baseline is what it is compared with, never its own "best".
+    # The best of the search: the baseline is what it is compared with, never its own
+    # "best", nor is a search trial that asked for the baseline's configuration again (a
+    # `repeat` of trial 0: a sampler may propose the defaults, which reuse its result).
+    base_key = config_key(base["config"]) if base else None
     done = [t for t in trials if t["state"] == "COMPLETE" and t["feasible"]
-            and t["kind"] != "baseline"]
+            and t["kind"] != "baseline" and config_key(t["config"]) != base_key]
     best = None
     if done:
         best = Direction(direction).best(done, key=lambda t: t["value"])
