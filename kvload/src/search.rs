@@ -1380,7 +1380,10 @@ fn finish<E, M: FnMut(f64, Purpose) -> Result<Measured, E>>(
         .collect();
     let has_knee = matches!(verdict, "ok" | "imprecise") && hp.is_some() && lf.is_some();
     let (knee, ci) = if has_knee {
-        let k = crossing(alpha, &curve);
+        // A rate still in doubt after its runs is decided by its percentile (`visit`),
+        // which the pooled share may not follow to the letter: when the curve through the
+        // shares has no crossing, the knee is the highest rate the search passed.
+        let k = crossing(alpha, &curve).or(hp);
         // Every rate's share drawn from what its windows say of it (`draw_exceed`), the
         // crossing of each draw: its percentiles are the knee's interval.
         let mut boot: Vec<f64> = (0..BOOTSTRAP * 2)
@@ -1397,7 +1400,9 @@ fn finish<E, M: FnMut(f64, Purpose) -> Result<Measured, E>>(
                         (*r, e, 0.5 / n.max(1) as f64)
                     })
                     .collect();
-                crossing(alpha, &c).unwrap_or(0.0)
+                // A draw in which no rate meets the SLO puts the knee at or below the
+                // lowest rate the search may measure.
+                crossing(alpha, &c).unwrap_or(p.min_rate)
             })
             .collect();
         boot.sort_by(f64::total_cmp);
@@ -1417,7 +1422,10 @@ fn finish<E, M: FnMut(f64, Purpose) -> Result<Measured, E>>(
         let w = small_sample_widening(n);
         (
             k,
-            k.map(|k| ((k - w * (k - ci.0)).min(k), (k + w * (ci.1 - k)).max(k))),
+            k.map(|k| {
+                let lo = (k - w * (k - ci.0)).min(k).max(p.min_rate.min(k));
+                (lo, (k + w * (ci.1 - k)).max(k))
+            }),
         )
     } else {
         (None, None)
@@ -1719,6 +1727,45 @@ mod tests {
         );
         assert!(covered >= 88, "{covered} of 100 intervals hold the truth");
         assert!(errors[90] < 0.05, "p90 error {}", errors[90]);
+    }
+
+    #[test]
+    fn a_converged_search_always_has_a_knee_inside_its_positive_interval() {
+        // Noisy windows near the SLO: the rates' pooled shares and the search's own pass
+        // and fail decisions may disagree (a draw may have no crossing at all); a search
+        // that decided a pass and a fail above it still says a knee, inside an interval
+        // that stays at or above the lowest rate it may measure.
+        // p99 on the bound itself below 30k (every rate in doubt, decided by its
+        // percentile), a queue above.
+        fn on_the_bound(r: f64) -> f64 {
+            if r < 30_000.0 { 500.0 } else { queue(r) * 4.0 }
+        }
+        let mut checked = 0;
+        for seed in 0..60u64 {
+            let mut c = Curve::new(
+                if seed % 2 == 0 { queue } else { on_the_bound },
+                40_000.0,
+                seed,
+            );
+            c.noise = 0.35;
+            let mut p = params();
+            p.seed = seed;
+            p.reference = Some(16_000.0);
+            let k = search(&mut c, 500.0, &p, 32_000.0);
+            if matches!(k.verdict, "ok" | "imprecise")
+                && k.highest_pass.is_some()
+                && k.lowest_fail.is_some()
+            {
+                let est = k.knee.expect("a converged search says its knee");
+                let (lo, hi) = k.ci.expect("and its interval");
+                assert!(
+                    p.min_rate <= lo && lo <= est && est <= hi,
+                    "seed {seed}: {lo} {est} {hi}"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked >= 30, "{checked} searches converged");
     }
 
     #[test]
