@@ -360,3 +360,34 @@ def test_the_runner_check_sees_every_way_to_start_a_program() -> None:
         assert _starts(snippet), snippet
     assert not _starts("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                        "    import subprocess\nimport os\nos.environ.get('X')")
+
+
+def test_a_workload_file_is_read_once_per_run(in_tmp: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loader reads and checks `load.workload_file` once; what uses it afterwards (the
+    run budget, the library's features) takes the loader's document, never the file again."""
+    from kvtune.load.kvload import file_duration
+    from kvtune.safety import workload
+    from kvtune.study.loader import load_study
+    from kvtune.workload.features import of_spec
+
+    reads: list[str] = []
+    real = workload.check_workload_file
+
+    def counting(name: str) -> dict:  # type: ignore[type-arg]
+        reads.append(name)
+        return real(name)
+
+    monkeypatch.setattr(workload, "check_workload_file", counting)
+    (in_tmp / "w.json").write_text('{"keys": 1000, "mix": "get:9,set:1", "value_size": 100, '
+                                   '"rate": 4000, "duration": "2s"}')
+    (in_tmp / "s.yaml").write_text(
+        "study: once\ntarget: {kind: memcached, cpus: '0'}\n"
+        "load: {mode: open, workload_file: w.json, warmup: 0, cpus: '1'}\n"
+        "knobs: [memcached.threads]\n")
+    loaded = load_study(in_tmp / "s.yaml")
+    assert loaded.spec.load is not None
+    assert file_duration(loaded.spec.load) == 2.0
+    features, source = of_spec(loaded.spec)
+    assert source == "model w.json" and features
+    assert reads == [str(in_tmp / "w.json")]

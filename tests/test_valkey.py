@@ -156,3 +156,28 @@ def test_capture_of_valkey(tmp_path: Path, valkey_bin: str, kvload_bin: str) -> 
     finally:
         srv.terminate()
         srv.wait()
+
+
+def test_an_inline_valkey_directive_is_checked_like_the_catalogs(tmp_path: Path) -> None:
+    """`applier: {valkey_directive: ...}` (the kind's inline key): a safe directive with
+    safe values is a knob; one that makes the server write files is refused, naming it."""
+    base = ("study: vi\ntarget: {kind: valkey, cpus: '0'}\n"
+            "load: {mode: closed, duration: 300ms, warmup: 0, cpus: '1'}\n"
+            "objective: {metric: ops_per_sec}\nknobs:\n")
+    (tmp_path / "ok.yaml").write_text(base + "  - {name: my.prefetch, type: int, range: "
+                                      "[1, 64], applier: {valkey_directive: "
+                                      "prefetch-batch-max-size}}\n")
+    r = kvtune("check", "ok.yaml", cwd=tmp_path)
+    assert r.returncode in (0, 1) and "my.prefetch" in r.stdout, r.stdout + r.stderr
+    (tmp_path / "bad.yaml").write_text(base + "  - {name: my.dir, type: categorical, "
+                                       "choices: [/tmp], applier: {valkey_directive: dir}}\n")
+    r = kvtune("check", "bad.yaml", cwd=tmp_path)
+    said = r.stdout + r.stderr  # `check` lists its problems on stdout
+    assert r.returncode == 2 and "Valkey directive 'dir' is refused" in said, said
+    assert "Traceback" not in said
+    # Another kind's key on a valkey target is refused too.
+    (tmp_path / "other.yaml").write_text(base + "  - {name: my.t, type: int, range: [1, 4], "
+                                         "applier: {memcached_flag: -t}}\n")
+    r = kvtune("check", "other.yaml", cwd=tmp_path)
+    said = r.stdout + r.stderr
+    assert r.returncode == 2 and "a memcached knob but the target is valkey" in said, said

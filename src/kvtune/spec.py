@@ -23,6 +23,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     ValidationError,
     ValidationInfo,
@@ -133,6 +134,8 @@ class WorkloadSpec(_Model):
 
 
 class LoadSpec(_Model):
+    _workload_doc: dict[str, Any] | None = PrivateAttr(default=None)
+
     tool: str = Field(default="kvload", pattern=_NAME)  # a registered load driver (loader)
     protocol: Literal["memcache", "meta", "resp"] | None = None
     mode: Literal["open", "closed"] = "open"
@@ -225,6 +228,23 @@ class LoadSpec(_Model):
         if v is not None and (not v or any(c in v for c in "\x00\n\r") or len(v) > 4096):
             raise ValueError("not a file name")
         return v
+
+    def workload_document(self) -> dict[str, Any] | None:
+        """The workload file, parsed and checked once (`safety.workload`): the loader reads
+        it (`set_workload_document`); a load built another way reads it here, on first use.
+        None without a file; ValueError for a file kvload may not read."""
+        if self.workload_file is None:
+            return None
+        if self._workload_doc is None:
+            from kvtune.safety.workload import check_workload_file
+
+            self._workload_doc = check_workload_file(self.workload_file)
+        return self._workload_doc
+
+    def set_workload_document(self, path: str, doc: dict[str, Any]) -> None:
+        """The workload file resolved (`path`) and its checked document (the loader's)."""
+        self.workload_file = path
+        self._workload_doc = doc
 
     @model_validator(mode="after")
     def _rate(self) -> LoadSpec:

@@ -163,14 +163,8 @@ def file_duration(load: LoadSpec) -> float:
     if not load.workload_file or "duration" in load.model_fields_set:
         return load.duration
     try:
-        text = Path(load.workload_file).read_text()
-        if load.workload_file.endswith(".toml"):
-            import tomllib
-
-            doc: dict[str, Any] = tomllib.loads(text)
-        else:
-            doc = json.loads(text)
-    except (OSError, ValueError):
+        doc = load.workload_document() or {}
+    except ValueError:
         return load.duration
     from kvtune.durations import parse_duration
 

@@ -340,8 +340,12 @@ def resolution(samples: list[list[float]], m: int, alpha: float, power: float = 
     return None if math.isnan(d) else float(math.expm1(d))
 
 
-def _share(x: float) -> str:
-    return f"{x:.0%}".replace("-", MINUS) if not math.isnan(x) else "-"
+def _share(x: float | None) -> str:
+    """A share as a percentage; "-" when there is none (NaN in memory, null once stored:
+    JSON has no NaN)."""
+    if not isinstance(x, int | float) or math.isnan(x):
+        return "-"
+    return f"{x:.0%}".replace("-", MINUS)
 
 
 def _change(row: dict[str, Any]) -> str:

@@ -313,10 +313,10 @@ def _resolve_paths(spec: StudySpec, lines: Lines, base: Path, notes: list[str]) 
                      "study file; paths in a study file are relative to the study file")
         path = given.resolve()
     try:
-        check_workload_file(str(path))
+        doc = check_workload_file(str(path))
     except ValueError as e:
         return [f"{at}: {e}"]
-    spec.load.workload_file = str(path)
+    spec.load.set_workload_document(str(path), doc)  # read once: what the run uses
     return []
 
 

@@ -145,7 +145,7 @@ def of_spec(spec: Any, base_dir: Path | None = None) -> tuple[dict[str, float], 
     doc: dict[str, Any] = {}
     source = "the study's load.workload"
     if load.workload_file:
-        doc = _read_model(load.workload_file, base_dir)
+        doc = _read_model(load, base_dir)
         source = f"model {Path(load.workload_file).name}"
     # The study's own settings win over the file's (kvload's command line does).
     merged: dict[str, Any] = dict(doc)
@@ -163,14 +163,16 @@ def of_spec(spec: Any, base_dir: Path | None = None) -> tuple[dict[str, float], 
     return of_model(merged, rate), source
 
 
-def _read_model(name: str, base_dir: Path | None) -> dict[str, Any]:
+def _read_model(load: Any, base_dir: Path | None) -> dict[str, Any]:
+    """The load's workload document: the one the loader read (`LoadSpec.workload_document`),
+    or, for a stored study's relative path, the file beside `base_dir`."""
     from kvtune.safety.workload import check_workload_file
 
-    p = Path(name)
-    if not p.is_absolute() and base_dir is not None:
-        p = base_dir / p
+    p = Path(load.workload_file)
     try:
-        return check_workload_file(str(p))
+        if not p.is_absolute() and base_dir is not None:
+            return check_workload_file(str(base_dir / p))
+        return dict(load.workload_document() or {})
     except ValueError as e:
         raise NoFeatures(f"load.workload_file: {e}") from None
 

@@ -23,6 +23,7 @@ def resp_command(*args: str) -> bytes:
 
 class RedisTarget(ServerTarget):
     kind = "redis"
+    label = "Redis"  # in messages (a kind built on this one says its own)
     default_binary = "redis-server"
     protocol = "resp"
     version_args = ("--version",)
@@ -88,9 +89,9 @@ class RedisTarget(ServerTarget):
         if name in cls.SAFE_DIRECTIVES:
             return cls.SAFE_DIRECTIVES[name]
         if name in cls.UNSAFE_DIRECTIVES:
-            raise ValueError(f"Redis directive {name!r} is refused: it "
+            raise ValueError(f"{cls.label} directive {name!r} is refused: it "
                              f"{cls.UNSAFE_DIRECTIVES[name]}")
-        raise ValueError(f"Redis directive {name!r} is not on kvtune's list of safe "
+        raise ValueError(f"{cls.label} directive {name!r} is not on kvtune's list of safe "
                          f"directives ({scan.listing(cls.SAFE_DIRECTIVES)})")
 
     @classmethod

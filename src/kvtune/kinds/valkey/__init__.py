@@ -50,5 +50,6 @@ KIND = Kind(
     systemd_unit="valkey-server.service", exporters=_exporters, rules=_rules, presets=_presets,
     thread_knob="valkey.io_threads", export_family="valkey",
     config_reader="kvtune.kinds.valkey.config:READER",
+    inline={"valkey_directive": "kvtune.kinds.valkey.appliers:ValkeyDirective"},
     capture="kvtune.kinds.valkey.capture:CAPTURER",
 )

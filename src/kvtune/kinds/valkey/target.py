@@ -12,6 +12,7 @@ _INT = r"\d{1,12}"
 
 class ValkeyTarget(RedisTarget):
     kind = "valkey"
+    label = "Valkey"
     default_binary = "valkey-server"
     version_banner = r"^Valkey server v=\d+\.\d+"
 
