@@ -147,6 +147,18 @@ def test_packages_form_a_tree() -> None:
     assert _cycle(packages) is None, " -> ".join(_cycle(packages) or [])
 
 
+def test_top_level_packages_form_a_tree() -> None:
+    """The same at the top level, a package with its subpackages (kvtune.kinds with every
+    kind's folder): the generic layers reach a kind's folder only through the registry
+    (kvtune.kind_registry, below them), never by import."""
+    top: dict[str, set[str]] = {}
+    for module, deps in _graph().items():
+        a = ".".join(module.split(".")[:2])
+        top.setdefault(a, set()).update(
+            b for b in (".".join(d.split(".")[:2]) for d in deps) if b not in (a, "kvtune"))
+    assert _cycle(top) is None, " -> ".join(_cycle(top) or [])
+
+
 def test_the_package_checker_sees_a_cycle() -> None:
     graph = {"kvtune.a.x": {"kvtune.b.y"}, "kvtune.b.y": set(), "kvtune.b.z": {"kvtune.a.w"},
              "kvtune.a.w": set()}
@@ -154,7 +166,7 @@ def test_the_package_checker_sees_a_cycle() -> None:
 
 
 def _kind_words() -> re.Pattern[str]:
-    from kvtune import kinds
+    from kvtune import kind_registry as kinds
 
     return re.compile("|".join(map(re.escape, kinds.names())), re.I)
 
@@ -194,13 +206,16 @@ def _names_in_code(path: Path, pattern: re.Pattern[str]) -> list[tuple[int, str]
     return found
 
 
+REGISTRY = PKG / "kind_registry.py"  # one line a kind: the one module outside kinds/ naming them
+
+
 def test_no_module_outside_kinds_names_a_server_kind() -> None:
     """The generic layers (targets, knobs, measure, study, telemetry, export, report,
     workload, verify, the command line) ask the kind registry and name no kind."""
     pattern = _kind_words()
     offenders = {}
     for p in sorted(PKG.rglob("*.py")):
-        if p.relative_to(PKG).parts[0] == "kinds":
+        if p.relative_to(PKG).parts[0] == "kinds" or p == REGISTRY:
             continue
         found = _names_in_code(p, pattern)
         if found:
@@ -221,11 +236,13 @@ def test_the_checker_sees_a_kind_named_in_code(tmp_path: Path) -> None:
 
 def test_a_kind_is_its_folder_and_one_registry_line() -> None:
     """Valkey, the proof: named in code only in kinds/valkey/ and on its one line of the
-    registry (kinds/__init__.py); a kind another builds on (Redis, for Valkey) is named by
+    registry (kind_registry.py); a kind another builds on (Redis, for Valkey) is named by
     that kind's folder too, and by no generic module (the test above)."""
-    from kvtune import kinds
+    from kvtune import kind_registry as kinds
 
     for name in kinds.names():
+        found = _names_in_code(REGISTRY, re.compile(re.escape(name), re.I))
+        assert len({ln for ln, _ in found}) == 1, (name, found)  # its registry line
         pattern = re.compile(re.escape(name), re.I)
         outside = {}
         for p in sorted((PKG / "kinds").rglob("*.py")):
@@ -233,14 +250,11 @@ def test_a_kind_is_its_folder_and_one_registry_line() -> None:
             if rel.parts[0] == name:
                 continue
             found = _names_in_code(p, pattern)
-            if rel == Path("__init__.py"):
-                assert len({ln for ln, _ in found}) == 1, (name, found)  # its registry line
-                continue
             builds_on = [t for _, t in found if t.startswith(f"kvtune.kinds.{name}")]
             if found and not builds_on:
                 outside[str(rel)] = found[:3]
         assert not outside, (name, outside)
-    registry = (PKG / "kinds" / "__init__.py").read_text().splitlines()
+    registry = REGISTRY.read_text().splitlines()
     assert [ln for ln in registry if "valkey" in ln.lower() and "kvtune.kinds." in ln] == [
         '    "valkey": "kvtune.kinds.valkey",']
 

@@ -494,7 +494,7 @@ KIND = replace(memcached.KIND, name="mc4", label="mc4", target="mc4kind:Mc4Targe
 
 def test_a_new_server_kind_is_its_folder_and_one_registry_line(
         memcached_bin: str, tmp_path: Path) -> None:
-    """A kind registered from outside the package (its module and `kinds.register`) is a
+    """A kind registered from outside the package (its module and `kind_registry.register`) is a
     target the loader accepts, the runner starts, and whose stats the telemetry digests
     under its prefix: nothing of kvtune's generic layers names it."""
     import subprocess
@@ -505,7 +505,7 @@ def test_a_new_server_kind_is_its_folder_and_one_registry_line(
     study.write_text("study: mc4\ntarget: {kind: mc4, cpus: '0', args: ['-m', '32']}\n"
                      "load: {mode: closed, duration: 300ms, warmup: 0, cpus: '1'}\n")
     src = Path(__file__).resolve().parents[1] / "src"
-    code = ("from kvtune import kinds; kinds.register('mc4', 'mc4kind'); "
+    code = ("from kvtune import kind_registry; kind_registry.register('mc4', 'mc4kind'); "
             "from kvtune.cli import main; main(['run', 'mc4.yaml', '--repetitions', '1', "
             "'--json'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -66,9 +66,15 @@ def main() -> None:
     edges = {n: {m for m in deps if not ta._descends(m, n) and not ta._descends(n, m)}
              for n, deps in files.items()}
     packages = ta._package_graph(files)
+    top: dict[str, set[str]] = {}
+    for module, deps in files.items():
+        a = ".".join(module.split(".")[:2])
+        top.setdefault(a, set()).update(
+            b for b in (".".join(d.split(".")[:2]) for d in deps) if b not in (a, "kvtune"))
     pattern = re.compile("|".join(KINDS), re.I)
     naming = sorted(str(p.relative_to(ta.PKG)) for p in ta.PKG.rglob("*.py")
                     if p.relative_to(ta.PKG).parts[0] != "kinds"
+                    and p.name != "kind_registry.py"
                     and ta._names_in_code(p, pattern))
     print(json.dumps({
         "src": str(src),
@@ -77,6 +83,8 @@ def main() -> None:
         "packages": {"packages": len(packages),
                      "edges": sum(map(len, packages.values())),
                      "cycles": sccs(packages)},
+        "top_level": {"packages": len(top), "edges": sum(map(len, top.values())),
+                      "cycles": sccs(top)},
         "modules_outside_kinds_naming_a_kind": naming,
     }, indent=1))
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from kvtune import kinds
+from kvtune import kind_registry as kinds
 from kvtune.errors import KvtuneError, UserError
 from kvtune.safety.text import Console
 from kvtune.safety.text import for_markup as escape

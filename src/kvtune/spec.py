@@ -258,7 +258,7 @@ class LoadSpec(_Model):
 
 def inline_keys() -> list[str]:
     """The keys of an inline knob's `applier:`: each server kind's, then the host's."""
-    from kvtune import kinds
+    from kvtune import kind_registry as kinds
 
     return [*(key for k in kinds.every() for key in k.inline), "sysctl", "sysfs"]
 

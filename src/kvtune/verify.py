@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvtune import kinds
+from kvtune import kind_registry as kinds
 from kvtune.cpulist import parse_cpus
 from kvtune.errors import UserError
 from kvtune.export.base import Recommendation

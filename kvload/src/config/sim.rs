@@ -28,14 +28,22 @@ pub struct SimServer {
     pub wake_us: f64,
 }
 
-/// A latency in µs: a bare number is µs, anything else a duration (`50us`, `0.05ms`).
-fn micros(v: &str) -> Result<f64, String> {
+/// `key`'s latency in µs, within 0..1 s: a bare number is µs, anything else a duration
+/// (`50us`, `0.05ms`); `example` shows one in the error.
+fn latency(key: &str, v: &str, example: &str) -> Result<f64, String> {
     let t = v.trim();
-    match t.parse::<f64>() {
+    let us = match t.parse::<f64>() {
         Ok(b) if b.is_finite() => Ok(b),
-        Ok(_) => Err(format!("'{t}' is not a number")),
-        Err(_) => super::spec::parse_duration(t).map(|ns| ns as f64 / 1e3),
+        Ok(_) => Err(()),
+        Err(_) => super::spec::parse_duration(t)
+            .map(|ns| ns as f64 / 1e3)
+            .map_err(|_| ()),
     }
+    .map_err(|_| format!("{key}: '{v}' is not a latency such as {example}"))?;
+    if !(0.0..=1e6).contains(&us) {
+        return Err(format!("{key}: '{v}' is outside 0..1 s"));
+    }
+    Ok(us)
 }
 
 fn rate(key: &str, v: &str) -> Result<f64, String> {
@@ -65,22 +73,8 @@ impl SimServer {
             match k.trim() {
                 "service" => s.service = rate(k, v)?,
                 "client" => s.client = Some(rate(k, v)?),
-                "base" => {
-                    let b = micros(v)
-                        .map_err(|_| format!("base: '{v}' is not a latency such as 50us"))?;
-                    if !(0.0..=1e6).contains(&b) {
-                        return Err(format!("base: '{v}' is outside 0..1 s"));
-                    }
-                    s.base_us = b;
-                }
-                "wake" => {
-                    let w = micros(v)
-                        .map_err(|_| format!("wake: '{v}' is not a latency in µs such as 500us"))?;
-                    if !(0.0..=1e6).contains(&w) {
-                        return Err(format!("wake: '{v}' is outside 0..1 s"));
-                    }
-                    s.wake_us = w;
-                }
+                "base" => s.base_us = latency(k, v, "50us")?,
+                "wake" => s.wake_us = latency(k, v, "500us")?,
                 "stall" => {
                     let parts: Vec<&str> = v.trim().split(':').collect();
                     let num = |x: &str| x.trim().parse::<f64>().ok().filter(|f| f.is_finite());

@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from kvtune import kinds
+from kvtune import kind_registry as kinds
 from kvtune.errors import KvtuneError, UserError
 from kvtune.export.base import Exporter, ExportFile, Recommendation
 from kvtune.export.sysctl import SysctlExporter

@@ -32,7 +32,7 @@ ROLLBACK_DIR = "rollback"
 def thread_knobs() -> tuple[str, ...]:
     """Knobs whose best value depends on the CPUs the server had when it was measured: each
     server kind's thread count."""
-    from kvtune import kinds
+    from kvtune import kind_registry as kinds
 
     return tuple(k.thread_knob for k in kinds.every() if k.thread_knob)
 

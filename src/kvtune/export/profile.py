@@ -16,7 +16,7 @@ from kvtune.workload.features import describe
 def formats() -> list[str]:
     """The export formats a profile is written in: the host's (TuneD), each server kind's,
     the placement's (systemd)."""
-    from kvtune import kinds
+    from kvtune import kind_registry as kinds
 
     return ["tuned", *(k.export_family for k in kinds.every() if k.export_family), "systemd"]
 

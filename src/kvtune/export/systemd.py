@@ -6,7 +6,7 @@ admin's own drop-ins."""
 
 from __future__ import annotations
 
-from kvtune import kinds
+from kvtune import kind_registry as kinds
 from kvtune.export.base import Exporter, ExportFile, Recommendation, comment, rollback_path
 from kvtune.knobs import catalog
 from kvtune.knobs.appliers.base import ExportEntry

@@ -280,7 +280,7 @@ def _idle() -> list[Knob]:
 
 
 def all_knobs() -> list[Knob]:
-    from kvtune import kinds
+    from kvtune import kind_registry as kinds
 
     return ([k for kind in kinds.every() for k in kind.knobs()] + _kernel() + _vm() + _net()
             + _placement() + _server_sched() + _idle())
@@ -357,7 +357,7 @@ Preset = tuple[list[str], dict[str, Domain], bool]
 
 
 def _presets() -> dict[str, Preset]:
-    from kvtune import kinds
+    from kvtune import kind_registry as kinds
 
     out: dict[str, Preset] = {}
     for kind in kinds.every():

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -30,14 +29,13 @@ __all__ = ["build_knob", "inline_appliers", "resolve_knobs"]
 def inline_appliers() -> dict[str, Callable[[str], Applier]]:
     """The study file's `applier:` keys (spec.ApplierSpec) → the applier they build: the
     host's (sysctl, sysfs) and each server kind's (kinds/<kind>/__init__.py, `inline`)."""
-    from kvtune import kinds
+    from kvtune import kind_registry as kinds
 
     out: dict[str, Callable[[str], Applier]] = {
         "sysctl": Sysctl, "sysfs": lambda path: HostFile([Location(path)])}
     for kind in kinds.every():
         for key, where in kind.inline.items():
-            module, _, name = where.partition(":")
-            out[key] = getattr(importlib.import_module(module), name)
+            out[key] = kinds.load(where)
     return out
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from kvtune import kinds
+from kvtune import kind_registry as kinds
 from kvtune.cpulist import parse_cpus
 from kvtune.knobs.rule import KnobLookup, Rule, Values, study_target
 from kvtune.knobs.rule import as_int as _int

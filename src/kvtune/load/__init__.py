@@ -1,7 +1,7 @@
 """Load drivers, one module per load tool (see base.py). The registry of built-in drivers:
 a new driver is its module plus one `register` line here."""
 
-from kvtune import kinds
+from kvtune import kind_registry as kinds
 from kvtune.load.base import (
     METRICS,
     VERDICTS,

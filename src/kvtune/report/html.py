@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 import plotly.offline
 import yaml
 
-from kvtune import kinds
+from kvtune import kind_registry as kinds
 from kvtune.analysis import Analysis, StudyData, analyse
 from kvtune.metrics import NAMES as METRICS
 from kvtune.metrics import guess_direction

@@ -132,7 +132,7 @@ def bucketed_pages(row: dict[str, Any]) -> dict[str, int]:
 
 def _slabs(rec: dict[str, Any]) -> bool:
     """Whether the sampled server's kind has slab classes (its stats have a slab table)."""
-    from kvtune import kinds
+    from kvtune import kind_registry as kinds
 
     kind = kinds.find(rec.get("kind"))
     return kind is not None and kind.slab_table is not None

@@ -128,17 +128,14 @@ def check_inline_values(ks: KnobSpec, target_kind: str, target: Any) -> None:
         values = [v for v in values if v is not ks.step]
     key, arg = next((k, v) for k, v in a.model_dump().items() if v is not None)
     if key not in ("sysctl", "sysfs"):
-        import importlib
-
-        from kvtune import kinds
+        from kvtune import kind_registry as kinds
 
         owner = next((k for k in kinds.every() if key in k.inline), None)
         if owner is None:
             raise ValueError(f"{key}: not an applier kvtune knows")
         if owner.name != target_kind:
             raise ValueError(f"{key} {arg}: the target is not {owner.name}")
-        module, _, name = owner.inline[key].partition(":")
-        applier = getattr(importlib.import_module(module), name)
+        applier = kinds.load(owner.inline[key])
         applier.check_inline(str(arg), ks.name, values, is_bool, target)
         return
     for v in values:

@@ -9,12 +9,11 @@ is this host's facts and the servers found on it.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from kvtune import kinds as _kinds
+from kvtune import kind_registry as _kinds
 
 if TYPE_CHECKING:
     from kvtune.knobs.appliers.base import HostContext
@@ -58,8 +57,7 @@ def target_class(kind: str) -> type[Target]:
             raise ValueError(f"unknown target kind {kind!r}; known: {', '.join(kinds())}")
         entry = server.target
     if isinstance(entry, str):
-        module, _, name = entry.partition(":")
-        entry = getattr(importlib.import_module(module), name)
+        entry = _kinds.load(entry)
     assert not isinstance(entry, str)
     _CLASSES[kind] = entry
     return entry

@@ -31,7 +31,6 @@ module places what the reader found.
 from __future__ import annotations
 
 import glob
-import importlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,13 +130,12 @@ def include_allowed(target: Path, top_dir: Path, include_roots: tuple[str, ...] 
 
 def _reader(kind: str | None) -> Any:
     """The configuration reader of a server kind (kinds/<kind>/config.py), or None."""
-    from kvtune import kinds
+    from kvtune import kind_registry as kinds
 
     k = kinds.find(kind)
     if k is None or k.config_reader is None:
         return None
-    module, _, name = k.config_reader.partition(":")
-    return getattr(importlib.import_module(module), name)
+    return kinds.load(k.config_reader)
 
 
 def check_config(kind: str | None, path: Path, what: str = "--from") -> str:

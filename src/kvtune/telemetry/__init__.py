@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvtune import kinds
+from kvtune import kind_registry as kinds
 from kvtune.telemetry.base import (
     Collector,
     Probe,

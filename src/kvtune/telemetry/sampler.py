@@ -80,7 +80,7 @@ class StatsConn:
 
 
 def _sampler(kind: str) -> Any:
-    from kvtune import kinds
+    from kvtune import kind_registry as kinds
 
     k = kinds.find(kind)
     return k.sample if k is not None else None
@@ -215,7 +215,7 @@ def phase_table(rec: dict[str, Any], load_raw: dict[str, Any] | None = None) -> 
     evictions, pages moved, hit ratio, out-of-memory errors; Redis's evictions, hits and
     memory), plus the load's own error count for the phase's seconds when `load_raw` has a
     series."""
-    from kvtune import kinds
+    from kvtune import kind_registry as kinds
 
     kind = kinds.find(rec.get("kind"))
     samples = [s for s in rec.get("samples", []) if s.get("phase") is not None]

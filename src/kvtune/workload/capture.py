@@ -63,21 +63,18 @@ def shown_url(url: str) -> str:
 
 def schemes() -> list[str]:
     """The URL schemes of capture: every server kind that captures."""
-    from kvtune import kinds
+    from kvtune import kind_registry as kinds
 
     return [k.name for k in kinds.every() if k.capture is not None]
 
 
 def capturer(kind: str) -> Any:
     """The capture of a server kind (kinds/<kind>/capture.py, its CAPTURER)."""
-    import importlib
-
-    from kvtune import kinds
+    from kvtune import kind_registry as kinds
 
     where = kinds.get(kind).capture
     assert where is not None
-    module, _, name = where.partition(":")
-    return getattr(importlib.import_module(module), name)
+    return kinds.load(where)
 
 
 def parse_url(url: str, allow_remote: bool = False) -> Target:
@@ -95,7 +92,7 @@ def parse_url(url: str, allow_remote: bool = False) -> Target:
         raise UserError(f"capture URL {shown!r}: the scheme must be "
                         + " or ".join(f"{k}://" for k in known))
     if not u.hostname or port is None:
-        from kvtune import kinds
+        from kvtune import kind_registry as kinds
 
         example = kinds.get(u.scheme).default_port
         raise UserError(f"capture URL {shown!r}: give the host and the port, e.g. "
