@@ -350,6 +350,11 @@ def test_a_capacity_study_confirms_and_reports_the_curve(tmp_path: Path, memcach
         # still carries every capacity measured.
         assert r.returncode == 1 and "capacity vs baseline" in out, out[-3000:]
         assert "worse" in out or "FAIL" in out, out[-3000:]
+    elif "No feasible search trial finished" in out:
+        # The host spoiled the search's trials (CI saw kvload fall behind): said, and the
+        # defaults stand; an outcome, not a capacity.
+        assert "spoiled by the host" in out, out[-3000:]
+        return
     else:
         assert f"req/s at {host_slo}" in out, out[-3000:]
     rep = _kvtune("report", "cap-it", "-o", str(tmp_path / "r.html"), cwd=tmp_path,
