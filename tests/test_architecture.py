@@ -234,6 +234,64 @@ def test_the_checker_sees_a_kind_named_in_code(tmp_path: Path) -> None:
     assert _names_in_code(f, _kind_words())
 
 
+_HOST_PATH = re.compile(r"^/(proc|sys|dev)(/|$)")
+ROOTS = PKG / "roots.py"  # the host's path roots, each defined once
+
+
+def _host_paths(path: Path) -> list[tuple[int, str]]:
+    """Where `path` spells a host path (/proc, /sys, /dev ...) in code: a string literal, or
+    the literal start of an f-string; docstrings and messages for people (text with spaces)
+    are not paths."""
+    tree = ast.parse(path.read_text(), str(path))
+    docs = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef |
+                      ast.ClassDef) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docs.add(id(first.value))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr) and node.values:
+            first = node.values[0]
+            if isinstance(first, ast.Constant):
+                docs.add(id(first))  # judged here, as the f-string's start
+                text = str(first.value)
+                if _HOST_PATH.match(text) and " " not in text:
+                    found.append((node.lineno, text))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and id(node) not in docs and _HOST_PATH.match(node.value) \
+                and " " not in node.value:
+            found.append((node.lineno, node.value))
+    return found
+
+
+def test_path_roots_are_defined_once() -> None:
+    """Every host path is built from `kvtune.roots` (its roots, `sysctl_path`, `proc`): no
+    other module spells /proc, /sys or /dev, so a root is defined in one place."""
+    offenders = {}
+    for p in sorted(PKG.rglob("*.py")):
+        if p == ROOTS:
+            continue
+        found = _host_paths(p)
+        if found:
+            offenders[str(p.relative_to(PKG))] = found[:3]
+    assert not offenders, offenders
+
+
+def test_the_checker_sees_a_host_path_spelled(tmp_path: Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text('"""Reads /proc/stat."""\nwhy = "/proc/PID/exe is what runs"\n'
+                 'x = "/system"\n')
+    assert _host_paths(f) == []
+    f.write_text('DEBUGFS = "/sys/kernel/debug"\n')
+    assert _host_paths(f) == [(1, "/sys/kernel/debug")]
+    f.write_text('def f(pid):\n    return f"/proc/{pid}/stat"\n')
+    assert _host_paths(f) == [(2, "/proc/")]
+    f.write_text('p = Path("/proc")\n')
+    assert _host_paths(f) == [(1, "/proc")]
+
+
 def test_a_kind_is_its_folder_and_one_registry_line() -> None:
     """Valkey, the proof: named in code only in kinds/valkey/ and on its one line of the
     registry (kind_registry.py); a kind another builds on (Redis, for Valkey) is named by

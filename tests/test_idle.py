@@ -18,14 +18,15 @@ from pathlib import Path
 import pytest
 from test_integration_servers import _journal_has_process, _wait_for, kvtune, study_file
 
+from kvtune import roots
 from kvtune.host.facts import this_host
 from kvtune.host.journal import default_path
 from kvtune.knobs import catalog
 from kvtune.knobs.appliers import idle
 from kvtune.knobs.appliers.base import HostContext
 
-HALT = Path(idle.HALTPOLL) / "guest_halt_poll_ns"
-QOS = Path(idle.PM_QOS)
+HALT = Path(roots.HALTPOLL) / "guest_halt_poll_ns"
+QOS = Path(roots.PM_QOS)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the idle path needs root")
 
@@ -46,7 +47,7 @@ def test_the_idle_path_is_in_the_catalog_with_its_availability() -> None:
         a = k.applier.check(ctx)
         assert a.ok or a.reason, name  # available, or said why not
     k = catalog.CATALOG["cpu.halt_poll_ns"]
-    if Path(idle.HALTPOLL).is_dir():
+    if Path(roots.HALTPOLL).is_dir():
         assert k.applier.check(ctx).ok
     else:
         assert "haltpoll cpuidle driver is not loaded" in k.applier.check(ctx).reason

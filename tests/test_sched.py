@@ -18,6 +18,7 @@ from typing import ClassVar
 
 import pytest
 
+from kvtune import roots
 from kvtune.host import debugfs
 from kvtune.host import plan as hostplan
 from kvtune.host import sched as hsched
@@ -158,7 +159,7 @@ def debugfs_as_found() -> Iterator[bool]:
     before = _mounted()
     yield before
     if _mounted() and not before:
-        subprocess.run(["umount", debugfs.DEBUGFS], check=False)
+        subprocess.run(["umount", roots.DEBUGFS], check=False)
         pytest.fail("the test left debugfs mounted")
 
 
@@ -184,7 +185,7 @@ def test_unmounted_debugfs_knob_is_judged_by_the_probe(debugfs_as_found: bool) -
     ctx = HostContext(collect())
     knob = catalog.CATALOG["sched.migration_cost_ns"]
     path = knob.applier.resolve(ctx)  # type: ignore[attr-defined]
-    if path is None or not path.startswith(debugfs.DEBUGFS):
+    if path is None or not path.startswith(roots.DEBUGFS):
         pytest.skip("sched_migration_cost_ns is not in debugfs on this kernel")
     debugfs._forget()
     probed = debugfs.debugfs_file(path)
@@ -199,7 +200,7 @@ def test_unmounted_debugfs_knob_is_judged_by_the_probe(debugfs_as_found: bool) -
 
 def test_hostfile_under_unmounted_debugfs_takes_the_probed_value(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    path = f"{debugfs.DEBUGFS}/sched/migration_cost_ns"
+    path = f"{roots.DEBUGFS}/sched/migration_cost_ns"
     monkeypatch.setattr(debugfs, "debugfs_mounted", lambda: False)
     monkeypatch.setattr(debugfs, "debugfs_file",
                         lambda p: debugfs.DebugfsFile(p, True, True, "500000\n", ""))
@@ -255,7 +256,7 @@ class FakeDebugfsKnob(HostFile):
 
 
 FAKE_KNOB = Knob(FAKE, Domain("int", 0, 1),
-                 FakeDebugfsKnob([Location(f"{debugfs.DEBUGFS}/sched/kvtune_fake")]),
+                 FakeDebugfsKnob([Location(f"{roots.DEBUGFS}/sched/kvtune_fake")]),
                  None, "a fake debugfs knob (tests)")
 
 STUDY = """\

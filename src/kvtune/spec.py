@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from kvtune import roots
 from kvtune.cpulist import parse_cpus
 from kvtune.durations import parse_duration
 from kvtune.errors import UserError
@@ -290,7 +291,7 @@ class ApplierSpec(_Model):
         given = [k for k, v in self.model_dump().items() if v is not None]
         if len(given) != 1:
             raise ValueError("give exactly one of " + ", ".join(inline_keys()))
-        if self.sysfs is not None and not self.sysfs.startswith("/sys/"):
+        if self.sysfs is not None and not self.sysfs.startswith(roots.SYS + "/"):
             raise ValueError(f"sysfs path {self.sysfs!r} must be under /sys/")
         if self.sysfs is not None:
             check_sysfs_text(self.sysfs)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvtune import kind_registry as kinds
+from kvtune import roots
 from kvtune.cpulist import parse_cpus
 from kvtune.errors import UserError
 from kvtune.export.base import Recommendation
@@ -88,7 +89,7 @@ def _identity(st: os.stat_result) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def runs_binary(pid: int, binary: Program, proc: Path = Path("/proc")) -> bool | None:
+def runs_binary(pid: int, binary: Program, proc: Path = Path(roots.PROC)) -> bool | None:
     """Whether process `pid` runs `binary` (its /proc/PID/exe is that file, by device and
     inode); None when that cannot be read."""
     try:
@@ -98,7 +99,7 @@ def runs_binary(pid: int, binary: Program, proc: Path = Path("/proc")) -> bool |
 
 
 def server_pids(kind: str | None, binary: Program | None = None,
-                proc: Path = Path("/proc")) -> list[int]:
+                proc: Path = Path(roots.PROC)) -> list[int]:
     """The processes running the target kind's trusted server binary (by /proc/PID/exe,
     never by a name a process may give itself)."""
     if binary is None:
@@ -113,7 +114,7 @@ def server_pids(kind: str | None, binary: Program | None = None,
     return sorted(pids)
 
 
-def listening_inodes(port: int, proc: Path = Path("/proc")) -> set[int]:
+def listening_inodes(port: int, proc: Path = Path(roots.PROC)) -> set[int]:
     """The socket inodes listening on TCP `port` (IPv4 and IPv6), from /proc/net/tcp{,6}."""
     out: set[int] = set()
     for name in ("tcp", "tcp6"):
@@ -128,7 +129,7 @@ def listening_inodes(port: int, proc: Path = Path("/proc")) -> set[int]:
     return out
 
 
-def socket_inodes(pid: int, proc: Path = Path("/proc")) -> set[int]:
+def socket_inodes(pid: int, proc: Path = Path(roots.PROC)) -> set[int]:
     """The socket inodes process `pid` holds (OSError when its fds cannot be read)."""
     out = set()
     fd_dir = proc / str(pid) / "fd"
@@ -143,10 +144,10 @@ def socket_inodes(pid: int, proc: Path = Path("/proc")) -> set[int]:
 
 
 def _uid(pid: int) -> int:
-    for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
+    for ln in roots.proc(pid, "status").read_text().splitlines():
         if ln.startswith("Uid:"):
             return int(ln.split()[1])
-    raise OSError(f"/proc/{pid}/status has no Uid line")
+    raise OSError(f"{roots.proc(pid, 'status')} has no Uid line")
 
 
 def expected_owners(kind: str | None, argv: list[str]) -> dict[int, str]:
@@ -195,7 +196,7 @@ def identity_checks(rec: Recommendation, pid: int, binary: Program,
     exe = runs_binary(pid, binary)
     found_exe: str | None
     try:
-        found_exe = os.readlink(f"/proc/{pid}/exe")
+        found_exe = os.readlink(roots.proc(pid, "exe"))
     except OSError as e:
         found_exe = None if exe is None else f"({e.strerror})"
     out.append(Check("server binary", binary.real, found_exe, bool(exe),
@@ -215,13 +216,13 @@ def identity_checks(rec: Recommendation, pid: int, binary: Program,
                          "on it", bool(listening)))
     except OSError as e:
         out.append(Check("server port", f"listening on TCP port {port}", None, False,
-                         f"cannot read /proc/{pid}/fd: {e.strerror} (kvtune verify needs "
+                         f"cannot read {roots.proc(pid, 'fd')}: {e.strerror} (kvtune verify needs "
                          "root to read another user's process)"))
     return out
 
 
 def _argv(pid: int) -> list[str]:
-    raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    raw = roots.proc(pid, "cmdline").read_bytes()
     return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
 
 
@@ -250,19 +251,19 @@ def flag_checks(rec: Recommendation, pid: int) -> list[Check]:
 def _cgroup_quota(pid: int) -> str | None:
     """The process's CPU quota as systemd writes it ("50%"), "" for none; None unreadable."""
     try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        lines = roots.proc(pid, "cgroup").read_text().splitlines()
     except OSError:
         return None
     for ln in lines:
         hier, controllers, path = ln.split(":", 2)
         if hier == "0" and controllers == "":
-            for root in (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup")):
+            for root in (Path(roots.CGROUP_UNIFIED), Path(roots.CGROUP)):
                 f = root / path.lstrip("/") / "cpu.max"
                 if f.exists():
                     quota, period = f.read_text().split()
                     return "" if quota == "max" else f"{int(quota) * 100 // int(period)}%"
         if "cpu" in controllers.split(","):
-            d = Path("/sys/fs/cgroup/cpu") / path.lstrip("/")
+            d = Path(roots.CGROUP, "cpu") / path.lstrip("/")
             try:
                 q_us = int((d / "cpu.cfs_quota_us").read_text())
                 p_us = int((d / "cpu.cfs_period_us").read_text())
@@ -309,7 +310,7 @@ def verify(rec: Recommendation, pid: int | None = None, host_only: bool = False,
         or placement_entries(rec)
     if host_only or not server_side:
         return checks, notes
-    if pid is not None and (pid <= 0 or not Path(f"/proc/{pid}").is_dir()):
+    if pid is not None and (pid <= 0 or not roots.proc(pid).is_dir()):
         raise UserError(f"--pid {pid}: no such process on this host")
     try:
         binary = trusted_binary(rec)

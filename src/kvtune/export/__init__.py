@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kvtune import kind_registry as kinds
+from kvtune import roots
 from kvtune.errors import KvtuneError, UserError
 from kvtune.export.base import Exporter, ExportFile, Recommendation
 from kvtune.export.sysctl import SysctlExporter
@@ -30,7 +31,7 @@ for _e in (SysctlExporter(), TunedExporter(),
     register(_e)
 
 # Never write into the live configuration of the host: a person installs the files.
-FORBIDDEN_ROOTS = (Path("/etc"), Path("/proc"), Path("/sys"), Path("/usr"), Path("/boot"))
+FORBIDDEN_ROOTS = tuple(Path(r) for r in (*roots.KERNEL_TREES, *roots.SYSTEM_TREES))
 
 __all__ = ["EXPORTERS", "ExportFile", "Exporter", "NoRecommendation", "Recommendation",
            "recommendation", "register", "warnings", "with_content", "write"]

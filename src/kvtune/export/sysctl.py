@@ -4,6 +4,7 @@ suffix (sysctl.d reads *.conf only): remove the drop-in, then `sysctl -p` the ro
 
 from __future__ import annotations
 
+from kvtune import roots
 from kvtune.export.base import Exporter, ExportFile, Recommendation, comment, rollback_path
 
 
@@ -18,7 +19,7 @@ def sysctl_rows(rec: Recommendation) -> tuple[list[tuple[str, str, str | None]],
                            "see the tuned profile")
             continue
         key = row.entry.key
-        if not rec.ctx.fs.exists("/proc/sys/" + key.replace(".", "/")):
+        if not rec.ctx.fs.exists(roots.sysctl_path(key)):
             skipped.append(f"{key} does not exist on this host")
             continue
         now = rec.host_entry(row)

@@ -19,6 +19,7 @@ import functools
 import re
 from pathlib import Path
 
+from kvtune import roots
 from kvtune.export.base import Exporter, ExportFile, Recommendation, comment
 from kvtune.safety import programs
 
@@ -123,7 +124,7 @@ class TunedExporter(Exporter):
             entries[section].append((option, row.entry.value))
         if not any(entries.values()):
             return []
-        if any("/sys/module/haltpoll/" in o for o, _ in entries["sysfs"]):
+        if any(roots.under(o, roots.HALTPOLL) for o, _ in entries["sysfs"]):
             notes.append("guest halt-polling is set at run time by [sysfs]; to set it from "
                          "boot instead, add haltpoll.guest_halt_poll_ns=... to the kernel "
                          "command line ([bootloader] cmdline=)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from kvtune import roots
 from kvtune.errors import HarnessError
 from kvtune.host.fs import HostFS
 from kvtune.host.journal import Journal
@@ -26,12 +27,12 @@ class ServerCgroup:
         self._v2_period = "100000"
         if mode in ("v1", "hybrid"):
             for c in sorted(controllers):
-                root = self.fs.path(f"/sys/fs/cgroup/{c}")
+                root = self.fs.path(f"{roots.CGROUP}/{c}")
                 if not root.is_dir():
                     raise HarnessError(f"cgroup controller {c} is not mounted at {root}")
                 self.dirs[c] = root / self.name
         else:
-            root = self.fs.path("/sys/fs/cgroup")
+            root = self.fs.path(roots.CGROUP)
             if (root / "unified" / "cgroup.controllers").exists() and not (
                     root / "cgroup.controllers").exists():
                 root = root / "unified"

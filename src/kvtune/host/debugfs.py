@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvtune import roots
 from kvtune.safety import programs
 
 if TYPE_CHECKING:
     from kvtune.host.journal import Journal
 
-DEBUGFS = "/sys/kernel/debug"
-FEATURES = f"{DEBUGFS}/sched/features"
+FEATURES = f"{roots.DEBUGFS}/sched/features"
 
 
 @dataclass(frozen=True)
@@ -53,9 +53,9 @@ class DebugfsFile:
     reason: str  # why it cannot be written, for people ("" when it can)
 
 
-def _mounted(mounts: str = "/proc/self/mounts") -> bool:
+def _mounted(mounts: str = f"{roots.PROC}/self/mounts") -> bool:
     try:
-        return any(line.split()[1:3] == [DEBUGFS, "debugfs"]
+        return any(line.split()[1:3] == [roots.DEBUGFS, "debugfs"]
                    for line in Path(mounts).read_text().splitlines() if line.strip())
     except OSError:
         return False
@@ -137,15 +137,15 @@ def _namespace_probe() -> tuple[bool, dict[str, list[Any]], str]:
     """(mountable, files under sched/ as opened with debugfs mounted in a private mount
     namespace, why not mountable). The host's mounts do not change."""
     try:
-        known = "debugfs" in Path("/proc/filesystems").read_text()
+        known = "debugfs" in Path(roots.PROC, "filesystems").read_text()
     except OSError:
         known = False
     if not known:
         return False, {}, "this kernel has no debugfs (not in /proc/filesystems)"
     if os.geteuid() != 0:
-        return False, {}, (f"debugfs is not mounted at {DEBUGFS}, and probing it needs root")
+        return False, {}, (f"debugfs is not mounted at {roots.DEBUGFS}, and probing it needs root")
     try:
-        out = _python(_NAMESPACE + _PROBE, "-", DEBUGFS)
+        out = _python(_NAMESPACE + _PROBE, "-", roots.DEBUGFS)
     except (OSError, programs.TimeoutExpired, programs.Untrusted) as e:
         return False, {}, f"debugfs probe failed: {e}"
     if out.returncode != 0:
@@ -205,9 +205,9 @@ def features_status() -> tuple[bool, str]:
 
 def _umount(args: dict[str, Any]) -> str:
     path = str(args["path"])
-    if path != DEBUGFS:  # replayed from a journal file: kvtune mounts debugfs there only
+    if path != roots.DEBUGFS:  # replayed from a journal file: kvtune mounts debugfs there only
         raise ValueError(f"refusing to unmount {path}: kvtune mounts only debugfs at "
-                         f"{DEBUGFS}")
+                         f"{roots.DEBUGFS}")
     if not _mounted():
         return f"{path} already unmounted"
     try:
@@ -223,9 +223,9 @@ def mount_debugfs(journal: Journal) -> bool:
     restore). Returns True when it mounted it."""
     if _mounted():
         return False
-    journal.record_undo("debugfs-mount", {"path": DEBUGFS}, key="debugfs-mount")
+    journal.record_undo("debugfs-mount", {"path": roots.DEBUGFS}, key="debugfs-mount")
     try:
-        _libc_call("mount", b"none", DEBUGFS.encode(), b"debugfs", 0, None)
+        _libc_call("mount", b"none", roots.DEBUGFS.encode(), b"debugfs", 0, None)
     except OSError as e:
         raise OSError(e.errno or errno.EPERM, f"mount debugfs: {e.strerror}") from None
     _forget()
@@ -233,7 +233,7 @@ def mount_debugfs(journal: Journal) -> bool:
 
 
 def needs_debugfs(where: str) -> bool:
-    return DEBUGFS in where
+    return roots.DEBUGFS in where
 
 
 def _register_undo() -> None:

@@ -10,9 +10,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from kvtune import roots
 from kvtune.host.fs import HostFS
 
-THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
+THP_ENABLED = f"{roots.THP}/enabled"
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def thp_mode(fs: HostFS | None = None) -> str | None:
 
 
 def cgroup_mode(fs: HostFS) -> str:
-    root = fs.path("/sys/fs/cgroup")
+    root = fs.path(roots.CGROUP)
     if (root / "cgroup.controllers").exists():
         return "v2"
     if (root / "unified" / "cgroup.controllers").exists() or (root / "cpu").exists():
@@ -67,11 +68,12 @@ def cgroup_mode(fs: HostFS) -> str:
 
 def collect(fs: HostFS | None = None) -> HostFacts:
     fs = fs or HostFS()
-    release = fs.read_text("/proc/sys/kernel/osrelease", default=platform.release()).strip()
+    release = fs.read_text(roots.sysctl_path("kernel.osrelease"),
+                           default=platform.release()).strip()
     kv = parse_kernel_version(release)
     model = "unknown"
     virtualized = False
-    for line in fs.read_text("/proc/cpuinfo", default="").splitlines():
+    for line in fs.read_text(f"{roots.PROC}/cpuinfo", default="").splitlines():
         if line.startswith("model name") and model == "unknown":
             model = line.split(":", 1)[1].strip()
         if line.startswith("flags") and " hypervisor" in line:
@@ -98,14 +100,14 @@ def this_host() -> HostFacts:
 def steal_jiffies(fs: HostFS | None = None) -> int:
     """Total steal time (USER_HZ ticks) from /proc/stat's aggregate cpu line."""
     fs = fs or HostFS()
-    for line in fs.read_text("/proc/stat", default="").splitlines():
+    for line in fs.read_text(f"{roots.PROC}/stat", default="").splitlines():
         if line.startswith("cpu "):
             fields = line.split()
             return int(fields[8]) if len(fields) > 8 else 0
     return 0
 
 
-def proc_status(pid: int, proc: Path = Path("/proc")) -> dict[str, int]:
+def proc_status(pid: int, proc: Path = Path(roots.PROC)) -> dict[str, int]:
     """Voluntary and involuntary context switches of a process, summed over its threads
     (/proc/PID/task/*/status; the process's own status counts only its main thread)."""
     out: dict[str, int] = {}
@@ -128,7 +130,7 @@ def proc_status(pid: int, proc: Path = Path("/proc")) -> dict[str, int]:
 def proc_cpu_seconds(pid: int) -> float | None:
     """utime + stime of a process in seconds (all threads), or None if it is gone."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = roots.proc(pid, "stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
     ticks = os.sysconf("SC_CLK_TCK")
@@ -140,7 +142,7 @@ def proc_cpu_seconds(pid: int) -> float | None:
 
 def _cpu_times(fs: HostFS) -> tuple[int, int]:
     """(total, steal) jiffies from /proc/stat's aggregate line."""
-    for line in fs.read_text("/proc/stat", default="").splitlines():
+    for line in fs.read_text(f"{roots.PROC}/stat", default="").splitlines():
         if line.startswith("cpu "):
             f = [int(x) for x in line.split()[1:]]
             return sum(f[:8]), (f[7] if len(f) > 7 else 0)
@@ -171,7 +173,7 @@ def noise_facts(fs: HostFS | None = None, window: float = 0.5,
     import time
 
     fs = fs or HostFS()
-    cpu = Path("/sys/devices/system/cpu")
+    cpu = Path(roots.CPU_DEVICES)
     govs = sorted({fs.read_text(str(p), default="").strip()
                    for p in fs.path(str(cpu)).glob("cpu[0-9]*/cpufreq/scaling_governor")}
                   - {""})
@@ -184,7 +186,7 @@ def noise_facts(fs: HostFS | None = None, window: float = 0.5,
         turbo = boost == "1"
     isolated = fs.read_text(str(cpu / "isolated"), default="").strip() or None
     nohz = fs.read_text(str(cpu / "nohz_full"), default="").strip()
-    proc = fs.path("/proc")
+    proc = fs.path(roots.PROC)
     t0, s0 = _cpu_times(fs)
     p0 = _proc_ticks(proc)
     time.sleep(window)

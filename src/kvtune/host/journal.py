@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvtune import roots
 from kvtune.errors import HarnessError, UserError
 from kvtune.host.facts import selected
 from kvtune.host.lock import HostLock, needs_restore
@@ -338,7 +339,7 @@ def _load(path: Path) -> dict[str, Any]:
 
 def _comm(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
+        return roots.proc(pid, "comm").read_text().strip()
     except OSError:
         return ""
 

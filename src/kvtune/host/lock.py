@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kvtune import roots
 from kvtune.errors import UserError
 
 DEFAULT_RUN_DIR = Path("/run/kvtune")
@@ -156,7 +157,7 @@ class HostLock:
 def zombie(pid: int) -> bool:
     """A process that has exited but is not reaped yet (state Z): it runs nothing."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        return roots.proc(pid, "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except (OSError, IndexError):
         return True
 
@@ -164,7 +165,7 @@ def zombie(pid: int) -> bool:
 def starttime(pid: int) -> int | None:
     """The start time of process `pid` (clock ticks since boot), None when there is none."""
     try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        return int(roots.proc(pid, "stat").read_text().rsplit(")", 1)[1].split()[19])
     except (OSError, IndexError, ValueError):
         return None
 

@@ -28,13 +28,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kvtune import roots
+
 SCHED_OTHER, SCHED_BATCH = 0, 3
 POLICIES = {"other": SCHED_OTHER, "batch": SCHED_BATCH}
 POLICY_NAMES = {0: "other", 1: "fifo", 2: "rr", 3: "batch", 5: "idle", 6: "deadline"}
 SLICE_KERNEL = (6, 12)  # sched_setattr's sched_runtime sets a fair task's slice from 6.12
 SLICE_MIN_NS, SLICE_MAX_NS = 100_000, 100_000_000  # the kernel clamps silently to these
-DEBUGFS = "/sys/kernel/debug"
-FEATURES = f"{DEBUGFS}/sched/features"
+FEATURES = f"{roots.DEBUGFS}/sched/features"
 
 _SYSCALLS = {"x86_64": (314, 315), "aarch64": (274, 275)}
 
@@ -144,7 +145,7 @@ def wrap_argv(sched: ServerSched, argv: Sequence[str]) -> list[str]:
 
 def thread_ids(pid: int) -> list[int]:
     try:
-        return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+        return sorted(int(t) for t in os.listdir(roots.proc(pid, "task")))
     except OSError:
         return []
 

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+from kvtune import roots
 from kvtune.host.debugfs import debugfs_status, features_status
 from kvtune.host.sched import SLICE_MAX_NS, SLICE_MIN_NS
 from kvtune.knobs.appliers.base import HostContext
@@ -37,7 +38,6 @@ from kvtune.knobs.knob import Knob
 from kvtune.knobs.rules import Values, broken
 
 EEVDF = (6, 6)
-THP = "/sys/kernel/mm/transparent_hugepage"
 NO_LO = "loopback:no-effect"
 PER_NS = "netns:per"
 INIT_NS = "netns:init"
@@ -78,18 +78,18 @@ def _kernel() -> list[Knob]:
              None, "CFS wake-up preemption granularity (>= latency/2 turns preemption off)",
              "ns"),
         Knob("sched.base_slice_ns", Domain(I, 100_000, 100_000_000, log=True),
-             HostFile([Location("/sys/kernel/debug/sched/base_slice_ns", EEVDF)],
+             HostFile([Location(f"{roots.DEBUGFS}/sched/base_slice_ns", EEVDF)],
                       note="CFS kernels (< 6.6) use sched.min_granularity_ns instead"),
              None, "EEVDF base time slice (below the tick it has little effect)", "ns"),
         Knob("thp.enabled", Domain(C, choices=("always", "madvise", "never")),
-             HostFile([Location(f"{THP}/enabled")], "bracketed"), None,
+             HostFile([Location(f"{roots.THP}/enabled")], "bracketed"), None,
              "transparent huge pages"),
         Knob("thp.defrag", Domain(C, choices=("always", "defer", "defer+madvise", "madvise",
                                               "never")),
-             HostFile([Location(f"{THP}/defrag")], "bracketed"), None,
+             HostFile([Location(f"{roots.THP}/defrag")], "bracketed"), None,
              "THP defragmentation on fault (always = compaction stalls in the fault path)"),
         Knob("thp.khugepaged_defrag", Domain(B),
-             HostFile([Location(f"{THP}/khugepaged/defrag")]), None,
+             HostFile([Location(f"{roots.THP}/khugepaged/defrag")]), None,
              "khugepaged may compact memory to collapse huge pages"),
     ]
 
@@ -273,7 +273,7 @@ def _idle() -> list[Knob]:
              "this cpuidle state and every deeper one disabled on the study's CPUs (by the "
              "state's name; none: every state enabled)"),
         Knob("cpu.idle_governor", Domain(C, choices=govs),
-             HostFile([Location(f"{idle.CPUIDLE}/current_governor")],
+             HostFile([Location(f"{roots.CPUIDLE}/current_governor")],
                       note="this kernel does not let the cpuidle governor be switched"),
              None, "the cpuidle governor"),
     ]

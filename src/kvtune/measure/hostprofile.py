@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvtune import roots
 from kvtune.present import number
 
-CPUIDLE = Path("/sys/devices/system/cpu/cpuidle")
-HALTPOLL = Path("/sys/module/haltpoll/parameters")
+CPUIDLE = Path(roots.CPUIDLE)
+HALTPOLL = Path(roots.HALTPOLL)
 # kvload's limit within this factor of the server's peak: the peak may be the client's.
 CLIENT_MARGIN = 1.25
 

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from kvtune import roots
 from kvtune.errors import UserError
 
 _INPUTS: dict[tuple[int, int], str] = {}
@@ -206,7 +207,7 @@ def write_file(path: str | Path, data: str | bytes, *, base: str | Path | None =
 
 # Kernel and device trees: never read as a configuration, a workload or a trace (their files
 # report size 0, may block, or hold secrets: /proc/self/environ, /proc/kmsg, /dev/zero).
-SPECIAL_ROOTS = ("/proc", "/sys", "/dev", "/run/credentials")
+SPECIAL_ROOTS = roots.SPECIAL_TREES
 
 
 class ReadRefused(UserError):
@@ -232,10 +233,10 @@ def read_input(path: str | Path, limit: int, what: str) -> bytes:
         if not stat.S_ISREG(st.st_mode):
             raise ReadRefused(f"{what}: {name} is not a regular file")
         try:
-            real = os.readlink(f"/proc/self/fd/{fd}")
+            real = os.readlink(roots.proc("self", "fd", str(fd)))
         except OSError:
             real = os.path.realpath(name)
-        if any(real == r or real.startswith(r + "/") for r in SPECIAL_ROOTS):
+        if any(roots.under(real, r) for r in SPECIAL_ROOTS):
             top = "/" + real.split("/")[1]
             raise ReadRefused(f"{what}: {name} is under {top}: kvtune reads no kernel or "
                               "device file as input")

@@ -22,9 +22,11 @@ import os
 import re
 from pathlib import Path, PurePosixPath
 
-ALLOWED_ROOTS = ("/proc/sys", "/sys")
+from kvtune import roots
+
+ALLOWED_ROOTS = (roots.PROC_SYS, roots.SYS)
 # kvtune's own cgroups: a directory named kvtune-PID under a cgroup hierarchy.
-CGROUP_ROOT = "/sys/fs/cgroup/"
+CGROUP_ROOT = roots.CGROUP + "/"
 KVTUNE_CGROUP = re.compile(r"^kvtune-[0-9]{1,10}$")
 
 _RUNS = "makes the kernel run a program as root"
@@ -34,56 +36,58 @@ _ONEWAY = "is a one-way switch that cannot be restored"
 _TRIGGER = "is a trigger, not a setting kvtune can restore"
 
 # Files under /proc/sys, as host paths (a prefix ending in "/" covers a directory).
-DENY_PROC: dict[str, str] = {
-    "/proc/sys/kernel/core_pattern": _RUNS, "/proc/sys/kernel/modprobe": _RUNS,
-    "/proc/sys/kernel/hotplug": _RUNS, "/proc/sys/kernel/poweroff_cmd": _RUNS,
-    "/proc/sys/kernel/usermodehelper/": _RUNS, "/proc/sys/fs/binfmt_misc/": _RUNS,
-    "/proc/sys/kernel/core_pipe_limit": _RUNS,
-    "/proc/sys/kernel/sysrq": _LOSE, "/proc/sys/kernel/ctrl-alt-del": _LOSE,
-    "/proc/sys/kernel/cad_pid": _LOSE, "/proc/sys/kernel/panic": _LOSE,
-    "/proc/sys/kernel/panic_": _LOSE, "/proc/sys/kernel/hung_task_panic": _LOSE,
-    "/proc/sys/kernel/softlockup_panic": _LOSE, "/proc/sys/kernel/hardlockup_panic": _LOSE,
-    "/proc/sys/kernel/unknown_nmi_panic": _LOSE, "/proc/sys/vm/panic_on_oom": _LOSE,
-    "/proc/sys/kernel/sched_rt_runtime_us": _LOSE, "/proc/sys/kernel/threads-max": _LOSE,
-    "/proc/sys/fs/file-max": _LOSE, "/proc/sys/fs/nr_open": _LOSE,
-    "/proc/sys/vm/max_map_count": _LOSE, "/proc/sys/kernel/pid_max": _LOSE,
-    "/proc/sys/vm/min_free_kbytes": _LOSE, "/proc/sys/vm/nr_hugepages": _LOSE,
-    "/proc/sys/vm/nr_hugepages_mempolicy": _LOSE, "/proc/sys/vm/nr_overcommit_hugepages": _LOSE,
-    "/proc/sys/vm/unprivileged_userfaultfd": _SECURITY,
-    "/proc/sys/kernel/io_uring_disabled": _SECURITY, "/proc/sys/kernel/io_uring_group": _SECURITY,
-    "/proc/sys/user/": _SECURITY, "/proc/sys/kernel/sysctl_writes_strict": _SECURITY,
-    "/proc/sys/net/core/bpf_jit_enable": _SECURITY, "/proc/sys/kernel/bpf_stats_enabled": _SECURITY,
-    "/proc/sys/kernel/kexec_load_limit_": _ONEWAY, "/proc/sys/kernel/sched_rt_period_us": _LOSE,
-    "/proc/sys/vm/overcommit_ratio": _LOSE, "/proc/sys/vm/admin_reserve_kbytes": _LOSE,
-    "/proc/sys/net/ipv4/conf/": _LOSE, "/proc/sys/net/ipv6/conf/": _LOSE,
-    "/proc/sys/net/ipv4/ip_forward": _SECURITY,
-    "/proc/sys/kernel/modules_disabled": _ONEWAY, "/proc/sys/kernel/kexec_load_disabled": _ONEWAY,
-    "/proc/sys/kernel/randomize_va_space": _SECURITY, "/proc/sys/kernel/kptr_restrict": _SECURITY,
-    "/proc/sys/kernel/dmesg_restrict": _SECURITY, "/proc/sys/kernel/yama/": _SECURITY,
-    "/proc/sys/kernel/unprivileged_": _SECURITY, "/proc/sys/kernel/perf_event_paranoid": _SECURITY,
-    "/proc/sys/fs/suid_dumpable": _SECURITY, "/proc/sys/fs/protected_": _SECURITY,
-    "/proc/sys/kernel/keys/": _SECURITY, "/proc/sys/kernel/seccomp/": _SECURITY,
-    "/proc/sys/net/core/bpf_jit_harden": _SECURITY, "/proc/sys/vm/mmap_min_addr": _SECURITY,
-    "/proc/sys/vm/drop_caches": _TRIGGER, "/proc/sys/vm/compact_memory": _TRIGGER,
-    "/proc/sys/kernel/ns_last_pid": _TRIGGER,
+_DENY_PROC: dict[str, str] = {  # relative to /proc/sys
+    "kernel/core_pattern": _RUNS, "kernel/modprobe": _RUNS,
+    "kernel/hotplug": _RUNS, "kernel/poweroff_cmd": _RUNS,
+    "kernel/usermodehelper/": _RUNS, "fs/binfmt_misc/": _RUNS,
+    "kernel/core_pipe_limit": _RUNS,
+    "kernel/sysrq": _LOSE, "kernel/ctrl-alt-del": _LOSE,
+    "kernel/cad_pid": _LOSE, "kernel/panic": _LOSE,
+    "kernel/panic_": _LOSE, "kernel/hung_task_panic": _LOSE,
+    "kernel/softlockup_panic": _LOSE, "kernel/hardlockup_panic": _LOSE,
+    "kernel/unknown_nmi_panic": _LOSE, "vm/panic_on_oom": _LOSE,
+    "kernel/sched_rt_runtime_us": _LOSE, "kernel/threads-max": _LOSE,
+    "fs/file-max": _LOSE, "fs/nr_open": _LOSE,
+    "vm/max_map_count": _LOSE, "kernel/pid_max": _LOSE,
+    "vm/min_free_kbytes": _LOSE, "vm/nr_hugepages": _LOSE,
+    "vm/nr_hugepages_mempolicy": _LOSE, "vm/nr_overcommit_hugepages": _LOSE,
+    "vm/unprivileged_userfaultfd": _SECURITY,
+    "kernel/io_uring_disabled": _SECURITY, "kernel/io_uring_group": _SECURITY,
+    "user/": _SECURITY, "kernel/sysctl_writes_strict": _SECURITY,
+    "net/core/bpf_jit_enable": _SECURITY, "kernel/bpf_stats_enabled": _SECURITY,
+    "kernel/kexec_load_limit_": _ONEWAY, "kernel/sched_rt_period_us": _LOSE,
+    "vm/overcommit_ratio": _LOSE, "vm/admin_reserve_kbytes": _LOSE,
+    "net/ipv4/conf/": _LOSE, "net/ipv6/conf/": _LOSE,
+    "net/ipv4/ip_forward": _SECURITY,
+    "kernel/modules_disabled": _ONEWAY, "kernel/kexec_load_disabled": _ONEWAY,
+    "kernel/randomize_va_space": _SECURITY, "kernel/kptr_restrict": _SECURITY,
+    "kernel/dmesg_restrict": _SECURITY, "kernel/yama/": _SECURITY,
+    "kernel/unprivileged_": _SECURITY, "kernel/perf_event_paranoid": _SECURITY,
+    "fs/suid_dumpable": _SECURITY, "fs/protected_": _SECURITY,
+    "kernel/keys/": _SECURITY, "kernel/seccomp/": _SECURITY,
+    "net/core/bpf_jit_harden": _SECURITY, "vm/mmap_min_addr": _SECURITY,
+    "vm/drop_caches": _TRIGGER, "vm/compact_memory": _TRIGGER,
+    "kernel/ns_last_pid": _TRIGGER,
     # The kernel's own record of what happened to it, and its limits on warnings and oopses.
-    "/proc/sys/kernel/tainted": _SECURITY, "/proc/sys/kernel/oops_limit": _LOSE,
-    "/proc/sys/kernel/warn_limit": _LOSE,
-    "/proc/sys/net/ipv4/ip_unprivileged_port_start": _SECURITY,
-    "/proc/sys/vm/overcommit_memory": _LOSE,
+    "kernel/tainted": _SECURITY, "kernel/oops_limit": _LOSE,
+    "kernel/warn_limit": _LOSE,
+    "net/ipv4/ip_unprivileged_port_start": _SECURITY,
+    "vm/overcommit_memory": _LOSE,
 }
+DENY_PROC = {f"{roots.PROC_SYS}/{k}": why for k, why in _DENY_PROC.items()}
 # Under /sys: whole trees, then file names anywhere (device removal, driver binding, ...).
-DENY_SYS_TREES: dict[str, str] = {
-    "/sys/power/": _LOSE, "/sys/kernel/uevent_helper": _RUNS, "/sys/kernel/kexec": _RUNS,
-    "/sys/kernel/security/": _SECURITY, "/sys/kernel/config/": _LOSE,
-    "/sys/kernel/tracing/": _SECURITY, "/sys/kernel/livepatch/": _RUNS,
-    "/sys/firmware/": _LOSE, "/sys/fs/cgroup/": "is kvtune's own: use the placement knobs",
-    "/sys/fs/bpf/": _SECURITY, "/sys/fs/selinux/": _SECURITY, "/sys/fs/pstore/": _LOSE,
-    "/sys/fs/fuse/": _LOSE, "/sys/module/": "changes a kernel module's parameters",
-    "/sys/devices/system/memory/": _LOSE, "/sys/bus/": _LOSE, "/sys/class/net/": _LOSE,
-    "/sys/devices/system/cpu/smt/": _LOSE, "/sys/kernel/mm/hugepages/": _LOSE,
-    "/sys/devices/system/cpu/hotplug/": _LOSE,
+_DENY_SYS_TREES: dict[str, str] = {  # relative to /sys
+    "power/": _LOSE, "kernel/uevent_helper": _RUNS, "kernel/kexec": _RUNS,
+    "kernel/security/": _SECURITY, "kernel/config/": _LOSE,
+    "kernel/tracing/": _SECURITY, "kernel/livepatch/": _RUNS,
+    "firmware/": _LOSE, "fs/cgroup/": "is kvtune's own: use the placement knobs",
+    "fs/bpf/": _SECURITY, "fs/selinux/": _SECURITY, "fs/pstore/": _LOSE,
+    "fs/fuse/": _LOSE, "module/": "changes a kernel module's parameters",
+    "devices/system/memory/": _LOSE, "bus/": _LOSE, "class/net/": _LOSE,
+    "devices/system/cpu/smt/": _LOSE, "kernel/mm/hugepages/": _LOSE,
+    "devices/system/cpu/hotplug/": _LOSE,
 }
+DENY_SYS_TREES = {f"{roots.SYS}/{k}": why for k, why in _DENY_SYS_TREES.items()}
 DENY_SYS_NAMES: dict[str, str] = {
     **dict.fromkeys(("remove", "unbind", "bind", "delete", "delete_device", "new_device",
                      "new_id", "remove_id", "driver_override", "drivers_probe", "rescan",
@@ -93,19 +97,20 @@ DENY_SYS_NAMES: dict[str, str] = {
     **dict.fromkeys(("flags", "carrier", "mtu", "operstate", "tx_queue_len"), _LOSE),
 }
 # The links under these denied trees that lead into /sys/devices (judged by their targets).
-_LINKS = {"/sys/class/net/": "/sys/class/net/*", "/sys/bus/": "/sys/bus/*/devices/*"}
-_DEBUGFS = "/sys/kernel/debug/"
-_DEBUGFS_OK = ("/sys/kernel/debug/sched/",)  # the scheduler tunables the catalog uses
+_LINKS = {f"{roots.SYS}/class/net/": f"{roots.SYS}/class/net/*",
+          f"{roots.SYS}/bus/": f"{roots.SYS}/bus/*/devices/*"}
+_DEBUGFS = roots.DEBUGFS + "/"
+_DEBUGFS_OK = (f"{roots.DEBUGFS}/sched/",)  # the scheduler tunables the catalog uses
 # Module parameters the catalog tunes (the idle path: guest halt-polling), allowed inside
 # the denied /sys/module/ tree; nothing else of it.
-_MODULE_OK = ("/sys/module/haltpoll/parameters/guest_halt_poll_ns",
-              "/sys/module/haltpoll/parameters/guest_halt_poll_grow",
-              "/sys/module/haltpoll/parameters/guest_halt_poll_shrink",
-              "/sys/module/haltpoll/parameters/guest_halt_poll_allow_shrink")
+_MODULE_OK = tuple(f"{roots.HALTPOLL}/guest_halt_poll_{name}"
+                   for name in ("ns", "grow", "shrink", "allow_shrink"))
 # The idle path's per-CPU state switches (cpu.idle_disable): inside the CPU devices that
 # /sys/bus/cpu links to (denied whole: `online` would take a CPU away), only these files.
-_CPUIDLE_OK = re.compile(r"^/sys/devices/system/cpu/cpu[0-9]{1,4}/cpuidle/state[0-9]{1,2}/disable$")
-_SYSFS_CHARS = re.compile(r"^/sys/[A-Za-z0-9_.:@+,\-/]{1,250}$")
+_CPUIDLE_OK = re.compile(
+    "^" + re.escape(roots.CPU_DEVICES) + r"/cpu[0-9]{1,4}/cpuidle/state[0-9]{1,2}/disable$")
+_SYSFS_CHARS = re.compile(
+    "^" + re.escape(roots.SYS) + r"/[A-Za-z0-9_.:@+,\-/]{1,250}$")
 
 
 def refusal(host_path: str) -> str | None:
@@ -113,7 +118,7 @@ def refusal(host_path: str) -> str | None:
     p = host_path
     if not any(p == r or p.startswith(r + "/") for r in ALLOWED_ROOTS):
         return "is outside /proc/sys and /sys"
-    if p.startswith("/proc/"):
+    if roots.under(p, roots.PROC_SYS):
         for prefix, why in DENY_PROC.items():
             if p == prefix or (prefix.endswith(("/", "_")) and p.startswith(prefix)):
                 return why
@@ -123,7 +128,7 @@ def refusal(host_path: str) -> str | None:
     for prefix, why in DENY_SYS_TREES.items():
         if p == prefix.rstrip("/") or p.startswith(prefix):
             return why
-    if p.startswith("/sys/devices/"):
+    if p.startswith(f"{roots.SYS}/devices/"):
         for target, why in linked_targets().items():
             if p == target.rstrip("/") or p.startswith(target):
                 return why
@@ -146,7 +151,7 @@ def linked_targets() -> dict[str, str]:
         why = DENY_SYS_TREES[tree]
         for link in glob.glob(pattern):
             real = os.path.realpath(link)
-            if real.startswith("/sys/devices/"):
+            if real.startswith(f"{roots.SYS}/devices/"):
                 out[real.rstrip("/") + "/"] = why
     return out
 
@@ -155,12 +160,12 @@ def export_refusal(family: str, key: str) -> str | None:
     """Why an export must not carry this sysctl or sysfs entry (the deny-list, judged on
     the resolved path as for a host write), or None; None for other families."""
     if family == "sysctl":
-        path = "/proc/sys/" + key.replace(".", "/")
+        path = roots.sysctl_path(key)
     elif family == "sysfs":
         path = key
     else:
         return None
-    if not path.startswith(("/proc/sys/", "/sys/")) or "/../" in path + "/":
+    if not any(roots.under(path, r) for r in ALLOWED_ROOTS) or "/../" in path + "/":
         return "is outside /proc/sys and /sys"
     lexical = refusal(path)
     return lexical or refusal(os.path.realpath(path))
@@ -194,7 +199,7 @@ def check_sysfs_text(path: str) -> None:
 
 
 def check_sysctl_name(name: str) -> None:
-    path = "/proc/sys/" + name.replace(".", "/")
+    path = roots.sysctl_path(name)
     why = refusal(path)
     if why:
         raise ValueError(f"sysctl {name} is refused: writing it {why}")

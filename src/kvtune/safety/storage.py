@@ -8,6 +8,8 @@ import os
 import re
 from pathlib import Path
 
+from kvtune import roots
+
 # DB-API driver module -> the package that provides it.
 DRIVER_PACKAGES = {
     "psycopg2": "psycopg2-binary", "psycopg": "psycopg[binary]", "asyncpg": "asyncpg",
@@ -18,7 +20,7 @@ DRIVER_PACKAGES = {
     "pyodbc": "pyodbc", "pymssql": "pymssql",
 }
 _SQLITE_HEADER = b"SQLite format 3\x00"
-_REFUSED_TREES = ("/proc", "/sys", "/dev", "/run/udev")
+_REFUSED_TREES = roots.STORAGE_REFUSED
 
 
 def mask(url: str) -> str:

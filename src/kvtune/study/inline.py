@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvtune import roots
 from kvtune.errors import UserError
 from kvtune.spec import KnobSpec, StudySpec, where_in_file
 
@@ -21,7 +22,7 @@ def check_inline_host_knobs(spec: StudySpec, lines: dict[tuple[Any, ...], int] |
         if isinstance(entry, KnobSpec) and entry.applier is not None and (
                 entry.applier.sysctl or entry.applier.sysfs):
             a = entry.applier
-            where = (f"/proc/sys/{a.sysctl.replace('.', '/')}" if a.sysctl else a.sysfs)
+            where = (roots.sysctl_path(a.sysctl) if a.sysctl else a.sysfs)
             at = where_in_file(("knobs", i, "applier"), lines or {})
             problems.append(f"{at}: inline host knob {entry.name!r} writes {where}; kvtune "
                             "writes kernel files outside its catalog only with "

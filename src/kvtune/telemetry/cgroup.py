@@ -13,11 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kvtune import roots
 from kvtune.telemetry.base import Collector, ProbeContext
 
 
-def cpu_cgroup_dir(pid: int, root: Path = Path("/proc"),
-                   cgroup_root: Path = Path("/sys/fs/cgroup")) -> Path | None:
+def cpu_cgroup_dir(pid: int, root: Path = Path(roots.PROC),
+                   cgroup_root: Path = Path(roots.CGROUP)) -> Path | None:
     """The directory of PID's CPU cgroup (v1 `cpu` controller, or the v2 unified one)."""
     try:
         lines = (root / str(pid) / "cgroup").read_text().splitlines()

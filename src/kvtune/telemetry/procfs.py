@@ -14,13 +14,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kvtune import roots
 from kvtune.host.facts import proc_status
 from kvtune.telemetry.base import Collector, ProbeContext
 
 _CPU_STATES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
 
-def process_figures(pid: int, root: Path = Path("/proc")) -> dict[str, float]:
+def process_figures(pid: int, root: Path = Path(roots.PROC)) -> dict[str, float]:
     """utime/stime (s), minflt/majflt, threads, rss_kb (all threads: /proc/PID/stat sums
     them) and context switches of PID summed over its threads."""
     out: dict[str, float] = {}
@@ -48,7 +49,7 @@ def process_figures(pid: int, root: Path = Path("/proc")) -> dict[str, float]:
     return out
 
 
-def system_figures(root: Path = Path("/proc")) -> dict[str, float]:
+def system_figures(root: Path = Path(roots.PROC)) -> dict[str, float]:
     """Aggregate CPU jiffies by state, context switches and interrupts since boot."""
     out: dict[str, float] = {}
     try:
@@ -152,7 +153,7 @@ class SystemCollector(Collector):
                 "elapsed_s": self._after[0] - self._before[0]}
 
 
-CPUIDLE_ROOT = Path("/sys/devices/system/cpu")
+CPUIDLE_ROOT = Path(roots.CPU_DEVICES)
 
 
 def cpuidle_figures(root: Path = CPUIDLE_ROOT) -> dict[str, float]:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
+from kvtune import roots
 from kvtune.errors import UserError
 from kvtune.safety.files import note_input
 from kvtune.workload.model import ModelBuilder
@@ -106,11 +107,11 @@ def _open(path: str) -> IO[bytes]:
         raise UserError(f"{path}: {e.strerror}") from None
     try:
         st = os.fstat(f.fileno())
-        real = os.readlink(f"/proc/self/fd/{f.fileno()}")
+        real = os.readlink(roots.proc("self", "fd", str(f.fileno())))
     except OSError as e:
         f.close()
         raise UserError(f"{path}: {e.strerror}") from None
-    if not stat.S_ISREG(st.st_mode) or real.startswith(("/proc/", "/sys/", "/dev/")):
+    if not stat.S_ISREG(st.st_mode) or any(roots.under(real, r) for r in roots.KERNEL_TREES):
         f.close()
         raise UserError(f"{path} is not a regular file (kvtune reads no kernel or device "
                         "file as a trace)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from kvtune import roots
 from kvtune.knobs.appliers.base import (
     Applier,
     ApplyEnv,
@@ -53,10 +54,10 @@ def _parse(text: str) -> list[int]:
 
 def _cpu_controller(ctx: HostContext) -> Availability:
     if ctx.facts.cgroup in ("v1", "hybrid") and ctx.fs.exists(
-            "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"):
+            f"{roots.CGROUP}/cpu/cpu.cfs_quota_us"):
         return Availability(True)
     if ctx.facts.cgroup == "v2" and "cpu" in ctx.fs.read_text(
-            "/sys/fs/cgroup/cgroup.subtree_control", default="").split():
+            f"{roots.CGROUP}/cgroup.subtree_control", default="").split():
         return Availability(True)
     return Availability(False, "no cgroup cpu controller with CFS bandwidth is mounted "
                                "(v1 /sys/fs/cgroup/cpu, or cpu in the v2 subtree_control)")
@@ -153,8 +154,8 @@ class CpusetCpus(Applier):
         return "cgroup cpuset.cpus"
 
     def check(self, ctx: HostContext) -> Availability:
-        if ctx.fs.exists("/sys/fs/cgroup/cpuset/cpuset.cpus") or "cpuset" in ctx.fs.read_text(
-                "/sys/fs/cgroup/cgroup.subtree_control", default="").split():
+        if ctx.fs.exists(f"{roots.CGROUP}/cpuset/cpuset.cpus") or "cpuset" in ctx.fs.read_text(
+                f"{roots.CGROUP}/cgroup.subtree_control", default="").split():
             return _cpus_check(ctx)
         return Availability(False, "no cgroup cpuset controller is mounted")
 

@@ -13,6 +13,7 @@ import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kvtune import roots
 from kvtune.knobs.appliers.base import (
     Applier,
     ApplyEnv,
@@ -25,7 +26,6 @@ from kvtune.knobs.domain import Value
 if TYPE_CHECKING:
     from kvtune.host.debugfs import DebugfsFile
 
-DEBUGFS = "/sys/kernel/debug"
 
 
 @dataclass(frozen=True)
@@ -87,8 +87,8 @@ class HostFile(Applier):
             if not unmounted.writable:
                 return Availability(False, unmounted.reason)
             return Availability(True, current=self._parse(unmounted.text))
-        if path.startswith(DEBUGFS) and not ctx.fs.exists(DEBUGFS + "/sched"):
-            return Availability(False, f"{path}: debugfs is not mounted at {DEBUGFS} "
+        if path.startswith(roots.DEBUGFS) and not ctx.fs.exists(roots.DEBUGFS + "/sched"):
+            return Availability(False, f"{path}: debugfs is not mounted at {roots.DEBUGFS} "
                                        "(or the kernel hides it)")
         p = ctx.fs.path(path)
         if not p.exists():
@@ -128,7 +128,8 @@ class HostFile(Applier):
         a private mount namespace sees it; the study mounts debugfs before applying."""
         from kvtune.host.debugfs import debugfs_file, debugfs_mounted
 
-        if not path.startswith(DEBUGFS + "/") or str(ctx.fs.path(DEBUGFS)) != DEBUGFS \
+        debugfs = roots.DEBUGFS
+        if not roots.under(path, debugfs) or str(ctx.fs.path(debugfs)) != debugfs \
                 or debugfs_mounted():
             return None
         return debugfs_file(path)
@@ -176,7 +177,7 @@ class Sysctl(HostFile):
     def __init__(self, key: str, since: tuple[int, int] = (0, 0),
                  until: tuple[int, int] | None = None, note: str = "") -> None:
         self.key = key
-        super().__init__([Location("/proc/sys/" + key.replace(".", "/"), since, until)],
+        super().__init__([Location(roots.sysctl_path(key), since, until)],
                          note=note)
 
     def export_entry(self, value: Value, ctx: HostContext) -> ExportEntry | None:
@@ -189,6 +190,6 @@ def sched_tunable(name: str, proc_name: str | None, since_debugfs: tuple[int, in
     /sys/kernel/debug/sched/<name> (until `until`, when EEVDF removed it)."""
     locations = []
     if proc_name:
-        locations.append(Location(f"/proc/sys/kernel/{proc_name}", (0, 0), since_debugfs))
-    locations.append(Location(f"{DEBUGFS}/sched/{name}", since_debugfs, until))
+        locations.append(Location(roots.sysctl_path(f"kernel.{proc_name}"), (0, 0), since_debugfs))
+    locations.append(Location(f"{roots.DEBUGFS}/sched/{name}", since_debugfs, until))
     return HostFile(locations, note=note)

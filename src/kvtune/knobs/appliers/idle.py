@@ -29,6 +29,7 @@ import os
 import struct
 from pathlib import Path
 
+from kvtune import roots
 from kvtune.host.journal import register_undo
 from kvtune.knobs.appliers.base import (
     Applier,
@@ -40,12 +41,8 @@ from kvtune.knobs.appliers.base import (
 from kvtune.knobs.appliers.hostfile import HostFile, Location
 from kvtune.knobs.domain import Value
 
-PM_QOS = "/dev/cpu_dma_latency"
 # The kernel's "no constraint" value of the CPU latency request (PM_QOS_DEFAULT_VALUE).
 NO_REQUEST = 2_000_000_000
-HALTPOLL = "/sys/module/haltpoll/parameters"
-CPU = "/sys/devices/system/cpu"
-CPUIDLE = f"{CPU}/cpuidle"
 
 
 class _Held:
@@ -71,9 +68,9 @@ def _undo_pm_qos(args: dict[str, object]) -> str:
     if pid == os.getpid():
         _release()
         return "PM QoS CPU latency request released"
-    alive = isinstance(pid, int) and Path(f"/proc/{pid}").exists()
+    alive = isinstance(pid, int) and roots.proc(pid).exists()
     if alive:
-        raise OSError(errno.EBUSY, f"process {pid} still holds {PM_QOS} open")
+        raise OSError(errno.EBUSY, f"process {pid} still holds {roots.PM_QOS} open")
     return f"PM QoS CPU latency request of process {pid} released when it ended"
 
 
@@ -88,19 +85,19 @@ class PmQosLatency(Applier):
     restart = False
 
     def where(self) -> str:
-        return f"{PM_QOS} (PM QoS CPU latency request, held open)"
+        return f"{roots.PM_QOS} (PM QoS CPU latency request, held open)"
 
     def check(self, ctx: HostContext) -> Availability:
-        p = ctx.fs.path(PM_QOS)
+        p = ctx.fs.path(roots.PM_QOS)
         if not p.exists():
-            return Availability(False, f"{PM_QOS} does not exist (a kernel without "
+            return Availability(False, f"{roots.PM_QOS} does not exist (a kernel without "
                                        "CONFIG_CPU_IDLE's PM QoS interface)")
         try:
             current = self._read(p)
         except OSError as e:
-            return Availability(False, f"{PM_QOS}: {e.strerror}")
+            return Availability(False, f"{roots.PM_QOS}: {e.strerror}")
         if not os.access(p, os.W_OK):
-            return Availability(False, f"{PM_QOS} is not writable (needs root)",
+            return Availability(False, f"{roots.PM_QOS} is not writable (needs root)",
                                 current=current)
         return Availability(True, current=current)
 
@@ -119,7 +116,7 @@ class PmQosLatency(Applier):
         if _Held.value is not None:
             return _Held.value
         try:
-            return self._read(ctx.fs.path(PM_QOS))
+            return self._read(ctx.fs.path(roots.PM_QOS))
         except (OSError, ValueError):
             return None
 
@@ -131,9 +128,9 @@ class PmQosLatency(Applier):
         if v == NO_REQUEST:
             return
         assert env.journal is not None
-        env.journal.record_undo("pm_qos", {"pid": os.getpid(), "path": PM_QOS},
+        env.journal.record_undo("pm_qos", {"pid": os.getpid(), "path": roots.PM_QOS},
                                 key="pm_qos")
-        fd = os.open(env.ctx.fs.path(PM_QOS), os.O_WRONLY)
+        fd = os.open(env.ctx.fs.path(roots.PM_QOS), os.O_WRONLY)
         try:
             os.write(fd, struct.pack("<i", v))
         except OSError:
@@ -148,13 +145,13 @@ class PmQosLatency(Applier):
 
 
 def haltpoll_param(name: str, reader: str = "plain") -> HostFile:
-    return HostFile([Location(f"{HALTPOLL}/{name}")], reader=reader,
+    return HostFile([Location(f"{roots.HALTPOLL}/{name}")], reader=reader,
                     note="the haltpoll cpuidle driver is not loaded (a KVM guest with "
                          "cpuidle_haltpoll; elsewhere the cpuidle states are the knobs: "
                          "cpu.idle_disable)")
 
 
-def state_names(root: Path = Path(CPU), cpu: int = 0) -> list[str]:
+def state_names(root: Path = Path(roots.CPU_DEVICES), cpu: int = 0) -> list[str]:
     """The cpuidle states of `cpu` by name, shallowest first (state0, state1, ...)."""
     d = root / f"cpu{cpu}" / "cpuidle"
     out = []
@@ -174,24 +171,24 @@ class CpuidleDisable(Applier):
     restart = False
 
     def where(self) -> str:
-        return f"{CPU}/cpuN/cpuidle/stateK/disable (the study's CPUs)"
+        return f"{roots.CPU_DEVICES}/cpuN/cpuidle/stateK/disable (the study's CPUs)"
 
     @staticmethod
     def _cpus(ctx: HostContext) -> list[int]:
         if ctx.cpus:
             return sorted(ctx.cpus)
-        return sorted(int(p.name[3:]) for p in ctx.fs.path(CPU).glob("cpu[0-9]*")
+        return sorted(int(p.name[3:]) for p in ctx.fs.path(roots.CPU_DEVICES).glob("cpu[0-9]*")
                       if p.name[3:].isdigit() and (p / "cpuidle").is_dir())
 
     def check(self, ctx: HostContext) -> Availability:
         cpus = self._cpus(ctx)
         if not cpus:
             return Availability(False, "no CPU has cpuidle states here")
-        names = state_names(ctx.fs.path(CPU), cpus[0])
+        names = state_names(ctx.fs.path(roots.CPU_DEVICES), cpus[0])
         if len(names) < 2:
             return Availability(False, f"CPU {cpus[0]} has {len(names)} cpuidle state(s): "
                                        "nothing to disable")
-        f = ctx.fs.path(f"{CPU}/cpu{cpus[0]}/cpuidle/state1/disable")
+        f = ctx.fs.path(f"{roots.CPU_DEVICES}/cpu{cpus[0]}/cpuidle/state1/disable")
         if not os.access(f, os.W_OK):
             return Availability(False, f"{f} is not writable (needs root)")
         return Availability(True, current=self.current(ctx))
@@ -200,10 +197,11 @@ class CpuidleDisable(Applier):
         cpus = self._cpus(ctx)
         if not cpus:
             return None
-        names = state_names(ctx.fs.path(CPU), cpus[0])
+        names = state_names(ctx.fs.path(roots.CPU_DEVICES), cpus[0])
         for k, name in enumerate(names):
             try:
-                off = ctx.fs.path(f"{CPU}/cpu{cpus[0]}/cpuidle/state{k}/disable").read_text()
+                off = ctx.fs.path(
+                    f"{roots.CPU_DEVICES}/cpu{cpus[0]}/cpuidle/state{k}/disable").read_text()
             except OSError:
                 return None
             if off.strip() == "1":
@@ -213,28 +211,29 @@ class CpuidleDisable(Applier):
     def apply(self, value: Value, env: ApplyEnv) -> None:
         assert env.journal is not None
         for cpu in self._cpus(env.ctx):
-            names = state_names(env.ctx.fs.path(CPU), cpu)
+            names = state_names(env.ctx.fs.path(roots.CPU_DEVICES), cpu)
             if value != "none" and value not in names:
                 raise ValueError(f"cpuidle state {value!r} does not exist on CPU {cpu} "
                                  f"(its states: {', '.join(names)})")
             cut = names.index(str(value)) if value != "none" else len(names)
             for k in range(1, len(names)):  # state0 (POLL) cannot be disabled usefully
-                env.journal.write(env.ctx.fs.path(f"{CPU}/cpu{cpu}/cpuidle/state{k}/disable"),
+                env.journal.write(env.ctx.fs.path(f"{roots.CPU_DEVICES}/cpu{cpu}/cpuidle/state{k}/disable"),
                                   "1" if k >= cut else "0")
 
     def export_entry(self, value: Value, ctx: HostContext) -> ExportEntry | None:
         if value == "none":
             return None
         cpus = self._cpus(ctx)
-        names = state_names(ctx.fs.path(CPU), cpus[0]) if cpus else []
+        names = state_names(ctx.fs.path(roots.CPU_DEVICES), cpus[0]) if cpus else []
         if str(value) not in names:
             return None
         k = names.index(str(value))
         # Every CPU, this state and the deeper ones (states 10 and up are deeper still).
-        return ExportEntry("sysfs", f"{CPU}/cpu*/cpuidle/state[{k}-9]*/disable", "1", True)
+        return ExportEntry("sysfs", f"{roots.CPU_DEVICES}/cpu*/cpuidle/state[{k}-9]*/disable",
+                           "1", True)
 
 
-def governors(root: Path = Path(CPUIDLE)) -> tuple[str, ...]:
+def governors(root: Path = Path(roots.CPUIDLE)) -> tuple[str, ...]:
     try:
         return tuple((root / "available_governors").read_text().split())
     except OSError:
