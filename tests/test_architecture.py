@@ -292,6 +292,35 @@ def test_the_checker_sees_a_host_path_spelled(tmp_path: Path) -> None:
     assert _host_paths(f) == [(1, "/proc")]
 
 
+def _imports_scipy_stats(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and (
+                node.module.startswith("scipy.stats")
+                or (node.module == "scipy" and any(a.name == "stats" for a in node.names))):
+            return True
+        if isinstance(node, ast.Import) and any(a.name.startswith("scipy.stats")
+                                                for a in node.names):
+            return True
+    return False
+
+
+def test_one_statistics_module(tmp_path: Path) -> None:
+    """Tests, intervals, adjustments and correlations live in kvtune/stats.py: no other
+    module imports scipy.stats (the ablation had its own Welch test, the importance
+    analysis its own F test and Benjamini-Hochberg)."""
+    stats = PKG / "stats.py"
+    offenders = [str(p.relative_to(PKG)) for p in sorted(PKG.rglob("*.py"))
+                 if p != stats and _imports_scipy_stats(p)]
+    assert not offenders, offenders
+    f = tmp_path / "m.py"
+    for line in ("from scipy import stats as sps", "import scipy.stats",
+                 "from scipy.stats import ttest_ind"):
+        f.write_text(f"def g():\n    {line}\n")
+        assert _imports_scipy_stats(f), line
+    f.write_text("from scipy.optimize import brentq\n")
+    assert not _imports_scipy_stats(f)
+
+
 def test_a_kind_is_its_folder_and_one_registry_line() -> None:
     """Valkey, the proof: named in code only in kinds/valkey/ and on its one line of the
     registry (kind_registry.py); a kind another builds on (Redis, for Valkey) is named by

@@ -13,12 +13,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-from scipy import stats as sps
-
 from kvtune.analysis.data import StudyData
-from kvtune.analysis.importance import bh
 from kvtune.present import unit
+from kvtune.stats import benjamini_hochberg, spearman
 from kvtune.telemetry import is_telemetry
 
 MIN_REPS = 5
@@ -66,12 +63,11 @@ def correlations(data: StudyData, reps: list[dict[str, Any]] | None = None
                 ys.append(y_all[i])
         if len(xs) < MIN_REPS or len(set(xs)) < 2 or len(set(ys)) < 2:
             continue
-        res = sps.spearmanr(np.array(xs), np.array(ys))
-        rho, p = float(res.statistic), float(res.pvalue)
+        rho, p = spearman(xs, ys)
         if math.isnan(rho):
             continue
         out.append(Correlation(k, rho, p, len(xs), is_telemetry(k)))
-    for c, q in zip(out, bh([c.p_value for c in out]), strict=True):
+    for c, q in zip(out, benjamini_hochberg([c.p_value for c in out]), strict=True):
         c.q_value = q
     out.sort(key=lambda c: -abs(c.rho))
     return out

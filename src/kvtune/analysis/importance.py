@@ -27,15 +27,15 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import optuna
-from scipy import stats as sps
 
 from kvtune.analysis.data import KnobInfo, StudyData
+from kvtune.stats import benjamini_hochberg, f_test_p, percentile_interval
 
 MIN_RESIDUAL_DF = 3
 ALPHA = 0.05
@@ -111,21 +111,6 @@ def _samples(t: optuna.trial.FrozenTrial, names: list[str]) -> bool:
     return True
 
 
-def bh(p_values: Sequence[float]) -> list[float]:
-    """Benjamini–Hochberg adjusted p-values (q-values)."""
-    m = len(p_values)
-    if m == 0:
-        return []
-    order = sorted(range(m), key=lambda i: p_values[i])
-    q = [1.0] * m
-    running = 1.0
-    for rank in range(m - 1, -1, -1):
-        i = order[rank]
-        running = min(running, p_values[i] * m / (rank + 1))
-        q[i] = min(1.0, running)
-    return q
-
-
 # -- the main-effects fit ------------------------------------------------------------------
 
 
@@ -167,12 +152,7 @@ def _fit(cols: dict[str, np.ndarray], y: np.ndarray
         df_k = rank - int(np.linalg.matrix_rank(reduced))
         s = max(0.0, _rss(reduced, y) - rss)
         ss[k] = s
-        if df_k <= 0 or df_res <= 0:
-            p[k] = 1.0
-        elif rss <= 1e-300:
-            p[k] = 0.0 if s > 0 else 1.0
-        else:
-            p[k] = float(sps.f.sf((s / df_k) / (rss / df_res), df_k, df_res))
+        p[k] = f_test_p(s, df_k, rss, df_res)
     return ss, p, df_res
 
 
@@ -245,8 +225,7 @@ def _intervals(fn: Callable[[list[optuna.trial.FrozenTrial]], dict[str, float]],
     out = {}
     for k, d in draws.items():
         if len(d) >= 10:
-            lo, hi = np.percentile(d, [2.5, 97.5])
-            out[k] = (float(lo), float(hi))
+            out[k] = percentile_interval(d, 0.95)
     return out, {k: c / n for k, c in first.items()}, {k: c / n for k, c in above.items()}
 
 
@@ -319,7 +298,7 @@ def importance(data: StudyData, method: str = "main-effects", seed: int = 0,
         out.note = (f"{len(trials)} trials leave {max(df_res, 0)} degrees of freedom after "
                     f"fitting every knob's effect; at least {MIN_RESIDUAL_DF} are needed")
         return out
-    qs = bh([p[k] for k in names])
+    qs = benjamini_hochberg([p[k] for k in names])
     out.q_values = dict(zip(names, qs, strict=True))
     out.ranking = [k for k in out.values if out.q_values[k] < ALPHA]
     out.ranked = bool(out.ranking)

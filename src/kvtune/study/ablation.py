@@ -45,12 +45,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 from kvtune.metrics import Direction
 from kvtune.present import MINUS, change_fraction, change_record, number
 from kvtune.spec import EvaluationSpec
-from kvtune.stats import detectable_improvement, rounds_needed
+from kvtune.stats import (
+    detectable_improvement,
+    log_mean_diff,
+    log_welch_ci,
+    log_welch_p,
+    logs,
+    pooled_log_sd,
+    rounds_needed,
+)
 from kvtune.study.confirm import Arm, Measure, interleave
 
 SCHEMA_VERSION = 2
@@ -111,47 +118,6 @@ def _med(xs: list[float]) -> float:
     return float(np.median(xs)) if xs else math.nan
 
 
-def _logs(xs: list[float]) -> np.ndarray:
-    return np.log(np.asarray([v for v in xs if v > 0], dtype=float))
-
-
-def _p_value(a: list[float], b: list[float]) -> float:
-    """Two-sided Welch t test on the logarithms (relative changes; the metric's noise is
-    multiplicative). A rank test cannot reach Holm's level with the confirmation's few
-    rounds: 4 against 4 gives at best p = 0.029 before adjustment."""
-    xa, xb = _logs(a), _logs(b)
-    if len(xa) < 2 or len(xb) < 2:
-        return 1.0
-    if np.ptp(xa) == 0 and np.ptp(xb) == 0:
-        return 0.0 if xa[0] != xb[0] else 1.0
-    p = float(sps.ttest_ind(xa, xb, equal_var=False).pvalue)
-    return 1.0 if math.isnan(p) else p
-
-
-def _log_ci(a: list[float], b: list[float], level: float) -> tuple[float, float]:
-    """Welch CI of mean(log a) − mean(log b) at confidence `level` (NaN when it cannot)."""
-    xa, xb = _logs(a), _logs(b)
-    if len(xa) < 2 or len(xb) < 2:
-        return math.nan, math.nan
-    va, vb = xa.var(ddof=1) / len(xa), xb.var(ddof=1) / len(xb)
-    d = float(xa.mean() - xb.mean())
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return d, d
-    dof = (va + vb) ** 2 / (va ** 2 / (len(xa) - 1) + vb ** 2 / (len(xb) - 1))
-    h = float(sps.t.ppf(0.5 + level / 2, dof)) * se
-    return d - h, d + h
-
-
-def pooled_sd(samples: list[list[float]]) -> float:
-    """The pooled SD of the logarithms of several arms' samples (NaN without two)."""
-    logs = [x for x in (_logs(xs) for xs in samples) if len(x) >= 2]
-    dof = sum(len(x) - 1 for x in logs)
-    if not dof:
-        return math.nan
-    return math.sqrt(sum(float(((x - x.mean()) ** 2).sum()) for x in logs) / dof)
-
-
 def looks(first: int, planned: int) -> list[int]:
     """The rounds at each look: `first`, then ×LOOK_GROWTH (at least 2 more) up to
     `planned`."""
@@ -205,21 +171,17 @@ def _worth(rec: list[float], arm: list[float], sign: float,
            level: float) -> tuple[float, float, float]:
     """What a change is worth: sign × (mean log recommendation − mean log without it),
     with its Welch CI at confidence `level` (> 0: the change helps the objective)."""
-    xa, xr = _logs(arm), _logs(rec)
-    if len(xa) < 1 or len(xr) < 1:
+    d = log_mean_diff(rec, arm)
+    if math.isnan(d):
         return math.nan, math.nan, math.nan
-    d = float(xr.mean() - xa.mean())
-    lo, hi = _log_ci(rec, arm, level)
+    lo, hi = log_welch_ci(rec, arm, level)
     if sign < 0:
         d, lo, hi = -d, -hi, -lo
     return d, lo, hi
 
 
 def _gain_log(rec: list[float], base: list[float], sign: float) -> float:
-    xr, xb = _logs(rec), _logs(base)
-    if not (len(xr) and len(xb)):
-        return math.nan
-    return sign * float(xr.mean() - xb.mean())
+    return sign * log_mean_diff(rec, base)
 
 
 def look_at(rec: Arm, arms: list[tuple[str, Arm]], level: float, share: float,
@@ -236,7 +198,7 @@ def look_at(rec: Arm, arms: list[tuple[str, Arm]], level: float, share: float,
     for knob, arm in arms:
         n = len(arm.samples)
         paired = _paired(rec, arm)
-        p = _p_value(arm.samples, paired)
+        p = log_welch_p(arm.samples, paired)
         w = _worth(paired, arm.samples, sign, conf)
         _, lo, hi = w
         if arm.failed is not None:
@@ -332,10 +294,10 @@ def resolution(samples: list[list[float]], m: int, alpha: float, power: float = 
     probability `power` (kvtune.stats.detectable_improvement: two-sided t on the
     logarithms at Holm's strictest level alpha / m, the arms' pooled noise), at `rounds`
     rounds per arm (default: the fewest any arm ran)."""
-    sd = pooled_sd(samples)
+    sd = pooled_log_sd(samples)
     if math.isnan(sd):
         return None
-    n = rounds or min(len(_logs(xs)) for xs in samples if len(_logs(xs)) >= 2)
+    n = rounds or min(len(logs(xs)) for xs in samples if len(logs(xs)) >= 2)
     d = detectable_improvement(sd, n, alpha, m, power, two_sided=True, rank=False)
     return None if math.isnan(d) else float(math.expm1(d))
 
@@ -537,7 +499,7 @@ def ablate(confirmation: dict[str, Any], baseline: dict[str, Any], metric: str,
     if rec_arm.failed or base_arm.failed:
         return skipped(f"the {'recommendation' if rec_arm.failed else 'baseline'} failed: "
                        f"{rec_arm.failed or base_arm.failed}", metric, direction)
-    sd = pooled_sd([base_arm.samples, rec_arm.samples, *(a.samples for _, a in arms)])
+    sd = pooled_log_sd([base_arm.samples, rec_arm.samples, *(a.samples for _, a in arms)])
     gain = _gain_log(rec_arm.samples, base_arm.samples, sign)
     planned = plan(sd, ev.ablation_share * gain if gain > 0 else math.log1p(
         ev.ablation_effect), ev.alpha, len(arms), first, ev.ablation_max_rounds)
