@@ -95,3 +95,56 @@ def test_a_bad_duration_in_a_workload_file_is_a_clear_error(tmp_path: Path,
     assert "Traceback" not in r.stderr
     assert "load.workload_file, line 6" in r.stderr and where in r.stderr, r.stderr
     assert not Path(os.environ["KVTUNE_JOURNAL"]).exists()  # nothing was started
+
+
+GRAMMAR = REPO / "kvload" / "tests" / "grammar.json"
+
+
+def _or_none(parse, text):  # type: ignore[no-untyped-def]
+    try:
+        return parse(text)
+    except ValueError:
+        return None
+
+
+def test_python_and_kvload_read_every_quantity_alike() -> None:
+    """One table of cases (kvload/tests/grammar.json) for the quantities both kvtune's
+    Python and kvload read: durations, rates, sizes and CPU lists, each text with what it
+    parses to or null when both refuse it. kvload's `the_grammar_table` (cargo test) checks
+    its parsers against the same table, so a form one side takes and the other refuses
+    fails one of them."""
+    from kvtune.cpulist import parse_cpus
+    from kvtune.quantities import MAX_RATE, MAX_RELATIVE_TTL, parse_rate, parse_size
+
+    table = json.loads(GRAMMAR.read_text())
+    wrong = []
+    for text, want in table["duration"]:
+        got = _or_none(lambda t: parse_duration(t, zero=True), text)
+        if (got is None) != (want is None) or (got is not None and round(got * 1e9) != want):
+            wrong.append(("duration", text, got, want))
+    for text, want in table["rate"]:
+        got = _or_none(parse_rate, text)
+        if got != want:
+            wrong.append(("rate", text, got, want))
+    for text, want in table["size"]:
+        got = _or_none(parse_size, text)
+        if got != want:
+            wrong.append(("size", text, got, want))
+    for text, want in table["cpus"]:
+        got = _or_none(parse_cpus, text)
+        if got != want:
+            wrong.append(("cpus", text, got, want))
+    assert not wrong, wrong
+    assert (table["max_relative_ttl"], table["max_rate"]) == (MAX_RELATIVE_TTL, MAX_RATE)
+
+
+def test_the_table_checks_each_side() -> None:
+    """The table is not vacuous: it holds accepted and refused texts of each quantity, and
+    the forms Rust's own number parsers take (exponent, sign, a bare point) are refused."""
+    table = json.loads(GRAMMAR.read_text())
+    for name in ("duration", "rate", "size", "cpus"):
+        wants = [w for _, w in table[name]]
+        assert any(w is None for w in wants) and any(w is not None for w in wants), name
+    refused = {t for name in ("duration", "rate", "size", "cpus")
+               for t, w in table[name] if w is None}
+    assert {"1e3ms", "+2s", ".5s", "1e5", "+5", "+1", "1e3"} <= refused

@@ -707,13 +707,12 @@ app.add_typer(workload_app, name="workload")
 
 
 def _size(text: str, what: str) -> int:
-    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    t = text.strip().lower().removesuffix("b").removesuffix("i")
-    unit = t[-1:] if t[-1:] in units else ""
+    from kvtune.quantities import parse_size
+
     try:
-        return int(float(t[: len(t) - len(unit)]) * units[unit])
-    except ValueError:
-        raise UserError(f"{what} {text!r}: a byte count such as 512M or 2G") from None
+        return parse_size(text)
+    except ValueError as e:
+        raise UserError(f"{what}: {e}") from None
 
 
 @workload_app.command("capture")

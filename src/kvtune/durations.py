@@ -6,8 +6,9 @@ line all ask it. A leaf module, so that they share it without importing each oth
 
 The grammar is kvload's own (`parse_duration` in kvload/src/config/spec.rs): a number, an
 optional unit among ns, us (or µs), ms, s, m and h, a bare number being seconds, blanks
-around. kvload also takes what Rust's float parser takes ('1e3ms', '.5s', '+2s'); kvtune
-refuses those forms with a message naming the forms it takes, before anything runs.
+around. Both sides take exactly the same texts: they are checked against one table of cases,
+`kvload/tests/grammar.json` (tests/test_durations.py and kvload's `the_grammar_table`);
+kvload parses with the fundu crate, configured to this grammar.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ def parse_duration(v: Any, *, zero: bool = False) -> float:
         if not m:
             raise ValueError(f"{v[:40]!r} is not {FORMS}")
         n = float(m.group(1)) * UNITS[m.group(2) or "s"]
+        if n * 1e9 >= 2.0 ** 64:  # kvload holds nanoseconds in 64 bits (584 years)
+            raise ValueError(f"{v[:40]!r} is longer than kvload can hold (584 years)")
     else:
         raise ValueError(f"{v!r} is not {FORMS}"[:200])
     if n < 0 or (n == 0 and not zero):

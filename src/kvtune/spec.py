@@ -38,6 +38,7 @@ from kvtune.durations import parse_duration
 from kvtune.errors import UserError
 from kvtune.metrics import OBJECTIVES, SLO_METRICS, Direction, unknown_objective
 from kvtune.metrics import direction as objective_direction
+from kvtune.quantities import MAX_RATE
 from kvtune.safety import args as scan
 from kvtune.safety import values as safe
 from kvtune.safety import yamlload
@@ -55,7 +56,6 @@ __all__ = ["LineMap", "StudySpec", "line_map", "parse_cpus", "parse_data", "pars
 
 METRICS = OBJECTIVES  # the metrics an objective or a constraint may name (kvtune.metrics)
 _NAME = r"^[a-z][a-z0-9_\-]{0,31}$"  # a registered name: target kind, load tool
-MAX_RATE = 1e7  # req/s: kvload's largest open-loop rate
 _SLO = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|<)\s*([0-9.eE+\-]+)\s*(us|µs|ms)?\s*$")
 # "p99_us <= 500", or relative to the baseline: "ops_per_sec >= 0.98 * baseline".
 _CONSTRAINT = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=|<|>)\s*(?:(-?[0-9.eE+]+)|(-?[0-9.eE+]+)"
@@ -86,7 +86,6 @@ class TargetSpec(_Model):
     @classmethod
     def _cpus(cls, v: str | None) -> str | None:
         if v is not None:
-            safe.check_cpu_list(v)
             parse_cpus(v)
         return v
 
@@ -210,7 +209,6 @@ class LoadSpec(_Model):
     @classmethod
     def _cpus(cls, v: str | None) -> str | None:
         if v is not None:
-            safe.check_cpu_list(v)
             parse_cpus(v)
         return v
 

@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use fundu::{CustomDurationParserBuilder, CustomTimeUnit, TimeUnit};
+
 /// The wire protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
@@ -486,6 +488,16 @@ impl fmt::Display for Mix {
 /// kvload's largest open-loop rate, req/s.
 pub const MAX_RATE: f64 = 1e7;
 
+/// Whether `t` is a plain decimal number: digits, at most one point with digits on both
+/// sides (no sign, exponent, blanks, `inf` or `nan`). The number of every quantity below,
+/// as kvtune's Python reads it too (`tests/grammar.json`).
+fn plain_number(t: &str) -> bool {
+    let mut parts = t.splitn(2, '.');
+    let whole = parts.next().unwrap_or("");
+    let digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    digits(whole) && parts.next().is_none_or(digits)
+}
+
 /// A rate in requests/s: 150000, 150k, 1.5M.
 pub fn parse_rate(s: &str) -> Result<f64, String> {
     let t = s.trim();
@@ -497,50 +509,64 @@ pub fn parse_rate(s: &str) -> Result<f64, String> {
         (t, 1.0)
     };
     match num.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v * scale),
+        Ok(v) if plain_number(num) && v.is_finite() && v > 0.0 => Ok(v * scale),
         _ => Err(format!(
             "'{s}' is not a positive rate such as 50000, 50k or 1.5M"
         )),
     }
 }
 
-/// Parses `500ms`, `3s`, `1m`, `250us`, `2.5s` or a bare number of seconds into nanoseconds.
+/// The units of a duration: kvtune's Python grammar (`kvtune/durations.py`) is the same,
+/// both checked against one table of cases (`tests/grammar.json`).
+const DURATION_UNITS: [CustomTimeUnit<'static>; 6] = [
+    CustomTimeUnit::with_default(TimeUnit::NanoSecond, &["ns"]),
+    CustomTimeUnit::with_default(TimeUnit::MicroSecond, &["us", "µs"]),
+    CustomTimeUnit::with_default(TimeUnit::MilliSecond, &["ms"]),
+    CustomTimeUnit::with_default(TimeUnit::Second, &["s"]),
+    CustomTimeUnit::with_default(TimeUnit::Minute, &["m"]),
+    CustomTimeUnit::with_default(TimeUnit::Hour, &["h"]),
+];
+
+/// Parses `500ms`, `3s`, `1m`, `250us`, `2.5s`, `5 s` or a bare number of seconds into
+/// nanoseconds (fundu: exact decimal arithmetic, no exponent, no infinity, no sign).
 pub fn parse_duration(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let bad = || format!("invalid duration '{s}' (expected e.g. 500ms, 3s, 1m)");
-    let (num, mult) = if let Some(n) = s.strip_suffix("ns") {
-        (n, 1.0)
-    } else if let Some(n) = s.strip_suffix("us").or_else(|| s.strip_suffix("µs")) {
-        (n, 1e3)
-    } else if let Some(n) = s.strip_suffix("ms") {
-        (n, 1e6)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1e9)
-    } else if let Some(n) = s.strip_suffix('m') {
-        (n, 60e9)
-    } else if let Some(n) = s.strip_suffix('h') {
-        (n, 3600e9)
-    } else {
-        (s, 1e9)
-    };
-    let v: f64 = num.trim().parse().map_err(|_| bad())?;
-    if !(v.is_finite() && v >= 0.0) {
+    // Digits on both sides of a point, as kvtune writes them ('.5s' and '5.s' are refused).
+    if !plain_number(s.trim_end_matches(|c: char| c.is_alphabetic() || c.is_whitespace())) {
         return Err(bad());
     }
-    Ok((v * mult).round() as u64)
+    let parser = CustomDurationParserBuilder::new()
+        .time_units(&DURATION_UNITS)
+        .default_unit(TimeUnit::Second)
+        .allow_time_unit_delimiter()
+        .disable_exponent()
+        .disable_infinity()
+        .build();
+    let d: std::time::Duration = parser
+        .parse(s)
+        .map_err(|_| bad())?
+        .try_into()
+        .map_err(|_| bad())?;
+    u64::try_from(d.as_nanos()).map_err(|_| bad())
 }
 
-/// Parses a byte count with an optional K/M suffix (powers of 1024): `100`, `10K`, `1M`.
+/// Parses a byte count: digits, then K, M or G (powers of 1024) or B: `100`, `100B`,
+/// `10K`, `1M`.
 pub fn parse_size(s: &str) -> Result<usize, String> {
     let s = s.trim();
     let bad = || format!("invalid size '{s}'");
     let (num, mult) = match s.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&s[..i], 1024),
-        Some((i, 'm' | 'M')) => (&s[..i], 1024 * 1024),
-        _ => (s.strip_suffix(['b', 'B']).unwrap_or(s), 1),
+        Some((i, 'k' | 'K')) => (&s[..i], 1 << 10),
+        Some((i, 'm' | 'M')) => (&s[..i], 1 << 20),
+        Some((i, 'g' | 'G')) => (&s[..i], 1 << 30),
+        Some((i, 'b' | 'B')) => (&s[..i], 1),
+        _ => (s, 1),
     };
-    let num = num.strip_suffix(['b', 'B']).unwrap_or(num);
-    let v: usize = num.trim().parse().map_err(|_| bad())?;
+    if num.is_empty() || !num.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let v: usize = num.parse().map_err(|_| bad())?;
     v.checked_mul(mult).ok_or_else(bad)
 }
 
@@ -553,7 +579,11 @@ pub fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
     let mut cpus = Vec::new();
     let bad = || format!("invalid CPU list '{s}' (expected e.g. 1 or 0-1,3)");
     let cpu = |t: &str| -> Result<usize, String> {
-        let c: usize = t.trim().parse().map_err(|_| bad())?;
+        let t = t.trim();
+        if t.is_empty() || t.len() > 10 || !t.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        let c: usize = t.parse().map_err(|_| bad())?;
         if c >= MAX_CPUS {
             return Err(format!(
                 "CPU {c} in '{s}' is out of range (CPUs 0 to {})",
@@ -589,6 +619,46 @@ pub fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One table of cases for kvload's parsers and kvtune's Python ones
+    /// (tests/test_durations.py reads it too): each text with what it parses to, or null
+    /// when both refuse it.
+    #[test]
+    fn the_grammar_table() {
+        let table: serde_json::Value =
+            serde_json::from_str(include_str!("../../tests/grammar.json")).unwrap();
+        for case in table["duration"].as_array().unwrap() {
+            let (text, want) = (case[0].as_str().unwrap(), &case[1]);
+            let got = parse_duration(text).ok();
+            assert_eq!(got, want.as_u64(), "duration {text:?}");
+        }
+        for case in table["rate"].as_array().unwrap() {
+            let (text, want) = (case[0].as_str().unwrap(), &case[1]);
+            let got = parse_rate(text).ok();
+            assert_eq!(got, want.as_f64(), "rate {text:?}");
+        }
+        for case in table["size"].as_array().unwrap() {
+            let (text, want) = (case[0].as_str().unwrap(), &case[1]);
+            let got = parse_size(text).ok().map(|v| v as u64);
+            assert_eq!(got, want.as_u64(), "size {text:?}");
+        }
+        for case in table["cpus"].as_array().unwrap() {
+            let (text, want) = (case[0].as_str().unwrap(), &case[1]);
+            let got = parse_cpus(text).ok().map(|mut v| {
+                v.sort_unstable();
+                v.into_iter().map(|c| c as u64).collect::<Vec<_>>()
+            });
+            let want = want
+                .as_array()
+                .map(|a| a.iter().map(|c| c.as_u64().unwrap()).collect::<Vec<_>>());
+            assert_eq!(got, want, "cpus {text:?}");
+        }
+        assert_eq!(
+            table["max_relative_ttl"].as_u64(),
+            Some(MAX_RELATIVE_TTL as u64)
+        );
+        assert_eq!(table["max_rate"].as_f64(), Some(MAX_RATE));
+    }
 
     #[test]
     fn durations() {

@@ -205,7 +205,7 @@ class WarmStart:
                 self.say("  capacity: the study gives its own rates (objective.rates or "
                          "load.rate): the neighbour's knee is not used")
             return
-        from kvtune.spec import MAX_RATE
+        from kvtune.quantities import MAX_RATE
 
         lo, hi = self.knee / BRACKET, min(self.knee * BRACKET, MAX_RATE)
         obj.rates = (lo, hi)

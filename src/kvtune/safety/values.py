@@ -42,30 +42,10 @@ class KnobSpec(Protocol):
     @property
     def applier(self) -> Any: ...
 
-MAX_CPU = 8191  # the kernel's largest NR_CPUS
 MAX_MAGNITUDE = 2.0 ** 64  # the largest value any knob file or flag takes
 MAX_DURATION = 24 * 3600.0  # load.duration, load.warmup
 MAX_BUDGET_TIME = 30 * 24 * 3600.0  # budget.time
-_CPU_PART = re.compile(r"^\s*(\d{1,5})(?:\s*-\s*(\d{1,5}))?\s*$")
 _HOST_VALUE = re.compile(r"^[\x20-\x7e]{0,256}$")
-
-
-def check_cpu_list(text: Any) -> None:
-    """'0', '0-1', '0,2-3': bounded CPU numbers, nothing else (ValueError)."""
-    if not isinstance(text, str) or len(text) > 1024:
-        raise ValueError(f"{text!r} is not a CPU list such as 0, 0-1 or 0,2-3")
-    parts = [p for p in text.split(",") if p.strip()]
-    if not parts:
-        raise ValueError("empty CPU list")
-    for part in parts:
-        m = _CPU_PART.match(part)
-        if not m:
-            raise ValueError(f"{text!r} is not a CPU list such as 0, 0-1 or 0,2-3 "
-                             f"({part.strip()!r} is not a CPU number or range)")
-        for n in m.groups():
-            if n is not None and int(n) > MAX_CPU:
-                raise ValueError(f"CPU {n} in {text!r} is beyond any kernel's limit "
-                                 f"({MAX_CPU})")
 
 
 def check_number(v: Any, what: str = "value") -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from kvtune import durations
 from kvtune.durations import is_duration, parse_duration
+from kvtune.quantities import MAX_RELATIVE_TTL, SIZE, parse_size
 from kvtune.safety.files import ReadRefused, read_input
 
 MAX_BYTES = 1 << 20
@@ -81,7 +82,7 @@ def check_workload_file(name: str) -> dict[str, Any]:
 # The values kvload reads, each to the grammar kvload parses (docs/kvload.md), so that a bad
 # captured or hand-edited model stops a study before a server starts.
 _NUM = r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?"
-_SIZE = r"[0-9]{1,12}([kKmM]|[bB])?"
+_SIZE = SIZE
 _LIST = rf"list:{_SIZE}:{_NUM}(,{_SIZE}:{_NUM}){{0,4095}}"
 _GRAMMAR = {
     "protocol": r"memcache|meta|resp",
@@ -100,9 +101,6 @@ _DURATIONS = ("duration", "warmup", "timeout")
 _INTS = {"connections": (1, 100_000), "pipeline": (1, 65536), "max_outstanding": (1, 65536),
          "keys": (1, 10**12), "mget_size": (1, 1024), "seed": (0, 2**64 - 1),
          "spin_us": (0, 10**6)}
-# The longest relative TTL: the memcache protocol reads larger values as absolute Unix
-# times (kvload/src/config/spec.rs, MAX_RELATIVE_TTL, has the same bound).
-MAX_TTL = 30 * 24 * 3600
 # Sizes kvload allocates from (its value buffer, its keys): the same bounds kvload checks
 # before it allocates (kvload/src/config, MAX_ITEM_BYTES and MAX_KEY_BYTES).
 MAX_ITEM_BYTES = 1 << 30  # memcached's -I tops out at 1 GiB; Redis bulk strings at 512 MiB
@@ -119,7 +117,7 @@ def size_problem(key: str, text: str) -> str | None:
     elif key == "key_size":
         bound, what = MAX_KEY_BYTES, f"{MAX_KEY_BYTES} bytes (kvload's key bound)"
     elif key == "popularity" and text.startswith("table:"):
-        total = sum(_size(p.split(":")[0]) for p in text[6:].split(","))
+        total = sum(parse_size(p.split(":")[0]) for p in text[6:].split(","))
         if total > MAX_TABLE_KEYS:
             return f"a table of {total} keys: more than kvload's bound of {MAX_TABLE_KEYS}"
         return None
@@ -128,8 +126,8 @@ def size_problem(key: str, text: str) -> str | None:
     if text in ("etc", "fb_key", "fb_value"):
         return None
     body = text[5:] if text.startswith("list:") else text
-    sizes = [_size(p.split(":")[0]) for p in body.split(",")] if text.startswith("list:") \
-        else [_size(p) for p in body.split("-")]
+    sizes = [parse_size(p.split(":")[0]) for p in body.split(",")] if text.startswith("list:") \
+        else [parse_size(p) for p in body.split("-")]
     top = max(sizes)
     if top > bound:
         return f"{top} bytes: more than {what}"
@@ -173,21 +171,15 @@ def value_problem(key: str, value: Any) -> str | None:
             if sum(weights) <= 0:
                 return "no positive weight"
             if text.startswith("table:") and any(
-                    _size(p.split(":")[0]) == 0 for p in text[6:].split(",")):
+                    parse_size(p.split(":")[0]) == 0 for p in text[6:].split(",")):
                 return "a bucket of 0 keys"
         if key == "ttl":
-            top = max((_size(p.split(":")[0]) for p in text[5:].split(",")) if
+            top = max((parse_size(p.split(":")[0]) for p in text[5:].split(",")) if
                       text.startswith("list:") else [int(text)])
-            if top > MAX_TTL:
+            if top > MAX_RELATIVE_TTL:
                 return "a TTL beyond 30 days (the memcache protocol reads it as an absolute time)"
         return size_problem(key, text)
     return None
-
-
-def _size(text: str) -> int:
-    """A count as kvload's parse_size reads it: K and M are powers of 1024, a B suffix is bytes."""
-    mult = {"k": 1024, "m": 1024 * 1024}.get(text[-1:].lower(), 1)
-    return int(text.rstrip("bBkKmM")) * mult
 
 
 def _buckets_problem(value: Any) -> str | None:

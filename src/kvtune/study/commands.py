@@ -13,7 +13,8 @@ from kvtune.errors import UserError
 from kvtune.host.context import on_host
 from kvtune.knobs.knob import Knob
 from kvtune.knobs.resolve import build_knob
-from kvtune.spec import MAX_RATE, KnobSpec
+from kvtune.quantities import MAX_RATE, parse_rate
+from kvtune.spec import KnobSpec
 from kvtune.study.loader import Loaded
 from kvtune.study.progress import jsonable, progress
 from kvtune.study.record import tell
@@ -48,14 +49,11 @@ def parse_rates(values: list[str] | None) -> list[float]:
         raise UserError("--knob load.rate needs --values, e.g. --values 20k,40k,60k")
     rates = []
     for v in values:
-        t = v.strip()
-        scale = {"k": 1e3, "K": 1e3, "M": 1e6}.get(t[-1:], 1.0)
         try:
-            r = float(t[:-1] if scale != 1.0 else t) * scale
-        except ValueError:
-            raise UserError(f"--values: {v!r} is not a rate such as 50000, 50k or 1.5M") \
-                from None
-        if not 0 < r <= MAX_RATE:
+            r = parse_rate(v)
+        except ValueError as e:
+            raise UserError(f"--values: {e}") from None
+        if r > MAX_RATE:
             raise UserError(f"--values: {v!r} is outside kvload's open-loop rates "
                             f"(above 0, at most {MAX_RATE:,.0f} req/s)")
         rates.append(r)

@@ -32,6 +32,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kvtune.quantities import parse_size
+
 FEATURES = ("read_share", "write_share", "delete_share", "mget_share", "log2_fanout",
             "log10_value", "zipf", "ttl_share", "log10_keys", "log10_rate")
 SCALES: dict[str, float] = {
@@ -215,12 +217,6 @@ def _mix(text: str) -> dict[str, float]:
     return {k: v / total for k, v in items.items()}
 
 
-def _size(text: str) -> float:
-    t = text.strip()
-    mult = {"k": 1024, "m": 1024 * 1024}.get(t[-1:].lower(), 1)
-    return float(t.rstrip("bBkKmM")) * mult
-
-
 def _spec_mean(spec: Any) -> float:
     text = str(spec)
     if text in ("etc", "fb_value"):
@@ -228,11 +224,11 @@ def _spec_mean(spec: Any) -> float:
     if text.startswith("list:"):
         pairs = [p.split(":") for p in text[5:].split(",")]
         total = sum(float(w) for _, w in pairs)
-        return sum(_size(v) * float(w) for v, w in pairs) / total
+        return sum(parse_size(v) * float(w) for v, w in pairs) / total
     if "-" in text:
         a, b = text.split("-", 1)
-        return (_size(a) + _size(b)) / 2
-    return _size(text)
+        return (parse_size(a) + parse_size(b)) / 2
+    return parse_size(text)
 
 
 def _mean_value(doc: Mapping[str, Any]) -> float:

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from kvtune.safety.workload import MAX_TTL
+from kvtune.quantities import MAX_RELATIVE_TTL
 
 SCHEMA = "kvtune/workload-model/1"
 MAX_TRACKED_KEYS = 200_000  # keys whose requests are counted exactly (hash-sampled)
@@ -120,7 +120,7 @@ class ModelBuilder:
                 if verb == "set":
                     if value_size is not None:
                         self.key_values[h] = value_size
-                    self.key_ttls[h] = min(max(ttl or 0, 0), MAX_TTL)
+                    self.key_ttls[h] = min(max(ttl or 0, 0), MAX_RELATIVE_TTL)
                 elif (verb in ("get", "mget") and item_sizes is not None
                       and i < len(item_sizes) and item_sizes[i] is not None
                       and h not in self.key_values):
@@ -130,7 +130,7 @@ class ModelBuilder:
         if verb == "set" and value_size is not None:
             self.set_sizes[value_size] += count
         if verb == "set":
-            self.ttls[min(max(ttl or 0, 0), MAX_TTL)] += count
+            self.ttls[min(max(ttl or 0, 0), MAX_RELATIVE_TTL)] += count
         if conn is not None:
             if len(self.connections) < MAX_CONNECTIONS:
                 self.connections.add(conn)

@@ -21,11 +21,11 @@ import os
 from typing import IO, Any
 
 from kvtune.errors import UserError
+from kvtune.quantities import MAX_RELATIVE_TTL
 from kvtune.safety.files import AtomicFile
 
 HEADER = "# kvtune-trace/1\n# t_us,verb,key,key_len,value_len,ttl\n"
 MAX_RECORDS = 50_000_000  # what kvload --trace loads (16 bytes each in its memory)
-MAX_TTL = 30 * 24 * 3600
 MAX_SECOND_BUFFER = 1_000_000  # requests of one whole second held to spread them
 _VERB = {"get": "g", "mget": "g", "set": "s", "delete": "d"}
 
@@ -70,7 +70,7 @@ class TraceWriter:
             self._flush_second()
             self.second = us // 1_000_000
         v = _VERB[verb]
-        ttl_s = min(max(ttl or 0, 0), MAX_TTL) if v == "s" else 0
+        ttl_s = min(max(ttl or 0, 0), MAX_RELATIVE_TTL) if v == "s" else 0
         lines = []
         for i, (h, klen) in enumerate(keys):
             size = value_size if v == "s" else (item_sizes[i] if item_sizes else value_size)
