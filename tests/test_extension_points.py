@@ -70,7 +70,7 @@ objective: {metric: p99_us}
 
 @pytest.fixture
 def toy_registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(load_base, "_DRIVERS", dict(load_base._DRIVERS))
+    monkeypatch.setattr(load_base, "_REGISTERED", dict(load_base._REGISTERED))
     load.register(ToyDriver)
 
 

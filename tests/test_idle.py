@@ -113,19 +113,19 @@ def test_restore_after_sigkill_leaves_the_idle_path_as_it_was(
 
 def test_exports_carry_the_idle_path(tmp_path: Path) -> None:
     """TuneD force_latency and [sysfs] lines; a unit that holds the PM QoS request."""
-    from kvtune.export import EXPORTERS
+    from kvtune.export import exporters
     from kvtune.export.base import Recommendation
 
     base = {"cpu.idle_max_latency_us": idle.NO_REQUEST, "cpu.halt_poll_ns": 0}
     rec = Recommendation("s", "memcached", {"cpu.idle_max_latency_us": 20,
                                             "cpu.halt_poll_ns": 200000}, base, "test",
                          spec={"target": {"kind": "memcached"}}, tuned_include="")
-    tuned = EXPORTERS["tuned"].files(rec)
+    tuned = exporters()["tuned"].files(rec)
     text = tuned[0].text
     assert "[cpu]\nforce_latency=20" in text
     if HALT.exists():
         assert f"{HALT}=200000" in text and "[bootloader]" in text
-    unit = [f for f in EXPORTERS["systemd"].files(rec) if "pm-qos" in f.path]
+    unit = [f for f in exporters()["systemd"].files(rec) if "pm-qos" in f.path]
     assert unit and "/dev/cpu_dma_latency" in unit[0].text
     assert '\\\\024\\\\000\\\\000\\\\000' in unit[0].text  # 20, little-endian, octal
 

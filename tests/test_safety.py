@@ -243,7 +243,7 @@ def test_the_devices_behind_denied_links_are_denied(pattern: str) -> None:
 def test_an_export_leaves_out_what_the_deny_list_refuses(in_tmp: Path) -> None:
     """The exporters read Recommendation.entries(), which drops a denied sysctl or sysfs
     entry with a note (a recommendation read from a shared storage is untrusted too)."""
-    from kvtune.export import EXPORTERS
+    from kvtune.export import exporters
     from kvtune.export.base import Recommendation
     from kvtune.knobs.appliers.base import ExportEntry
 
@@ -256,6 +256,6 @@ def test_an_export_leaves_out_what_the_deny_list_refuses(in_tmp: Path) -> None:
             lambda self, v, ctx: ExportEntry("sysctl", "kernel.tainted", str(v)))
         assert rec.entries("host") == []
         assert rec.refused and "kernel.tainted" in rec.refused[0], rec.refused
-        assert EXPORTERS["sysctl"].files(rec) == []
+        assert exporters()["sysctl"].files(rec) == []
     finally:
         type(knob.applier).export_entry = orig  # type: ignore[method-assign]

@@ -526,7 +526,7 @@ def export(
     rec = ex.recommendation(Store(url), name, best_in_search, minimal=minimal,
                             previous=from_, tuned_include=tuned_include, trial=trial,
                             full=full)
-    formats = format_ or list(ex.EXPORTERS)
+    formats = format_ or list(ex.exporters())
     target = out_dir or Path.cwd() / "export" / name
     made = ex.write(rec, formats, target)
     out.print(f"[bold]{escape(name)}[/]: {escape(rec.source)}", highlight=False)

@@ -17,24 +17,32 @@ from kvtune.export.systemd import SystemdExporter
 from kvtune.export.tuned import TunedExporter
 from kvtune.safety.files import write_file
 
-# The one table of export formats, by name (`--format`).
-EXPORTERS: dict[str, Exporter] = {}
+# The export formats registered by name (`--format`), beside the built-in ones.
+_REGISTERED: dict[str, Exporter] = {}
+_BUILT_IN: dict[str, Exporter] = {}
 
 
 def register(exporter: Exporter) -> None:
     """Add an export format (replacing one of the same name)."""
-    EXPORTERS[exporter.name] = exporter
+    _REGISTERED[exporter.name] = exporter
 
 
-for _e in (SysctlExporter(), TunedExporter(),
-           *(e for kind in kinds.every() for e in kind.exporters()), SystemdExporter()):
-    register(_e)
+def exporters() -> dict[str, Exporter]:
+    """The one table of export formats, by name: sysctl, tuned, each server kind's (from
+    its folder), systemd, then the registered ones. The kinds' are found at the first
+    lookup rather than at import, so that a kind's export module may be imported before
+    this package without a circle."""
+    if not _BUILT_IN:
+        found = (SysctlExporter(), TunedExporter(),
+                 *(e for kind in kinds.every() for e in kind.exporters()), SystemdExporter())
+        _BUILT_IN.update((e.name, e) for e in found)
+    return {**_BUILT_IN, **_REGISTERED}
 
 # Never write into the live configuration of the host: a person installs the files.
 FORBIDDEN_ROOTS = tuple(Path(r) for r in (*roots.KERNEL_TREES, *roots.SYSTEM_TREES))
 
-__all__ = ["EXPORTERS", "ExportFile", "Exporter", "NoRecommendation", "Recommendation",
-           "recommendation", "register", "warnings", "with_content", "write"]
+__all__ = ["ExportFile", "Exporter", "NoRecommendation", "Recommendation",
+           "exporters", "recommendation", "register", "warnings", "with_content", "write"]
 
 
 class NoRecommendation(KvtuneError):
@@ -192,7 +200,7 @@ def check_domains(rec: Recommendation, space: dict[str, Any] | None) -> None:
 
 def with_content(rec: Recommendation) -> list[str]:
     """The formats that have something to export for `rec`."""
-    return [name for name, e in EXPORTERS.items() if e.files(rec)]
+    return [name for name, e in exporters().items() if e.files(rec)]
 
 
 def warnings(made: list[tuple[str, ExportFile]]) -> list[str]:
@@ -214,10 +222,11 @@ def check_out_dir(out_dir: Path) -> Path:
 def write(rec: Recommendation, formats: list[str], out_dir: Path) -> list[tuple[str,
                                                                               ExportFile]]:
     """Write the files of each format under `out_dir`; returns (format, file) pairs."""
-    unknown = [f for f in formats if f not in EXPORTERS]
+    table = exporters()
+    unknown = [f for f in formats if f not in table]
     if unknown:
         raise UserError(f"--format: unknown format {', '.join(unknown)}; known: "
-                        f"{', '.join(EXPORTERS)}")
+                        f"{', '.join(table)}")
     from kvtune.knobs.catalog import check_rules
 
     # The rules between knobs (-L needs THP, ...) refuse a configuration that cannot run.
@@ -225,7 +234,7 @@ def write(rec: Recommendation, formats: list[str], out_dir: Path) -> list[tuple[
     if broken:
         raise UserError(f"the configuration of study {rec.study!r} is not exported: {broken}")
     out_dir = check_out_dir(out_dir)
-    files = [(fmt, f) for fmt in formats for f in EXPORTERS[fmt].files(rec)]
+    files = [(fmt, f) for fmt in formats for f in table[fmt].files(rec)]
     if not files:
         return []
     try:

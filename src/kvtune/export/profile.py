@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvtune.export import EXPORTERS, ExportFile, Recommendation, write
+from kvtune.export import ExportFile, Recommendation, exporters, write
 from kvtune.library.profiles import Category, spread
 from kvtune.workload.features import describe
 
@@ -52,7 +52,8 @@ def recommendation(cat: Category) -> Recommendation:
 
 def export(cat: Category, out_dir: Path) -> list[tuple[str, ExportFile]]:
     rec = recommendation(cat)
-    chosen = [f for f in formats() if f in EXPORTERS and EXPORTERS[f].files(rec)]
+    table = exporters()
+    chosen = [f for f in formats() if f in table and table[f].files(rec)]
     if not chosen:
         return []
     return write(rec, chosen, out_dir)

@@ -1,12 +1,13 @@
-"""Load drivers, one module per load tool (see base.py). The registry of built-in drivers:
-a new driver is its module plus one `register` line here."""
+"""Load drivers, one module per load tool (see base.py). kvload and each server kind's
+peer tools are found at the first lookup (`base._drivers`); another driver is its module
+plus one `register` call."""
 
-from kvtune import kind_registry as kinds
 from kvtune.load.base import (
     METRICS,
     VERDICTS,
     LoadDriver,
     LoadResult,
+    built_in,
     driver_class,
     driver_for,
     register,
@@ -17,10 +18,14 @@ from kvtune.load.base import (
 from kvtune.load.kvload import KvloadDriver
 from kvtune.load.transport import Transport
 
-register(KvloadDriver)
-for _kind in kinds.every():  # the peer tools of each server kind (redis-benchmark, ...)
-    for _driver in _kind.load_drivers():
-        register(_driver)
+
+def _built_in() -> list[type[LoadDriver]]:
+    from kvtune import kind_registry as kinds
+
+    return [KvloadDriver, *(d for kind in kinds.every() for d in kind.load_drivers())]
+
+
+built_in(_built_in)
 
 __all__ = ["METRICS", "VERDICTS", "LoadDriver", "LoadResult", "Transport", "driver_class",
            "driver_for", "register", "runs_remote", "tools", "transport_for"]

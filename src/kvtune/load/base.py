@@ -24,6 +24,7 @@ and never asks where it is.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -106,28 +107,48 @@ def transport_for(spec: LoadSpec) -> Transport:
     return SshTransport(target, spec.remote_binary)
 
 
-_DRIVERS: dict[str, type[LoadDriver]] = {}
+_REGISTERED: dict[str, type[LoadDriver]] = {}
+_BUILT_IN: dict[str, type[LoadDriver]] = {}
+_SOURCES: list[Callable[[], list[type[LoadDriver]]]] = []
+
+
+def built_in(source: Callable[[], list[type[LoadDriver]]]) -> None:
+    """Where the built-in drivers come from, asked at the first lookup (the package's
+    `__init__` names kvload and the server kinds' peer tools)."""
+    _SOURCES.append(source)
+    _BUILT_IN.clear()
 
 
 def register(cls: type[LoadDriver]) -> type[LoadDriver]:
-    """Make `cls` the driver for `load.tool: <cls.tool>` (usable as a class decorator)."""
+    """Make `cls` the driver for `load.tool: <cls.tool>` (usable as a class decorator); it
+    replaces a built-in driver of the same name."""
     name = getattr(cls, "tool", "")
     if not name:
         raise ValueError(f"{cls.__name__} sets no `tool` name")
-    _DRIVERS[name] = cls
+    _REGISTERED[name] = cls
     return cls
+
+
+def _drivers() -> dict[str, type[LoadDriver]]:
+    """Every driver: the built-in ones (kvload and each server kind's peer tools,
+    redis-benchmark, ...), found at the first lookup rather than at import, so that a
+    kind's driver module may be imported before this package without a circle; then the
+    registered ones."""
+    if not _BUILT_IN:
+        _BUILT_IN.update((d.tool, d) for source in _SOURCES for d in source())
+    return {**_BUILT_IN, **_REGISTERED}
 
 
 def runs_remote(tool: str) -> bool:
     """Whether `load.host` may name a load host for `tool`."""
-    cls = _DRIVERS.get(tool)
+    cls = _drivers().get(tool)
     return cls is not None and cls.remote
 
 
 def driver_class(tool: str) -> type[LoadDriver]:
     """The driver class registered for `tool` (ValueError for an unknown one)."""
     try:
-        return _DRIVERS[tool]
+        return _drivers()[tool]
     except KeyError:
         raise ValueError(f"unknown load tool {tool!r} (known: {', '.join(tools())})") \
             from None
@@ -135,14 +156,14 @@ def driver_class(tool: str) -> type[LoadDriver]:
 
 def tools() -> list[str]:
     """The registered load tool names."""
-    return sorted(_DRIVERS)
+    return sorted(_drivers())
 
 
 def driver_for(spec: LoadSpec, capacity: CapacitySearch | None = None) -> LoadDriver:
     """A new driver for the study's load section (its `tool`); `capacity`: each run is a
     capacity search (the study's objective is capacity)."""
     try:
-        cls = _DRIVERS[spec.tool]
+        cls = _drivers()[spec.tool]
     except KeyError:
         raise UserError(f"load.tool: unknown load tool {spec.tool!r} "
                         f"(known: {', '.join(tools())})") from None
