@@ -350,6 +350,39 @@ def test_every_module_imports_first() -> None:
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {}
 
 
+def _adhoc_figures(path: Path) -> list[tuple[int, str]]:
+    """Where `path` formats a figure for people by hand: an f-string percentage (`:.1%`)
+    or thousands separators (`:,.0f`), which present.py owns (`pct`, `share`, `figure`,
+    `number`: a real minus, one spelling of a change everywhere)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.FormattedValue) and node.format_spec is not None:
+            spec = "".join(v.value if isinstance(v, ast.Constant) else "{}"
+                           for v in node.format_spec.values if isinstance(v, ast.Constant))
+            if spec.endswith("%") or "," in spec:
+                found.append((node.lineno, spec))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id == "format" and len(node.args) == 2 \
+                and isinstance(node.args[1], ast.Constant) \
+                and re.search(r"[%,]", str(node.args[1].value)):
+            found.append((node.lineno, str(node.args[1].value)))
+    return found
+
+
+def test_figures_go_through_present(tmp_path: Path) -> None:
+    offenders = {}
+    for p in sorted(PKG.rglob("*.py")):
+        if p == PKG / "present.py":
+            continue
+        found = _adhoc_figures(p)
+        if found:
+            offenders[str(p.relative_to(PKG))] = found[:3]
+    assert not offenders, offenders
+    f = tmp_path / "m.py"
+    f.write_text('x = 0.5\na = f"{x:+.1%} {x:,.0f} {x:.3g}"\nb = format(x, ",")\n')
+    assert sorted(s for _, s in _adhoc_figures(f)) == ["+.1%", ",", ",.0f"]
+
+
 def test_a_kind_is_its_folder_and_one_registry_line() -> None:
     """Valkey, the proof: named in code only in kinds/valkey/ and on its one line of the
     registry (kind_registry.py); a kind another builds on (Redis, for Valkey) is named by

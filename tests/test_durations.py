@@ -134,6 +134,12 @@ def test_python_and_kvload_read_every_quantity_alike() -> None:
         got = _or_none(parse_cpus, text)
         if got != want:
             wrong.append(("cpus", text, got, want))
+    from kvtune.spec import parse_slo
+
+    for text, want in table["slo_bound_us"]:
+        got = _or_none(lambda t: parse_slo(f"p99_us <= {t}").bound_us, text)
+        if got != want:
+            wrong.append(("slo", text, got, want))
     assert not wrong, wrong
     assert (table["max_relative_ttl"], table["max_rate"]) == (MAX_RELATIVE_TTL, MAX_RATE)
 
@@ -142,7 +148,7 @@ def test_the_table_checks_each_side() -> None:
     """The table is not vacuous: it holds accepted and refused texts of each quantity, and
     the forms Rust's own number parsers take (exponent, sign, a bare point) are refused."""
     table = json.loads(GRAMMAR.read_text())
-    for name in ("duration", "rate", "size", "cpus"):
+    for name in ("duration", "rate", "size", "cpus", "slo_bound_us"):
         wants = [w for _, w in table[name]]
         assert any(w is None for w in wants) and any(w is not None for w in wants), name
     refused = {t for name in ("duration", "rate", "size", "cpus")

@@ -125,19 +125,13 @@ impl Slo {
                 ));
             }
         };
-        let (num, scale) = if let Some(n) = right.strip_suffix("us") {
-            (n, 1.0)
-        } else if let Some(n) = right.strip_suffix("µs") {
-            (n, 1.0)
-        } else if let Some(n) = right.strip_suffix("ms") {
-            (n, 1000.0)
+        // A bare number is µs (the metric's unit); else a duration in the one grammar.
+        let bad = || format!("'{right}' is not a latency bound such as 200us or 1ms");
+        let bound_us = if crate::config::spec::plain_number(right) {
+            right.parse::<f64>().map_err(|_| bad())?
         } else {
-            (right, 1.0)
+            crate::config::spec::parse_duration(right).map_err(|_| bad())? as f64 / 1e3
         };
-        let v: f64 = num
-            .parse()
-            .map_err(|_| format!("'{right}' is not a latency bound such as 200us or 1ms"))?;
-        let bound_us = v * scale;
         if !bound_us.is_finite() || bound_us <= 0.0 {
             return Err(format!("the bound {right} must be a positive latency"));
         }

@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from kvtune import kind_registry as kinds
+from kvtune import present
 from kvtune.errors import KvtuneError, UserError
 from kvtune.safety.text import Console
 from kvtune.safety.text import for_markup as escape
@@ -335,11 +336,11 @@ def sweep(
         ci = r["ci"]
         achieved = r["metrics"].get("ops_per_sec") if by_rate else None
         flags = sorted({v for v in r.get("verdicts", []) if v and v != "ok"})
-        t.add_row(f"{r['value']:,.0f}" if by_rate else str(r["value"]),
+        t.add_row(f"{present.figure(r['value'])}" if by_rate else str(r["value"]),
                   number(r["median"]),
                   f"{ci_kind(int(r['n']))} {number(ci[0])} … {number(ci[1])}" if ci[0] == ci[0]
                   else "-", str(r["n"]),
-                  *((f"{achieved:,.0f}" if isinstance(achieved, int | float) else "-",)
+                  *((f"{present.figure(achieved)}" if isinstance(achieved, int | float) else "-",)
                     if by_rate else ()),
                   ("baseline" if r["value"] == res["baseline_value"] else "")
                   + (f" {', '.join(flags)}" if flags else "")

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from kvtune import present
 from kvtune.errors import KvtuneError, UserError
 
 if TYPE_CHECKING:
@@ -97,11 +98,11 @@ def result_text(e: Entry) -> str:
     r = e.recommendation
     if r.change is None:
         return "recommended (no interval)"
-    ci = f" ({r.ci[0]:+.1%} … {r.ci[1]:+.1%})" if r.ci else ""
+    ci = f" ({present.pct(r.ci[0])} … {present.pct(r.ci[1])})" if r.ci else ""
     cap = ""
     if e.capacity is not None:
         cap = f"; knee {number(e.capacity.knee)}/s"
-    return f"{e.objective.metric} {r.change:+.1%}{ci}{cap}"
+    return f"{e.objective.metric} {present.pct(r.change)}{ci}{cap}"
 
 
 library_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
@@ -184,12 +185,12 @@ def library_show(entry: Annotated[str, typer.Argument(help="an entry id (or its 
         if e.carriers:
             p(f"    carried by (ablation): {', '.join(e.carriers)}")
     if e.noise is not None:
-        p(f"  noise floor: CoV {e.noise.cov:.1%} over {e.noise.n} repetitions")
+        p(f"  noise floor: CoV {present.share(e.noise.cov, 1)} over {e.noise.n} repetitions")
     if e.capacity is not None:
         c = e.capacity
-        ci = f" (95% CI {c.ci[0]:,.0f} … {c.ci[1]:,.0f})" if c.ci else ""
-        p(f"  capacity at {_esc(c.slo)}: baseline knee {c.knee:,.0f} req/s{ci}"
-          + (f", recommended {c.recommended_knee:,.0f}" if c.recommended_knee else "")
+        ci = f" (95% CI {present.figure(c.ci[0])} … {present.figure(c.ci[1])})" if c.ci else ""
+        p(f"  capacity at {_esc(c.slo)}: baseline knee {present.figure(c.knee)} req/s{ci}"
+          + (f", recommended {present.figure(c.recommended_knee)}" if c.recommended_knee else "")
           + f"; curve of {len(c.curve)} runs")
     p(f"  search: {e.search.trials} trials, best at trial {e.search.best_trial}")
     if e.warm_start:

@@ -41,6 +41,26 @@ def pct(x: float | None, digits: int = 1) -> str:
     return s.replace("-", MINUS)
 
 
+def share(x: Any, digits: int = 0) -> str:
+    """A fraction as a percentage, unsigned unless negative ("40%", "12.5%", "−3%"): shares
+    of a gain, of CPU time, of the requests; "-" when unknown."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if math.isinf(x):
+        return ("" if x > 0 else MINUS) + "∞%"
+    return f"{x * 100:.{digits}f}%".replace("-", MINUS)
+
+
+def figure(x: Any, digits: int = 0) -> str:
+    """A figure with thousands separators and `digits` decimals ("52,340", "1,234.5"),
+    a real minus; "-" when unknown."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if isinstance(x, float) and math.isinf(x):
+        return "∞" if x > 0 else MINUS + "∞"
+    return f"{x:,.{digits}f}".replace("-", MINUS)
+
+
 def change_fraction(baseline: float | None, new: float | None) -> float | None:
     """new / baseline − 1 (the metric's own change), or None when either is missing or
     the baseline is 0."""

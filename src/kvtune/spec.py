@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -38,7 +39,7 @@ from kvtune.durations import parse_duration
 from kvtune.errors import UserError
 from kvtune.metrics import OBJECTIVES, SLO_METRICS, Direction, unknown_objective
 from kvtune.metrics import direction as objective_direction
-from kvtune.quantities import MAX_RATE
+from kvtune.quantities import MAX_RATE, NUMBER
 from kvtune.safety import args as scan
 from kvtune.safety import values as safe
 from kvtune.safety import yamlload
@@ -56,10 +57,29 @@ __all__ = ["LineMap", "StudySpec", "line_map", "parse_cpus", "parse_data", "pars
 
 METRICS = OBJECTIVES  # the metrics an objective or a constraint may name (kvtune.metrics)
 _NAME = r"^[a-z][a-z0-9_\-]{0,31}$"  # a registered name: target kind, load tool
-_SLO = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|<)\s*([0-9.eE+\-]+)\s*(us|µs|ms)?\s*$")
+_SLO = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|<)\s*(\S.{0,63}?)\s*$")
+_BARE = re.compile(rf"^-?{NUMBER}$")  # a number of µs (a sign only to say it must be positive)
 # "p99_us <= 500", or relative to the baseline: "ops_per_sec >= 0.98 * baseline".
 _CONSTRAINT = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=|<|>)\s*(?:(-?[0-9.eE+]+)|(-?[0-9.eE+]+)"
                          r"\s*\*\s*baseline|(baseline))\s*$")
+
+
+def _cpu_list(v: str) -> str:
+    parse_cpus(v)
+    return v
+
+
+def _words(v: list[str]) -> list[str]:
+    for i, w in enumerate(v):
+        scan.word(w, i)
+    return v
+
+
+# A CPU list (kvtune.cpulist's grammar), kept as written.
+CpuList = Annotated[str, AfterValidator(_cpu_list)]
+# Words for an argv: each scanned (kvtune.safety.args); the target kind or the load tool
+# checks them against its own allow-list in the loader.
+Words = Annotated[list[str], AfterValidator(_words)]
 
 
 class _Model(BaseModel):
@@ -72,8 +92,8 @@ class TargetSpec(_Model):
     binary: str | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=0, ge=0, le=65535)
-    args: list[str] = Field(default_factory=list, max_length=64)
-    cpus: str | None = None
+    args: Words = Field(default_factory=list, max_length=64)  # the kind checks its own
+    cpus: CpuList | None = None
     start_timeout: float = Field(default=10.0, gt=0, le=600)
     # the operator's server configuration (/etc/memcached.conf, redis.conf): the baseline
     # (study/loader.py places each setting; targets/server_config.py)
@@ -81,21 +101,6 @@ class TargetSpec(_Model):
     # the synthetic target's own keys (Target.spec_keys): other kinds refuse them
     noise_cov: float = Field(default=0.1, ge=0, le=10)
     surface: str = Field(default="default", max_length=64)
-
-    @field_validator("cpus")
-    @classmethod
-    def _cpus(cls, v: str | None) -> str | None:
-        if v is not None:
-            parse_cpus(v)
-        return v
-
-    @field_validator("args")
-    @classmethod
-    def _args(cls, v: list[str]) -> list[str]:
-        # The words only; the target kind's allow-list is checked by the loader.
-        for i, w in enumerate(v):
-            scan.word(w, i)
-        return v
 
     @field_validator("host")
     @classmethod
@@ -155,10 +160,10 @@ class LoadSpec(_Model):
     # halts between sends pays the VM's wake-up on every one: late sends, late reads,
     # and more CPU per request (docs/kvload.md).
     spin_us: int | None = Field(default=None, ge=0, le=100_000)
-    cpus: str | None = None
+    cpus: CpuList | None = None
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     workload_file: str | None = None
-    extra_args: list[str] = Field(default_factory=list, max_length=16)
+    extra_args: Words = Field(default_factory=list, max_length=16)  # the tool checks its own
     # The load generator on its own host (docs/fleet.md): ssh://user@host[:port], and the
     # tool's binary there (else found on its PATH or copied to a per-version path).
     host: str | None = None
@@ -204,21 +209,6 @@ class LoadSpec(_Model):
         # warmup 0: no warm-up, the window starts with the first request (case 004)
         return safe.check_duration(parse_duration(v, zero=info.field_name == "warmup"),
                                    safe.MAX_DURATION)
-
-    @field_validator("cpus")
-    @classmethod
-    def _cpus(cls, v: str | None) -> str | None:
-        if v is not None:
-            parse_cpus(v)
-        return v
-
-    @field_validator("extra_args")
-    @classmethod
-    def _extra(cls, v: list[str]) -> list[str]:
-        # The words only; the load tool's allow-list is checked by the loader.
-        for i, w in enumerate(v):
-            scan.word(w, i)
-        return v
 
     @field_validator("workload_file")
     @classmethod
@@ -350,18 +340,22 @@ class Slo(BaseModel):
 
 
 def parse_slo(text: str) -> Slo:
-    """`p99_us <= 200` (µs; `200us` and `0.2ms` too). ValueError naming what is wrong."""
+    """`p99_us <= 200` (µs; `200us`, `0.2ms` or any duration too). ValueError naming what
+    is wrong."""
     m = _SLO.match(text)
     if not m:
         raise ValueError(f"{text!r} is not an SLO such as 'p99_us <= 200'")
-    metric, op, bound, unit = m.groups()
+    metric, op, bound = m.groups()
     if metric not in SLO_METRICS:
         raise ValueError(f"an SLO bounds a latency: {metric!r} is not one of "
                          f"{', '.join(SLO_METRICS)}")
+    # The bound is a duration in the one grammar (kvtune.durations), a bare number being
+    # the metric's own unit, µs.
     try:
-        value = float(bound) * (1000.0 if unit == "ms" else 1.0)
+        value = float(bound) if _BARE.match(bound) else round(parse_duration(bound) * 1e9) / 1e3
     except ValueError:
-        raise ValueError(f"{text!r}: {bound!r} is not a number") from None
+        raise ValueError(f"{text!r} is not an SLO such as 'p99_us <= 200': {bound!r} is "
+                         "neither a number of µs nor a duration such as 200us or 2ms") from None
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{text!r}: the bound must be a positive number of µs")
     if value > 60e6:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvtune import present
 from kvtune.metrics import Direction
 
 # scipy.stats is imported inside the functions that need it: importing it costs about
@@ -177,7 +178,7 @@ def order_statistic_ci(values: Sequence[float], level: float = 0.95
             k = j
     if k == 0:
         return (xs[0], xs[-1], RANGE)
-    return (xs[k - 1], xs[n - k], CI_95 if level == 0.95 else f"{level:.0%} CI")
+    return (xs[k - 1], xs[n - k], CI_95 if level == 0.95 else f"{present.share(level)} CI")
 
 
 def ci_kind(n: int) -> str:

@@ -491,7 +491,7 @@ pub const MAX_RATE: f64 = 1e7;
 /// Whether `t` is a plain decimal number: digits, at most one point with digits on both
 /// sides (no sign, exponent, blanks, `inf` or `nan`). The number of every quantity below,
 /// as kvtune's Python reads it too (`tests/grammar.json`).
-fn plain_number(t: &str) -> bool {
+pub fn plain_number(t: &str) -> bool {
     let mut parts = t.splitn(2, '.');
     let whole = parts.next().unwrap_or("");
     let digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
@@ -658,6 +658,13 @@ mod tests {
             Some(MAX_RELATIVE_TTL as u64)
         );
         assert_eq!(table["max_rate"].as_f64(), Some(MAX_RATE));
+        for case in table["slo_bound_us"].as_array().unwrap() {
+            let (text, want) = (case[0].as_str().unwrap(), &case[1]);
+            let got = crate::search::Slo::parse(&format!("p99<={text}"))
+                .ok()
+                .map(|s| s.bound_us);
+            assert_eq!(got, want.as_f64(), "SLO bound {text:?}");
+        }
     }
 
     #[test]

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import optuna
 
+from kvtune import present
 from kvtune.analysis.data import KnobInfo, StudyData
 from kvtune.stats import benjamini_hochberg, f_test_p, percentile_interval
 
@@ -74,7 +75,8 @@ class Importance:
         for tier in self.tiers:
             for a, b in itertools.pairwise(tier):
                 out.append(f"{a} and {b} are not separable: {a} ranks above {b} in only "
-                           f"{self.above.get((a, b), 0.0):.0%} of bootstrap resamples of the "
+                           f"{present.share(self.above.get((a, b), 0.0))} of bootstrap resamples "
+                           f"of the "
                            f"{self.n_trials} trials")
         return out
 
@@ -306,7 +308,8 @@ def importance(data: StudyData, method: str = "main-effects", seed: int = 0,
         out.note = f"no knob's effect stands out of the noise in {len(trials)} trials"
     elif out.first.get(out.ranking[0], 0.0) < STABLE_TOP:
         out.ranked = False
-        out.note = (f"{out.ranking[0]} leads in only {out.first.get(out.ranking[0], 0):.0%} "
+        out.note = (f"{out.ranking[0]} leads in only "
+                    f"{present.share(out.first.get(out.ranking[0], 0))} "
                     f"of bootstrap resamples of the {len(trials)} trials")
     else:
         out.tiers = tiers(out.ranking, out.above)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvtune import present
 from kvtune.analysis.data import StudyData
 from kvtune.analysis.sensitivity import _bins
 
@@ -47,7 +48,7 @@ class Zone:
             parts = list(self.categories)
         where = ", ".join(parts) if parts else "none"
         text = (f"{where} ({self.reachable} of {self.tried} tried values reached within "
-                f"{self.within:.0%} of the best in some trial")
+                f"{present.share(self.within)} of the best in some trial")
         if self.reachable and self.robust == self.reachable:
             return text + ", every trial at them did)"
         if self.robust:

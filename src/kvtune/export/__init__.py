@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kvtune import kind_registry as kinds
-from kvtune import roots
+from kvtune import present, roots
 from kvtune.errors import KvtuneError, UserError
 from kvtune.export.base import Exporter, ExportFile, Recommendation
 from kvtune.export.sysctl import SysctlExporter
@@ -59,8 +59,9 @@ def _gain(conf: dict[str, Any], rec: dict[str, Any]) -> str:
     if "change" not in comp:
         return str(conf.get("verdict", rec.get("name", "")))
     return (f"{rec.get('name', 'the recommendation')} confirmed: {conf.get('metric', 'objective')} "
-            f"{comp['change']:+.1%} (95% CI {comp.get('change_ci_low', float('nan')):+.1%} … "
-            f"{comp.get('change_ci_high', float('nan')):+.1%}) against the baseline")
+            f"{present.pct(comp['change'])} (95% CI "
+            f"{present.pct(comp.get('change_ci_low', float('nan')))} … "
+            f"{present.pct(comp.get('change_ci_high', float('nan')))}) against the baseline")
 
 
 def _operator_config(spec: dict[str, Any]) -> tuple[Path, str] | None:
@@ -139,7 +140,7 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
             config = {**baseline, **dict(choice["config"])}
             left = "; ".join(
                 f"{x['knob']} {x['recommended']} (share "
-                + (f"{x['share']:.0%}" if isinstance(x.get("share"), float)
+                + (f"{present.share(x['share'])}" if isinstance(x.get("share"), float)
                    and x["share"] == x["share"] else "-") + ")"
                 for x in choice.get("left_out") or [])
             source = (f"the changes that carry the gain only, measured against the full "

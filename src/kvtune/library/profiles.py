@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvtune import present
 from kvtune.library.entry import Entry
 from kvtune.library.nearest import minor
 from kvtune.workload.features import ALIKE, FEATURES, distance, label
@@ -165,5 +166,6 @@ def spread(gains: list[float]) -> str:
         return "no confirmed gain"
     med = statistics.median(gains)
     if len(gains) == 1:
-        return f"{med:+.1%} (1 study)"
-    return f"{med:+.1%} ({min(gains):+.1%} … {max(gains):+.1%}, {len(gains)} studies)"
+        return f"{present.pct(med)} (1 study)"
+    return (f"{present.pct(med)} ({present.pct(min(gains))} … {present.pct(max(gains))}, "
+            f"{len(gains)} studies)")

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
+from kvtune import present
 from kvtune.library.entry import Entry
 from kvtune.library.nearest import Found, context_of, neighbours
 from kvtune.library.store import Library, LibraryUnavailable, open_library
@@ -215,7 +216,8 @@ class WarmStart:
         self.record["bracket"] = [lo, hi]
         if self.fresh:
             self.say(f"  capacity: the searches start at the neighbour's knee, "
-                     f"{self.knee:,.0f} req/s, within {lo:,.0f} … {hi:,.0f} req/s (no "
+                     f"{present.figure(self.knee)} req/s, within {present.figure(lo)} … "
+                     f"{present.figure(hi)} req/s (no "
                      "closed-loop burst)")
 
     def baseline_runs(self, n: int) -> int:
@@ -224,7 +226,7 @@ class WarmStart:
             return n
         m = max(self.run.spec.repetitions, NOISE_MIN_RUNS)
         if m < n:
-            self.say(f"  noise floor: the neighbours' CoV {self.prior[0]:.1%} over "
+            self.say(f"  noise floor: the neighbours' CoV {present.share(self.prior[0], 1)} over "
                      f"{self.prior[1]} repetitions is the prior: the baseline is measured "
                      f"{m} times instead of {n} (all {n} if it is noisier than "
                      f"{NOISE_TOO_HIGH:g}x the prior)")
@@ -246,8 +248,10 @@ class WarmStart:
             c = cov(vals)
         if math.isfinite(c) and c <= NOISE_TOO_HIGH * self.prior[0]:
             return
-        self.say(f"  noise floor: the baseline's CoV {c:.1%} is above {NOISE_TOO_HIGH:g}x "
-                 f"the prior's {self.prior[0]:.1%}: this host is noisier than the library's; "
+        self.say(f"  noise floor: the baseline's CoV {present.share(c, 1)} is above "
+                 f"{NOISE_TOO_HIGH:g}x "
+                 f"the prior's {present.share(self.prior[0], 1)}: this host is noisier than the "
+                 f"library's; "
                  f"measured {full} times, the prior is not used")
         self.record["prior_rejected"] = {"cov": c}
         self.prior = None
@@ -270,8 +274,9 @@ class WarmStart:
         c, total = pooled_cov([self.prior, (measured, noise.n)])
         self.record["noise_measured"] = {"cov": measured, "n": noise.n}
         self.record["noise_pooled"] = {"cov": c, "n": total}
-        self.say(f"  noise floor: the baseline's CoV {measured:.1%} over {noise.n} "
-                 f"repetitions pooled with the neighbours' prior: {c:.1%} over {total}")
+        self.say(f"  noise floor: the baseline's CoV {present.share(measured, 1)} over {noise.n} "
+                 f"repetitions pooled with the neighbours' prior: {present.share(c, 1)} over "
+                 f"{total}")
         return dataclasses.replace(
             noise, cov={**noise.cov, metric: c}, robust_cov={**noise.robust_cov, metric: c},
             detectable_improvement=detectable_improvement(

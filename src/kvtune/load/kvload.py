@@ -16,7 +16,7 @@ import sysconfig
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvtune import durations
+from kvtune import durations, present
 from kvtune.errors import HarnessError, TrialFailed
 from kvtune.load.base import VERDICTS, LoadDriver, LoadResult, transport_for
 from kvtune.load.transport import LocalTransport, Transport
@@ -257,8 +257,9 @@ def search_result(doc: dict[str, Any]) -> tuple[dict[str, Any], str]:
         if verdict == "client_bound":
             last = (doc.get("steps") or [{}])[-1]
             util = ((last.get("figures") or {}).get("client_cpu") or {}).get("utilization")
-            busy = f" (its CPUs {util:.0%} busy)" if isinstance(util, int | float) else ""
-            reason = (f"kvload reached its own limit at {last.get('rate', 0):,.0f} req/s"
+            busy = (f" (its CPUs {present.share(util)} busy)"
+                    if isinstance(util, int | float) else "")
+            reason = (f"kvload reached its own limit at {present.figure(last.get('rate', 0))} req/s"
                       f"{busy} before the server missed the SLO, so no capacity is claimed. "
                       "Keep the server the limit: a CPU quota on the server (knob "
                       "placement.cpu_quota_pct, e.g. `{name: placement.cpu_quota_pct, fixed: "

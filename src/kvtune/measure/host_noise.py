@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
+from kvtune import present
 from kvtune.store import Store
 
 BUSY = 0.2  # another process using this share of a CPU can change a verdict
@@ -53,24 +54,27 @@ def checks(facts: dict[str, Any], steal_threshold: float = 0.05) -> list[dict[st
     steal = facts.get("steal")
     if steal is not None:
         high = steal > steal_threshold
-        add("steal", f"{steal:.1%} over {facts.get('window_s', 0):g} s",
+        add("steal", f"{present.share(steal, 1)} over {facts.get('window_s', 0):g} s",
             "verdict" if high else "none",
-            f"above the study's steal threshold ({steal_threshold:.0%}): repetitions are "
+            f"above the study's steal threshold ({present.share(steal_threshold)}): repetitions "
+            f"are "
             "flagged and re-run, and a noisy neighbour can change the verdict" if high else "")
     during = facts.get("during")
     if during and during.get("n"):
         high = during["max"] > steal_threshold
         add("steal during the study",
-            f"median {during['median']:.1%}, most {during['max']:.1%} over "
+            f"median {present.share(during['median'], 1)}, most {present.share(during['max'], 1)} "
+            f"over "
             f"{during['n']} repetitions",
             "verdict" if high else "none",
             f"some repetitions saw more than the study's steal threshold "
-            f"({steal_threshold:.0%}): the host's neighbours were busy while it measured"
+            f"({present.share(steal_threshold)}): the host's neighbours were busy while it measured"
             if high else "")
     busy = [b for b in facts.get("busy_processes") or [] if b.get("cpu", 0) >= 0.05]
     heavy = [b for b in busy if b["cpu"] >= BUSY]
     add("other busy processes",
-        ", ".join(f"{b['comm']} ({b['pid']}) {b['cpu']:.0%} of a CPU" for b in busy) or "none",
+        ", ".join(f"{b['comm']} ({b['pid']}) {present.share(b['cpu'])} of a CPU"
+                  for b in busy) or "none",
         "verdict" if heavy else "noise" if busy else "none",
         "they compete with the server or the load for CPU: this can change the verdict"
         if heavy else "")
@@ -127,7 +131,7 @@ def render_html(noise_floor: dict[str, Any] | None, host: dict[str, Any] | None,
     rows = []
     nf = noise_floor or {}
     if nf.get("cov"):
-        covs = ", ".join(f"{k} {v:.1%}" for k, v in nf["cov"].items()
+        covs = ", ".join(f"{k} {present.share(v, 1)}" for k, v in nf["cov"].items()
                          if isinstance(v, int | float))
         rows.append(f"<tr><td>noise floor (CoV of the baseline, {nf.get('n', '?')} "
                     f"repetitions)</td><td>{html.escape(covs)}</td><td></td></tr>")

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from kvtune import load, telemetry
+from kvtune import load, present, telemetry
 from kvtune.cpulist import parse_cpus
 from kvtune.errors import TrialFailed, UserError
 from kvtune.host.cgroup import ServerCgroup
@@ -267,6 +267,6 @@ class Session:
         flags = [] if result.verdict == "ok" else [result.verdict]
         steal = metrics.get("steal")  # the share of CPU time stolen (telemetry's `sys`)
         if steal is not None and steal > self.spec.evaluation.steal_threshold:
-            flags.append(f"steal {steal:.1%}")
+            flags.append(f"steal {present.share(steal, 1)}")
         return Repetition("flagged" if flags else "ok", metrics, raw, flags, result.reason)
 

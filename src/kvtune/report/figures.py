@@ -12,6 +12,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from kvtune import present
 from kvtune.analysis import Analysis, Correlation, Curve, Importance, StudyData
 from kvtune.study.record import stored_eval
 
@@ -88,7 +89,7 @@ def importance(imp: Importance) -> go.Figure | None:
     hi = [imp.intervals[k][1] - imp.values[k] if k in imp.intervals else 0 for k in names]
     colors = [BLUE if k in imp.ranking else GREY for k in names]
     fig = go.Figure(go.Bar(x=[imp.values[k] for k in names], y=names, orientation="h",
-                           marker_color=colors, text=[f"{imp.values[k]:.0%}" for k in names],
+                           marker_color=colors, text=[present.share(imp.values[k]) for k in names],
                            textposition="inside", insidetextanchor="start",
                            error_x={"type": "data", "symmetric": False, "array": hi,
                                     "arrayminus": lo, "color": "#444"}))
@@ -264,7 +265,7 @@ def ablation(res: dict[str, Any] | None) -> go.Figure | None:
     fig = go.Figure(go.Bar(
         x=[r["share"] for r in rows], y=[f"{r['knob']} → {r['recommended']}" for r in rows],
         orientation="h", marker_color=[color[r["effect"]] for r in rows],
-        text=[f"{r['share']:.0%} ({r['effect']})" for r in rows], textposition="inside",
+        text=[f"{present.share(r['share'])} ({r['effect']})" for r in rows], textposition="inside",
         insidetextanchor="start",
         error_x={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo,
                  "color": "#444"}))

@@ -21,6 +21,7 @@ import plotly.offline
 import yaml
 
 from kvtune import kind_registry as kinds
+from kvtune import present
 from kvtune.analysis import Analysis, StudyData, analyse
 from kvtune.metrics import NAMES as METRICS
 from kvtune.metrics import guess_direction
@@ -304,17 +305,18 @@ def _zones(a: Analysis) -> str:
     if not a.zones:
         return ""
     rows = ["<table><tr><th>knob</th><th>importance (95% interval)</th><th>within "
-            f"{a.within:.0%} of the best at</th></tr>"]
+            f"{present.share(a.within)} of the best at</th></tr>"]
     for z in a.zones:
         imp = a.importance.values.get(z.knob)
         iv = a.importance.intervals.get(z.knob)
-        imp_s = "–" if imp is None else f"{imp:.0%}" + (
-            f" ({iv[0]:.0%} … {iv[1]:.0%})" if iv else "")
+        imp_s = "–" if imp is None else f"{present.share(imp)}" + (
+            f" ({present.share(iv[0])} … {present.share(iv[1])})" if iv else "")
         rows.append(f"<tr><td>{_e(z.knob)}</td><td>{imp_s}"
                     f'</td><td class="cfg">{_e(z.describe())}</td></tr>')
     rows.append("</table>")
     return ("<h3>Optimizable zones</h3><p class=note>Values of each important knob at which "
-            f"a trial reached within {a.within:.0%} of the best value found; inside a zone the "
+            f"a trial reached within {present.share(a.within)} of the best value found; inside a "
+            f"zone the "
             "knob can be set for other reasons at little cost, as far as the trials show.</p>"
             + "".join(rows))
 
@@ -411,7 +413,7 @@ def _ablation(data: StudyData, a: Analysis) -> str:
         mini = (f'<p><b>Recommendation:</b> {_e(choice.get("text", ""))}</p>'
                 + ("<p>Left out of it: " + "; ".join(
                     f"{_e(x['knob'])} {_f(x['baseline'])} → {_f(x['recommended'])} (share "
-                    + (f"{x['share']:.0%}" if _finite(x.get("share")) else "–")
+                    + (f"{present.share(x['share'])}" if _finite(x.get("share")) else "–")
                     + f", {_e(x['effect'])})" for x in left) + "</p>" if left else ""))
     else:
         minimal = res.get("minimal_changes") or {}
@@ -512,7 +514,7 @@ def _reproduce(data: StudyData, cmp: dict[str, Any]) -> str:
     nf = data.noise_floor or {}
     if nf.get("cov"):
         rows += ("<tr><td>noise floor (CoV of the baseline)</td><td class=cfg>"
-                 + _e(", ".join(f"{k} {v:.1%}" for k, v in nf["cov"].items()
+                 + _e(", ".join(f"{k} {present.share(v, 1)}" for k, v in nf["cov"].items()
                                 if isinstance(v, int | float)))
                  + "</td></tr>")
     fname = f"{data.name}.yaml"

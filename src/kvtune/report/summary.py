@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from kvtune import present
 from kvtune.present import NO_SIGNIFICANT_CHANGE, describe_change, judge, number, pct
 from kvtune.safety.text import for_markup as esc
 from kvtune.store import Store
@@ -54,7 +55,7 @@ def _chg(comp: dict[str, Any], key: str) -> str:
                        comp["n_candidate"], comp["n_baseline"], comp.get("direction", "?"))
         comp = {**comp, **c.as_dict()} if c.direction != "?" else comp
     v = comp.get(key, comp.get(key.replace("change_", "").replace("change", "improvement")))
-    return "-" if v is None else f"{v:+.1%}"
+    return "-" if v is None else f"{present.pct(v)}"
 
 
 def collect(store: Store, name: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from kvtune import present
 from kvtune.analysis.sweep import SweepView, analyse, summary_lines
 from kvtune.telemetry.sampler import phase_table
 
@@ -220,8 +221,8 @@ def _num(v: Any) -> str:
     if v is None:
         return "-"
     if isinstance(v, float) and v.is_integer():
-        return f"{int(v):,}"
-    return f"{v:,}" if isinstance(v, int) else str(v)
+        return f"{present.figure(int(v))}"
+    return f"{present.figure(v)}" if isinstance(v, int) else str(v)
 
 
 def html_section(data: Any) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from kvtune import present
 from kvtune.present import number
 
 
@@ -36,10 +37,11 @@ def render_analysis(an: dict[str, Any] | None, console: Console) -> None:
         t.add_column("knob")
         t.add_column("importance (95% interval)")
         t.add_column("effect" if ranked else "ranking")
-        t.add_column(f"within {an['within']:.0%} of the best at")
+        t.add_column(f"within {present.share(an['within'])} of the best at")
         for k, v in imp["values"].items():
             iv = (imp.get("intervals") or {}).get(k)
-            share = f"{v:.0%}" + (f" ({iv[0]:.0%} … {iv[1]:.0%})" if iv else "")
+            share = present.share(v) + (
+                f" ({present.share(iv[0])} … {present.share(iv[1])})" if iv else "")
             if ranked:
                 tiers = imp.get("tiers") or [[r] for r in imp["ranking"]]
                 tier = next((i for i, t in enumerate(tiers) if k in t), None)

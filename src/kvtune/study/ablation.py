@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from kvtune import present
 from kvtune.metrics import Direction
 from kvtune.present import MINUS, change_fraction, change_record, number
 from kvtune.spec import EvaluationSpec
@@ -307,7 +308,7 @@ def _share(x: float | None) -> str:
     JSON has no NaN)."""
     if not isinstance(x, int | float) or math.isnan(x):
         return "-"
-    return f"{x:.0%}".replace("-", MINUS)
+    return f"{present.share(x)}".replace("-", MINUS)
 
 
 def _change(row: dict[str, Any]) -> str:
@@ -350,14 +351,14 @@ def explain(res: dict[str, Any]) -> str:
                 f"the other {len(small)} changes do"
         else:
             other = ", ".join(small) + (" does" if len(small) == 1 else " do")
-        text += f"; {other} not carry it (each below {thr:.0%} of the gain)"
+        text += f"; {other} not carry it (each below {present.share(thr)} of the gain)"
     unresolved = res.get("unresolved") or []
     r = res.get("resolution")
     if unresolved:
         cis = [f"{k} (share {_share(rows[k]['share'])}{ci(rows[k])})" for k in unresolved]
         at = res.get("rounds") or "these"
         text += (f"; still ambiguous after {at} rounds: {', '.join(cis)}"
-                 + (f" — at this noise a change worth less than about {r:.0%} of "
+                 + (f" — at this noise a change worth less than about {present.share(r)} of "
                     f"{res['metric']} cannot be told from noise" if r is not None
                     and not math.isnan(r) else ""))
         cap = res.get("max_rounds")
@@ -367,7 +368,7 @@ def explain(res: dict[str, Any]) -> str:
             text += " (the time limit, evaluation.ablation_time)"
     s = res.get("shares_sum")
     if s is not None and n > 1 and parts and not 0.5 <= s <= 1.5:
-        text += (f" (the shares add up to {s:.0%}: the changes interact, so the minimal "
+        text += (f" (the shares add up to {present.share(s)}: the changes interact, so the minimal "
                  "configuration is confirmed against the full one)")
     return text
 
@@ -378,11 +379,11 @@ def _level(c: float) -> str:
         text = f"{c * 100:.{digits}f}"
         if abs(float(text) - c * 100) < 1e-9 or digits == 3:
             return text.rstrip("0").rstrip(".") + "%"
-    return f"{c:.1%}"
+    return f"{present.share(c, 1)}"
 
 
 def _pct(x: float) -> str:
-    return f"{x:+.1%}".replace("-", MINUS)
+    return f"{present.pct(x)}".replace("-", MINUS)
 
 
 def single(confirmation: dict[str, Any], recommended: dict[str, Any],

@@ -9,6 +9,7 @@ from typing import Any
 import optuna
 from rich.console import Console
 
+from kvtune import present
 from kvtune.errors import UserError
 from kvtune.host.context import on_host
 from kvtune.knobs.knob import Knob
@@ -55,7 +56,7 @@ def parse_rates(values: list[str] | None) -> list[float]:
             raise UserError(f"--values: {e}") from None
         if r > MAX_RATE:
             raise UserError(f"--values: {v!r} is outside kvload's open-loop rates "
-                            f"(above 0, at most {MAX_RATE:,.0f} req/s)")
+                            f"(above 0, at most {present.figure(MAX_RATE)} req/s)")
         rates.append(r)
     return rates
 

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import optuna
 
+from kvtune import present
 from kvtune.metrics import Direction, guess_direction
 from kvtune.metrics import unit as metric_unit
 from kvtune.present import NO_SIGNIFICANT_CHANGE, describe_change, judge, number
@@ -277,7 +278,8 @@ class ConstraintCheck:
             what = (f"ratio to the baseline {self.value:.3f} (95% CI {self.ci[0]:.3f} … "
                     f"{self.ci[1]:.3f})")
         else:
-            what = f"median {self.value:,.4g} (95% CI {self.ci[0]:,.4g} … {self.ci[1]:,.4g})"
+            what = (f"median {present.number(self.value)} (95% CI "
+                    f"{present.number(self.ci[0])} … {present.number(self.ci[1])})")
         word = {"satisfied": "satisfied", "violated": "significantly violated",
                 "inconclusive": "inconclusive: the CI straddles the bound"}[self.status]
         return f"{self.constraint}: {word}, {what}"

@@ -10,6 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
+from kvtune import present
 from kvtune.measure.evaluator import Evaluation, Evaluator
 from kvtune.spec import StudySpec
 from kvtune.stats import compare, detectable_improvement, robust_cov
@@ -68,15 +69,17 @@ class DriftCheck:
                 f"after trial {after_trial}"
             self.console.print(
                 f"  [yellow]drift:[/] {when} the baseline's {self.evaluator.metric} moved by "
-                f"{ch:+.1%} (95% CI {lo:+.1%} … {hi:+.1%}). Search values measured at "
+                f"{present.pct(ch)} (95% CI {present.pct(lo)} … {present.pct(hi)}). Search values "
+                f"measured at "
                 "different times are not comparable: each trial is compared with the "
                 "baseline measurement nearest to it (kvtune show), and only the "
                 "confirmation's interleaved rounds decide.")
             self.console.print(
                 f"  the noise floor's estimate no longer holds: with the baseline's spread "
-                f"across the study (robust CoV {rec['drift_cov']:.1%}) the confirmation "
-                f"({self.spec.evaluation.confirm_rounds} rounds) shows about "
-                f"{rec['detectable_improvement']:.0%} or more (80% power) — if the drift "
+                f"across the study (robust CoV {present.share(rec['drift_cov'], 1)}) "
+                f"the confirmation ({self.spec.evaluation.confirm_rounds} rounds) shows about "
+                f"{present.share(rec['detectable_improvement'])} or more (80% power) — "
+                "if the drift "
                 "continues during the confirmation; interleaving cancels a slow drift, not "
                 "a burst")
         return rec

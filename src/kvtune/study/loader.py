@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvtune import present
 from kvtune.errors import UserError
 from kvtune.knobs.knob import Knob
 from kvtune.metrics import direction as objective_direction
@@ -389,7 +390,8 @@ def _knob_problems(spec: StudySpec, knobs: list[Knob], lines: Lines) -> list[str
         size = _grid_size(knobs)
         if size > spec.budget.trials:
             problems.append(f"{where(('sampler',), lines)}: the grid of {len(knobs)} knob(s) "
-                            f"has {size:,} points and budget.trials is {spec.budget.trials}: "
+                            f"has {present.figure(size)} points and budget.trials is "
+                            f"{spec.budget.trials}: "
                             "raise the budget to the grid's size, narrow the knobs, or use "
                             "sampler: tpe")
     return problems

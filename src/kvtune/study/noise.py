@@ -10,6 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
+from kvtune import present
 from kvtune.errors import UserError
 from kvtune.measure.evaluator import Evaluation
 from kvtune.spec import EvaluationSpec
@@ -63,7 +64,8 @@ class NoiseFloor:
         return self.cov.get(metric, math.nan) if math.isnan(c) else c
 
     def report(self, console: Console, metric: str, ev: EvaluationSpec) -> None:
-        parts = [f"{m} CoV {v:.1%}" + (f" (robust {self.robust_cov[m]:.1%})"
+        parts = [f"{m} CoV {present.share(v, 1)}" + (f" (robust "
+                                                     f"{present.share(self.robust_cov[m], 1)})"
                                        if not math.isnan(self.robust_cov.get(m, math.nan))
                                        else "")
                  for m, v in self.cov.items() if not math.isnan(v)]
@@ -79,7 +81,8 @@ class NoiseFloor:
         console.print(
             f"  at this noise the confirmation ({ev.confirm_rounds} rounds, smallest "
             f"Holm-adjusted p {min_adjusted_p(ev.confirm_rounds, ev.confirm_top):.2g} < "
-            f"alpha {ev.alpha:g}) shows an improvement of about {detectable:.0%} or more "
+            f"alpha {ev.alpha:g}) shows an improvement of about {present.share(detectable)} or "
+            f"more "
             "(80% power), as long as the host stays as quiet as during these repetitions"
             + (" (drift checks will tell)" if ev.drift_every else
                " (drift checks are off: evaluation.drift_every is 0)"))
@@ -88,7 +91,8 @@ class NoiseFloor:
                                  two_sided=True)
             console.print(
                 f"  [yellow]warning:[/] smaller real gains may end as \"no significant "
-                f"improvement\"; to resolve {want:.0%}, set evaluation.confirm_rounds to about "
+                f"improvement\"; to resolve {present.share(want)}, set evaluation.confirm_rounds "
+                f"to about "
                 f"{need} (or lengthen load.duration, or quiet the host)")
 
 

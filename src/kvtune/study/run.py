@@ -466,7 +466,8 @@ class StudyRun:
                 self.console.print(
                     f"[bold]Ablation[/]: the recommendation with each of its {n} changes "
                     f"reverted, {first} interleaved rounds; more only for changes neither "
-                    f"shown to carry the gain nor below {ev.ablation_share:.0%} of it, up to "
+                    f"shown to carry the gain nor below {present.share(ev.ablation_share)} of it, "
+                    f"up to "
                     f"{ev.ablation_max_rounds} rounds; then the changes that carry alone "
                     f"against the full recommendation, {first} rounds. Budget: {least} to "
                     f"{most} repetitions{took}{limit}")

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from kvtune import present
 from kvtune.errors import UserError
 from kvtune.safety.workload import check_workload_file
 from kvtune.workload.model import parse_weighted
@@ -72,7 +73,7 @@ def lines(doc: dict[str, Any]) -> list[str]:
     disp = (f", gap CV² {arr['gap_cv2']}" if "gap_cv2" in arr else
             f", 1 s index of dispersion {arr['index_of_dispersion_1s']}"
             if "index_of_dispersion_1s" in arr else "")
-    out.append(f"rate: {rate:,.0f} req/s, arrivals {doc.get('arrival', 'poisson')}{disp}"
+    out.append(f"rate: {present.figure(rate)} req/s, arrivals {doc.get('arrival', 'poisson')}{disp}"
                if isinstance(rate, int | float) else
                "rate: not in the model (give load.rate or kvload --rate)")
     pop = about.get("popularity") or {}
@@ -80,7 +81,7 @@ def lines(doc: dict[str, Any]) -> list[str]:
            if "zipf_s" in pop else "")
     spec = str(doc.get("popularity", "uniform"))
     shown = spec if len(spec) < 60 else spec[:40] + f"... ({spec.count(',') + 1} buckets)"
-    out.append(f"keys: {doc.get('keys', 10000):,}; popularity {shown}{fit}")
+    out.append(f"keys: {present.figure(doc.get('keys', 10000))}; popularity {shown}{fit}")
     if pop.get("why"):
         out.append(f"  {pop['why']}: the empirical table is used")
     for name, field in (("key size", "key_size"), ("value size", "value_size"),
@@ -89,12 +90,14 @@ def lines(doc: dict[str, Any]) -> list[str]:
         if spec:
             m, p50, p99 = _mean(spec), _quantile(spec, 0.5), _quantile(spec, 0.99)
             if m is not None:
-                out.append(f"{name}: mean {m:,.1f}, median {p50:,.0f}, p99 {p99:,.0f}")
+                out.append(f"{name}: mean {present.figure(m, 1)}, median {present.figure(p50)}, "
+                           f"p99 {present.figure(p99)}")
     per_key = about.get("per_key") or {}
     if doc.get("key_buckets") and per_key.get("mean_value_per_key") is not None:
         out.append(f"value sizes per key: {len(doc['key_buckets'])} popularity buckets, "
-                   f"mean {per_key['mean_value_per_key']:,.1f} per key (per request "
-                   f"{per_key['mean_value_per_request']:,.1f}): each key is replayed at its "
+                   f"mean {present.figure(per_key['mean_value_per_key'], 1)} per key (per request "
+                   f"{present.figure(per_key['mean_value_per_request'], 1)}): each key is replayed "
+                   f"at its "
                    "own size")
     out.append(f"connections: {doc.get('connections', 4)}"
                + (f" (seen {about['connections_seen']})" if "connections_seen" in about

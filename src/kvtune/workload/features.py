@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kvtune import present
 from kvtune.quantities import parse_size
 
 FEATURES = ("read_share", "write_share", "delete_share", "mget_share", "log2_fanout",
@@ -77,11 +78,11 @@ def nearest_differences(a: Mapping[str, float], b: Mapping[str, float],
 
 def _show(f: str, v: float) -> str:
     if f == "log10_value":
-        return f"{10 ** v:,.0f} B"
+        return f"{present.figure(10 ** v)} B"
     if f == "log10_keys":
-        return f"{10 ** v:,.0f} keys"
+        return f"{present.figure(10 ** v)} keys"
     if f == "log10_rate":
-        return f"{10 ** v:,.0f}/s"
+        return f"{present.figure(10 ** v)}/s"
     if f == "log2_fanout":
         return f"{2 ** v:.0f} keys/mget"
     return f"{v:.2f}"
@@ -92,18 +93,19 @@ def describe(feat: Mapping[str, float]) -> str:
     share 0.10 × 10 keys'."""
     out = []
     if "read_share" in feat:
-        out.append(f"reads {feat['read_share']:.0%}")
+        out.append(f"reads {present.share(feat['read_share'])}")
     if feat.get("mget_share", 0) > 0.005:
-        out.append(f"mgets {feat['mget_share']:.0%} × {2 ** feat.get('log2_fanout', 0):.0f}"
+        out.append(f"mgets {present.share(feat['mget_share'])} × "
+                   f"{2 ** feat.get('log2_fanout', 0):.0f}"
                    " keys")
     if "log10_value" in feat:
         out.append(f"values {_bytes(10 ** feat['log10_value'])}")
     if "zipf" in feat:
         out.append(f"zipf {feat['zipf']:.2f}")
     if feat.get("ttl_share", 0) > 0.005:
-        out.append(f"TTLs on {feat['ttl_share']:.0%} of sets")
+        out.append(f"TTLs on {present.share(feat['ttl_share'])} of sets")
     if "log10_rate" in feat:
-        out.append(f"{10 ** feat['log10_rate']:,.0f} req/s")
+        out.append(f"{present.figure(10 ** feat['log10_rate'])} req/s")
     return ", ".join(out)
 
 
@@ -128,7 +130,7 @@ def label(feat: Mapping[str, float]) -> str:
 
 
 def _bytes(v: float) -> str:
-    return f"{v:,.0f} B" if v < 1024 else f"{v / 1024:,.1f} KB"
+    return f"{present.figure(v)} B" if v < 1024 else f"{present.figure(v / 1024, 1)} KB"
 
 
 # -- from a workload --------------------------------------------------------------------------

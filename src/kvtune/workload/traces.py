@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from kvtune import roots
+from kvtune import present, roots
 from kvtune.errors import UserError
 from kvtune.safety.files import note_input
 from kvtune.workload.model import ModelBuilder
@@ -141,7 +141,8 @@ def _lines(raw: IO[bytes], path: str) -> Iterator[tuple[int, str]]:
                 return
             n += 1
             if n > MAX_LINES:
-                raise UserError(f"{path}: more than {MAX_LINES:,} lines: cut the trace "
+                raise UserError(f"{path}: more than {present.figure(MAX_LINES)} lines: cut the "
+                                f"trace "
                                 "before importing")
             if not line.endswith("\n") and len(line) >= MAX_LINE:
                 # A line longer than any trace row: skip the rest of it.
@@ -280,7 +281,7 @@ def _int(v: str, what: str, top: int | None = None) -> int:
     if x < 0:
         raise ValueError(f"{what} {x} is negative")
     if top is not None and x > top:
-        raise ValueError(f"{what} {x} is more than {top:,}")
+        raise ValueError(f"{what} {x} is more than {present.figure(top)}")
     return x
 
 
