@@ -142,6 +142,9 @@ def test_python_and_kvload_read_every_quantity_alike() -> None:
             wrong.append(("slo", text, got, want))
     assert not wrong, wrong
     assert (table["max_relative_ttl"], table["max_rate"]) == (MAX_RELATIVE_TTL, MAX_RATE)
+    from kvtune.load.kvload import KvloadDriver
+
+    assert table["kvload_max_cpu"] == KvloadDriver.max_cpu
 
 
 def test_the_table_checks_each_side() -> None:

@@ -658,6 +658,7 @@ mod tests {
             Some(MAX_RELATIVE_TTL as u64)
         );
         assert_eq!(table["max_rate"].as_f64(), Some(MAX_RATE));
+        assert_eq!(table["kvload_max_cpu"].as_u64(), Some(MAX_CPUS as u64 - 1));
         for case in table["slo_bound_us"].as_array().unwrap() {
             let (text, want) = (case[0].as_str().unwrap(), &case[1]);
             let got = crate::search::Slo::parse(&format!("p99<={text}"))

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from kvtune.cpulist import MAX_CPU
 from kvtune.errors import UserError
 from kvtune.load.transport import LocalTransport, Transport
 from kvtune.metrics import NAMES
@@ -71,6 +72,8 @@ class LoadDriver(ABC):
     # The load keys (dotted, under `load.`) this tool has no way to honour: a study that
     # sets one is refused (exit 2) rather than measured with the key silently dropped.
     ignores: ClassVar[tuple[str, ...]] = ()
+    # The highest CPU `load.cpus` may name for this tool (taskset takes the kernel's).
+    max_cpu: ClassVar[int] = MAX_CPU
     # Set by `driver_for` when the study's objective is capacity: each run is then one
     # search, and its result's metrics carry `capacity` (req/s) and the figures of the knee.
     capacity: CapacitySearch | None = None

@@ -324,6 +324,7 @@ class KvloadDriver(LoadDriver):
     tool = "kvload"
     remote = True  # load.host: kvload runs on the load host (load/remote.py)
     searches = True  # --search: the capacity metric
+    max_cpu = 1023  # kvload's --cpus: CPU_SETSIZE - 1 (kvload/tests/grammar.json)
 
 
     @classmethod

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kvtune import present
+from kvtune.cpulist import parse_cpus
 from kvtune.errors import UserError
 from kvtune.knobs.knob import Knob
 from kvtune.metrics import direction as objective_direction
@@ -284,6 +285,10 @@ def _registry_problems(spec: StudySpec, lines: Lines) -> list[str]:
             dc.check_extra_args(spec.load.extra_args)
         except ValueError as e:
             problems.append(f"{where(('load', 'extra_args'), lines)}: {e}")
+        top = max(parse_cpus(spec.load.cpus)) if spec.load.cpus is not None else 0
+        if top > dc.max_cpu:
+            problems.append(f"{where(('load', 'cpus'), lines)}: CPU {top} is beyond what "
+                            f"{spec.load.tool} can pin to (CPUs 0 to {dc.max_cpu})")
         if spec.load.host is not None and not dc.remote:
             problems.append(f"{where(('load', 'host'), lines)}: {spec.load.tool} cannot run "
                             "on a load host (kvload can)")
