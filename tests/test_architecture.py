@@ -17,6 +17,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -174,10 +175,19 @@ def _kind_words() -> re.Pattern[str]:
     return re.compile("|".join(map(re.escape, kinds.names())), re.I)
 
 
-def _names_in_code(path: Path, pattern: re.Pattern[str]) -> list[tuple[int, str]]:
-    """Where `path` names `pattern` in code: identifiers, attributes, imports and string
-    literals; docstrings and comments are prose about the code, not code."""
-    tree = ast.parse(path.read_text(), str(path))
+def _offenders(find: Callable[[Path], list[tuple[int, str]]],
+               exempt: Callable[[Path], bool]) -> dict[str, list[tuple[int, str]]]:
+    """The modules of kvtune (but the exempt ones) where `find` finds something, with the
+    first three places of each."""
+    out = {}
+    for p in sorted(PKG.rglob("*.py")):
+        if not exempt(p) and (found := find(p)):
+            out[str(p.relative_to(PKG))] = found[:3]
+    return out
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring constants of `tree`: prose about the code, not code."""
     docs = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef |
@@ -185,6 +195,14 @@ def _names_in_code(path: Path, pattern: re.Pattern[str]) -> list[tuple[int, str]
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
                 docs.add(id(first.value))
+    return docs
+
+
+def _names_in_code(path: Path, pattern: re.Pattern[str]) -> list[tuple[int, str]]:
+    """Where `path` names `pattern` in code: identifiers, attributes, imports and string
+    literals; docstrings and comments are prose about the code, not code."""
+    tree = ast.parse(path.read_text(), str(path))
+    docs = _docstrings(tree)
     found = []
     for node in ast.walk(tree):
         texts: list[str] = []
@@ -216,13 +234,8 @@ def test_no_module_outside_kinds_names_a_server_kind() -> None:
     """The generic layers (targets, knobs, measure, study, telemetry, export, report,
     workload, verify, the command line) ask the kind registry and name no kind."""
     pattern = _kind_words()
-    offenders = {}
-    for p in sorted(PKG.rglob("*.py")):
-        if p.relative_to(PKG).parts[0] == "kinds" or p == REGISTRY:
-            continue
-        found = _names_in_code(p, pattern)
-        if found:
-            offenders[str(p.relative_to(PKG))] = found[:3]
+    offenders = _offenders(lambda p: _names_in_code(p, pattern),
+                           lambda p: p.relative_to(PKG).parts[0] == "kinds" or p == REGISTRY)
     assert not offenders, offenders
 
 
@@ -246,13 +259,7 @@ def _host_paths(path: Path) -> list[tuple[int, str]]:
     the literal start of an f-string; docstrings and messages for people (text with spaces)
     are not paths."""
     tree = ast.parse(path.read_text(), str(path))
-    docs = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef |
-                      ast.ClassDef) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                docs.add(id(first.value))
+    docs = _docstrings(tree)
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.JoinedStr) and node.values:
@@ -272,13 +279,7 @@ def _host_paths(path: Path) -> list[tuple[int, str]]:
 def test_path_roots_are_defined_once() -> None:
     """Every host path is built from `kvtune.roots` (its roots, `sysctl_path`, `proc`): no
     other module spells /proc, /sys or /dev, so a root is defined in one place."""
-    offenders = {}
-    for p in sorted(PKG.rglob("*.py")):
-        if p == ROOTS:
-            continue
-        found = _host_paths(p)
-        if found:
-            offenders[str(p.relative_to(PKG))] = found[:3]
+    offenders = _offenders(_host_paths, lambda p: p == ROOTS)
     assert not offenders, offenders
 
 
@@ -370,13 +371,7 @@ def _adhoc_figures(path: Path) -> list[tuple[int, str]]:
 
 
 def test_figures_go_through_present(tmp_path: Path) -> None:
-    offenders = {}
-    for p in sorted(PKG.rglob("*.py")):
-        if p == PKG / "present.py":
-            continue
-        found = _adhoc_figures(p)
-        if found:
-            offenders[str(p.relative_to(PKG))] = found[:3]
+    offenders = _offenders(_adhoc_figures, lambda p: p == PKG / "present.py")
     assert not offenders, offenders
     f = tmp_path / "m.py"
     f.write_text('x = 0.5\na = f"{x:+.1%} {x:,.0f} {x:.3g}"\nb = format(x, ",")\n')

@@ -114,37 +114,21 @@ def test_python_and_kvload_read_every_quantity_alike() -> None:
     its parsers against the same table, so a form one side takes and the other refuses
     fails one of them."""
     from kvtune.cpulist import parse_cpus
+    from kvtune.load.kvload import KvloadDriver
     from kvtune.quantities import MAX_RATE, MAX_RELATIVE_TTL, parse_rate, parse_size
-
-    table = json.loads(GRAMMAR.read_text())
-    wrong = []
-    for text, want in table["duration"]:
-        got = _or_none(lambda t: parse_duration(t, zero=True), text)
-        if (got is None) != (want is None) or (got is not None and round(got * 1e9) != want):
-            wrong.append(("duration", text, got, want))
-    for text, want in table["rate"]:
-        got = _or_none(parse_rate, text)
-        if got != want:
-            wrong.append(("rate", text, got, want))
-    for text, want in table["size"]:
-        got = _or_none(parse_size, text)
-        if got != want:
-            wrong.append(("size", text, got, want))
-    for text, want in table["cpus"]:
-        got = _or_none(parse_cpus, text)
-        if got != want:
-            wrong.append(("cpus", text, got, want))
     from kvtune.spec import parse_slo
 
-    for text, want in table["slo_bound_us"]:
-        got = _or_none(lambda t: parse_slo(f"p99_us <= {t}").bound_us, text)
-        if got != want:
-            wrong.append(("slo", text, got, want))
+    parsers = {  # each as kvload gives it: nanoseconds, req/s, bytes, sorted CPUs, µs
+        "duration": lambda t: round(parse_duration(t, zero=True) * 1e9),
+        "rate": parse_rate, "size": parse_size, "cpus": parse_cpus,
+        "slo_bound_us": lambda t: parse_slo(f"p99_us <= {t}").bound_us,
+    }
+    table = json.loads(GRAMMAR.read_text())
+    wrong = [(name, text, got, want) for name, parse in parsers.items()
+             for text, want in table[name] if (got := _or_none(parse, text)) != want]
     assert not wrong, wrong
-    assert (table["max_relative_ttl"], table["max_rate"]) == (MAX_RELATIVE_TTL, MAX_RATE)
-    from kvtune.load.kvload import KvloadDriver
-
-    assert table["kvload_max_cpu"] == KvloadDriver.max_cpu
+    assert (table["max_relative_ttl"], table["max_rate"], table["kvload_max_cpu"]) == (
+        MAX_RELATIVE_TTL, MAX_RATE, KvloadDriver.max_cpu)
 
 
 def test_the_table_checks_each_side() -> None:
