@@ -296,6 +296,10 @@ def test_the_readme_from_capture_to_verify(tmp_path: Path, memcached_bin: str,
     conf = (tmp_path / "plain" / "memcached" / "memcached.conf").read_text()
     threads = re.search(r"^-t (\d)$", conf, re.M)
     assert threads and threads.group(1) in "123", conf
+    # What it was tuned for is the captured model's load, not load.workload's defaults.
+    tuned_for = next(ln for ln in conf.splitlines() if "Tuned for:" in ln)
+    assert "model my-traffic.json: reads " in tuned_for and "mix " not in tuned_for, \
+        tuned_for
     assert "# fixed server arguments of the study (target.args): test settings, review " \
            "them\n-m 256" in conf
     assert "Restores memcached's own defaults" in \

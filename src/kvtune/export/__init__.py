@@ -103,6 +103,9 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
     study = optuna.load_study(study_name=name, storage=store.storage)
     spec = dict(study.user_attrs.get("spec") or {})
     target = (spec.get("target") or {}).get("kind")
+    # The workload the study measured, as its run described it (a workload model's own
+    # mix, keys and sizes, which the stored load.workload defaults do not say).
+    workload_text = (study.user_attrs.get("workload") or {}).get("text")
     conf = data.get("confirmation")
     baseline: dict[str, Any] = dict(study.user_attrs.get("baseline") or {})
     if conf and conf.get("baseline", {}).get("config"):
@@ -127,8 +130,8 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
                 f"{', '.join(map(str, ok)) or 'none'}); `kvtune show` lists them")
         out = Recommendation(name, target, dict(row["config"]), baseline,
                              f"picked from the confirmation: {row.get('text', row['name'])}",
-                             spec=spec, previous=previous, previous_text=previous_text,
-                             tuned_include=tuned_include)
+                             spec=spec, workload_text=workload_text, previous=previous,
+                             previous_text=previous_text, tuned_include=tuned_include)
         check_domains(out, study.user_attrs.get("space"))
         return out
     if conf and conf.get("recommended"):
@@ -158,8 +161,8 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
                        f"{', '.join(abl.get('minimal_changes') or {}) or 'no change'} "
                        "(derived, not measured on its own)")
         out = Recommendation(name, target, config, baseline, source, spec=spec,
-                             previous=previous, previous_text=previous_text,
-                             tuned_include=tuned_include)
+                             workload_text=workload_text, previous=previous,
+                             previous_text=previous_text, tuned_include=tuned_include)
         check_domains(out, study.user_attrs.get("space"))
         return out
     verdict = str(conf.get("verdict") or "") if conf else ""
@@ -180,8 +183,9 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
         baseline = dict(data["baseline"]["config"])
     out = Recommendation(name, target, dict(best["config"]), baseline,
                          f"best feasible trial of the search (trial {best['number']}), NOT "
-                         f"confirmed: {why}", spec=spec, previous=previous,
-                         previous_text=previous_text, tuned_include=tuned_include)
+                         f"confirmed: {why}", spec=spec, workload_text=workload_text,
+                         previous=previous, previous_text=previous_text,
+                         tuned_include=tuned_include)
     check_domains(out, study.user_attrs.get("space"))
     return out
 

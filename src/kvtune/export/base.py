@@ -109,6 +109,7 @@ class Recommendation:
     previous: Path | None = None  # the host's config file before the export (--from)
     previous_text: str | None = None  # its text, read once and checked (server_config)
     tuned_include: str | None = None  # TuneD profile to include (None: the recommended)
+    workload_text: str | None = None  # the measured workload, as the run described it
     # Entries left out because the host-write deny-list refuses them (one line each).
     refused: list[str] = field(default_factory=list)
 
@@ -196,10 +197,12 @@ class Recommendation:
             return server
         mode = load.get("mode", "open")
         rate = f" at {load['rate']:g}/s" if mode == "open" and load.get("rate") else ""
+        what = (self.workload_text if self.workload_text else
+                f"mix {w.get('mix', '?')}, {w.get('keys', '?')} keys "
+                f"({w.get('popularity', '?')}), values {w.get('value_size', '?')} B")
         return (f"{server}; load {load.get('tool', 'kvload')} {mode}-loop{rate}, "
                 f"{load.get('connections', '?')} connections, pipeline "
-                f"{load.get('pipeline', 1)}, mix {w.get('mix', '?')}, {w.get('keys', '?')} keys "
-                f"({w.get('popularity', '?')}), values {w.get('value_size', '?')} B")
+                f"{load.get('pipeline', 1)}, {what}")
 
     def conditions(self) -> list[str]:
         """What production must share with the measurement (`placement_conditions`)."""
