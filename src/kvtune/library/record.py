@@ -26,7 +26,7 @@ from kvtune.library.entry import (
 from kvtune.workload.features import describe, of_spec
 
 if TYPE_CHECKING:
-    from kvtune.study.run import StudyRun
+    from kvtune.library.run_view import Run
 
 
 def _scalars(config: dict[str, Any]) -> dict[str, Any]:
@@ -34,7 +34,7 @@ def _scalars(config: dict[str, Any]) -> dict[str, Any]:
             and not (isinstance(v, float) and not math.isfinite(v))}
 
 
-def entry_of(run: StudyRun, result: dict[str, Any],
+def entry_of(run: Run, result: dict[str, Any],
              warm: list[dict[str, Any]] | None = None) -> Entry:
     """The entry of `run`'s finished study whose confirmation is `result`. Raises
     ValueError (a message for people) when the study cannot be an entry."""
@@ -101,7 +101,7 @@ def _num(v: Any) -> float | None:
     return None
 
 
-def _capacity(run: StudyRun, result: dict[str, Any]) -> Capacity | None:
+def _capacity(run: Run, result: dict[str, Any]) -> Capacity | None:
     from kvtune.load.kvload import search_ci, search_steps
 
     cap = run.spec.capacity
@@ -132,7 +132,7 @@ def _capacity(run: StudyRun, result: dict[str, Any]) -> Capacity | None:
                     curve=curve)
 
 
-def _search(run: StudyRun) -> Search:
+def _search(run: Run) -> Search:
     study = run.study
     if study is None:
         return Search()

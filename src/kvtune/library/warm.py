@@ -38,11 +38,11 @@ from kvtune.workload.features import ALIKE, NoFeatures, describe, nearest_differ
 if TYPE_CHECKING:
     import optuna
 
+    from kvtune.library.run_view import Run
     from kvtune.measure.evaluator import Evaluation
     from kvtune.space import Space
     from kvtune.spec import EvaluationSpec
     from kvtune.study.noise import NoiseFloor
-    from kvtune.study.run import StudyRun
 
 MAX_QUEUED = 4
 BRACKET = 4.0  # a warm capacity search looks within knee / 4 … knee × 4
@@ -64,7 +64,7 @@ class WarmStart:
     """The warm start of one `kvtune tune` run (see the module docstring). `cold`:
     `--cold`; `library`: `--library` (None: `kvtune.library.store.resolve`)."""
 
-    def __init__(self, run: StudyRun, cold: bool = False, library: str | None = None) -> None:
+    def __init__(self, run: Run, cold: bool = False, library: str | None = None) -> None:
         self.run = run
         self.cold = cold
         self.flag = library
