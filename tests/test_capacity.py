@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -522,3 +523,24 @@ def test_a_rate_sweep_refuses_what_it_cannot_measure(tmp_path: Path, kvload_bin:
     assert r.returncode == 2 and words in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr
     assert not list(tmp_path.rglob("*.db")), "nothing is written for a refused sweep"
+
+
+@pytest.mark.parametrize("load,objective", [
+    (", rate: 2000000, duration: 86400s, window: 10",
+     '{metric: capacity, slo: "p99_us <= 1s", rates: [1000, 10000000], precision: 0.01}'),
+    (", rate: 0.5",
+     '{metric: capacity, slo: "p99_us <= 12.5", rates: [0.5, 2000000]}'),
+])
+def test_every_number_kvtune_writes_is_one_kvload_reads(kvload_bin: str, load: str,
+                                                        objective: str) -> None:
+    """The numbers kvtune writes into kvload's argv are in the one grammar at any size:
+    `{:g}` wrote 1e+06 and 1e+07, which kvload's rates and SLO bounds refuse. The real
+    kvload takes the argv and fails only on the closed port, never on a usage error."""
+    spec = _spec(load, objective)
+    assert spec.load is not None and spec.capacity is not None
+    for cap, profile in ((spec.capacity, None), (None, spec.capacity)):
+        argv = build_argv(kvload_bin, spec.load, "127.0.0.1:1", "memcache", 1, "-", None,
+                          cap, None, profile)
+        assert not any(re.search(r"\d[eE][+-]?\d", a) for a in argv), argv
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        assert r.returncode != 2 and "cannot connect" in r.stderr, (argv, r.stderr)

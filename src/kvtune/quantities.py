@@ -10,6 +10,7 @@ both sides keep (`MAX_RATE`, `MAX_RELATIVE_TTL`).
 
 from __future__ import annotations
 
+import math
 import re
 
 MAX_RATE = 1e7  # req/s: kvload's largest open-loop rate
@@ -26,6 +27,15 @@ SIZE = r"[0-9]{1,12}(?:[kKmMgG]|[bB])?"
 _SIZE = re.compile(rf"^\s*({SIZE})\s*$")
 _SIZE_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "b": 1}
 SIZE_FORMS = "a byte count such as 512, 64K, 512M or 2G (powers of 1024)"
+
+
+def plain(x: float, decimals: int = 6) -> str:
+    """`x` written as a plain number of the grammar (digits, a point; never an exponent):
+    1e6 -> '1000000', 0.03 -> '0.03'; what kvtune writes into kvload's argv, where '1e+06'
+    is refused. At most `decimals` decimals; ValueError for a negative or non-finite x."""
+    if not math.isfinite(x) or x < 0:
+        raise ValueError(f"{x!r} is not a non-negative finite number")
+    return f"{x:.{decimals}f}".rstrip("0").rstrip(".") or "0"
 
 
 def parse_rate(text: str) -> float:

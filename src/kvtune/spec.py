@@ -39,7 +39,7 @@ from kvtune.durations import parse_duration
 from kvtune.errors import UserError
 from kvtune.metrics import OBJECTIVES, SLO_METRICS, Direction, unknown_objective
 from kvtune.metrics import direction as objective_direction
-from kvtune.quantities import MAX_RATE, NUMBER
+from kvtune.quantities import MAX_RATE, NUMBER, plain
 from kvtune.safety import args as scan
 from kvtune.safety import values as safe
 from kvtune.safety import yamlload
@@ -332,11 +332,11 @@ class Slo(BaseModel):
     bound_us: float
 
     def __str__(self) -> str:
-        return f"{self.metric} {self.op} {self.bound_us:g}"
+        return f"{self.metric} {self.op} {plain(self.bound_us, 3)}"
 
     def kvload(self) -> str:
         """The SLO in kvload's `--search` grammar (docs/kvload.md)."""
-        return f"{SLO_METRICS[self.metric]}{self.op}{self.bound_us:g}us"
+        return f"{SLO_METRICS[self.metric]}{self.op}{plain(self.bound_us, 3)}us"
 
 
 def parse_slo(text: str) -> Slo:

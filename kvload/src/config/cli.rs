@@ -59,8 +59,8 @@ pub struct Cli {
     #[arg(long, value_name = "open|closed")]
     pub mode: Option<String>,
 
-    /// Total request rate in requests/s across all threads (open mode; required there)
-    #[arg(long, value_name = "N")]
+    /// Total request rate in requests/s across all threads (open mode; required there): 50000, 50k or 1.5M
+    #[arg(long, value_name = "N", value_parser = super::spec::parse_rate)]
     pub rate: Option<f64>,
 
     /// Inter-arrival distribution: poisson (exponential), fixed, or etc (Facebook ETC generalized Pareto, shape 0.154971, scaled to the rate) [default: poisson]

@@ -20,6 +20,7 @@ from kvtune import durations, present
 from kvtune.errors import HarnessError, TrialFailed
 from kvtune.load.base import VERDICTS, LoadDriver, LoadResult, transport_for
 from kvtune.load.transport import LocalTransport, Transport
+from kvtune.quantities import plain
 from kvtune.safety import args as scan
 from kvtune.safety import programs
 
@@ -115,8 +116,8 @@ def build_argv(binary: str, load: LoadSpec, server: str, protocol: str, seed: in
             ("mode", "--mode", load.mode), ("connections", "--connections",
                                             str(load.connections)),
             ("pipeline", "--pipeline", str(load.pipeline)),
-            ("duration", "--duration", f"{load.duration:g}s"),
-            ("warmup", "--warmup", f"{load.warmup:g}s")):
+            ("duration", "--duration", f"{plain(load.duration)}s"),
+            ("warmup", "--warmup", f"{plain(load.warmup)}s")):
         if given(name, lset):
             argv += [flag, text]
     if "workload" in lset or not file:
@@ -131,13 +132,13 @@ def build_argv(binary: str, load: LoadSpec, server: str, protocol: str, seed: in
         if given("preload", wset):
             argv.append("--preload" if w.preload else "--no-preload")
     if load.mode == "open" and load.rate is not None and given("rate", lset) and not profile:
-        argv += ["--rate", f"{load.rate:g}"]
+        argv += ["--rate", plain(load.rate)]
     if load.rate_scale is not None:
-        argv += ["--rate-scale", f"{load.rate_scale:g}"]
+        argv += ["--rate-scale", plain(load.rate_scale)]
     if load.cpus:
         argv += ["--cpus", load.cpus]
     if load.window is not None:
-        argv += ["--window", f"{load.window * 1000:g}ms"]
+        argv += ["--window", f"{plain(load.window * 1000)}ms"]
     if load.effective_spin_us and "--spin-us" not in load.extra_args:
         argv += ["--spin-us", str(load.effective_spin_us)]
     if load.workload_file:
@@ -145,12 +146,12 @@ def build_argv(binary: str, load: LoadSpec, server: str, protocol: str, seed: in
     if profile is not None:
         argv += ["--profile", profile.slo.kvload()]
         if profile.rates:
-            argv += ["--rate", f"{profile.rates[0]:g}"]
+            argv += ["--rate", plain(profile.rates[0])]
     elif capacity is not None:
-        argv += ["--search", capacity.slo.kvload(), "--precision", f"{capacity.precision:g}",
+        argv += ["--search", capacity.slo.kvload(), "--precision", plain(capacity.precision),
                  "--max-steps", str(MAX_STEPS)]
         if capacity.rates:
-            argv += ["--search-range", f"{capacity.rates[0]:g}:{capacity.rates[1]:g}"]
+            argv += ["--search-range", f"{plain(capacity.rates[0])}:{plain(capacity.rates[1])}"]
     if watch is not None:
         argv += ["--watch-pid", str(watch[0]), "--watch-cpus", watch[1]]
     argv += list(load.extra_args)

@@ -58,6 +58,7 @@ from kvtune.knobs.appliers.base import Applier, ApplyEnv, Availability, HostCont
 from kvtune.knobs.domain import Domain, Value
 from kvtune.knobs.knob import Knob
 from kvtune.metrics import SLO_METRICS
+from kvtune.quantities import plain
 from kvtune.safety import programs
 from kvtune.targets.base import SimulatedTarget
 
@@ -297,12 +298,12 @@ class SyntheticTarget(SimulatedTarget):
         sim = (f"service={v:.6f},base={base_latency_us(params):.4f}us,"
                f"jitter={self._sigma(params):.6f},noise={STEP_NOISE}")
         argv = [find_kvload(), "--simulate", sim, "--search", capacity.slo.kvload(),
-                "--precision", f"{capacity.precision:g}", "--connections", "16",
+                "--precision", plain(capacity.precision), "--connections", "16",
                 "--duration", SEARCH_WINDOW, "--warmup", SEARCH_WARMUP,
                 "--window", SEARCH_WINDOWS,
                 "--seed", str(int(rng.integers(0, 2**62))), "--json", "-", "--quiet"]
         if capacity.rates:
-            argv += ["--search-range", f"{capacity.rates[0]:g}:{capacity.rates[1]:g}"]
+            argv += ["--search-range", f"{plain(capacity.rates[0])}:{plain(capacity.rates[1])}"]
         try:
             ran = programs.run(argv, "kvload", capture_output=True, text=True, timeout=120)
         except (OSError, programs.TimeoutExpired) as e:
