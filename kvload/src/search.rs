@@ -140,6 +140,11 @@ impl Slo {
                 "the bound {right} is above 60 s: not a latency SLO"
             ));
         }
+        if bound_us < 1.0 {
+            return Err(format!(
+                "the bound {right} is below 1 us: below what kvload measures"
+            ));
+        }
         Ok(Slo {
             quantile,
             label: left.replace("p999", "p99.9").replace("p9999", "p99.99"),

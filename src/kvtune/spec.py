@@ -360,6 +360,8 @@ def parse_slo(text: str) -> Slo:
         raise ValueError(f"{text!r}: the bound must be a positive number of µs")
     if value > 60e6:
         raise ValueError(f"{text!r}: a bound above 60 s is not a latency SLO")
+    if value < 1:
+        raise ValueError(f"{text!r}: a bound below 1 µs is below what kvload measures")
     return Slo(metric=metric, op=op, bound_us=value)
 
 
