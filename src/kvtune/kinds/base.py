@@ -2,7 +2,11 @@
 (`kinds/<kind>/__init__.py`) and found through the registry (`kvtune.kinds`).
 
 The generic layers (targets, knobs, telemetry, export, verify, report, load) ask a kind for
-its parts and name none: a new kind is its folder plus one registry line."""
+its parts and name none: a new kind is its folder plus one registry line.
+
+The parts of the layers that ask the registry (an exporter, a load driver, a verify check,
+the sampler's connection) are typed where they are asked for, not here: this module names
+no layer above the registry, even for its annotations (farm-studio draws no circle)."""
 
 from __future__ import annotations
 
@@ -11,13 +15,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kvtune.export.base import Exporter, Recommendation
     from kvtune.knobs.domain import Domain
     from kvtune.knobs.knob import Knob
     from kvtune.knobs.rule import Rule
-    from kvtune.load.base import LoadDriver
-    from kvtune.telemetry.sampler import StatsConn
-    from kvtune.verify import Check
 
 # A digest of the target's stats(): flat metrics (prefixed) and a raw digest for the record.
 Digest = Callable[[dict[str, Any]], tuple[dict[str, float], dict[str, Any]]]
@@ -36,17 +36,17 @@ class Kind:
     metric_prefix: str             # its telemetry metrics' prefix ("mc_", "redis_")
     stats_label: str               # the report's name for those ("memcached stats")
     digest: Digest                 # stats() -> (metrics, raw digest)
-    sample: Callable[[StatsConn], dict[str, Any]]  # the sampler's one request
+    sample: Callable[[Any], dict[str, Any]]  # the sampler's one request (a StatsConn)
     comm: tuple[str, ...]          # process names of a running server (verify)
     service_users: tuple[str, ...]  # packaged service accounts (verify)
     default_port: int
     systemd_unit: str              # its packaged unit (the systemd drop-in's target)
-    exporters: Callable[[], list[Exporter]] = field(default=lambda: [])
+    exporters: Callable[[], list[Any]] = field(default=lambda: [])  # its Exporters
     rules: Callable[[], list[Rule]] = field(default=lambda: [])  # between its knobs
     # its presets: name -> (knob names, domain overrides, only those available here)
     presets: Callable[[], dict[str, tuple[list[str], dict[str, Domain], bool]]] = field(
         default=lambda: {})
-    load_drivers: Callable[[], list[type[LoadDriver]]] = field(default=lambda: [])
+    load_drivers: Callable[[], list[type[Any]]] = field(default=lambda: [])  # LoadDrivers
     thread_knob: str | None = None  # the knob that sets its worker threads (exports)
     # the inline knob fields of a study file this kind owns ("memcached_flag": "module:Class")
     inline: dict[str, str] = field(default_factory=dict)
@@ -59,7 +59,7 @@ class Kind:
     export_family: str | None = None
     # kvtune verify: the recommended settings read back from a running server's command
     # line (for the export families in argv_families), and the user its argv drops to
-    argv_checks: Callable[[Recommendation, list[str]], list[Check]] | None = None
+    argv_checks: Callable[[Any, list[str]], list[Any]] | None = None  # -> verify Checks
     argv_families: tuple[str, ...] = ()
     argv_user: Callable[[list[str]], str | None] | None = None
     # "module:READER" of its configuration file reader (kinds/<kind>/config.py): target.config
