@@ -336,11 +336,11 @@ def sweep(
         ci = r["ci"]
         achieved = r["metrics"].get("ops_per_sec") if by_rate else None
         flags = sorted({v for v in r.get("verdicts", []) if v and v != "ok"})
-        t.add_row(f"{present.figure(r['value'])}" if by_rate else str(r["value"]),
+        t.add_row(present.figure(r['value']) if by_rate else str(r["value"]),
                   number(r["median"]),
                   f"{ci_kind(int(r['n']))} {number(ci[0])} … {number(ci[1])}" if ci[0] == ci[0]
                   else "-", str(r["n"]),
-                  *((f"{present.figure(achieved)}" if isinstance(achieved, int | float) else "-",)
+                  *((present.figure(achieved) if isinstance(achieved, int | float) else "-",)
                     if by_rate else ()),
                   ("baseline" if r["value"] == res["baseline_value"] else "")
                   + (f" {', '.join(flags)}" if flags else "")

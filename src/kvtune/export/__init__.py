@@ -60,8 +60,8 @@ def _gain(conf: dict[str, Any], rec: dict[str, Any]) -> str:
         return str(conf.get("verdict", rec.get("name", "")))
     return (f"{rec.get('name', 'the recommendation')} confirmed: {conf.get('metric', 'objective')} "
             f"{present.pct(comp['change'])} (95% CI "
-            f"{present.pct(comp.get('change_ci_low', float('nan')))} … "
-            f"{present.pct(comp.get('change_ci_high', float('nan')))}) against the baseline")
+            f"{present.pct(comp.get('change_ci_low'))} … "
+            f"{present.pct(comp.get('change_ci_high'))}) against the baseline")
 
 
 def _operator_config(spec: dict[str, Any]) -> tuple[Path, str] | None:
@@ -143,8 +143,7 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
             config = {**baseline, **dict(choice["config"])}
             left = "; ".join(
                 f"{x['knob']} {x['recommended']} (share "
-                + (f"{present.share(x['share'])}" if isinstance(x.get("share"), float)
-                   and x["share"] == x["share"] else "-") + ")"
+                + present.share(x.get("share")) + ")"
                 for x in choice.get("left_out") or [])
             source = (f"the changes that carry the gain only, measured against the full "
                       f"recommendation: {choice['text']}"

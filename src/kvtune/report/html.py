@@ -309,7 +309,7 @@ def _zones(a: Analysis) -> str:
     for z in a.zones:
         imp = a.importance.values.get(z.knob)
         iv = a.importance.intervals.get(z.knob)
-        imp_s = "–" if imp is None else f"{present.share(imp)}" + (
+        imp_s = "–" if imp is None else present.share(imp) + (
             f" ({present.share(iv[0])} … {present.share(iv[1])})" if iv else "")
         rows.append(f"<tr><td>{_e(z.knob)}</td><td>{imp_s}"
                     f'</td><td class="cfg">{_e(z.describe())}</td></tr>')
@@ -413,7 +413,7 @@ def _ablation(data: StudyData, a: Analysis) -> str:
         mini = (f'<p><b>Recommendation:</b> {_e(choice.get("text", ""))}</p>'
                 + ("<p>Left out of it: " + "; ".join(
                     f"{_e(x['knob'])} {_f(x['baseline'])} → {_f(x['recommended'])} (share "
-                    + (f"{present.share(x['share'])}" if _finite(x.get("share")) else "–")
+                    + (present.share(x['share']) if _finite(x.get("share")) else "–")
                     + f", {_e(x['effect'])})" for x in left) + "</p>" if left else ""))
     else:
         minimal = res.get("minimal_changes") or {}

@@ -55,7 +55,7 @@ def _chg(comp: dict[str, Any], key: str) -> str:
                        comp["n_candidate"], comp["n_baseline"], comp.get("direction", "?"))
         comp = {**comp, **c.as_dict()} if c.direction != "?" else comp
     v = comp.get(key, comp.get(key.replace("change_", "").replace("change", "improvement")))
-    return "-" if v is None else f"{present.pct(v)}"
+    return present.pct(v)
 
 
 def collect(store: Store, name: str) -> dict[str, Any]:

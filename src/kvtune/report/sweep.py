@@ -221,8 +221,8 @@ def _num(v: Any) -> str:
     if v is None:
         return "-"
     if isinstance(v, float) and v.is_integer():
-        return f"{present.figure(int(v))}"
-    return f"{present.figure(v)}" if isinstance(v, int) else str(v)
+        return present.figure(int(v))
+    return present.figure(v) if isinstance(v, int) else str(v)
 
 
 def html_section(data: Any) -> str:

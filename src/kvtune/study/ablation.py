@@ -48,7 +48,7 @@ import numpy as np
 
 from kvtune import present
 from kvtune.metrics import Direction
-from kvtune.present import MINUS, change_fraction, change_record, number
+from kvtune.present import change_fraction, change_record, number
 from kvtune.spec import EvaluationSpec
 from kvtune.stats import (
     detectable_improvement,
@@ -303,14 +303,6 @@ def resolution(samples: list[list[float]], m: int, alpha: float, power: float = 
     return None if math.isnan(d) else float(math.expm1(d))
 
 
-def _share(x: float | None) -> str:
-    """A share as a percentage; "-" when there is none (NaN in memory, null once stored:
-    JSON has no NaN)."""
-    if not isinstance(x, int | float) or math.isnan(x):
-        return "-"
-    return f"{present.share(x)}".replace("-", MINUS)
-
-
 def _change(row: dict[str, Any]) -> str:
     def v(x: Any) -> str:
         return number(x) if isinstance(x, float) else str(x)
@@ -330,9 +322,9 @@ def explain(res: dict[str, Any]) -> str:
         lo, hi = r["share_ci"]
         if math.isnan(lo):
             return ""
-        return f", {_level(r.get('confidence', 0.95))} CI {_share(lo)} … {_share(hi)}"
+        return f", {_level(r.get('confidence', 0.95))} CI {present.share(lo)} … {present.share(hi)}"
 
-    parts = [f"{_change(rows[k])} (share {_share(rows[k]['share'])}{ci(rows[k])})"
+    parts = [f"{_change(rows[k])} (share {present.share(rows[k]['share'])}{ci(rows[k])})"
              for k in res["carries"]]
     n = len(rows)
     if parts:
@@ -341,7 +333,7 @@ def explain(res: dict[str, Any]) -> str:
     else:
         text = "no single change carries the gain measurably"
     for k in res["hurts"]:
-        text += (f"; {_change(rows[k])} hurts it (share {_share(rows[k]['share'])}"
+        text += (f"; {_change(rows[k])} hurts it (share {present.share(rows[k]['share'])}"
                  f"{ci(rows[k])}: reverting it {rows[k]['revert']['text']})")
     small = res.get("small") or []
     thr = res.get("share_threshold", 0.10)
@@ -355,7 +347,7 @@ def explain(res: dict[str, Any]) -> str:
     unresolved = res.get("unresolved") or []
     r = res.get("resolution")
     if unresolved:
-        cis = [f"{k} (share {_share(rows[k]['share'])}{ci(rows[k])})" for k in unresolved]
+        cis = [f"{k} (share {present.share(rows[k]['share'])}{ci(rows[k])})" for k in unresolved]
         at = res.get("rounds") or "these"
         text += (f"; still ambiguous after {at} rounds: {', '.join(cis)}"
                  + (f" — at this noise a change worth less than about {present.share(r)} of "
@@ -379,11 +371,11 @@ def _level(c: float) -> str:
         text = f"{c * 100:.{digits}f}"
         if abs(float(text) - c * 100) < 1e-9 or digits == 3:
             return text.rstrip("0").rstrip(".") + "%"
-    return f"{present.share(c, 1)}"
+    return present.share(c, 1)
 
 
 def _pct(x: float) -> str:
-    return f"{present.pct(x)}".replace("-", MINUS)
+    return present.pct(x)
 
 
 def single(confirmation: dict[str, Any], recommended: dict[str, Any],
@@ -600,7 +592,7 @@ def choose(res: dict[str, Any], rec_arm: Arm, base_arm: Arm, recommended: dict[s
                          direction, ci=_change_ci(sign, glo, ghi), significant=glo > 0)
     names = ", ".join(f"{k} {changes[k]['baseline']} → {changes[k]['recommended']}"
                       for k in carries)
-    out_names = ", ".join(f"{x['knob']} (share {_share(x['share'])})" for x in left(rest))
+    out_names = ", ".join(f"{x['knob']} (share {present.share(x['share'])})" for x in left(rest))
     common = {"rounds": rounds, "measured": True, "extra": extra, "minimal_gain": gain,
               "minimal_samples": mins, "full_samples": rec_s, "baseline_samples": base_s}
     if lo > 0:
@@ -653,5 +645,5 @@ def share_text(row: dict[str, Any]) -> str:
     interval's own level: "88% (99.95% CI 35% … 140%)" (the terminal and the report)."""
     lo, hi = row["share_ci"]
     ci = "" if not (isinstance(lo, int | float) and math.isfinite(lo)) else \
-        f" ({_level(row.get('confidence', 0.95))} CI {_share(lo)} … {_share(hi)})"
-    return f"{_share(row['share'])}{ci}"
+        f" ({_level(row.get('confidence', 0.95))} CI {present.share(lo)} … {present.share(hi)})"
+    return f"{present.share(row['share'])}{ci}"

@@ -32,6 +32,7 @@ from kvtune.study.noise import NoiseFloor, check_not_client_bound
 from kvtune.study.progress import progress
 from kvtune.study.record import evaluation_of, tell
 from kvtune.study.search import Search
+from kvtune.workload.features import summary as workload_summary
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -135,7 +136,7 @@ class StudyRun:
             study.set_user_attr("signature", signature)
             study.set_user_attr("spec", self.spec.model_dump(mode="json"))
             if self.spec.load is not None and self.spec.load.workload_file:
-                study.set_user_attr("workload", {"text": _model_text(self.spec)})
+                study.set_user_attr("workload", {"text": workload_summary(self.spec)})
             if self.spec_text:  # the file as written, for the report (issue 13)
                 study.set_user_attr("spec_text", self.spec_text[:200_000])
             study.set_user_attr("host", self.session.facts.as_dict())
@@ -563,15 +564,3 @@ def _status(rep: Repetition) -> str:
     """A repetition's status for the interleaved phases: "skipped" when the host spoiled it
     (the arm is measured again next round), else its own."""
     return "skipped" if rep.status == "failed" and rep.raw.get("transient") else rep.status
-
-
-def _model_text(spec: Any) -> str:
-    """A workload model's load in a few words, for what an export says it was tuned for:
-    the model's own mix, keys and sizes (the stored load.workload holds defaults)."""
-    from kvtune.workload.features import NoFeatures, describe, of_spec
-
-    try:
-        features, source = of_spec(spec)
-    except NoFeatures as e:
-        return f"workload model ({e})"
-    return f"{source}: {describe(features)}"

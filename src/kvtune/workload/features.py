@@ -167,6 +167,16 @@ def of_spec(spec: Any, base_dir: Path | None = None) -> tuple[dict[str, float], 
     return of_model(merged, rate), source
 
 
+def summary(spec: Any) -> str:
+    """A study's workload in a few words, where it comes from first ("model m.json: reads
+    90%, values 1.2 KB, ..."): what an export says it was tuned for."""
+    try:
+        features, source = of_spec(spec)
+    except NoFeatures as e:
+        return f"workload ({e})"
+    return f"{source}: {describe(features)}"
+
+
 def _read_model(load: Any, base_dir: Path | None) -> dict[str, Any]:
     """The load's workload document: the one the loader read (`LoadSpec.workload_document`),
     or, for a stored study's relative path, the file beside `base_dir`."""
