@@ -193,6 +193,8 @@ def _tmp_entries() -> set[str]:
 # opens is written to $KVTUNE_TEST_AUDIT, through a descriptor opened before the hook.
 AUDIT_BOOT = r"""
 import os, sys
+if sys.path and sys.path[0] == "":  # as the installed `kvtune` runs: no cwd on sys.path
+    del sys.path[0]
 _log = os.open(os.environ["KVTUNE_TEST_AUDIT"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 _watch = frozenset(p for p in os.environ.get("KVTUNE_TEST_UNOPENED", "").split(os.pathsep) if p)
 _STARTS = {"subprocess.Popen": 1, "os.exec": 1, "os.posix_spawn": 1, "os.spawn": 2,
@@ -280,11 +282,24 @@ def _setup_hard_links(cwd: Path, stores: Path) -> None:
     (d / "redis.conf").write_text("".join(f"include big{i}.conf\n" for i in range(8)))
 
 
+def _setup_planted_modules(cwd: Path, stores: Path) -> None:
+    """Modules named like those kvtune's own Python children import (the debugfs probe,
+    the scheduler shim), and a `kvtune/` package, in the working directory: importing any
+    of them leaves a file behind (the sandbox must stay as it was)."""
+    body = ("import os\nopen(os.path.join(os.path.dirname(os.path.abspath(__file__)), "
+            "'planted-ran-' + __name__), 'w').close()\n")
+    for name in ("json", "argparse", "runpy", "ctypes", "platform"):
+        (cwd / f"{name}.py").write_text(body)
+    (cwd / "kvtune" / "host").mkdir(parents=True)
+    for rel in ("__init__.py", "host/__init__.py", "host/sched.py", "__main__.py"):
+        (cwd / "kvtune" / rel).write_text(body)
+
+
 SETUPS = {
     "untrusted-servers": _setup_untrusted_servers, "untrusted-kvload": _setup_untrusted_kvload,
     "store": _setup_store, "planted-links": _setup_planted_links,
     "trace-links": _setup_trace_links, "zstd-bomb": _setup_zstd_bomb,
-    "hard-links": _setup_hard_links,
+    "hard-links": _setup_hard_links, "planted-modules": _setup_planted_modules,
 }
 
 

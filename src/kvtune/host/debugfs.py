@@ -112,8 +112,8 @@ sys.argv[1:] = [sys.argv[2] + "/sched"]
 
 
 def _python(script: str, *args: str) -> programs.CompletedProcess[str]:
-    return programs.python().run(["-c", script, *args], capture_output=True, text=True,
-                                 timeout=10)
+    return programs.python().run(programs.python_code(script, *args), capture_output=True,
+                                 text=True, timeout=10)
 
 
 def _probe_here(root: str) -> dict[str, list[Any]]:

@@ -5,7 +5,7 @@ The server's scheduling policy (SCHED_OTHER or SCHED_BATCH), its nice value and,
 kernels >= 6.12, its per-task time slice (`sched_setattr` with `sched_runtime` for a fair
 policy: the per-task form of base_slice_ns) are applied at exec by kvtune's exec shim:
 
-    python -m kvtune.host.sched --policy batch --nice 5 --slice-ns 3000000 -- argv...
+    python -I -c BOOT SRC kvtune.host.sched --policy batch --nice 5 --slice-ns 3000000 -- argv...
 
 which calls sched_setattr(0, ...) and execs the server (the PID stays the server's; threads
 and children inherit the settings). After start, `verify` reads every thread back
@@ -139,8 +139,8 @@ def wrap_argv(sched: ServerSched, argv: Sequence[str]) -> list[str]:
     (kvtune's own Python, checked like any program it runs: kvtune.safety.programs)."""
     from kvtune.safety import programs
 
-    return programs.python().argv(["-m", "kvtune.host.sched", *sched.shim_args(), "--",
-                                   *argv])
+    return programs.python().argv(programs.python_module(
+        "kvtune.host.sched", *sched.shim_args(), "--", *argv))
 
 
 def thread_ids(pid: int) -> list[int]:

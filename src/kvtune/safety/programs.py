@@ -134,7 +134,10 @@ def _walk(path: str) -> str:
 
 def _interpreter(real: str) -> list[str]:
     """A `#!` script's interpreter (the kernel runs it with the script) and, for
-    `#!/usr/bin/env NAME`, the NAME env will find on PATH; [] for a binary."""
+    `#!/usr/bin/env NAME` or `#!/usr/bin/env -S NAME ARGS`, the NAME env will find on PATH;
+    [] for a binary. ValueError for an env line kvtune cannot judge: options of env's own
+    (`-i`, `-u`, `-C`, `-P`, a `VAR=value`, `${VAR}`, escapes) change what it runs or the
+    PATH it searches; a NAME not on PATH."""
     try:
         fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
@@ -145,15 +148,33 @@ def _interpreter(real: str) -> list[str]:
         os.close(fd)
     if not head.startswith(b"#!"):
         return []
-    words = [w.decode(errors="replace") for w in head[2:].split(b"\n", 1)[0].split()]
+    line = head[2:].split(b"\n", 1)[0].decode(errors="replace")
+    words = line.split()
     if not words:
         return []
     out = [words[0]]
-    if os.path.basename(words[0]) == "env":
-        name = next((w for w in words[1:] if not w.startswith("-") and "=" not in w), None)
-        found = which(name) if name else None
-        if found:
-            out.append(found)
+    if "env" not in (os.path.basename(words[0]),
+                     os.path.basename(os.path.realpath(words[0]))):
+        return out
+    # The kernel passes the rest of the line as one argument; only -S makes env split it.
+    rest = line.split(None, 1)[1].strip() if len(words) > 1 else ""
+    if rest.startswith("-S"):
+        rest = rest[2:].strip()
+    elif rest.startswith("--split-string"):
+        rest = rest.removeprefix("--split-string").lstrip("= ").strip()
+    elif len(rest.split()) > 1:
+        raise ValueError("its #! line gives env more than one word without -S")
+    split = rest.split()
+    name = split[0] if split else ""
+    if not name or name.startswith("-") or "=" in name or any(
+            c in rest for c in "$\\'\"`"):
+        raise ValueError("its #! line runs env in a form kvtune cannot judge (only "
+                         "`env NAME` and `env -S NAME ARGS`: no option, variable or escape "
+                         "of env's own)")
+    found = which(name)
+    if found is None:
+        raise ValueError("the program its #! line names through env is not on PATH")
+    out.append(found)
     return out
 
 
@@ -166,7 +187,12 @@ def check(path: str) -> str:
         depth += 1
         if depth > MAX_INTERPRETERS * 2:
             raise ValueError(f"{path}: scripts nested more than {MAX_INTERPRETERS} deep")
-        for interp in _interpreter(todo.pop()):
+        try:
+            interps = _interpreter(todo.pop())
+        except ValueError as e:
+            raise ValueError(f"{path} is a script whose interpreter is refused: {e}") \
+                from None
+        for interp in interps:
             try:
                 todo.append(_walk(interp))
             except ValueError as e:
@@ -198,6 +224,15 @@ class Program:
     what: str  # for messages: "target.binary", "kvload ($KVLOAD)", "perf", ...
     path: str
     real: str
+    cwd: str | None = None  # where it starts (None: kvtune's working directory)
+    isolated: bool = False  # kvtune's Python: its arguments must begin with -I
+
+    def _args(self, args: Sequence[str]) -> list[str]:
+        out = [str(a) for a in args]
+        if self.isolated and out[:1] != ["-I"]:
+            raise ValueError("kvtune's Python runs only isolated (-I): python_code or "
+                             "python_module")
+        return out
 
     def recheck(self) -> str:
         """The real path again, checked now; HarnessError when it changed or is no longer
@@ -215,25 +250,27 @@ class Program:
         """`[path, *args]`, checked just now: for a program another program starts
         (taskset's command, the scheduler shim's)."""
         self.recheck()
-        return [self.path, *map(str, args)]
+        return [self.path, *self._args(args)]
 
     def _kw(self, kw: dict[str, Any]) -> dict[str, Any]:
         if kw.pop("shell", False):
             raise ValueError("kvtune never runs a shell")
         kw.pop("executable", None)
         kw.setdefault("stdin", DEVNULL)
+        if self.cwd is not None:
+            kw["cwd"] = self.cwd
         return kw
 
     def run(self, args: Sequence[str] = (), **kw: Any) -> subprocess.CompletedProcess[Any]:
         """subprocess.run of the checked file with `args` (never a shell)."""
         real = self.recheck()
-        return subprocess.run([self.path, *map(str, args)], executable=real,
+        return subprocess.run([self.path, *self._args(args)], executable=real,
                               **self._kw(kw))
 
     def popen(self, args: Sequence[str] = (), **kw: Any) -> subprocess.Popen[Any]:
         """subprocess.Popen of the checked file with `args` (never a shell)."""
         real = self.recheck()
-        return subprocess.Popen([self.path, *map(str, args)], executable=real,
+        return subprocess.Popen([self.path, *self._args(args)], executable=real,
                                 **self._kw(kw))
 
 
@@ -267,8 +304,40 @@ def lookup(name: str, what: str | None = None) -> tuple[Program | None, str]:
 def python() -> Program:
     """The interpreter running kvtune (for its own helpers: the scheduler shim, the
     debugfs probe), judged like any program. Run through the path it was started by, so
-    that a virtual environment stays in effect."""
-    return find(sys.executable, "kvtune's Python interpreter")
+    that a virtual environment stays in effect. Its arguments come from `python_code` or
+    `python_module` (isolated), and it starts in `ISOLATED_CWD`."""
+    prog = find(sys.executable, "kvtune's Python interpreter")
+    return Program(prog.what, prog.path, prog.real, cwd=ISOLATED_CWD, isolated=True)
+
+
+# kvtune's own Python children run isolated (`-I`: no PYTHON* variable, no user site
+# directory, neither the working directory nor a script's directory on sys.path) and start
+# in the root directory: a `json.py` or a `kvtune/` in the caller's directory, or a
+# PYTHONPATH the caller set, is never imported as root. A module of kvtune's is found
+# where the running kvtune was imported from, passed as an argument.
+ISOLATED_CWD = "/"
+_RUN_MODULE = ("import runpy, sys; sys.path.insert(0, sys.argv[1]); m = sys.argv[2]; "
+               "del sys.argv[1:3]; runpy.run_module(m, run_name='__main__', alter_sys=True)")
+
+
+def package_root() -> str:
+    """The directory the running kvtune package was imported from (its parent)."""
+    import kvtune
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(kvtune.__file__)))
+
+
+def python_code(code: str, *args: str) -> list[str]:
+    """kvtune's Python's arguments (after its path) to run `code` isolated."""
+    return ["-I", "-c", code, *args]
+
+
+def python_module(module: str, *args: str) -> list[str]:
+    """kvtune's Python's arguments (after its path) to run kvtune's `module` isolated, as
+    `python -m module args...` would, imported from `package_root()` only."""
+    if not module.startswith("kvtune."):
+        raise ValueError(f"{module}: not a module of kvtune")
+    return ["-I", "-c", _RUN_MODULE, package_root(), module, *args]
 
 
 def run(argv: Sequence[str], what: str, **kw: Any) -> subprocess.CompletedProcess[Any]:

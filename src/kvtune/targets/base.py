@@ -238,8 +238,10 @@ class ServerTarget(Target):
         full = [launcher.path, *rest]
         err = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
         try:
+            # From the root directory, whatever the caller's (kvtune's own Python in the
+            # chain is isolated: kvtune.safety.programs.python).
             proc = launcher.popen(rest, stdin=programs.DEVNULL, stdout=err, stderr=err,
-                                  start_new_session=True)
+                                  start_new_session=True, cwd=programs.ISOLATED_CWD)
         except OSError as e:
             err.close()
             raise HarnessError(f"cannot start {argv[0]}: {e.strerror}") from None
