@@ -2,13 +2,21 @@
 #   make demo   installs what is missing, then tunes a local memcached for a few minutes
 #   make demo-capacity   the same, for memcached's capacity at a p99 SLO (requests/s)
 #   make test   installs what is missing, then runs every test (Rust and Python)
+#   make test-unit   only the unit tier of the Python tests (about a minute; README "Tests")
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 KVLOAD := kvload/target/release/kvload
 PY := .venv/bin/python
+# Python's compiled files are written (an environment may say not to): each `python -m kvtune`
+# a test starts, and pytest's rewritten test modules, are compiled once, not in every process.
+unexport PYTHONDONTWRITEBYTECODE
+# The unit tier in parallel (pytest-xdist): two workers on this class of host, more on more CPUs.
+UNIT_WORKERS ?= $(shell n=$$(nproc); [ $$n -gt 4 ] && n=4; echo $$n)
+PYTEST := $(PY) -m pytest -q
 CARGO_FLAGS := --release --quiet --manifest-path kvload/Cargo.toml
 
-.PHONY: setup kvload demo demo-capacity test test-rust test-python test-install dist lint bench clean
+.PHONY: setup kvload demo demo-capacity test test-rust test-python test-unit test-integration \
+        test-e2e test-install dist lint bench clean
 
 setup:
 	@scripts/setup.sh
@@ -27,8 +35,12 @@ demo-capacity: kvload
 	@rm -f results/memcached-capacity.db
 	@$(PY) -m kvtune tune examples/memcached-capacity.yaml; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 1 ]
 
+# Every test: the three Python tiers (README "Tests"), the Rust tests, lint, the wheels
+# installed the way people install them, and the slowest 15 tests of the Python tiers.
 test: kvload
+	@rm -f test-artifacts/junit-*.xml
 	@$(MAKE) --no-print-directory lint test-rust test-install test-python
+	@$(PY) scripts/slowest.py 15 test-artifacts/junit-*.xml
 
 # The wheels people install: kvload (a platform wheel with the binary, maturin) and kvtune
 # (which depends on it), both at the repository's version, into dist/.
@@ -46,8 +58,23 @@ test-install: dist
 test-rust:
 	@cargo test $(CARGO_FLAGS)
 
-test-python:
-	@$(PY) -m pytest -q --durations=15
+test-python: test-unit test-integration test-e2e
+
+# The unit tier: no process, no server binary (tests/conftest.py fails a unit test that
+# starts one), in parallel.
+test-unit: setup
+	@mkdir -p test-artifacts
+	@$(PYTEST) -m unit -n $(UNIT_WORKERS) --junitxml=test-artifacts/junit-unit.xml
+
+# Real servers, kvload, PostgreSQL, sshd: one test at a time (servers and load are pinned).
+test-integration: kvload
+	@mkdir -p test-artifacts
+	@$(PYTEST) -m integration --junitxml=test-artifacts/junit-integration.xml
+
+# Whole studies, capacity, the fleet, the walk-through: one at a time.
+test-e2e: kvload
+	@mkdir -p test-artifacts
+	@$(PYTEST) -m e2e --junitxml=test-artifacts/junit-e2e.xml
 
 lint: setup
 	@.venv/bin/ruff check -q src tests bench

@@ -1,23 +1,149 @@
-"""Test fixtures: real servers on loopback, a private journal, and a guard that fails any
-test leaving a managed host knob changed."""
+"""Test fixtures and the three tiers.
+
+Tiers (README "Tests"; `make test-unit`, `make test-integration`, `make test-e2e`):
+- unit: no process started, no server binary; the CLI is called in process (support.cli).
+  Runs in parallel (pytest-xdist).
+- integration: real servers, kvload, PostgreSQL, sshd in a network namespace, a fresh
+  `python -m kvtune`. One at a time (servers and load are pinned to CPUs).
+- e2e: whole studies, capacity searches, a fleet, the walk-through. One at a time.
+
+A test's tier comes from what it touches: the fixtures of tests/support (a server, kvload,
+PostgreSQL, a load host) put it in the integration tier, a module or test marked `e2e` is in
+that tier, and everything else is a unit test. An audit hook watches every test: a unit test
+that starts a process fails, naming what it started, so a test cannot sit in the wrong tier.
+
+The host guard: every managed host knob, kvtune's cgroups and debugfs's mount must read after
+a test what they read before it, and no journal may be left. The knobs are read again after a
+test only when the test could have changed them (it started a process, or wrote, created or
+removed a file under /proc or /sys, or called into libc through ctypes, as the debugfs mount
+does); each module ends with a full comparison too.
+"""
 
 from __future__ import annotations
 
 import os
-import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fleet_fixtures import pg_url, postgres_server  # noqa: F401 (fixtures for the fleet tests)
+from support.postgres import pg_url, postgres_server  # noqa: F401 (fixtures)
+from support.servers import (  # noqa: F401 (fixtures)
+    KVLOAD,
+    kvload_bin,
+    memcached_bin,
+    redis_bin,
+    shared_memcached,
+    valkey_bin,
+)
 
 from kvtune.host.debugfs import debugfs_mounted
 from kvtune.host.facts import collect
 from kvtune.knobs import catalog
 from kvtune.knobs.appliers.base import HostContext
+from kvtune.targets import host_context
 
 REPO = Path(__file__).resolve().parents[1]
-KVLOAD = REPO / "kvload" / "target" / "release" / "kvload"
+TIERS = ("unit", "integration", "e2e")
+
+# Fixtures that start or need a real process: a test using one is in the integration tier.
+INTEGRATION_FIXTURES = frozenset({
+    "kvload_bin", "memcached_bin", "redis_bin", "valkey_bin", "shared_memcached",
+    "postgres_server", "pg_url", "load_host",
+})
+
+# What the session itself starts before any test runs: the catalog's read-only debugfs probe
+# and the version probes of the server binaries on PATH (host_context() is cached per
+# process), so that no unit test is the first to start them.
+host_context()
+
+
+# -- tiers -------------------------------------------------------------------------------
+
+
+def tier_of(item: pytest.Item) -> str:
+    marked = [t for t in TIERS if item.get_closest_marker(t) is not None]
+    if "e2e" in marked:
+        return "e2e"
+    if "integration" in marked or INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return "integration"
+    return "unit"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = tier_of(item)
+        item.stash[TIER] = tier
+        if item.get_closest_marker(tier) is None:
+            item.add_marker(getattr(pytest.mark, tier))
+
+
+TIER = pytest.StashKey[str]()
+
+
+# -- the audit hook: what a test starts and what it may have written -----------------------
+
+_HOST_ROOTS = ("/proc", "/sys")
+_STARTS = {"subprocess.Popen": 1, "os.exec": 1, "os.posix_spawn": 1, "os.spawn": 2,
+           "os.system": 0, "os.fork": None, "os.forkpty": None}
+_FS_EVENTS = {"os.mkdir", "os.rmdir", "os.remove", "os.rename", "os.symlink", "os.chmod",
+              "os.chown", "os.truncate", "shutil.rmtree", "shutil.move", "shutil.copyfile"}
+
+
+class _Watch:
+    """What the running test did, as the audit hook saw it (this process only)."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.host_touched = False
+        self.armed = False
+
+    def reset(self) -> None:
+        self.started.clear()
+        self.host_touched = False
+
+
+WATCH = _Watch()
+
+
+def _under_host(path: object) -> bool:
+    try:
+        p = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else ""
+    except (TypeError, ValueError):
+        return False
+    if not p:
+        return False
+    p = os.path.abspath(p)
+    return any(p == r or p.startswith(r + "/") for r in _HOST_ROOTS)
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if not WATCH.armed:
+        return
+    try:
+        if event in _STARTS:
+            WATCH.host_touched = True
+            i = _STARTS[event]
+            argv = args[i] if i is not None and len(args) > i else event
+            words = [os.fsdecode(a) for a in argv] if isinstance(argv, (list, tuple)) \
+                else [os.fsdecode(argv) if isinstance(argv, (str, bytes)) else str(argv)]
+            WATCH.started.append(" ".join(words)[:300])
+        elif event == "open":
+            mode, flags = (args[1] if len(args) > 1 else None), (args[2] if len(args) > 2 else 0)
+            writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
+                bool(isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR))
+            if writes and _under_host(args[0]):
+                WATCH.host_touched = True
+        elif event in _FS_EVENTS:
+            if any(_under_host(a) for a in args[:2]):
+                WATCH.host_touched = True
+        elif event.startswith("ctypes."):
+            WATCH.host_touched = True
+    except Exception:  # the hook must never break the code under test
+        WATCH.host_touched = True
+
+
+sys.addaudithook(_audit)
 
 
 def _host_snapshot() -> dict[str, Any]:
@@ -34,11 +160,27 @@ def _host_snapshot() -> dict[str, Any]:
     return snap
 
 
+def _unchanged(before: dict[str, Any], after: dict[str, Any], what: str) -> None:
+    changed = {k: (before[k], after.get(k)) for k in before if before[k] != after.get(k)}
+    assert not changed, f"{what} left managed host knobs changed: {changed}"
+
+
+@pytest.fixture(scope="module")
+def _module_host() -> Any:
+    """The host as the module found it; compared again when the module is done."""
+    state = {"snap": _host_snapshot()}
+    yield state
+    WATCH.armed = False
+    _unchanged(state["snap"], _host_snapshot(), "a test of this module")
+
+
 @pytest.fixture(autouse=True)
-def host_unchanged(tmp_path_factory: pytest.TempPathFactory,
+def host_unchanged(request: pytest.FixtureRequest, _module_host: dict[str, Any],
+                   tmp_path_factory: pytest.TempPathFactory,
                    monkeypatch: pytest.MonkeyPatch) -> Any:
     """Every test gets its own journal file; afterwards every managed knob must read what it
-    read before, no kvtune cgroup may be left, and no journal may be left behind."""
+    read before, no kvtune cgroup may be left, and no journal may be left behind; a unit test
+    must not have started a process."""
     journal = tmp_path_factory.mktemp("journal") / "journal.json"
     monkeypatch.setenv("KVTUNE_JOURNAL", str(journal))
     # The host lock and the list of open journals (kvtune.host.lock) live per test too.
@@ -46,41 +188,22 @@ def host_unchanged(tmp_path_factory: pytest.TempPathFactory,
     # No test reads or writes the user's library of past studies (kvtune.library); the
     # library's own tests point KVTUNE_LIBRARY at a file of their own.
     monkeypatch.setenv("KVTUNE_LIBRARY", "off")
-    before = _host_snapshot()
+    WATCH.reset()
+    WATCH.armed = True
     yield journal
-    after = _host_snapshot()
-    changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
-    assert not changed, f"the test left managed host knobs changed: {changed}"
+    WATCH.armed = False
+    tier = request.node.stash.get(TIER, "unit")
+    started, touched = list(WATCH.started), WATCH.host_touched
+    WATCH.reset()
+    if touched:
+        after = _host_snapshot()
+        before, _module_host["snap"] = _module_host["snap"], after
+        _unchanged(before, after, "the test")
     assert not journal.exists(), f"the test left a journal at {journal} (host not restored)"
-
-
-@pytest.fixture
-def kvload_bin() -> str:
-    if not KVLOAD.exists():
-        pytest.fail(f"{KVLOAD} is missing: run `make kvload` (make test builds it)")
-    return str(KVLOAD)
-
-
-def _require(binary: str) -> str:
-    path = shutil.which(binary)
-    if not path:
-        pytest.fail(f"{binary} is not installed: run `make setup` (make test installs it)")
-    return path
-
-
-@pytest.fixture
-def memcached_bin() -> str:
-    return _require("memcached")
-
-
-@pytest.fixture
-def redis_bin() -> str:
-    return _require("redis-server")
-
-
-@pytest.fixture
-def valkey_bin() -> str:
-    return _require("valkey-server")  # bookworm-backports (make setup adds the suite)
+    if tier == "unit" and started:
+        pytest.fail(f"a unit test started {len(started)} process(es), first: {started[0]!r}: "
+                    "use a fixture of tests/support (which puts it in the integration tier) "
+                    "or mark it `integration`", pytrace=False)
 
 
 @pytest.fixture

@@ -18,7 +18,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from screens import Agreement, Page, agreement, colour_of, term_lines, term_table, word, words
+from support.screens import (
+    Agreement,
+    Page,
+    agreement,
+    colour_of,
+    term_lines,
+    term_table,
+    word,
+    words,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = sorted((REPO / "examples" / "case-studies").glob("*.yaml")) + sorted(

@@ -196,7 +196,7 @@ def host_slo(tmp_path_factory: pytest.TempPathFactory) -> str:
     import socket
     import time
 
-    from conftest import KVLOAD
+    from support.servers import KVLOAD
 
     d = tmp_path_factory.mktemp("profile")
     with socket.socket() as sk:

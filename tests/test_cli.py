@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_export import MC_BASE, make_study
+from support.studies import MC_BASE, make_study
 
 from kvtune import __version__
 from kvtune.errors import HarnessError, UserError

@@ -27,10 +27,20 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import optuna
 import pytest
+from support.servers import mc_settings, served
+from support.studies import (
+    HOST_NOW,
+    MC_BASE,
+    MC_REC,
+    REDIS_BASE,
+    REDIS_REC,
+    SYSCTLS,
+    files_under,
+    make_study,
+    run_cli,
+)
 
-from kvtune.cli import main
 from kvtune.errors import UserError
 from kvtune.export import NoRecommendation, Recommendation, recommendation, write
 from kvtune.export import tuned as tuned_export
@@ -41,96 +51,6 @@ from kvtune.knobs.appliers.base import HostContext
 from kvtune.store import Store
 from kvtune.targets import host_context
 from kvtune.targets.base import free_port
-
-SYSCTLS = ("net.core.somaxconn", "net.ipv4.tcp_autocorking", "kernel.sched_autogroup_enabled",
-           "vm.swappiness")
-HOST_NOW = {name: catalog.CATALOG[name].applier.current(host_context())
-            for name in (*SYSCTLS, "thp.enabled", "thp.defrag")}
-
-
-def _other(name: str, value: Any, choices: tuple[Any, ...]) -> Any:
-    return next(c for c in choices if c != value)
-
-
-MC_BASE = {"memcached.threads": 4, "memcached.reqs_per_event": 20, "memcached.backlog": 1024,
-           "memcached.slab_chunk_max": 512, "memcached.max_item_size": "1m",
-           "memcached.lru_crawler": True, "memcached.large_pages": False,
-           "memcached.worker_logbuf_size": 64, "memcached.hashpower": 16,
-           "net.core.somaxconn": HOST_NOW["net.core.somaxconn"],
-           "net.ipv4.tcp_autocorking": bool(HOST_NOW["net.ipv4.tcp_autocorking"]),
-           "kernel.sched_autogroup_enabled": bool(HOST_NOW["kernel.sched_autogroup_enabled"]),
-           "vm.swappiness": HOST_NOW["vm.swappiness"],
-           "thp.enabled": HOST_NOW["thp.enabled"], "thp.defrag": HOST_NOW["thp.defrag"],
-           "placement.cpu_quota_pct": -1}
-MC_REC = {**MC_BASE, "memcached.threads": 2, "memcached.reqs_per_event": 64,
-          "memcached.backlog": 2048, "memcached.slab_chunk_max": 256,
-          "memcached.max_item_size": "2m", "memcached.lru_crawler": False,
-          "memcached.worker_logbuf_size": 32,
-          "memcached.hashpower": 20,
-          "net.core.somaxconn": 8192 if HOST_NOW["net.core.somaxconn"] != 8192 else 4096,
-          "net.ipv4.tcp_autocorking": not HOST_NOW["net.ipv4.tcp_autocorking"],
-          "kernel.sched_autogroup_enabled": not HOST_NOW["kernel.sched_autogroup_enabled"],
-          "vm.swappiness": 10 if HOST_NOW["vm.swappiness"] != 10 else 20,
-          "thp.enabled": _other("thp", HOST_NOW["thp.enabled"], ("madvise", "always")),
-          "thp.defrag": _other("d", HOST_NOW["thp.defrag"], ("defer+madvise", "madvise")),
-          "placement.cpu_quota_pct": 150}
-
-REDIS_BASE = {"redis.io_threads": 1, "redis.hz": 10, "redis.maxmemory_mb": 0,
-              "redis.maxmemory_policy": "noeviction", "redis.lazyfree_lazy_eviction": False,
-              "redis.save": "", "redis.jemalloc_bg_thread": True, "redis.disable_thp": True,
-              "redis.activedefrag": False}
-REDIS_REC = {**REDIS_BASE, "redis.io_threads": 2, "redis.hz": 50, "redis.maxmemory_mb": 64,
-             "redis.maxmemory_policy": "allkeys-lru", "redis.lazyfree_lazy_eviction": True,
-             "redis.save": "900 1 300 10", "redis.jemalloc_bg_thread": False,
-             "redis.disable_thp": False}
-LOAD = {"tool": "kvload", "mode": "closed", "connections": 16, "pipeline": 1,
-        "workload": {"mix": "get:9,set:1", "keys": 10000, "popularity": "zipf:0.99",
-                     "value_size": 100}}
-
-
-def make_study(tmp: Path, name: str, target: str, base: dict[str, Any], rec: dict[str, Any],
-               confirmed: bool, args: list[str] | None = None, cpus: str | None = "0",
-               ablation: dict[str, Any] | None = None,
-               space: dict[str, Any] | None = None) -> str:
-    url = f"sqlite:///{tmp / 'results' / (name + '.db')}"
-    store = Store(url)
-    study = optuna.create_study(study_name=name, storage=store.storage, direction="maximize")
-    study.set_user_attr("spec", {"study": name, "target": {"kind": target, "args": args or [],
-                                                          "cpus": cpus}, "load": LOAD})
-    study.set_user_attr("baseline", base)
-    if space is not None:
-        study.set_user_attr("space", space)
-    for i, (kind, cfg, value) in enumerate((("baseline", base, 100.0), ("trial", rec, 120.0))):
-        study.add_trial(optuna.trial.create_trial(
-            value=value, user_attrs={"kind": kind, "config": cfg,
-                                     "eval": {"metrics": {"ops_per_sec": value}, "n": 3}},
-            params={}, distributions={}))
-        assert study.trials[i].user_attrs["kind"] == kind
-    conf: dict[str, Any] = {"metric": "ops_per_sec", "baseline": {"config": base, "metrics": {}},
-                            "candidates": []}
-    if confirmed:
-        conf.update(recommended={"name": "trial 1", "config": rec, "metrics": {},
-                                 "comparison": {"change": 0.2, "change_ci_low": 0.12,
-                                                "change_ci_high": 0.27}},
-                    verdict="trial 1 improves ops_per_sec by +20.0%")
-    else:
-        conf.update(recommended=None, verdict="no significant improvement found")
-    store.put_result(name, "confirmation", conf)
-    if ablation is not None:
-        store.put_result(name, "ablation", ablation)
-    return url
-
-
-def run_cli(args: list[str]) -> int:
-    with pytest.raises(SystemExit) as e:
-        main(args)
-        raise SystemExit(0)
-    return int(e.value.code or 0)
-
-
-def files_under(d: Path) -> list[str]:
-    return sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file())
-
 
 # -- what is exported --------------------------------------------------------------------
 
@@ -418,47 +338,6 @@ def test_systemd_analyze_verifies_the_drop_in(in_tmp: Path, unit: str) -> None:
 WRAPPER = Path("/usr/share/memcached/scripts/systemd-memcached-wrapper")
 SETTINGS = ("maxbytes", "maxconns", "num_threads", "reqs_per_event", "tcp_backlog",
             "hashpower_init", "slab_chunk_max", "lru_crawler", "item_size_max")
-
-
-def mc_settings(port: int) -> dict[str, str]:
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(b"stats settings\r\n")
-        buf = b""
-        while not buf.endswith(b"END\r\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    out = {}
-    for ln in buf.decode().splitlines():
-        parts = ln.split()
-        if len(parts) >= 3 and parts[0] == "STAT":
-            out[parts[1]] = parts[2]
-    return out
-
-
-def wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited: {proc.stderr.read() if proc.stderr else ''!r}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.02)
-    raise AssertionError("server did not listen")
-
-
-@contextmanager
-def served(argv: list[str], port: int, cwd: Path) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
-    try:
-        wait_port(port, proc)
-        yield proc
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @contextmanager

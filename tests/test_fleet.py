@@ -18,7 +18,7 @@ from typing import Any
 import optuna
 import pytest
 import sqlalchemy as sa
-from fleet_fixtures import study_file
+from support.studies import fleet_study
 
 from kvtune.errors import UserError
 from kvtune.fleet.claims import (
@@ -39,7 +39,7 @@ TrialState = optuna.trial.TrialState
 
 def _study_file(tmp: Path, url: str, trials: int = 8, name: str = "fleet",
                 hosts: str | None = None) -> Path:
-    return study_file(tmp, url, name, trials, 3, hosts, confirm_top=1, confirm_rounds=5)
+    return fleet_study(tmp, url, name, trials, 3, hosts, confirm_top=1, confirm_rounds=5)
 
 
 def _env() -> dict[str, str]:

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_integration_servers import _journal_has_process, _wait_for, kvtune, study_file
+from support.cli import kvtune
+from support.studies import journal_has_process, study_file, wait_for
 
 from kvtune import roots
 from kvtune.host.facts import this_host
@@ -70,7 +71,7 @@ def test_a_study_sets_halt_polling_and_pm_qos_and_puts_them_back(
                           "--repetitions", "1"], cwd=in_tmp, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:
-        assert _wait_for(_journal_has_process), "the study never started its server"
+        assert wait_for(journal_has_process), "the study never started its server"
         assert HALT.read_text().strip() == "200000"
         assert qos_value() == 0
         _, err = p.communicate(timeout=120)
@@ -92,7 +93,7 @@ def test_restore_after_sigkill_leaves_the_idle_path_as_it_was(
                           "cpu.halt_poll_ns=400000", "--set", "cpu.idle_max_latency_us=5"],
                          cwd=in_tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        assert _wait_for(_journal_has_process), "the study never started its server"
+        assert wait_for(journal_has_process), "the study never started its server"
         time.sleep(0.3)
         assert HALT.read_text().strip() == "400000" and qos_value() == 5
         p.send_signal(signal.SIGKILL)
@@ -102,7 +103,7 @@ def test_restore_after_sigkill_leaves_the_idle_path_as_it_was(
             p.kill()
             p.wait()
     # The request ended with the process that held the file; the sysfs value waits.
-    assert _wait_for(lambda: qos_value() == before_qos, 5)
+    assert wait_for(lambda: qos_value() == before_qos, 5)
     assert HALT.read_text().strip() == "400000"
     r = kvtune("restore", cwd=in_tmp)
     assert r.returncode == 0, r.stderr + r.stdout

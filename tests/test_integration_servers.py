@@ -13,48 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
+from support.cli import kvtune, show
+from support.studies import journal_has_process, study_file, wait_for
 
 from kvtune.host.cgroup import ServerCgroup
 from kvtune.host.facts import collect
 from kvtune.host.journal import Journal, default_path
 
 pytestmark = pytest.mark.integration
-
-STUDY = """\
-study: {name}
-target: {{kind: {kind}, cpus: "0", port: {port}}}
-load:
-  mode: open
-  rate: {rate}
-  connections: 4
-  duration: {duration}
-  warmup: 300ms
-  cpus: "1"
-  workload: {{keys: 2000, value_size: 100, mix: "get:9,set:1"}}
-knobs:
-{knobs}
-objective: {{metric: p99_us}}
-constraints: ["hit_ratio >= 0.5"]
-budget: {{trials: {trials}}}
-repetitions: 1
-# steal_threshold: these tests are about the harness, not host noise; a busy hypervisor's
-# steal must not stop them. ablation_max_rounds = confirm_rounds: the ablation's fixed design
-# (its sequential rounds are tested in test_ablation.py), so the test's time stays bounded.
-evaluation: {{noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 3, alpha: 0.1, drift_every: 0,
-              max_reruns: 1, steal_threshold: 0.5, ablation_max_rounds: 3}}
-sampler: {sampler}
-seed: 1
-"""
-
-
-def study_file(tmp: Path, name: str, kind: str = "memcached", knobs: str = "",
-               trials: int = 2, rate: int = 5000, duration: str = "1s", port: int = 0,
-               sampler: str = "tpe") -> Path:
-    p = tmp / f"{name}.yaml"
-    p.write_text(STUDY.format(name=name, kind=kind, knobs=knobs or "  []", trials=trials,
-                              rate=rate, duration=duration, port=port, sampler=sampler))
-    return p
-
 
 def cpu_cgroups() -> list[Path]:
     """kvtune's CPU cgroups on this host, in the hierarchy kvtune uses here (v1 `cpu`
@@ -67,17 +33,6 @@ def quota_text(cg: Path) -> str:
     """The CFS quota as kvtune wrote it: `50000` (v1) or `50000 100000` (v2's cpu.max)."""
     v1 = cg / "cpu.cfs_quota_us"
     return v1.read_text().strip() if v1.exists() else (cg / "cpu.max").read_text().strip()
-
-
-def kvtune(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvtune", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def show(spec: Path, cwd: Path) -> dict:
-    r = kvtune("show", str(spec), "--json", cwd=cwd)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
 
 
 def test_memcached_study_end_to_end(in_tmp: Path, kvload_bin: str, memcached_bin: str) -> None:
@@ -159,23 +114,6 @@ def test_host_and_cgroup_knobs_are_applied_and_restored(in_tmp: Path, kvload_bin
     assert not default_path().exists()
 
 
-def _wait_for(cond, timeout: float = 30.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def _journal_has_process() -> bool:
-    try:
-        state = json.loads(default_path().read_text())
-    except (OSError, ValueError):
-        return False
-    return bool(state.get("processes"))
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="host knobs need root")
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGHUP])
 def test_killed_study_leaves_nothing_changed(in_tmp: Path, kvload_bin: str, memcached_bin: str,
@@ -193,7 +131,7 @@ def test_killed_study_leaves_nothing_changed(in_tmp: Path, kvload_bin: str, memc
                           "placement.cpu_quota_pct=50"], cwd=in_tmp,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        assert _wait_for(_journal_has_process), "the study never started its server"
+        assert wait_for(journal_has_process), "the study never started its server"
         time.sleep(0.5)
         assert autocork.read_text().strip() == changed
         state = json.loads(default_path().read_text())
@@ -217,7 +155,7 @@ def test_killed_study_leaves_nothing_changed(in_tmp: Path, kvload_bin: str, memc
     assert autocork.read_text().strip() == before
     assert not cpu_cgroups()
     assert not default_path().exists()
-    assert _wait_for(lambda: not Path(f"/proc/{server_pid}").exists()
+    assert wait_for(lambda: not Path(f"/proc/{server_pid}").exists()
                      or Path(f"/proc/{server_pid}/stat").read_text().split()[2] == "Z", 5)
     r = kvtune("restore", cwd=in_tmp)
     assert r.returncode == 0 and "Nothing to restore" in r.stdout
@@ -274,8 +212,8 @@ def test_tune_killed_mid_trial_then_restore(in_tmp: Path, kvload_bin: str,
     p = subprocess.Popen([sys.executable, "-m", "kvtune", "tune", str(spec)], cwd=in_tmp,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        assert _wait_for(lambda: autocork.read_text().strip() != before
-                         and _journal_has_process(), timeout=120), "no trial changed the knob"
+        assert wait_for(lambda: autocork.read_text().strip() != before
+                         and journal_has_process(), timeout=120), "no trial changed the knob"
         p.kill()
         p.wait(timeout=30)
     finally:

@@ -48,7 +48,7 @@ def redis_port(redis_bin: str, tmp_path: Path):  # type: ignore[no-untyped-def]
     proc = subprocess.Popen([redis_bin, "--port", str(port), "--bind", "127.0.0.1", "--save",
                              "", "--appendonly", "no", "--dir", str(tmp_path)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    from test_export import wait_port
+    from support.servers import wait_port
 
     wait_port(port, proc)
     yield port
@@ -61,7 +61,7 @@ def memcached_port(memcached_bin: str):  # type: ignore[no-untyped-def]
     port = free_port()
     proc = subprocess.Popen([memcached_bin, "-p", str(port), "-l", "127.0.0.1", "-U", "0",
                              "-u", "memcache"], stderr=subprocess.PIPE)
-    from test_export import wait_port
+    from support.servers import wait_port
 
     wait_port(port, proc)
     yield port

@@ -1,5 +1,5 @@
 """The load generator on its own host (issue 15 items 4 and 5), with real parts on one
-machine: a network namespace with its own sshd is the load host (tests/netns_fixtures.py),
+machine: a network namespace with its own sshd is the load host (tests/support/netns.py),
 memcached runs in the root namespace on the veth's address, and kvtune drives kvload over
 ssh. Checked: the results and the recorded remote placement, then the faults (sshd stopped,
 kvload missing or of another version, the link dropped mid-run), each a failed repetition
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from netns_fixtures import LoadHost, load_host, missing
+from support.netns import LoadHost, load_host, missing
 
 from kvtune.errors import HarnessError, UserError
 from kvtune.knobs.resolve import resolve_knobs

@@ -29,7 +29,7 @@ from kvtune.study.run import StudyRun
 from kvtune.targets.base import free_port
 from kvtune.telemetry.perf import find_perf
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"

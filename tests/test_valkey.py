@@ -11,8 +11,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from test_export import make_study, served, wait_port
-from test_integration_servers import kvtune, show, study_file
+from support.cli import kvtune, show
+from support.servers import served, wait_port
+from support.studies import make_study, study_file
 
 from kvtune.export import recommendation, write
 from kvtune.kinds.redis.target import resp_command

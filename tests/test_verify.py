@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_export import HOST_NOW, make_study
+from support.studies import HOST_NOW, make_study
 
 from kvtune.cli import main
 

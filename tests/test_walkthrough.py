@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from screens import Page, agreement, colour_of, plain, term_lines, term_table, word
+from support.screens import Page, agreement, colour_of, plain, term_lines, term_table, word
 
 from kvtune.cpulist import parse_cpus
 

@@ -27,7 +27,8 @@ import optuna
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
-from fleet_fixtures import start_postgres, study_file  # noqa: E402
+from support.postgres import start_postgres  # noqa: E402
+from support.studies import fleet_study as study_file  # noqa: E402
 
 from kvtune.targets.synthetic import optimum, true_value  # noqa: E402
 

@@ -12,7 +12,6 @@ import os
 import pwd
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,39 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from kvtune.targets.base import free_port
+
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
-
-
-def study_file(tmp: Path, url: str, name: str = "fleet", trials: int = 8, seed: int = 3,
-               hosts: str | None = None, **evaluation: object) -> Path:
-    """The synthetic fleet study of the tests and of bench/fleet: 4 knobs, one repetition
-    per trial, a 2-repetition noise floor, no intensification or drift checks;
-    `evaluation` adds or overrides evaluation keys (e.g. confirm_rounds=5)."""
-    ev = {"noise_floor_runs": 2, "intensify": False, "drift_every": 0, **evaluation}
-    lines = "".join(f"  {k}: {str(v).lower() if isinstance(v, bool) else v}\n"
-                    for k, v in ev.items())
-    p = tmp / f"{name}.yaml"
-    p.write_text(f"""study: {name}
-target:
-  kind: synthetic
-  noise_cov: 0.05
-knobs: [synthetic.x, synthetic.threads, synthetic.mode, synthetic.flag]
-objective:
-  metric: ops_per_sec
-budget:
-  trials: {trials}
-repetitions: 1
-evaluation:
-{lines}seed: {seed}
-storage: {url}
-""" + (f"hosts: {hosts}\n" if hosts else ""))
-    return p
-
-
-def free_loopback_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pick_user(preferred: str | None = None) -> str:
@@ -137,7 +106,7 @@ def start_postgres(user: str | None = None, db: str = "kvtune", role: str = "kvt
              "--locale=C", "--auth-local=trust", "--auth-host=scram-sha-256"])
         t["initdb"] = time.monotonic() - t0
         for _ in range(5):
-            port = free_loopback_port()
+            port = free_port()
             t1 = time.monotonic()
             opts = (f"-k {sockdir} -p {port} -c listen_addresses=127.0.0.1 "
                     "-c fsync=off -c synchronous_commit=off -c full_page_writes=off")
