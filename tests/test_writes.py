@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_export import MC_BASE, MC_REC, make_study
+from support.studies import MC_BASE, MC_REC, make_study
 
 from kvtune.safety import files
 from kvtune.safety.files import WriteRefused, note_input, read_input, write_file
