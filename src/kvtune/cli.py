@@ -627,6 +627,88 @@ def verify(
 
 
 @app.command()
+def canary(
+    kind: Annotated[str, typer.Option("--kind", help=f"the servers' kind: {_KINDS}")],
+    canary_: Annotated[list[str], typer.Option(
+        "--canary", help="a canary server running the change, HOST:PORT on this host "
+                         "(repeatable; paired with the --control in the same place)")],
+    control: Annotated[list[str], typer.Option(
+        "--control", help="a control server on the current configuration, HOST:PORT "
+                          "(repeatable)")],
+    goal: Annotated[str | None, typer.Option(
+        help="the change's goal, e.g. 'cpu_per_request better' (promote needs it met)")]
+    = None,
+    guardrail: Annotated[list[str] | None, typer.Option(
+        help="e.g. 'p99 not worse than +5%' (repeatable; default: CPU per request +10%, "
+             "hit ratio -0.01, errors, refused connections, and p99 +10% where the server "
+             "has latency figures)")] = None,
+    interval: Annotated[str, typer.Option(help="time between looks (10s)")] = "10s",
+    max_time: Annotated[str, typer.Option("--max-time", help="the time limit: "
+                                          "inconclusive then")] = "30m",
+    warmup: Annotated[int, typer.Option(help="looks discarded at the start")] = 1,
+    alpha: Annotated[float, typer.Option(help="the chance of any wrong decision at any "
+                                              "look")] = 0.05,
+    aa: Annotated[bool, flag("--aa", help="A/A: both sides run the same configuration; "
+                                          "checks the pair before the change goes in")]
+    = False,
+    study: Annotated[str | None, typer.Option(
+        help="the study (file or name) whose recommendation the canary runs: `kvtune "
+             "verify` checks the canary before watching")] = None,
+    storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the results")] = None,
+    export_dir: Annotated[Path | None, typer.Option(
+        "--export", help="the directory `kvtune export -o` wrote: its rollback file is "
+                         "the rollback")] = None,
+    rollback_on_breach: Annotated[bool, flag(
+        "--rollback-on-breach", help="on 'roll back', apply the export's rollback file to "
+                                     "the canary (journalled) and read it back")] = False,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the session's "
+                                                  "record (JSON)")] = None,
+    report_out: Annotated[Path | None, typer.Option("--report", help="write the session's "
+                                                    "HTML page")] = None,
+) -> None:
+    """Watch canary servers running a change against control servers on the current
+    configuration, serving the same class of live traffic (kvtune does not route it): per
+    look, the canary's change against its control for each guardrail and the goal, with an
+    interval valid at every look. Ends with promote (exit 0), roll back (1), or inconclusive
+    at the time limit (1); --aa checks a pair on one configuration first."""
+    from kvtune.canary import command as cc
+    from kvtune.canary import page, session
+
+    o = cc.Options(kind, list(canary_), list(control), goal, list(guardrail or []), interval,
+                   max_time, warmup, alpha, aa, study, storage, export_dir,
+                   rollback_on_breach, json_out, report_out)
+    plan = cc.plan_from(o)
+    if study is not None:
+        if aa:
+            raise UserError("--study with --aa: an A/A pair runs the current configuration "
+                            "on both sides; there is no change to verify")
+        ok, lines = cc.verify_canaries(plan, study, storage, _storage_for(study, storage))
+        plan.verified = lines
+        for ln in lines:
+            out.print(ln, highlight=False, markup=False)
+        if not ok:
+            out.print("the canary does not run the change (kvtune verify): not watched")
+            raise typer.Exit(1)
+    else:
+        plan.verified = ["not verified: no --study given"]
+    who = ", ".join(f"{c.address} against {b.address}" for c, b in
+                    zip(plan.canaries, plan.controls, strict=True))
+    out.print(f"{'A/A ' if aa else ''}canary {who} ({kind}), a look every {interval} up "
+              f"to {max_time}; "
+              f"rules: {'; '.join(r.text for r in plan.rules)}", highlight=False, markup=False)
+    record = session.run(plan, lambda ln: out.print(ln, highlight=False, markup=False))
+    if json_out is not None:
+        session.write_record(record, json_out)
+    if report_out is not None:
+        page.write(record, report_out)
+        out.print(f"wrote {escape(report_out)}")
+    outcome = record["outcome"]
+    out.print(f"{outcome}: {record['deciding']}", highlight=False, markup=False)
+    if outcome not in ("promote", session.AA_AGREES):
+        raise typer.Exit(1)
+
+
+@app.command()
 def report(
     study: Annotated[str, typer.Argument(help="a study file, or a study name")],
     output: Annotated[Path, typer.Option("-o", "--output", help="the HTML file to write")]

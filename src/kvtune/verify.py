@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kvtune import kind_registry as kinds
 from kvtune import roots
@@ -226,15 +227,17 @@ def _argv(pid: int) -> list[str]:
     return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
 
 
-def flag_checks(rec: Recommendation, pid: int) -> list[Check]:
+def flag_checks(rec: Recommendation, pid: int, port: int | None = None) -> list[Check]:
     """The recommended application settings on the running server's command line, as its
     kind reads them (kinds/<kind>/verify.py); settings a kind reads from its own config file
-    are said unchecked."""
+    are read back from the server itself on 127.0.0.1:`port` when its kind can (its canary
+    reader's live settings: CONFIG GET, read-only), else said unchecked."""
     argv = _argv(pid)
     out: list[Check] = []
     kind = kinds.find(rec.target)
     if kind is not None and kind.argv_checks is not None:
         out += kind.argv_checks(rec, argv)
+    rest = []
     for row in rec.entries("app"):
         e = row.entry
         if e is None:
@@ -242,10 +245,44 @@ def flag_checks(rec: Recommendation, pid: int) -> list[Check]:
         if kind is not None and kind.argv_checks is not None and \
                 e.family in kind.argv_families:
             continue  # checked by the kind, on the command line
+        rest.append(e)
+    live = _live_settings(kind, port, [e.key for e in rest]) if rest else None
+    for e in rest:
+        if live is not None and e.key in live:
+            found = live[e.key]
+            out.append(Check(f"{rec.target} {e.key}", e.value, found,
+                             _same_setting(kind, e.value, found), "read back from the server"))
+            continue
         out.append(Check(f"{rec.target} {e.key}", e.value, None, False,
                              f"{e.family} settings are read from the server's own config, "
                              "not its command line: check with the server's CONFIG GET"))
     return out
+
+
+def _live_settings(kind: Any, port: int | None, names: list[str]) -> dict[str, str] | None:
+    """The settings a running server reports for `names` (on 127.0.0.1:`port`, through its
+    kind's canary reader), or None when its kind cannot say or it cannot be reached."""
+    if kind is None or kind.canary is None or not port:
+        return None
+    from kvtune.telemetry.sampler import StatsConn
+
+    reader = kinds.load(kind.canary)
+    if not reader.live_settings:
+        return None
+    try:
+        conn = StatsConn("127.0.0.1", port)
+    except OSError:
+        return None
+    try:
+        return dict(reader.settings(conn, names))
+    except (OSError, ConnectionError, ValueError):
+        return None
+    finally:
+        conn.close()
+
+
+def _same_setting(kind: Any, expected: str, found: str) -> bool:
+    return bool(kinds.load(kind.canary).same(expected, found))
 
 
 def _cgroup_quota(pid: int) -> str | None:
@@ -346,7 +383,7 @@ def verify(rec: Recommendation, pid: int | None = None, host_only: bool = False,
         notes.append(f"pid {pid} is not verified as the {rec.target} server ("
                      f"{', '.join(failed)} differ): its flags and placement are not checked")
         return checks, notes
-    checks += flag_checks(rec, pid) + placement_checks(rec, pid)
+    checks += flag_checks(rec, pid, want_port) + placement_checks(rec, pid)
     return checks, notes
 
 

@@ -284,6 +284,13 @@ class Journal:
         self._state["processes"] = [p for p in self._state["processes"] if p["pid"] != pid]
         self._flush()
 
+    def settle(self) -> None:
+        """The changes recorded so far are meant to stay (a canary's rollback, read back):
+        forget them, so that neither the exit nor `kvtune restore` undoes them. Processes
+        and created cgroups are kept: they are never meant to outlive the journal."""
+        self._state["entries"] = []
+        self._flush()
+
     def _created(self, path: Path) -> bool:
         return any(Path(d) in path.parents for d in self._state["created_dirs"])
 

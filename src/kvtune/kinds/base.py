@@ -67,3 +67,6 @@ class Kind:
     config_reader: str | None = None
     # "module:CAPTURER" of its traffic capture (kinds/<kind>/capture.py), None: no capture
     capture: str | None = None
+    # "module:READER" of what `kvtune canary` reads from a running server and how it rolls
+    # a setting back live (kinds/<kind>/canary.py), None: the kind has no canary
+    canary: str | None = None

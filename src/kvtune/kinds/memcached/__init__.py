@@ -29,4 +29,5 @@ KIND = Kind(
     argv_user=lambda argv: _load("kvtune.kinds.memcached.verify:argv_user")(argv),
     config_reader="kvtune.kinds.memcached.config:READER",
     capture="kvtune.kinds.memcached.capture:CAPTURER",
+    canary="kvtune.kinds.memcached.canary:READER",
 )

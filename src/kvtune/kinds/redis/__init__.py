@@ -22,4 +22,5 @@ KIND = Kind(
     inline={"redis_directive": "kvtune.kinds.redis.appliers:RedisDirective"},
     export_family="redis", config_reader="kvtune.kinds.redis.config:READER",
     capture="kvtune.kinds.redis.capture:CAPTURER",
+    canary="kvtune.kinds.redis.canary:READER",
 )

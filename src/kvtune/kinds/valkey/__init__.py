@@ -24,4 +24,5 @@ KIND = Kind(
     config_reader="kvtune.kinds.valkey.config:READER",
     inline={"valkey_directive": "kvtune.kinds.valkey.appliers:ValkeyDirective"},
     capture="kvtune.kinds.valkey.capture:CAPTURER",
+    canary="kvtune.kinds.redis.canary:READER",
 )

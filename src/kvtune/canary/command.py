@@ -1,0 +1,111 @@
+"""`kvtune canary`: its inputs checked before anything is read from a server (one line,
+exit 2, nothing started), the canary verified (`kvtune verify`, when the study is named),
+the session run (session.py) with a line per look, its record and its HTML page written.
+
+Exit codes: 0 promote (or an A/A pair that agrees), 1 roll back, inconclusive, a canary not
+verified or an A/A pair that differs, 2 bad input, 3 a rollback that did not take."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvtune.canary import session as ses
+from kvtune.canary import verdict as vd
+from kvtune.canary import watch
+from kvtune.durations import parse_duration
+from kvtune.errors import UserError
+
+
+@dataclass(frozen=True)
+class Options:
+    kind: str
+    canaries: list[str]
+    controls: list[str]
+    goal: str | None
+    guardrails: list[str]
+    interval: str
+    max_time: str
+    warmup: int
+    alpha: float
+    aa: bool
+    study: str | None
+    storage: str | None
+    export_dir: Path | None
+    rollback_on_breach: bool
+    json_out: Path | None
+    report: Path | None
+
+
+def _duration(text: str, what: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise UserError(f"{what} {text!r}: {e}") from None
+
+
+def plan_from(o: Options) -> ses.Plan:
+    """The session's plan, every input checked (UserError, one line)."""
+    reader = watch.reader_of(o.kind)
+    if not o.canaries or not o.controls:
+        raise UserError("--canary and --control: give at least one of each (HOST:PORT on "
+                        "this host)")
+    if len(o.canaries) != len(o.controls):
+        raise UserError(f"--canary and --control pair up: {len(o.canaries)} canaries and "
+                        f"{len(o.controls)} controls")
+    canaries = [watch.parse_server(t, "canary") for t in o.canaries]
+    controls = [watch.parse_server(t, "control") for t in o.controls]
+    ports = [s.port for s in canaries + controls]
+    if len(set(ports)) != len(ports):
+        raise UserError("--canary/--control: a server is named twice (" + ", ".join(
+            f"127.0.0.1:{p}" for p in sorted({p for p in ports if ports.count(p) > 1}))
+            + ")")
+    interval = _duration(o.interval, "--interval")
+    max_time = _duration(o.max_time, "--max-time")
+    if not 0.05 <= interval <= 3600:
+        raise UserError(f"--interval {o.interval}: between 50ms and 1h")
+    if max_time < interval * 2:
+        raise UserError(f"--max-time {o.max_time}: at least two intervals ({o.interval})")
+    if not 0 < o.alpha < 0.5:
+        raise UserError(f"--alpha {o.alpha}: a level between 0 and 0.5")
+    if not 0 <= o.warmup <= 1000:
+        raise UserError(f"--warmup {o.warmup}: looks to discard, 0 to 1000")
+    rules = vd.rules_for(o.guardrails, o.goal, watch.metrics_for(reader), reader.latency)
+    rollback = None
+    if o.rollback_on_breach and o.aa:
+        raise UserError("--rollback-on-breach with --aa: an A/A session changes nothing to "
+                        "roll back")
+    if o.rollback_on_breach and o.export_dir is None:
+        raise UserError("--rollback-on-breach needs --export DIR (the directory `kvtune "
+                        "export` wrote): kvtune rolls back with the export's own rollback "
+                        "file, never a hand-made command")
+    if o.export_dir is not None:
+        rb = ses.rollback_from_export(o.export_dir, o.kind, reader)
+        rollback = rb if o.rollback_on_breach else None
+    for p, what in ((o.json_out, "--json"), (o.report, "--report")):
+        if p is not None and not p.parent.is_dir():
+            raise UserError(f"{what} {p}: {p.parent} is not a directory")
+    return ses.Plan(o.kind, canaries, controls, rules, interval_s=interval,
+                    max_time_s=max_time, warmup_looks=o.warmup, alpha=o.alpha,
+                    aa=o.aa, rollback=rollback)
+
+
+def verify_canaries(plan: ses.Plan, study: str, storage: str | None,
+                    study_url: tuple[str, str]) -> tuple[bool, list[str]]:
+    """`kvtune verify` of the study's recommendation on each canary (by its port): whether
+    every check holds, and the lines."""
+    from kvtune import export as ex
+    from kvtune.store import Store
+    from kvtune.verify import verify
+
+    name, url = study_url
+    rec = ex.recommendation(Store(url), name, verb="verify")
+    if rec.target != plan.kind:
+        raise UserError(f"--study {study}: its target is {rec.target}, not --kind {plan.kind}")
+    ok, lines = True, []
+    for s in plan.canaries:
+        checks, notes = verify(rec, None, False, s.port)
+        lines += [f"{s.address}: {n}" for n in notes]
+        lines += [f"{s.address}: {c.line()}" for c in checks]
+        ok &= bool(checks) and all(c.ok for c in checks)
+    return ok, lines

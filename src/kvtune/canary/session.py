@@ -1,0 +1,276 @@
+"""A canary session: check the canary (`kvtune verify`, when the study is named), watch the
+canary and control servers look by look, judge at every look (verdict.py), and on a breach
+roll the canary back through the export's own rollback file, journalled.
+
+    plan = Plan(kind, canaries, controls, rules, interval_s=10, max_time_s=1800, ...)
+    record = run(plan, say=print)       # one line per look through `say`
+    record["outcome"]                   # promote, roll back, keep watching, inconclusive
+
+Nothing is written to a server while watching: each server is read through its own stats
+connection. The only change a session makes is the rollback: each setting the export
+changed is put to the value its rollback file gives it (`CONFIG SET` on a kind with live
+settings), after the value found is journalled (undo kind `canary-config`); once every
+value reads back as the rollback says, the journal lets go of them (the rollback is meant to
+stay). A session killed in the middle of it leaves them in the journal, and `kvtune
+restore` puts back what the canary ran before."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvtune import kind_registry as kinds
+from kvtune import present
+from kvtune.canary import verdict as vd
+from kvtune.canary import watch
+from kvtune.errors import HarnessError, UserError
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """The export's own rollback for the canary's settings: the change's file and its
+    rollback file (paths for people), and the settings the rollback puts back."""
+
+    change_file: Path
+    rollback_file: Path
+    settings: dict[str, str]
+
+
+def rollback_from_export(export_dir: Path, kind: str, reader: watch.Reader) -> Rollback:
+    """The server kind's file of an export directory (`kvtune export -o DIR`) and its
+    rollback under DIR/rollback/: the settings to put back (UserError when the directory
+    has no such pair, or the kind cannot roll back live)."""
+    family = kinds.get(kind).export_family or kind
+    where = f"--export {export_dir}"
+    if not export_dir.is_dir():
+        raise UserError(f"{where}: not a directory (give the directory `kvtune export -o` "
+                        "wrote)")
+    changes = sorted(p for p in (export_dir / family).glob("*") if p.is_file()) \
+        if (export_dir / family).is_dir() else []
+    backs = sorted(p for p in (export_dir / "rollback" / family).glob("*") if p.is_file()) \
+        if (export_dir / "rollback" / family).is_dir() else []
+    if len(changes) != 1 or len(backs) != 1:
+        raise UserError(f"{where}: expected one {family}/ file and its rollback under "
+                        f"rollback/{family}/, found {len(changes)} and {len(backs)}")
+    try:
+        change, back = changes[0].read_text(), backs[0].read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"{where}: cannot read {changes[0].name} or its rollback: {e}") \
+            from None
+    settings = reader.rollback_settings(change, back)
+    if not settings:
+        raise UserError(f"{where}: {changes[0]} changes no setting the rollback could put "
+                        "back")
+    return Rollback(changes[0], backs[0], settings)
+
+
+@dataclass
+class Plan:
+    """What a session watches and how it decides."""
+
+    kind: str
+    canaries: list[watch.Server]
+    controls: list[watch.Server]
+    rules: list[vd.Rule]
+    interval_s: float = 10.0
+    max_time_s: float = 1800.0
+    warmup_looks: int = 1
+    alpha: float = 0.05
+    min_looks: int = 5
+    aa: bool = False
+    rollback: Rollback | None = None  # with --rollback-on-breach
+    verified: list[str] = field(default_factory=list)  # the verify lines, for the record
+
+    @property
+    def planned_looks(self) -> int:
+        return max(int(self.max_time_s / self.interval_s), 1)
+
+    @property
+    def t_opt(self) -> float:
+        """The look at which the intervals are tightest: half the planned session."""
+        return max(self.planned_looks / 2, float(self.min_looks))
+
+
+def _pair_figures(reader: watch.Reader, plan: Plan, prev: list[dict[str, Any]]
+                  ) -> tuple[list[dict[str, Any]], list[dict[str, float | None]]]:
+    """A snapshot of every server (canary and control of each pair one after the other) and
+    each server's figures since `prev` (watch.Reset when a counter went back)."""
+    servers = [s for pair in zip(plan.canaries, plan.controls, strict=True) for s in pair]
+    now = [watch.snapshot(reader, s) for s in servers]
+    figs = [watch.interval_figures(a, b) for a, b in zip(prev, now, strict=True)] \
+        if prev else []
+    return now, figs
+
+
+def _mean(values: list[float | None]) -> float | None:
+    xs = [v for v in values if v is not None and math.isfinite(v)]
+    return float(np.mean(xs)) if xs else None
+
+
+def look_line(n: int, elapsed: float, verdict: vd.Verdict, aa: bool) -> str:
+    """The terminal line of one look: what decides, with its change and interval."""
+    outcome = aa_outcome(verdict) if aa else verdict.outcome
+    eta = ""
+    if verdict.outcome == vd.WATCH:
+        eta = (" (decision foreseen in about "
+               f"{verdict.looks_to_decide} more looks)" if verdict.looks_to_decide
+               else " (no decision foreseen at the present estimates)")
+    return f"look {n} at {present.duration(elapsed)}: {outcome}{eta}: {verdict.deciding}"
+
+
+AA_DIFFERS, AA_AGREES = "A/A: the pair differs", "A/A: the pair agrees"
+
+
+def aa_outcome(verdict: vd.Verdict) -> str:
+    """An A/A session's words: any rule decided other than "held" means the two servers
+    differ on the same configuration, and a canary on this pair would mislead."""
+    if any(s.state in ("breached", "worse", "met") for s in verdict.rules):
+        return AA_DIFFERS
+    if verdict.outcome in (vd.PROMOTE, vd.INCONCLUSIVE):
+        return AA_AGREES
+    return vd.WATCH
+
+
+def run(plan: Plan, say: Say, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """Watch until a decision or the time limit; the record of the session (every look's
+    figures, differences and verdict). Rolls back on a breach when the plan has a
+    rollback."""
+    reader = watch.reader_of(plan.kind)
+    names = watch.metrics_for(reader)
+    diffs: dict[str, list[float]] = {n: [] for n in names}
+    looks: list[dict[str, Any]] = []
+    record: dict[str, Any] = {
+        "kind": plan.kind, "aa": plan.aa, "alpha": plan.alpha, "interval_s": plan.interval_s,
+        "max_time_s": plan.max_time_s, "canaries": [s.address for s in plan.canaries],
+        "controls": [s.address for s in plan.controls],
+        "rules": [r.text for r in plan.rules], "method": (
+            "asymptotic confidence sequence (Waudby-Smith et al. 2021) on the per-interval "
+            "paired differences, Bonferroni over the rules"),
+        "verified": plan.verified, "looks": looks, "dropped": []}
+    start = time.monotonic()
+    prev, _ = _pair_figures(reader, plan, [])
+    deadline = start
+    verdict = vd.judge(diffs, plan.rules, plan.alpha, plan.t_opt, plan.min_looks)
+    n = 0
+    try:
+        while True:
+            deadline += plan.interval_s
+            sleep(max(deadline - time.monotonic(), 0.0))
+            try:
+                now, figs = _pair_figures(reader, plan, prev)
+            except watch.Reset as e:
+                prev, _ = _pair_figures(reader, plan, [])
+                record["dropped"].append(f"{present.duration(time.monotonic() - start)}: {e}")
+                say(f"interval dropped: {e} (a server restarted or its stats were reset)")
+                continue
+            prev = now
+            n += 1
+            elapsed = time.monotonic() - start
+            final = elapsed + plan.interval_s > plan.max_time_s
+            if n <= plan.warmup_looks:
+                say(f"look {n} at {present.duration(elapsed)}: warm-up, not counted")
+                if not final:
+                    continue
+            else:
+                canary_figs, control_figs = figs[0::2], figs[1::2]
+                row: dict[str, Any] = {"t_s": round(elapsed, 3), "canary": {},
+                                       "control": {}, "diff": {}}
+                for name in names:
+                    metric = watch.METRICS[name]
+                    pair_d = [watch.difference(metric, c.get(name), b.get(name))
+                              for c, b in zip(canary_figs, control_figs, strict=True)]
+                    d = _mean([x for x in pair_d if not math.isnan(x)])
+                    diffs[name].append(math.nan if d is None else d)
+                    row["canary"][name] = _mean([c.get(name) for c in canary_figs])
+                    row["control"][name] = _mean([b.get(name) for b in control_figs])
+                    row["diff"][name] = d
+                row["requests_per_s"] = {
+                    "canary": _mean([c.get("requests_per_s") for c in canary_figs]),
+                    "control": _mean([b.get("requests_per_s") for b in control_figs])}
+                verdict = vd.judge(diffs, plan.rules, plan.alpha, plan.t_opt,
+                                   plan.min_looks, final=final)
+                row["verdict"] = verdict.record()
+                looks.append(row)
+                say(look_line(n, elapsed, verdict, plan.aa))
+            words = aa_outcome(verdict) if plan.aa else verdict.outcome
+            if words in (vd.PROMOTE, vd.ROLL_BACK, AA_DIFFERS) or final:
+                break
+    finally:
+        watch.close_all(plan.canaries + plan.controls)
+    record["outcome"] = (aa_outcome(verdict) if plan.aa else verdict.outcome)
+    if record["outcome"] == vd.WATCH:  # ended by the time limit before a judged look
+        record["outcome"] = vd.INCONCLUSIVE
+    record["deciding"] = verdict.deciding
+    record["decided_at_s"] = looks[-1]["t_s"] if looks else 0.0
+    record["rules_final"] = [s.record() for s in verdict.rules]
+    lag = [s.lag1 for s in verdict.rules if s.lag1 is not None and s.looks >= 20
+           and s.lag1 > 0.3]
+    if lag:
+        record["warning"] = (f"lag-1 autocorrelation up to {max(lag):.2f} between looks: "
+                             "the intervals assume independent intervals and cover less; "
+                             "use a longer --interval")
+        say(f"warning: {record['warning']}")
+    if record["outcome"] == vd.ROLL_BACK and plan.rollback is not None and not plan.aa:
+        record["rollback"] = apply_rollback(plan, reader, say)
+    return record
+
+
+def apply_rollback(plan: Plan, reader: watch.Reader, say: Say) -> dict[str, Any]:
+    """Put every canary's changed settings to the rollback file's values, each value found
+    journalled first; read back. Raises HarnessError when a value does not read back (the
+    journal is then restored: the canary is as it was, and `kvtune restore` is not
+    needed)."""
+    from kvtune.host.journal import Journal
+
+    rb = plan.rollback
+    assert rb is not None
+    out: dict[str, Any] = {"file": str(rb.rollback_file), "servers": []}
+    say(f"rolling back {len(plan.canaries)} canary server(s) from {rb.rollback_file}")
+    with Journal(study="kvtune canary rollback") as journal:
+        for server in plan.canaries:
+            conn = server.connect()
+            try:
+                before = reader.settings(conn, list(rb.settings))
+                for name, value in rb.settings.items():
+                    journal.record_undo("canary-config", {"port": server.port,
+                                                          "directive": name,
+                                                          "value": before.get(name, "")})
+                    reader.set_setting(conn, name, value)
+                after = reader.settings(conn, list(rb.settings))
+            except (OSError, ConnectionError, ValueError) as e:
+                raise HarnessError(f"rollback of {server.address}: {e}") from None
+            finally:
+                server.close()
+            lines, ok = [], True
+            for name, value in rb.settings.items():
+                got = after.get(name)
+                same = got is not None and reader.same(value, got)
+                ok &= same
+                lines.append(f"{'ok     ' if same else 'DIFFERS'} {server.address} {name}: "
+                             f"rollback {value!r}" + ("" if same else f", found {got!r}"))
+            for ln in lines:
+                say(ln)
+            out["servers"].append({"address": server.address, "before": before,
+                                   "after": after, "ok": ok, "lines": lines})
+            if not ok:
+                raise HarnessError(f"the rollback of {server.address} did not take: "
+                                   + "; ".join(ln for ln in lines if "DIFFERS" in ln))
+        journal.settle()
+    out["ok"] = True
+    say("rolled back: every changed setting reads back as the rollback file gives it")
+    return out
+
+
+def write_record(record: dict[str, Any], path: Path) -> None:
+    from kvtune.safety.files import write_file
+
+    write_file(path, json.dumps(record, indent=1, default=str) + "\n", what="--json")

@@ -1,0 +1,296 @@
+"""`kvtune canary` on real servers (memcached, redis-server, valkey-server on loopback): kvload
+replays the same traffic to canary and control alike (the same seed and arguments), and the
+session judges them from the servers' own stats. The three outcomes (roll back, promote, an
+A/A pair that agrees) on each kind, the export's rollback applied live and read back, a
+killed session put back by `kvtune restore`, and the bad inputs refused before anything
+starts.
+
+The changes are chosen to show within seconds: a memory limit below the keyspace (the
+canary evicts, its hit ratio falls) is harmful, the same limit on the control instead makes
+the canary's change helpful. Sessions look every 0.5 s (5 looks after 1 warm-up look before
+any decision)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import pytest
+from support.cli import cli, kvtune
+from support.servers import Server, redis_call, running
+from support.studies import make_study
+
+KEYS, VALUE = 10000, 4000  # about 40 MB: more than a 16 MB limit holds
+BIG = {"memcached": ["-m", "128"], "redis": [], "valkey": []}
+SMALL = {"memcached": ["-m", "16"], "redis": ["--maxmemory", "16mb", "--maxmemory-policy",
+                                              "allkeys-lru"],
+         "valkey": ["--maxmemory", "16mb", "--maxmemory-policy", "allkeys-lru"]}
+FAST = ["--interval", "0.5s", "--max-time", "12s", "--alpha", "0.01"]
+
+
+def _kvload(kvload_bin: str, kind: str, port: int, *args: str) -> list[str]:
+    return [kvload_bin, "--server", f"127.0.0.1:{port}", "--protocol",
+            "memcache" if kind == "memcached" else "resp", "--keys", str(KEYS),
+            "--value-size", str(VALUE), "--no-preload", "--warmup", "0s", "--json", "-",
+            "--seed", "7", *args]
+
+
+@contextmanager
+def replayed(kvload_bin: str, kind: str, servers: list[Server], seconds: float = 16
+             ) -> Iterator[None]:
+    """The same traffic to each server: every key set once (closed loop, pipelined), then
+    get:9,set:1 at 3,000 requests/s for `seconds`, one kvload each, the same seed."""
+    for s in servers:
+        subprocess.run(_kvload(kvload_bin, kind, s.port, "--mode", "closed", "--mix",
+                               "set:1", "--duration", "1s", "--connections", "4",
+                               "--pipeline", "16"), check=True, capture_output=True,
+                       timeout=30)
+    procs = [subprocess.Popen(_kvload(kvload_bin, kind, s.port, "--rate", "3000",
+                                      "--duration", f"{seconds}s", "--connections", "2"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for s in servers]
+    try:
+        time.sleep(0.3)
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def _pair(stack: ExitStack, kind: str, canary: list[str], control: list[str]
+          ) -> tuple[Server, Server]:
+    binary = {"memcached": "memcached", "redis": "redis-server", "valkey": "valkey-server"}
+    from support.servers import require
+
+    exe = require(binary[kind])
+    c = stack.enter_context(running(kind, canary, binary=exe))
+    b = stack.enter_context(running(kind, control, binary=exe))
+    return c, b
+
+
+def _canary(kind: str, c: Server, b: Server, tmp: Path, *args: str
+            ) -> tuple[subprocess.CompletedProcess[str], dict]:
+    out = tmp / "canary.json"
+    r = cli("canary", "--kind", kind, "--canary", f"127.0.0.1:{c.port}", "--control",
+            f"127.0.0.1:{b.port}", *FAST, "--json", str(out), "--report",
+            str(tmp / "canary.html"), *args, cwd=tmp)
+    assert r.returncode != 2 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    return r, json.loads(out.read_text())
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("kind", ["memcached", "redis", "valkey"])
+def test_a_harmful_change_is_rolled_back(kind: str, kvload_bin: str, in_tmp: Path) -> None:
+    """The canary's memory limit evicts: its hit ratio falls below the control's beyond the
+    default guardrail, "roll back" (exit 1) within a few looks."""
+    with ExitStack() as stack:
+        c, b = _pair(stack, kind, SMALL[kind], BIG[kind])
+        with replayed(kvload_bin, kind, [c, b]):
+            r, rec = _canary(kind, c, b, in_tmp)
+    assert r.returncode == 1 and rec["outcome"] == "roll back", r.stdout
+    assert "hit_ratio" in rec["deciding"], rec["deciding"]
+    assert rec["decided_at_s"] < 12
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("look ")]
+    assert len(lines) >= 6 and "interval after more looks" in lines[1], r.stdout
+    assert "roll back" in lines[-1] and "hit_ratio" in lines[-1]
+    page = (in_tmp / "canary.html").read_text()
+    assert "roll back" in page and "<svg" in page and "hit_ratio not worse than 0.01" in page
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("kind", ["memcached", "redis", "valkey"])
+def test_a_helpful_change_is_promoted(kind: str, kvload_bin: str, in_tmp: Path) -> None:
+    """The control evicts and the canary does not: the goal "hit_ratio better" is met and
+    the guardrails the operator gave hold: promote (exit 0)."""
+    with ExitStack() as stack:
+        c, b = _pair(stack, kind, BIG[kind], SMALL[kind])
+        with replayed(kvload_bin, kind, [c, b]):
+            r, rec = _canary(kind, c, b, in_tmp, "--goal", "hit_ratio better",
+                             "--guardrail", "errors not worse than 1", "--guardrail",
+                             "refused not worse than 1")
+    assert r.returncode == 0 and rec["outcome"] == "promote", r.stdout
+    goal = rec["rules_final"][0]
+    assert goal["metric"] == "hit_ratio" and goal["state"] == "met" and goal["low"] > 0
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("kind", ["memcached", "redis", "valkey"])
+def test_an_a_a_pair_agrees(kind: str, kvload_bin: str, in_tmp: Path) -> None:
+    """The same configuration on both sides, the same traffic: no rule decided at any look
+    (alpha 0.01 here, so that the test itself fails in at most 1% of runs)."""
+    with ExitStack() as stack:
+        c, b = _pair(stack, kind, BIG[kind], BIG[kind])
+        with replayed(kvload_bin, kind, [c, b], seconds=9):
+            r, rec = _canary(kind, c, b, in_tmp, "--aa", "--max-time", "6s")
+    assert rec["outcome"] == "A/A: the pair agrees" and r.returncode == 0, r.stdout
+    assert len(rec["looks"]) >= 6
+    names = set(rec["looks"][-1]["canary"])
+    assert {"cpu_per_request", "hit_ratio", "evictions", "errors", "refused"} <= names
+    if kind != "memcached":  # the server's own latency figures
+        assert rec["looks"][-1]["canary"]["p99"] > 0
+        assert any(s["metric"] == "p99" for s in rec["rules_final"])
+
+
+def _redis_study(tmp: Path, kind: str) -> tuple[str, Path]:
+    """A stored study recommending a 16 MB memory limit with LRU eviction, and its export."""
+    p = kind + "."
+    base = {p + "maxmemory_mb": 0, p + "maxmemory_policy": "noeviction"}
+    rec = {p + "maxmemory_mb": 16, p + "maxmemory_policy": "allkeys-lru"}
+    url = make_study(tmp, "mem", kind, base, rec, confirmed=True, cpus=None)
+    r = cli("export", "mem", "--storage", url, "--format", kind, "-o", str(tmp / "exp"),
+            cwd=tmp)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return url, tmp / "exp"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("kind", ["redis", "valkey"])
+def test_rollback_on_breach_applies_the_exports_rollback_and_reads_it_back(
+        kind: str, kvload_bin: str, in_tmp: Path) -> None:
+    """The canary runs the study's recommendation (checked by `kvtune verify` first), it
+    breaches, and --rollback-on-breach puts each directive back to the rollback file's value
+    (CONFIG SET), read back; the journal is left empty."""
+    url, exp = _redis_study(in_tmp, kind)
+    with ExitStack() as stack:
+        c, b = _pair(stack, kind, SMALL[kind], BIG[kind])
+        with replayed(kvload_bin, kind, [c, b]):
+            r, rec = _canary(kind, c, b, in_tmp, "--study", "mem", "--storage", url,
+                             "--export", str(exp), "--rollback-on-breach")
+        assert r.returncode == 1 and rec["outcome"] == "roll back", r.stdout
+        assert any(f"ok      {kind} maxmemory: recommended 16mb" in ln
+                   for ln in rec["verified"]), rec["verified"]
+        assert rec["rollback"]["ok"] and "rolled back" in r.stdout, r.stdout
+        assert "16777216" not in redis_call(c.port, "CONFIG", "GET", "maxmemory")
+        assert "noeviction" in redis_call(c.port, "CONFIG", "GET", "maxmemory-policy")
+        assert "allkeys-lru" in redis_call(b.port, "CONFIG", "GET", "maxmemory-policy") or \
+            "noeviction" in redis_call(b.port, "CONFIG", "GET", "maxmemory-policy")
+    assert not Path(os.environ["KVTUNE_JOURNAL"]).exists()
+
+
+@pytest.mark.integration
+def test_a_canary_not_running_the_change_is_not_watched(redis_bin: str, in_tmp: Path) -> None:
+    url, _ = _redis_study(in_tmp, "redis")
+    with running("redis", [], binary=redis_bin) as c, \
+            running("redis", [], binary=redis_bin) as b:
+        r = cli("canary", "--kind", "redis", "--canary", str(c.port), "--control",
+                str(b.port), "--study", "mem", "--storage", url, *FAST, cwd=in_tmp)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "DIFFERS redis maxmemory: recommended 16mb, found 0" in r.stdout, r.stdout
+    assert "not watched" in r.stdout and "look 1" not in r.stdout
+
+
+CHILD = """
+import sys, time
+from pathlib import Path
+from kvtune.canary import session as ses, watch
+port = int(sys.argv[1])
+reader = watch.reader_of("redis")
+class Slow:
+    latency = reader.latency
+    live_settings = reader.live_settings
+    def settings(self, conn, names): return reader.settings(conn, names)
+    def same(self, a, b): return reader.same(a, b)
+    def set_setting(self, conn, name, value):
+        reader.set_setting(conn, name, value)
+        print("set", name, flush=True)
+        time.sleep(60)
+plan = ses.Plan("redis", [watch.parse_server(str(port), "canary")], [], [],
+                rollback=ses.Rollback(Path("c"), Path("r"), {"maxmemory": "0",
+                                                             "maxmemory-policy": "noeviction"}))
+ses.apply_rollback(plan, Slow(), print)
+"""
+
+
+@pytest.mark.integration
+def test_a_rollback_killed_midway_is_put_back_by_kvtune_restore(redis_bin: str,
+                                                                in_tmp: Path) -> None:
+    """SIGKILL after the first directive of the rollback was set: the journal holds the
+    value the canary had, and `kvtune restore` puts it back (nothing applied that restore
+    does not undo)."""
+    with running("redis", SMALL["redis"], binary=redis_bin) as c:
+        child = subprocess.Popen([sys.executable, "-I", "-c", CHILD, str(c.port)],
+                                 cwd=in_tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+        try:
+            assert child.stdout is not None
+            lines = [child.stdout.readline() for _ in range(2)]
+            assert lines[0].startswith("rolling back 1 canary"), lines
+            assert lines[1].startswith("set maxmemory"), lines
+            assert "\n0\r" in redis_call(c.port, "CONFIG", "GET", "maxmemory")
+        finally:
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+        journal = json.loads(Path(os.environ["KVTUNE_JOURNAL"]).read_text())
+        assert journal["entries"][0]["undo"] == "canary-config"
+        r = cli("restore", cwd=in_tmp)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "16777216" in redis_call(c.port, "CONFIG", "GET", "maxmemory")
+    assert not Path(os.environ["KVTUNE_JOURNAL"]).exists()
+
+
+@pytest.mark.integration
+def test_a_session_killed_while_watching_leaves_nothing_to_restore(
+        memcached_bin: str, in_tmp: Path) -> None:
+    with running("memcached", [], binary=memcached_bin) as c, \
+            running("memcached", [], binary=memcached_bin) as b:
+        p = subprocess.Popen([sys.executable, "-I", "-m", "kvtune", "canary", "--kind", "memcached",
+                              "--canary", str(c.port), "--control", str(b.port),
+                              "--interval", "0.2s"], cwd=in_tmp,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert p.stdout is not None
+        for _ in range(5):
+            if p.stdout.readline().startswith("look 1"):
+                break
+        else:
+            raise AssertionError("no look 1 in the session's first lines")
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    r = kvtune("restore", cwd=in_tmp)
+    assert r.returncode == 0 and "Nothing to restore" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--canary", "10.0.0.1:11211", "--control", "11212"], "not a loopback address"),
+    (["--canary", "11211", "--control", "11211"], "named twice"),
+    (["--canary", "11211", "--canary", "11213", "--control", "11212"], "pair up"),
+    (["--canary", "11211", "--control", "11212", "--guardrail", "p99 worse"], "write METRIC"),
+    (["--canary", "11211", "--control", "11212", "--guardrail", "p99 not worse"],
+     "unknown metric 'p99'"),  # memcached has no latency figures of its own
+    (["--canary", "11211", "--control", "11212", "--interval", "1x"], "--interval"),
+    (["--canary", "11211", "--control", "11212", "--max-time", "1s"], "at least two"),
+    (["--canary", "11211", "--control", "11212", "--rollback-on-breach"], "needs --export"),
+    (["--canary", "11211", "--control", "11212", "--export", "nowhere"], "not a directory"),
+    (["--canary", "11211", "--control", "11212", "--alpha", "2"], "--alpha"),
+    (["--canary", "11211", "--control", "11212", "--aa", "--study", "x"], "--study with --aa"),
+])
+def test_bad_input_is_one_line_and_exit_2_before_anything(in_tmp: Path, args: list[str],
+                                                          says: str) -> None:
+    r = cli("canary", "--kind", "memcached", *args, cwd=in_tmp)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert says in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert "look" not in r.stdout
+
+
+def test_an_unknown_kind_is_refused(in_tmp: Path) -> None:
+    r = cli("canary", "--kind", "nginx", "--canary", "1", "--control", "2", cwd=in_tmp)
+    assert r.returncode == 2 and "unknown server kind 'nginx'" in r.stderr, r.stderr
+
+
+def test_a_memcached_export_cannot_be_rolled_back_live(in_tmp: Path) -> None:
+    """memcached's options need a restart: --rollback-on-breach with its export is refused
+    before watching, saying how the export's rollback is installed."""
+    url = make_study(in_tmp, "mc", "memcached", {"memcached.threads": 4},
+                     {"memcached.threads": 2}, confirmed=True, cpus=None)
+    assert cli("export", "mc", "--storage", url, "--format", "memcached", "-o",
+               str(in_tmp / "exp"), cwd=in_tmp).returncode == 0
+    r = cli("canary", "--kind", "memcached", "--canary", "11211", "--control", "11212",
+            "--export", str(in_tmp / "exp"), "--rollback-on-breach", cwd=in_tmp)
+    assert r.returncode == 2 and "needs a restart" in r.stderr, r.stderr
