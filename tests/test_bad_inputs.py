@@ -295,11 +295,134 @@ def _setup_planted_modules(cwd: Path, stores: Path) -> None:
         (cwd / "kvtune" / rel).write_text(body)
 
 
+def _setup_env_s_server(cwd: Path, stores: Path) -> None:
+    """A root-owned `memcached` script whose interpreter is env with options of its own
+    (`-S -C DIR ./memcached`: env would change directory and run another user's file)."""
+    evil = cwd / "evil"
+    _untrusted(evil / "memcached", "memcached 1.6.18")
+    d = cwd / "envs"
+    d.mkdir(mode=0o755)
+    (d / "memcached").write_text(f"#!/usr/bin/env -S -C {evil} ./memcached\n")
+    (d / "memcached").chmod(0o755)
+
+
+def _setup_fifo_inputs(cwd: Path, stores: Path) -> None:
+    """FIFOs where kvtune reads an input (a model, a trace, a library file, a server's
+    configuration): opening one would wait for a writer; kvtune must not open it."""
+    for rel in ("fifo.json", "fifo.csv", "bad-inputs/fifo.conf"):
+        os.mkfifo(cwd / rel)
+
+
+def _tamper(db: Path, attr: str | None = None, value: object = None,
+            result: tuple[str, object] | None = None) -> None:
+    """Change what a results database holds behind kvtune's back: a study's user
+    attribute (Optuna's table) or the latest of one of kvtune's results."""
+    import json
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        if attr is not None:
+            con.execute("UPDATE study_user_attributes SET value_json = ? WHERE key = ?",
+                        (json.dumps(value), attr))
+            if con.execute("SELECT changes()").fetchone()[0] == 0:
+                con.execute("INSERT INTO study_user_attributes (study_id, key, value_json) "
+                            "VALUES (1, ?, ?)", (attr, json.dumps(value)))
+        if result is not None:
+            key, data = result
+            con.execute("UPDATE kvtune_results SET data = ? WHERE key = ?",
+                        (json.dumps(data), key))
+        con.commit()
+    finally:
+        con.close()
+
+
+def _setup_tampered_stores(cwd: Path, stores: Path) -> None:
+    """Copies of the confirmed memcached study, each changed as an attacker with write
+    access to a shared results database would: a newline in the stored workload mix and
+    in the run's workload description (a drop-in's `[Service] ExecStartPre=`), a refused
+    server argument in the stored target.args, a recommended value outside its knob's
+    catalog domain (with no stored space to compare with), and a sweep whose knob name is
+    markup (for the report)."""
+    import json
+    import sqlite3
+
+    (cwd / "results").mkdir(exist_ok=True)
+    rec = stores / "rec.db"
+    con = sqlite3.connect(rec)
+    spec = json.loads(con.execute("SELECT value_json FROM study_user_attributes "
+                                  "WHERE key = 'spec'").fetchone()[0])
+    conf = json.loads(con.execute("SELECT data FROM kvtune_results WHERE key = "
+                                  "'confirmation' ORDER BY id DESC").fetchone()[0])
+    con.close()
+    inject = "\n[Service]\nExecStartPre=/bin/sh -c 'touch /tmp/kvtune-bad-pwned'\n"
+    for name in ("mix", "text", "args", "value"):
+        shutil.copy(rec, cwd / "results" / f"{name}.db")
+    mix = json.loads(json.dumps(spec))
+    mix["load"]["workload"]["mix"] = "get:9,set:1" + inject
+    _tamper(cwd / "results" / "mix.db", "spec", mix)
+    _tamper(cwd / "results" / "text.db", "workload", {"text": "get-heavy" + inject})
+    args = json.loads(json.dumps(spec))
+    args["target"]["args"] = ["-m", "256", "-o", "ext_path=/tmp/kvtune-bad-ext:64m"]
+    _tamper(cwd / "results" / "args.db", "spec", args)
+    value = json.loads(json.dumps(conf))
+    value["recommended"]["config"]["memcached.max_item_size"] = (
+        "2m\n-o ext_path=/tmp/kvtune-bad-ext:64m")
+    _tamper(cwd / "results" / "value.db", result=("confirmation", value))
+    sweep = cwd / "results" / "sweep.db"
+    shutil.copy(stores / "sweep.db", sweep)
+    con = sqlite3.connect(sweep)
+    evil = "<img src=x onerror=alert(1)>"
+    con.execute("UPDATE kvtune_results SET key = ? WHERE key LIKE 'sweep:%'",
+                (f"sweep:{evil}",))
+    con.execute("UPDATE kvtune_repetitions SET study = ? WHERE study LIKE 'sweep.sweep.%'",
+                (f"sweep.sweep.{evil}",))
+    con.commit()
+    con.close()
+
+
+def _setup_library(cwd: Path, stores: Path) -> None:
+    """lib.db: a library holding one crafted entry (written into its table directly, as a
+    colleague's database or an imported file could hold it) whose confirmed changes are a
+    memcached option smuggled into a value and a thread count outside the knob catalog,
+    and a value with rich markup; and crafted.json, the same entry as an import file."""
+    import json
+    import sqlite3
+
+    from kvtune.library.store import Library
+
+    Library(f"sqlite:///{cwd / 'lib.db'}")
+    entry = {
+        "schema": "kvtune/library/1", "id": "00112233445566778899aabbccddeeff",
+        "created": 1.7e9, "kvtune_version": "0.1.0", "study": "crafted",
+        "target": "memcached", "host": {"cpus": 2},
+        "objective": {"metric": "ops_per_sec", "direction": "maximize"},
+        "workload": {"read_share": 0.9, "write_share": 0.1, "log10_value": 2.0},
+        "baseline": {"memcached.threads": 4, "memcached.max_item_size": "1m"},
+        "recommendation": {"changes": {
+            "memcached.max_item_size": "2m -o ext_path=/tmp/kvtune-bad-ext:64m",
+            "memcached.threads": 100000,
+            "memcached.hashpower": "[link=https://kvtune.invalid]20[/link]"},
+            "change": 0.2, "ci": [0.1, 0.3]},
+    }
+    con = sqlite3.connect(cwd / "lib.db")
+    con.execute("INSERT INTO kvtune_library (id, created, target, metric, kvtune_version, "
+                "data) VALUES (?, ?, ?, ?, ?, ?)",
+                (entry["id"], entry["created"], "memcached", "ops_per_sec", "0.1.0",
+                 json.dumps(entry)))
+    con.commit()
+    con.close()
+    (cwd / "crafted.json").write_text(json.dumps(
+        {"schema": "kvtune/library-export/1", "entries": [entry]}))
+
+
 SETUPS = {
     "untrusted-servers": _setup_untrusted_servers, "untrusted-kvload": _setup_untrusted_kvload,
     "store": _setup_store, "planted-links": _setup_planted_links,
     "trace-links": _setup_trace_links, "zstd-bomb": _setup_zstd_bomb,
     "hard-links": _setup_hard_links, "planted-modules": _setup_planted_modules,
+    "env-s-server": _setup_env_s_server, "fifo-inputs": _setup_fifo_inputs,
+    "tampered-stores": _setup_tampered_stores, "library": _setup_library,
 }
 
 

@@ -214,32 +214,77 @@ class ReadRefused(UserError):
     """An input kvtune refuses to read (exit 2), named with the bound or the reason."""
 
 
-def read_input(path: str | Path, limit: int, what: str) -> bytes:
-    """The bytes of the input file `path`: a regular file outside /proc, /sys and /dev
-    (judged on the file actually opened), of at most `limit` bytes, read with that bound
-    (a size the file reports is not trusted). Notes it as an input (`note_input`).
-    ReadRefused (exit 2) naming `what`, the file and the bound otherwise."""
+def _special(real: str) -> str | None:
+    """The kernel or device tree `real` (a resolved path) lies under, or None."""
+    for r in SPECIAL_ROOTS:
+        if roots.under(real, r):
+            return "/" + real.split("/")[1]
+    return None
+
+
+def open_input(path: str | Path, what: str) -> int:
+    """A read-only descriptor of the input file `path`, opened only after it was judged:
+    a regular file (links followed) outside /proc, /sys and /dev, judged by `stat` and by
+    its resolved path before anything is opened; then held by an O_PATH descriptor (which
+    opens nothing: no device's open runs, no FIFO waits), judged again on that descriptor
+    (the same file, still regular, still outside those trees) and reopened read-only
+    through it. A device, a FIFO, a socket or a kernel file is never opened (a watchdog is
+    not armed by a `check`). The caller closes it. ReadRefused (exit 2) naming `what`."""
     name = str(path)
     if not name or "\x00" in name or len(name) > 4096:
         raise ReadRefused(f"{what}: not a file name")
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        st = os.stat(name)
+    except OSError as e:
+        raise ReadRefused(f"{what}: {name}: {e.strerror}") from None
+    _judge_input(name, st, os.path.realpath(name), what)
+    try:
+        pfd = os.open(name, os.O_PATH | os.O_CLOEXEC)
     except OSError as e:
         raise ReadRefused(f"{what}: {name}: {e.strerror}") from None
     try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise ReadRefused(f"{what}: {name} is a directory")
-        if not stat.S_ISREG(st.st_mode):
-            raise ReadRefused(f"{what}: {name} is not a regular file")
+        pst = os.fstat(pfd)
+        fd_link = str(roots.proc("self", "fd", str(pfd)))
         try:
-            real = os.readlink(roots.proc("self", "fd", str(fd)))
+            real = os.readlink(fd_link)
         except OSError:
             real = os.path.realpath(name)
-        if any(roots.under(real, r) for r in SPECIAL_ROOTS):
-            top = "/" + real.split("/")[1]
-            raise ReadRefused(f"{what}: {name} is under {top}: kvtune reads no kernel or "
-                              "device file as input")
+        _judge_input(name, pst, real, what)
+        if (pst.st_dev, pst.st_ino) != (st.st_dev, st.st_ino):
+            raise ReadRefused(f"{what}: {name} changed while kvtune checked it")
+        try:
+            fd = os.open(fd_link, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError as e:
+            raise ReadRefused(f"{what}: {name}: {e.strerror}") from None
+    finally:
+        os.close(pfd)
+    rst = os.fstat(fd)
+    if (rst.st_dev, rst.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(rst.st_mode):
+        os.close(fd)
+        raise ReadRefused(f"{what}: {name} changed while kvtune checked it")
+    return fd
+
+
+def _judge_input(name: str, st: os.stat_result, real: str, what: str) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise ReadRefused(f"{what}: {name} is a directory")
+    top = _special(real)
+    if top is not None:
+        raise ReadRefused(f"{what}: {name} is under {top}, not a regular file kvtune reads: "
+                          "kvtune reads no kernel or device file as input")
+    if not stat.S_ISREG(st.st_mode):
+        raise ReadRefused(f"{what}: {name} is not a regular file")
+
+
+def read_input(path: str | Path, limit: int, what: str) -> bytes:
+    """The bytes of the input file `path`, opened by `open_input` (judged before it is
+    opened), of at most `limit` bytes, read with that bound (a size the file reports is
+    not trusted). Notes it as an input (`note_input`). ReadRefused (exit 2) naming
+    `what`, the file and the bound otherwise."""
+    name = str(path)
+    fd = open_input(name, what)
+    try:
+        st = os.fstat(fd)
         if st.st_size > limit:
             raise ReadRefused(f"{what}: {name} holds {st.st_size} bytes, more than the "
                               f"{_bytes(limit)} a {what} may hold")

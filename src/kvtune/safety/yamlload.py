@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -158,25 +157,22 @@ def load(text: str) -> Any:
 
 
 def read_study_file(path: str | Path) -> str:
-    """The text of a study file: a regular file of at most MAX_BYTES of UTF-8."""
+    """The text of a study file: a regular file of at most MAX_BYTES of UTF-8, judged
+    before it is opened (`kvtune.safety.files.open_input`)."""
+    from kvtune.safety.files import ReadRefused, note_input, open_input
+
     p = Path(path)
     try:
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-    except OSError as e:
-        raise UserError(f"cannot read study file {p}: {e.strerror}") from None
+        fd = open_input(p, "study file")
+    except ReadRefused as e:
+        raise UserError(f"cannot read {e}") from None
     try:
         st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise UserError(f"cannot read study file {p}: it is a directory")
-        if not stat.S_ISREG(st.st_mode):
-            raise UserError(f"cannot read study file {p}: not a regular file")
         if st.st_size > MAX_BYTES:
             raise UserError(f"{p}: {st.st_size} bytes; a study file may hold at most "
                             f"{MAX_BYTES // 1024} KiB")
         with os.fdopen(os.dup(fd), "rb") as f:
             data = f.read(MAX_BYTES + 1)
-        from kvtune.safety.files import note_input
-
         note_input(fd)  # no write of this run may replace it
     except OSError as e:
         raise UserError(f"cannot read study file {p}: {e.strerror}") from None

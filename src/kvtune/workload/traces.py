@@ -27,14 +27,13 @@ import hashlib
 import io
 import math
 import os
-import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from kvtune import present, roots
+from kvtune import present
 from kvtune.errors import UserError
-from kvtune.safety.files import note_input
+from kvtune.safety.files import ReadRefused, note_input, open_input
 from kvtune.workload.model import ModelBuilder
 
 FORMATS = ("twitter", "meta")
@@ -100,21 +99,11 @@ class _Bounded(io.RawIOBase):
 
 
 def _open(path: str) -> IO[bytes]:
-    try:
-        f = open(path, "rb", opener=lambda p, fl: os.open(  # noqa: SIM115 (returned)
-            p, fl | os.O_NONBLOCK | os.O_NOCTTY))
-    except OSError as e:
-        raise UserError(f"{path}: {e.strerror}") from None
-    try:
-        st = os.fstat(f.fileno())
-        real = os.readlink(roots.proc("self", "fd", str(f.fileno())))
-    except OSError as e:
-        f.close()
-        raise UserError(f"{path}: {e.strerror}") from None
-    if not stat.S_ISREG(st.st_mode) or any(roots.under(real, r) for r in roots.KERNEL_TREES):
-        f.close()
-        raise UserError(f"{path} is not a regular file (kvtune reads no kernel or device "
-                        "file as a trace)")
+    try:  # judged before it is opened: no device, FIFO or kernel file is ever opened
+        fd = open_input(path, "trace")
+    except ReadRefused as e:
+        raise UserError(str(e)) from None
+    f = os.fdopen(fd, "rb")
     note_input(f.fileno())  # no output of this run may replace it
     head = f.read(4)
     f.seek(0)
