@@ -85,12 +85,24 @@ def _storage_for(study_or_file: str, storage: str | None) -> tuple[str, str]:
         from kvtune.study.loader import parse_study, read_study
 
         spec = parse_study(read_study(p), str(p), base_dir=p.resolve().parent).spec
-        return spec.study, storage or spec.storage_url(Path.cwd())
+        url = storage or spec.storage_url(Path.cwd())
+        _existing(url, spec.study)
+        return spec.study, url
     url = storage or f"sqlite:///{(Path.cwd() / 'results' / f'{study_or_file}.db').as_posix()}"
-    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
-        raise UserError(f"no results for study {study_or_file!r}: {url} does not exist (give "
-                        "the study file, or --storage URL)")
+    _existing(url, study_or_file)
     return study_or_file, url
+
+
+def _existing(url: str, study: str) -> None:
+    """A command that reads results names a database that is there (the one URL check,
+    kvtune.safety.storage): it never creates one."""
+    from kvtune.safety.storage import check_url, mask
+
+    try:
+        check_url(url, create=False)
+    except ValueError as e:
+        raise UserError(f"no results for study {study!r} at {mask(url)}: {e} (give the "
+                        "study file, or --storage URL)") from None
 
 
 def _load(study_file: Path, allow_inline_host_knobs: bool, command: str = "",

@@ -301,8 +301,8 @@ def profiles(ctx: typer.Context, library: LibraryOpt = None) -> None:
     for c in cats:
         n = len(c.members)
         holds = sum(1 for e in c.members if e.recommendation is None)
-        target = f"{c.target} {c.target_version}" if c.target_version else c.target
-        p(f"[bold]{c.id}: {_esc(c.name)}[/] — {target}, {c.metric}; {n} "
+        target = _esc(f"{c.target} {c.target_version}" if c.target_version else c.target)
+        p(f"[bold]{c.id}: {_esc(c.name)}[/] — {target}, {_esc(c.metric)}; {n} "
           f"stud{'y' if n == 1 else 'ies'} ({_esc(describe(c.centre))})")
         p("  studies: " + ", ".join(f"{_esc(e.study)} ({e.short_id})" for e in c.members))
         knobs = c.knobs()
@@ -310,13 +310,14 @@ def profiles(ctx: typer.Context, library: LibraryOpt = None) -> None:
         loose = [k for k in knobs if not k.holds]
         if held:
             for k in held:
-                p(f"  holds: {k.knob} = {fmt(k.value)} (confirmed in {k.confirmed_in} of {n}; "
+                p(f"  holds: {_esc(k.knob)} = {_esc(fmt(k.value))} (confirmed in "
+                  f"{k.confirmed_in} of {n}; "
                   f"gains {spread(k.gains)})")
         else:
             p("  holds: no change (no change was confirmed in most of its studies)")
         for k in loose:
-            p(f"  did not generalise: {k.knob} (confirmed in {k.confirmed_in} of {n}, "
-              f"values {', '.join(map(fmt, k.values))})")
+            p(f"  did not generalise: {_esc(k.knob)} (confirmed in {k.confirmed_in} of {n}, "
+              f"values {_esc(', '.join(map(fmt, k.values)))})")
         if holds:
             p(f"  the defaults held in {holds} of {n}")
         p(f"  gains of its studies: {spread(c.gains())}")
@@ -408,17 +409,14 @@ def _spec_of(study: str, storage: str | None) -> Any:
         return parse_study(read_study(p), str(p), base_dir=p.resolve().parent).spec
     import optuna
 
-    from kvtune.spec import StudySpec
+    from kvtune.store import results_store
+    from kvtune.study.stored import stored_spec
 
     name = study
     url = storage or f"sqlite:///{(Path.cwd() / 'results' / f'{study}.db').as_posix()}"
-    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
-        raise UserError(f"no results for study {study!r}: {url} does not exist (give the "
-                        "study file, or --storage URL)")
+    store = results_store(url)  # the one URL check; a missing database is not created
     try:
-        s = optuna.load_study(study_name=name, storage=url)
-        data = dict(s.user_attrs.get("spec") or {})
-        data.pop("storage", None)
-        return StudySpec.model_validate(data)
-    except (KeyError, ValueError) as e:
-        raise UserError(f"study {name!r} in {url}: {str(e)[:200]}") from None
+        s = optuna.load_study(study_name=name, storage=store.storage)
+    except KeyError:
+        raise UserError(f"no study named {name!r} in {store.url}") from None
+    return stored_spec(s.user_attrs, name, store.url).spec

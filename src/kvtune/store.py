@@ -62,19 +62,21 @@ def dumps(obj: Any) -> str:
 
 
 class Store:
-    """The study's database. `heartbeat`: Optuna's heartbeats on (every `kvtune tune`,
+    """The study's database (its URL checked by `kvtune.safety.storage`; without `create`,
+    as the commands that read results open it, a SQLite file that is not there is refused,
+    never created: `results_store`). `heartbeat`: Optuna's heartbeats on (every `kvtune tune`,
     alone or as a fleet worker: a live trial is told from a dead one by its heartbeat);
     the storage is created under a lock either way (`kvtune.fleet.open_storage`), so that
     processes opening an empty database together never race on the schema. `tag` is added
     to every repetition's raw record (a run's worker and host fingerprint)."""
 
-    def __init__(self, url: str, heartbeat: bool = False) -> None:
+    def __init__(self, url: str, heartbeat: bool = False, *, create: bool = True) -> None:
         from kvtune.fleet.claims import open_storage
         from kvtune.safety.storage import mask, prepare
 
         self.url = mask(url)  # for people: messages, `show`, reports (never the password)
-        try:
-            prepare(url)
+        try:  # the one check of a URL (kvtune.safety.storage); only a study creates one
+            prepare(url, create=create)
         except ValueError as e:
             raise UserError(f"storage {self.url!r}: {e}") from None
         self.storage = open_storage(url, heartbeat=heartbeat, extra_tables=_META)
@@ -156,6 +158,13 @@ def config_key(params: dict[str, Any]) -> str:
 
     text = json.dumps(_clean(params), sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def results_store(url: str) -> Store:
+    """The store of a command that only reads results (show, report, export, verify,
+    predict): the URL checked like any other, and a database that is not there is said to
+    be missing (UserError, exit 2), never created."""
+    return Store(url, create=False)
 
 
 def open_store(spec: StudySpec, base: Path | None = None, heartbeat: bool = False) -> Store:

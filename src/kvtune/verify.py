@@ -152,8 +152,10 @@ def _uid(pid: int) -> int:
 
 
 def expected_owners(kind: str | None, argv: list[str]) -> dict[int, str]:
-    """uid -> name of the owners a verified server may have: root, the user its argv names
-    (memcached -u USER), and the kind's packaged service accounts."""
+    """uid -> name of the owners a verified server may have: root, the kind's packaged
+    service accounts, and the user its argv names (memcached -u USER) when that is a
+    system account or nobody (a login user can start the trusted binary as itself with
+    `-u` naming itself: that proves nothing)."""
     import pwd
 
     k = kinds.find(kind)
@@ -166,10 +168,19 @@ def expected_owners(kind: str | None, argv: list[str]) -> dict[int, str]:
     out = {0: "root"}
     for n in names:
         try:
-            out[pwd.getpwnam(n).pw_uid] = n
+            uid = pwd.getpwnam(n).pw_uid
         except KeyError:
             continue
+        if n == user and n not in names[:-1] and not _system_account(uid):
+            continue  # a login user running the server binary as itself, naming itself
+        out[uid] = n
     return out
+
+
+def _system_account(uid: int) -> bool:
+    """A system account (below login.defs' UID_MIN of 1000) or nobody: not one a login
+    user can run a process as."""
+    return uid < 1000 or uid == 65534
 
 
 def expected_port(rec: Recommendation, port: int | None) -> int:

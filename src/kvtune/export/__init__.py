@@ -4,6 +4,8 @@ kind's from its folder), registered in one table."""
 
 from __future__ import annotations
 
+import math
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from kvtune.export.base import Exporter, ExportFile, Recommendation
 from kvtune.export.sysctl import SysctlExporter
 from kvtune.export.systemd import SystemdExporter
 from kvtune.export.tuned import TunedExporter
+from kvtune.knobs.knob import Knob
 from kvtune.safety.files import write_file
 
 # The export formats registered by name (`--format`), beside the built-in ones.
@@ -100,12 +103,16 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
                                "recommends nothing): nothing to export or verify; `kvtune "
                                "report` shows the sweeps, `kvtune tune` makes a "
                                "recommendation")
+    from kvtune.study.stored import stored_spec
+
     study = optuna.load_study(study_name=name, storage=store.storage)
-    spec = dict(study.user_attrs.get("spec") or {})
+    # The study file stored with the study, checked as a study file is (a results database
+    # is input: kvtune.study.stored), and the workload the study measured, as its run
+    # described it (a workload model's own mix, keys and sizes, which the stored
+    # load.workload defaults do not say).
+    stored = stored_spec(study.user_attrs, name, store.url)
+    spec, workload_text = dict(stored.data), stored.workload_text
     target = (spec.get("target") or {}).get("kind")
-    # The workload the study measured, as its run described it (a workload model's own
-    # mix, keys and sizes, which the stored load.workload defaults do not say).
-    workload_text = (study.user_attrs.get("workload") or {}).get("text")
     conf = data.get("confirmation")
     baseline: dict[str, Any] = dict(study.user_attrs.get("baseline") or {})
     if conf and conf.get("baseline", {}).get("config"):
@@ -202,6 +209,79 @@ def check_domains(rec: Recommendation, space: dict[str, Any] | None) -> None:
                         "knob space", bad)
 
 
+# A value a host or a server had that the catalog's domain does not list (a baseline
+# outside the searched range): one word, nothing a configuration line could split on.
+_WORD = re.compile(r"^[A-Za-z0-9_.:+\-]{0,128}$")
+_STUDY = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+
+
+def _fits(knob: Knob, value: Any, recommended: bool) -> bool:
+    from kvtune.cpulist import parse_cpus
+
+    if value is None or knob.domain.contains(value):
+        return True
+    if knob.scope == "placement" and isinstance(value, str):
+        try:  # a CPU list measured on another host's CPUs
+            parse_cpus(value)
+            return True
+        except ValueError:
+            return False
+    if recommended:
+        return False
+    if isinstance(value, bool):
+        return knob.domain.type == "bool"
+    if isinstance(value, int | float):
+        return knob.domain.type in ("int", "float") and math.isfinite(value) and (
+            knob.domain.type == "float" or float(value).is_integer())
+    return isinstance(value, str) and bool(_WORD.match(value))
+
+
+def check_values(rec: Recommendation) -> None:
+    """What an export writes is checked against the knob catalog, wherever the
+    configuration came from (a results database, a library, a profile): every recommended
+    value lies in its knob's catalog domain (a placement's CPU list in kvtune's CPU-list
+    grammar), every baseline value written to a rollback is one a host could have had (a
+    value of the domain, a finite number of the knob's type, or one word of letters,
+    digits and `_.:+-`), the study's name is a study name, its fixed server arguments pass
+    the target's own check and its CPUs the CPU-list grammar. UserError (exit 2) naming
+    each offending knob; nothing is written."""
+    from kvtune.cpulist import parse_cpus
+
+    bad = []
+    if not _STUDY.match(rec.study):
+        bad.append("the study's name is not a study name (letters, digits, _ . -)")
+    for knob, value, base in rec.knobs():
+        if not _fits(knob, value, True):
+            bad.append(f"{knob.name}: the value is outside {knob.domain.describe()}")
+        if not _fits(knob, base, False):
+            bad.append(f"{knob.name}: the baseline value is outside "
+                       f"{knob.domain.describe()}")
+    if rec.target_args:
+        from kvtune.targets import kinds as target_kinds
+        from kvtune.targets import target_class
+
+        if rec.target not in target_kinds():
+            bad.append("target.args: the study names no target kind kvtune knows")
+        else:
+            try:
+                target_class(rec.target).check_args(rec.target_args)
+            except ValueError as e:
+                bad.append(f"target.args: {e}")
+    if rec.target_cpus:
+        try:
+            parse_cpus(rec.target_cpus)
+        except ValueError as e:
+            bad.append(f"target.cpus: {e}")
+    if bad:
+        raise UserError(f"{rec.study if _STUDY.match(rec.study) else 'the study'}: the "
+                        "configuration to export does not pass the knob catalog's checks "
+                        "(nothing was written)", bad)
+
+
+# Every character an installable file may hold besides printable text: newline and tab.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
 def with_content(rec: Recommendation) -> list[str]:
     """The formats that have something to export for `rec`."""
     return [name for name, e in exporters().items() if e.files(rec)]
@@ -234,6 +314,7 @@ def write(rec: Recommendation, formats: list[str], out_dir: Path) -> list[tuple[
     from kvtune.knobs.catalog import check_rules
 
     # The rules between knobs (-L needs THP, ...) refuse a configuration that cannot run.
+    check_values(rec)  # every value against the knob catalog, wherever it came from
     broken = check_rules(rec.config, rec.ctx)
     if broken:
         raise UserError(f"the configuration of study {rec.study!r} is not exported: {broken}")
@@ -241,6 +322,11 @@ def write(rec: Recommendation, formats: list[str], out_dir: Path) -> list[tuple[
     files = [(fmt, f) for fmt in formats for f in table[fmt].files(rec)]
     if not files:
         return []
+    for _, f in files:  # the last guard: no control character reaches an installable file
+        for rel, text in ((f.path, f.text), (f.rollback_path, f.rollback_text)):
+            if text is not None and (_CONTROL.search(text) or (rel and _CONTROL.search(rel))):
+                raise UserError(f"export {rel}: a control character in what kvtune would "
+                                "write (nothing was written)")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -237,7 +237,13 @@ class Exporter(ABC):
 
 
 def comment(lines: list[str], mark: str = "#") -> str:
-    return "".join(f"{mark} {ln}".rstrip() + "\n" for ln in lines)
+    """Comment lines: every control character of a line (a newline, from a stored study's
+    text or a library's) becomes a space, so a line stays one comment line."""
+    return "".join(f"{mark} {_one_line(ln)}".rstrip() + "\n" for ln in lines)
+
+
+def _one_line(text: str) -> str:
+    return "".join(" " if ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 else c for c in text)
 
 
 def rollback_path(path: str, suffix: str = "") -> str:

@@ -20,8 +20,9 @@ Changes that are not a file write (a per-process scheduler setting, a mount, ...
 journaled as undo entries: before the change, the applier records a registered undo kind
 and JSON-able arguments (`Journal.record_undo`); restore calls the kind's undo function
 with them, also from the file alone after a crash. An undo kind is registered with
-`register_undo` by the module of its applier, which restore imports when needed (only
-modules of the kvtune package).
+`register_undo` by the module of its applier; after a crash, restore imports the module
+of a kind it knows from its own table (`UNDO_MODULES`), never a module a journal file
+names.
 """
 
 from __future__ import annotations
@@ -98,11 +99,31 @@ def register_undo(kind: str, fn: UndoFn) -> None:
     _UNDO[kind] = _Undo(fn, getattr(fn, "__module__", "") or "")
 
 
-def _undo_fn(kind: str, module: str) -> UndoFn | None:
-    if kind not in _UNDO and module.startswith("kvtune."):
-        # After a crash the restoring process has not imported the applier yet.
-        with contextlib.suppress(ImportError):
-            importlib.import_module(module)
+# Where each undo kind is registered: after a crash the restoring process has not imported
+# the applier yet, and imports it from here, or a server kind's canary module (the kind
+# registry names it). The `module` a journal file records is never imported (a crafted
+# one named kvtune.__main__, which re-entered the CLI).
+UNDO_MODULES = {
+    "pm_qos": "kvtune.knobs.appliers.idle",
+    "sched-feature": "kvtune.knobs.appliers.sched",
+    "debugfs-mount": "kvtune.host.debugfs",
+}
+
+
+def undo_modules() -> list[str]:
+    """Every module that may register an undo kind: UNDO_MODULES's and the kinds'."""
+    from kvtune import kind_registry as kinds
+
+    return [*UNDO_MODULES.values(),
+            *dict.fromkeys(k.canary.split(":", 1)[0] for k in kinds.every() if k.canary)]
+
+
+def _undo_fn(kind: str, module: str = "") -> UndoFn | None:
+    """The undo function of `kind` (`module`, as a journal records it, is not used)."""
+    if kind not in _UNDO:
+        for name in ([UNDO_MODULES[kind]] if kind in UNDO_MODULES else undo_modules()):
+            with contextlib.suppress(ImportError):
+                importlib.import_module(name)
     entry = _UNDO.get(kind)
     return entry.fn if entry else None
 
@@ -473,7 +494,7 @@ def check_state(state: dict[str, Any], allowed_roots: tuple[Path, ...] = ALLOWED
             if not isinstance(kind, str) or not isinstance(module, str) or \
                     not isinstance(args, dict):
                 problems.append(f"{at}: an undo entry needs a kind, a module and args")
-            elif _undo_fn(kind, module) is None:  # imports only kvtune's own modules
+            elif _undo_fn(kind) is None:  # imports only the modules of UNDO_MODULES
                 problems.append(f"{at}: undo kind {kind!r} is not one kvtune registers")
         else:
             p, original, reader = e.get("path"), e.get("original"), e.get("reader", "plain")

@@ -20,8 +20,12 @@ MAX_ENTRY_BYTES = 256 * 1024  # one entry's JSON
 MAX_KNOBS = 200
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-]+$")]
-Text = Annotated[str, Field(max_length=2000)]
-Scalar = bool | int | float | Annotated[str, Field(max_length=256)]
+# Text of an entry is one line without control characters: it is shown, and a value may
+# reach an exported file (where the knob catalog checks it again: kvtune.export).
+_LINE = r"^[^\x00-\x1f\x7f-\x9f]*$"
+Text = Annotated[str, Field(max_length=2000, pattern=_LINE)]
+Scalar = bool | int | float | Annotated[str, Field(max_length=256, pattern=_LINE)]
+Line = Annotated[str, Field(max_length=200, pattern=_LINE)]
 
 
 class _Model(BaseModel):
@@ -31,19 +35,19 @@ class _Model(BaseModel):
 class Host(_Model):
     """Where the study measured: the host fingerprint's fields (kvtune.host.fingerprint)."""
 
-    cpu_model: str = Field(default="", max_length=200)
+    cpu_model: Line = ""
     cpus: int = Field(ge=1, le=65536)
-    kernel: str = Field(default="", max_length=200)
-    server_cpus: str | None = Field(default=None, max_length=200)
-    load_cpus: str | None = Field(default=None, max_length=200)
-    fingerprint: str = Field(default="", max_length=64)
-    name: str | None = Field(default=None, max_length=128)  # the host name, for people
+    kernel: Line = ""
+    server_cpus: Line | None = None
+    load_cpus: Line | None = None
+    fingerprint: str = Field(default="", max_length=64, pattern=_LINE)
+    name: str | None = Field(default=None, max_length=128, pattern=_LINE)  # for people
 
 
 class Objective(_Model):
     metric: Name
     direction: Literal["maximize", "minimize"]
-    slo: str | None = Field(default=None, max_length=64)
+    slo: str | None = Field(default=None, max_length=64, pattern=_LINE)
 
 
 class Recommendation(_Model):
@@ -66,14 +70,14 @@ class Noise(_Model):
 class CurvePoint(_Model):
     rate: float = Field(ge=0, le=1e9)
     latency_us: float | None = Field(default=None, ge=0, le=1e9)
-    outcome: str = Field(default="", max_length=32)
+    outcome: str = Field(default="", max_length=32, pattern=_LINE)
 
 
 class Capacity(_Model):
     """A capacity study's knees: the baseline's and the recommendation's (req/s, with
     their intervals), and one search's curve."""
 
-    slo: str = Field(max_length=64)
+    slo: str = Field(max_length=64, pattern=_LINE)
     knee: float = Field(gt=0, le=1e9)
     ci: tuple[float, float] | None = None
     recommended_knee: float | None = Field(default=None, gt=0, le=1e9)
@@ -102,7 +106,8 @@ class Entry(_Model):
     kvtune_version: str = Field(max_length=32, pattern=r"^[0-9A-Za-z.+\-]+$")
     study: Name
     target: Name
-    target_version: str | None = Field(default=None, max_length=32)
+    target_version: str | None = Field(default=None, max_length=32,
+                                       pattern=r"^[0-9A-Za-z.+\-]*$")
     host: Host
     objective: Objective
     workload: dict[str, float] = Field(max_length=len(FEATURES))

@@ -87,6 +87,10 @@ class Library:
             _META.create_all(self.engine, checkfirst=True)
         except sa.exc.SQLAlchemyError as e:
             raise LibraryUnavailable(f"library {self.url}: {_why(e)}") from None
+        if path is not None:  # no output of this run (`library export -o`) may replace it
+            from kvtune.safety.files import note_input
+
+            note_input(path)
 
     def read(self, target: str | None = None) -> Read:
         """Every entry (of `target` when given), oldest first, validated."""

@@ -7,6 +7,7 @@ figure can be tested, shown in a notebook, or written on its own.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import plotly.graph_objects as go
@@ -325,3 +326,14 @@ def tidy(fig: go.Figure) -> go.Figure:
         if ax.type in (None, "-", "linear") and lows.get(name, -1) >= 0 and not ax.range:
             ax.rangemode = "nonnegative"
     return fig
+
+
+_PLOT_ID = re.compile(r"^plot-[a-z]+(-[a-z]+)*(-[0-9]+)*$")
+
+
+def plot_id(div_id: str) -> str:
+    """`div_id` for Plotly's `to_html`, which writes it into the page unescaped: a fixed
+    word and indices only (never a stored knob name or value). ValueError otherwise."""
+    if not _PLOT_ID.match(div_id):
+        raise ValueError(f"plot id {div_id!r} is not a fixed name with indices")
+    return div_id

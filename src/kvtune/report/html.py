@@ -575,7 +575,8 @@ def _plot(fig: go.Figure | None, div_id: str) -> str:
     if fig is None:
         return ""
     figures.tidy(fig)
-    body: str = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
+    body: str = fig.to_html(full_html=False, include_plotlyjs=False,
+                            div_id=figures.plot_id(div_id),
                             config={"displaylogo": False, "responsive": True})
     return f'<div class="plot">{body}</div>'
 
@@ -584,7 +585,11 @@ def _plot(fig: go.Figure | None, div_id: str) -> str:
 
 
 def render(data: StudyData, a: Analysis | None = None, within: float = 0.05) -> str:
-    """The whole page as one string."""
+    """The whole page as one string. What the study stored is checked first, as a study
+    file is (kvtune.study.stored): a results database is input."""
+    from kvtune.study.stored import stored_spec
+
+    stored_spec(data.study.user_attrs, data.name, data.storage)
     a = a or analyse(data, within)
     cmp = comparison(data)
     target = (data.spec.get("target") or {}).get("kind", "")

@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 
 from kvtune import present
 from kvtune.analysis.sweep import SweepView, analyse, summary_lines
+from kvtune.report import figures
 from kvtune.telemetry.sampler import phase_table
 
 BLUE, ORANGE, GREY, GREEN = "#1f77b4", "#ff7f0e", "#9e9e9e", "#2ca02c"
@@ -186,7 +187,8 @@ def _e(v: Any) -> str:
 def _plot(fig: go.Figure | None, div_id: str) -> str:
     if fig is None:
         return ""
-    return str(fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id))
+    return str(fig.to_html(full_html=False, include_plotlyjs=False,
+                           div_id=figures.plot_id(div_id)))
 
 
 def phase_rows_html(rec: dict[str, Any], load_raw: dict[str, Any] | None) -> str:
@@ -228,20 +230,27 @@ def _num(v: Any) -> str:
 def html_section(data: Any) -> str:
     """The sweep charts and the server-stats-over-time view of a study (`StudyData`), or ""
     when it has neither. Called once by report/html.py."""
+    from kvtune.study.stored import sweep_knob
+
     parts: list[str] = []
-    for knob, res in (getattr(data, "sweeps", {}) or {}).items():
+    for knob in [*(getattr(data, "sweeps", {}) or {}), *(getattr(data, "sweep_reps", {}) or {})]:
+        sweep_knob(f"sweep:{knob}", str(getattr(data, "name", "?")),
+                   str(getattr(data, "storage", "the results")))
+    # A plot's id is made of indices, never of a stored name or value (Plotly writes it
+    # into the page unescaped).
+    for i, (knob, res) in enumerate((getattr(data, "sweeps", {}) or {}).items()):
         if not res:
             continue
         view = analyse(res)
         parts.append(f"<h3>Sweep of {_e(knob)}</h3>")
         parts.append("<ul>" + "".join(f"<li>{_e(s)}</li>" for s in summary_lines(view))
                      + "</ul>")
-        parts.append(_plot(sweep_figure(view), f"plot-sweep-{knob}"))
-    for knob, reps in (getattr(data, "sweep_reps", {}) or {}).items():
+        parts.append(_plot(sweep_figure(view), f"plot-sweep-{i}"))
+    for i, (knob, reps) in enumerate((getattr(data, "sweep_reps", {}) or {}).items()):
         by_value: dict[str, list[dict[str, Any]]] = {}
         for r in reps:
             by_value.setdefault(str((r.get("params") or {}).get(knob)), []).append(r)
-        for value, group in by_value.items():
+        for j, (value, group) in enumerate(by_value.items()):
             last = _last_with_samples(group)
             if last is None:
                 continue
@@ -249,7 +258,7 @@ def html_section(data: Any) -> str:
             parts.append(f"<h3>Server stats by phase: {_e(knob)} = {_e(value)} (last of "
                          f"{len(group)} repetitions)</h3>")
             parts.append(phase_rows_html(rec, last["raw"].get("load") or {}))
-            parts.append(_plot(timeline_figure(rec), f"plot-timeline-{knob}-{value}"))
+            parts.append(_plot(timeline_figure(rec), f"plot-timeline-{i}-{j}"))
     rep = _last_with_samples(getattr(data, "reps", []) or [])
     if rep is not None:
         rec = rep["raw"]["telemetry"]["samples"]
@@ -289,6 +298,7 @@ def sweep_only_page(store: Any, name: str) -> str | None:
         return None
     knobs = [k.split(":", 1)[1] for k in keys]
     data = types.SimpleNamespace(
+        name=name, storage=store.url,
         sweeps={k: store.last_result(name, f"sweep:{k}") for k in knobs}, reps=[],
         sweep_reps={k: store.repetitions(f"{name}.sweep.{k}") for k in knobs})
     body = html_section(data)

@@ -73,6 +73,10 @@ _DENY_PROC: dict[str, str] = {  # relative to /proc/sys
     "kernel/warn_limit": _LOSE,
     "net/ipv4/ip_unprivileged_port_start": _SECURITY,
     "vm/overcommit_memory": _LOSE,
+    # Address-space randomisation, the terminals' injection and line-discipline switches,
+    # AppArmor's limits on unprivileged user namespaces.
+    "vm/mmap_rnd_bits": _SECURITY, "vm/mmap_rnd_compat_bits": _SECURITY,
+    "dev/tty/": _SECURITY, "kernel/apparmor_": _SECURITY,
 }
 DENY_PROC = {f"{roots.PROC_SYS}/{k}": why for k, why in _DENY_PROC.items()}
 # Under /sys: whole trees, then file names anywhere (device removal, driver binding, ...).
@@ -86,6 +90,9 @@ _DENY_SYS_TREES: dict[str, str] = {  # relative to /sys
     "devices/system/memory/": _LOSE, "bus/": _LOSE, "class/net/": _LOSE,
     "devices/system/cpu/smt/": _LOSE, "kernel/mm/hugepages/": _LOSE,
     "devices/system/cpu/hotplug/": _LOSE,
+    # Thermal zones (mode, trip points, policy): turning one off or raising a trip point
+    # takes the machine's protection against overheating away.
+    "class/thermal/": _LOSE,
 }
 DENY_SYS_TREES = {f"{roots.SYS}/{k}": why for k, why in _DENY_SYS_TREES.items()}
 DENY_SYS_NAMES: dict[str, str] = {
@@ -93,11 +100,13 @@ DENY_SYS_NAMES: dict[str, str] = {
                      "new_id", "remove_id", "driver_override", "drivers_probe", "rescan",
                      "reset", "eject", "online", "offline", "uevent", "sriov_numvfs",
                      "power_off", "shutdown", "nr_hugepages", "nr_overcommit_hugepages",
-                     "free_hugepages", "demote", "demote_size"), _LOSE),
+                     "free_hugepages", "demote", "demote_size",
+                     "array_state", "sync_action"), _LOSE),  # md arrays: stop, resync
     **dict.fromkeys(("flags", "carrier", "mtu", "operstate", "tx_queue_len"), _LOSE),
 }
 # The links under these denied trees that lead into /sys/devices (judged by their targets).
 _LINKS = {f"{roots.SYS}/class/net/": f"{roots.SYS}/class/net/*",
+          f"{roots.SYS}/class/thermal/": f"{roots.SYS}/class/thermal/*",
           f"{roots.SYS}/bus/": f"{roots.SYS}/bus/*/devices/*"}
 _DEBUGFS = roots.DEBUGFS + "/"
 _DEBUGFS_OK = (f"{roots.DEBUGFS}/sched/",)  # the scheduler tunables the catalog uses

@@ -1,6 +1,13 @@
-"""The results database a study file names: a URL that parses, a driver that is installed,
-a SQLite file created only inside the results directory (or in a directory that already
-exists and is writable), never under /proc, /sys or /dev; credentials never printed."""
+"""The one check of a database URL, however it arrives (a study file's `storage`, a
+command's `--storage`, `kvtune predict`, the library): a URL that parses, a driver that is
+installed, no SQLite `file:` URI (its own query language names files and modes no check
+sees), a SQLite file never under /proc, /sys or /dev, never created under /etc, /usr or
+/boot, an existing file only when it is a SQLite database; credentials never printed.
+
+Where a new SQLite file may be created is the caller's `places` (a study file's: its
+results directory, the study file's own directory, the working directory; the loader
+passes them), and a command that only reads results (`create=False`) never creates one: a
+database that is not there is said to be missing."""
 
 from __future__ import annotations
 
@@ -53,9 +60,11 @@ def sqlite_path(url: str) -> Path | None:
     return Path(db)
 
 
-def check_url(url: str, cwd: Path | None = None) -> None:
-    """Raises ValueError (shown with the key path `storage`) unless the URL is safe to
-    open: parsable, its driver installed, its SQLite file in an allowed place."""
+def check_url(url: str, cwd: Path | None = None, *, create: bool = True,
+              places: tuple[Path, ...] | None = None) -> None:
+    """Raises ValueError (shown with where the URL came from) unless the URL is safe to
+    open: parsable, its driver installed, no SQLite `file:` URI, its SQLite file in an
+    allowed place (`check_sqlite_path`)."""
     if any(c in url for c in "\x00\n\r") or len(url) > 2048:
         raise ValueError("not a database URL")
     try:
@@ -71,6 +80,10 @@ def check_url(url: str, cwd: Path | None = None) -> None:
     except Exception:
         raise ValueError(f"{mask(url)!r}: unknown database backend "
                          f"{u.drivername!r}") from None
+    if u.get_backend_name() == "sqlite" and (
+            (u.database or "").startswith("file:") or "uri" in u.query):
+        raise ValueError("a SQLite file: URI is not accepted (it names "
+                         "files and modes no check sees); write sqlite:///PATH")
     try:
         dialect.import_dbapi()
     except ImportError as e:
@@ -81,45 +94,76 @@ def check_url(url: str, cwd: Path | None = None) -> None:
                          "installed driver in the URL, e.g. postgresql+psycopg://...") from None
     path = sqlite_path(url)
     if path is not None:
-        check_sqlite_path(path, cwd)
+        check_sqlite_path(path, cwd, create=create, places=places)
 
 
-def check_sqlite_path(path: Path, cwd: Path | None = None) -> None:
+def _inside(real: Path, tree: Path) -> bool:
+    return real == tree or tree in real.parents
+
+
+def check_sqlite_path(path: Path, cwd: Path | None = None, *, create: bool = True,
+                      places: tuple[Path, ...] | None = None) -> None:
+    """A SQLite file kvtune may open: never under /proc, /sys, /dev; an existing file only
+    when it is a regular file holding a SQLite database (judged before it is opened); a
+    new one only when `create`, never under /etc, /usr, /boot, in `places` when given
+    (the results directory's tree, or directly in another of them), in an existing
+    writable directory or inside the results directory (created)."""
     base = cwd or Path.cwd()
     full = path if path.is_absolute() else base / path
     if ".." in full.parts:
         raise ValueError(f"sqlite path {path} may not contain '..'")
     real = Path(os.path.realpath(full))
     for tree in _REFUSED_TREES:
-        if real == Path(tree) or Path(tree) in real.parents:
+        if _inside(real, Path(tree)):
             raise ValueError(f"sqlite path {path} is under {tree}, which holds kernel and "
                              "device files, not databases")
-    if real.exists():
-        if not real.is_file():
-            raise ValueError(f"sqlite path {path} exists and is not a regular file")
-        with open(real, "rb") as f:
-            head = f.read(len(_SQLITE_HEADER))
+    if os.path.lexists(real):
+        from kvtune.safety.files import ReadRefused, open_input
+
+        try:
+            fd = open_input(real, "sqlite path")
+        except ReadRefused as e:
+            raise ValueError(f"sqlite path {path} exists and is not a regular file kvtune "
+                             f"reads ({str(e).rsplit(': ', 1)[-1]})") from None
+        try:
+            head = os.read(fd, len(_SQLITE_HEADER))
+        finally:
+            os.close(fd)
         if head and head != _SQLITE_HEADER:
             raise ValueError(f"{path} exists and is not a SQLite database; kvtune will not "
                              "write into it")
         return
+    if not create:
+        raise ValueError(f"{path} does not exist (this command reads results and creates "
+                         "no database)")
+    for tree in roots.SYSTEM_TREES:
+        if _inside(real, Path(tree)):
+            raise ValueError(f"sqlite path {path} is under {tree}: kvtune creates no "
+                             "database among the system's files")
+    res = Path(os.path.realpath(results_dir(base)))
+    in_results = _inside(real.parent, res)
+    if places is not None and not in_results and not any(
+            real.parent == Path(os.path.realpath(p)) for p in places):
+        shown = ", ".join(str(p) for p in (res, *places))
+        raise ValueError(f"sqlite path {path}: a study's database is created only in its "
+                         f"results directory or beside the study file ({shown}); create "
+                         f"it there, or create {path} yourself")
     parent = real.parent
     if parent.is_dir():
         if not os.access(parent, os.W_OK):
             raise ValueError(f"cannot create {path}: {parent} is not writable")
         return
-    res = Path(os.path.realpath(results_dir(base)))
-    if not (real.parent == res or res in real.parents):
+    if not in_results:
         raise ValueError(f"{parent} does not exist; kvtune creates directories only inside "
                          f"the results directory {res} (create {parent} yourself, or put the "
                          "database there)")
 
 
-def prepare(url: str, cwd: Path | None = None) -> None:
-    """Before opening the store: check the URL and create the SQLite file's directory when
-    it is inside the results directory. Raises ValueError."""
-    check_url(url, cwd)
+def prepare(url: str, cwd: Path | None = None, *, create: bool = True) -> None:
+    """Before opening the store: check the URL and, when `create`, create the SQLite
+    file's directory when it is inside the results directory. Raises ValueError."""
+    check_url(url, cwd, create=create)
     path = sqlite_path(url)
-    if path is not None:
+    if path is not None and create:
         full = path if path.is_absolute() else (cwd or Path.cwd()) / path
         full.parent.mkdir(parents=True, exist_ok=True)

@@ -40,7 +40,8 @@ from kvtune.safety import yamlload
 from kvtune.spec import KnobSpec, LineMap, StudySpec, line_map, parse_data, yaml_data
 from kvtune.spec import where_in_file as where
 
-__all__ = ["Loaded", "Override", "load_study", "load_text", "parse_study", "read_study"]
+__all__ = ["Loaded", "Override", "check_stored", "load_study", "load_text", "parse_study",
+           "read_study"]
 
 Lines = dict[tuple[Any, ...], int]
 
@@ -176,9 +177,46 @@ def parse_study(text: str, name: str = "<study>", *, base_dir: Path | None = Non
     spec = parse_data(data, shown, lines, problems)
     problems = _registry_problems(spec, lines)
     problems += _resolve_paths(spec, lines, base_dir or Path.cwd(), notes)
+    problems += _storage_place(spec, lines, base_dir or Path.cwd())
     if problems:
         raise UserError(f"{shown}: {len(problems)} problem(s) in the study file", problems)
     return Parsed(spec, lines, [f"{name}: {n}" for n in notes], shown)
+
+
+def check_stored(data: dict[str, Any], name: str) -> StudySpec:
+    """Steps 3–4 for a study file stored with a study (a results database is input too:
+    `kvtune.study.stored`): the schema and the registries' checks of its target and load,
+    every problem named by its key path. Nothing on this host is read (the paths it names
+    were checked when it ran, and are checked again where they are read)."""
+    from kvtune.targets import kinds, target_class
+
+    target = data.get("target")
+    if isinstance(target, dict) and target.get("kind") in kinds():
+        # A stored study is the whole model, defaults included: another kind's keys are
+        # there at their defaults, not written by anyone.
+        own = target_class(str(target["kind"])).spec_keys
+        data = {**data, "target": {k: v for k, v in target.items()
+                                   if k not in _KIND_KEYS or k in own}}
+    lines: Lines = {}
+
+    def walk(node: Any, path: tuple[Any, ...]) -> None:
+        if len(path) > 16:
+            return
+        lines[path] = 0  # every key path known, no line (where_in_file names the path)
+        if isinstance(node, dict):
+            for k, v in list(node.items())[:1000]:
+                walk(v, (*path, k))
+        elif isinstance(node, list):
+            for i, v in enumerate(node[:1000]):
+                walk(v, (*path, i))
+
+    walk(data, ())
+    problems = _raw_registry_problems(data, lines)
+    spec = parse_data(data, name, lines, problems)
+    problems = _registry_problems(spec, lines)
+    if problems:
+        raise UserError(f"{name}: {len(problems)} problem(s)", problems)
+    return spec
 
 
 # -- 2. old spellings ------------------------------------------------------------------------
@@ -323,6 +361,21 @@ def _resolve_paths(spec: StudySpec, lines: Lines, base: Path, notes: list[str]) 
     except ValueError as e:
         return [f"{at}: {e}"]
     spec.load.set_workload_document(str(path), doc)  # read once: what the run uses
+    return []
+
+
+def _storage_place(spec: StudySpec, lines: Lines, base: Path) -> list[str]:
+    """A study file's `storage` creates a SQLite database only in the results directory,
+    beside the study file or in the working directory (kvtune.safety.storage); an
+    existing database anywhere else that is allowed is used as it is."""
+    from kvtune.safety.storage import check_url
+
+    if spec.storage is None:
+        return []
+    try:
+        check_url(spec.storage, places=(base, Path.cwd()))
+    except ValueError as e:
+        return [f"{where(('storage',), lines)}: {e}"]
     return []
 
 

@@ -62,8 +62,10 @@ def collect(store: Store, name: str) -> dict[str, Any]:
             _vs_nearest_baseline([tr for tr in trials if tr["fingerprint"] == fp], b,
                                  [d for d in drift if d.get("fingerprint", fp) == fp],
                                  direction)
-    spec = study.user_attrs.get("spec", {})
     from kvtune.present import change_fraction, change_record
+    from kvtune.study.stored import stored_spec
+
+    spec = stored_spec(study.user_attrs, name, store.url).data  # checked as a study file
 
     for tr in trials:  # the metric's own change against its baseline, as shown (present.py)
         if tr.get("baseline_ref") is not None:

@@ -1,0 +1,187 @@
+"""What comes back from storage is input too (issue 40): the checks a results database, a
+library entry or an imported file passes before it reaches an export, a report, a profile
+or the host, one at a time (the whole commands are cases of tests/bad-inputs/)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvtune.errors import UserError
+from kvtune.export import Recommendation, check_values
+from kvtune.export.base import comment
+from kvtune.host import journal
+from kvtune.report.figures import plot_id
+from kvtune.safety import storage
+from kvtune.safety.files import ReadRefused, open_input
+from kvtune.safety.hostpaths import refusal
+from kvtune.study.stored import plain_text, stored_spec, sweep_knob
+
+SPEC = {"study": "s", "target": {"kind": "memcached", "args": ["-m", "256"], "cpus": "0"},
+        "load": {"mode": "closed", "connections": 4,
+                 "workload": {"mix": "get:9,set:1", "keys": 1000, "value_size": 100}}}
+
+
+# -- storage URLs ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", [
+    "sqlite:///file:x.db?uri=true", "sqlite:///file:/tmp/../etc/x.db?mode=rwc&uri=true",
+    "sqlite:///x.db?uri=true"])
+def test_a_sqlite_file_uri_is_refused(url: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="file: URI"):
+        storage.check_url(url, tmp_path)
+
+
+def test_a_command_that_reads_results_never_creates_a_database(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="does not exist"):
+        storage.check_url(f"sqlite:///{tmp_path}/results/x.db", tmp_path, create=False)
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_study_creates_its_database_only_in_its_places(tmp_path: Path) -> None:
+    study_dir, elsewhere = tmp_path / "study", tmp_path / "elsewhere"
+    study_dir.mkdir()
+    elsewhere.mkdir()
+    places = (study_dir,)
+    storage.check_url("sqlite:///results/deep/x.db", tmp_path, places=places)
+    storage.check_url(f"sqlite:///{study_dir}/x.db", tmp_path, places=places)
+    with pytest.raises(ValueError, match="results directory or beside the study file"):
+        storage.check_url(f"sqlite:///{elsewhere}/x.db", tmp_path, places=places)
+    with pytest.raises(ValueError, match="under /etc"):
+        storage.check_url("sqlite:////etc/kvtune-test-ld.so.preload", tmp_path)
+
+
+# -- check before open ----------------------------------------------------------------------
+
+
+def test_a_fifo_and_a_device_are_refused_before_they_are_opened(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ReadRefused, match="not a regular file"):
+        open_input(fifo, "input")  # an open (even O_NONBLOCK) of a FIFO is not needed
+    with pytest.raises(ReadRefused, match="under /dev"):
+        open_input("/dev/null", "input")
+    link = tmp_path / "link"
+    link.symlink_to("/proc/self/environ")
+    with pytest.raises(ReadRefused, match="under /proc"):
+        open_input(link, "input")
+    ok = tmp_path / "ok"
+    ok.write_text("x")
+    fd = open_input(ok, "input")
+    try:
+        assert os.read(fd, 10) == b"x"
+    finally:
+        os.close(fd)
+
+
+# -- stored studies -------------------------------------------------------------------------
+
+
+def test_a_stored_study_file_passes_the_study_files_checks() -> None:
+    assert stored_spec({"spec": SPEC}, "s", "db").spec is not None
+    bad_mix = {**SPEC, "load": {**SPEC["load"], "workload": {
+        "mix": "get:9\n[Service]\nExecStartPre=/bin/sh"}}}
+    with pytest.raises(UserError, match="stored study file"):
+        stored_spec({"spec": bad_mix}, "s", "db")
+    redis = {**SPEC, "target": {"kind": "redis", "args": ["--loadmodule", "/tmp/evil.so"]}}
+    with pytest.raises(UserError) as e:
+        stored_spec({"spec": redis}, "s", "db")
+    assert any("target.args" in p for p in e.value.problems), e.value.problems
+    with pytest.raises(UserError, match="workload description"):
+        stored_spec({"spec": SPEC, "workload": {"text": "a\n[Service]"}}, "s", "db")
+    assert plain_text("mix get:9,set:1 — 100 B", "t", "w") is not None
+    with pytest.raises(UserError, match="stored sweep"):
+        sweep_knob("sweep:<img src=x onerror=alert(1)>", "s", "db")
+    assert sweep_knob("sweep:synthetic.x", "s", "db") == "synthetic.x"
+
+
+# -- exports --------------------------------------------------------------------------------
+
+
+def _rec(config: dict[str, object], base: dict[str, object],
+         spec: dict[str, object] | None = None) -> Recommendation:
+    return Recommendation("s", "memcached", config, base, "test",  # type: ignore[arg-type]
+                          spec=spec or {"target": {"kind": "memcached"}})
+
+
+def test_every_exported_value_is_checked_against_the_knob_catalog() -> None:
+    base = {"memcached.threads": 4, "memcached.max_item_size": "1m"}
+    check_values(_rec({**base, "memcached.threads": 2}, base))
+    for bad in ({"memcached.max_item_size": "2m\n-o ext_path=/tmp/x:64m"},
+                {"memcached.max_item_size": "2m -o ext_path=/tmp/x:64m"},
+                {"memcached.threads": 100000}):
+        with pytest.raises(UserError, match="knob catalog"):
+            check_values(_rec({**base, **bad}, base))
+    # A baseline outside the catalog's range is one a host had: a number, or one word.
+    check_values(_rec({**base, "memcached.threads": 2}, {**base, "memcached.threads": 64}))
+    with pytest.raises(UserError, match="knob catalog"):
+        check_values(_rec({**base, "memcached.threads": 2},
+                          {**base, "memcached.threads": "4\n-o ext_path=x"}))
+    with pytest.raises(UserError, match="knob catalog"):
+        check_values(_rec(base, base, spec={"target": {"kind": "memcached",
+                                                       "args": ["-o", "ext_path=/x:1m"]}}))
+
+
+def test_a_comment_line_stays_one_line() -> None:
+    text = comment(["Tuned for: mix get:9\n[Service]\nExecStartPre=/bin/sh -c id", "ok\x1b[2J"])
+    assert text.count("\n") == 2 and all(ln.startswith("# ") for ln in text.splitlines())
+
+
+# -- reports --------------------------------------------------------------------------------
+
+
+def test_a_plot_id_is_a_fixed_name_with_indices() -> None:
+    assert plot_id("plot-timeline-0-3") == "plot-timeline-0-3"
+    assert plot_id("plot-telemetry-scatter") == "plot-telemetry-scatter"
+    for bad in ('plot-sweep-"><img src=x onerror=alert(1)>', "plot-sweep-synthetic.x"):
+        with pytest.raises(ValueError):
+            plot_id(bad)
+
+
+# -- the low items --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [
+    "/proc/sys/vm/mmap_rnd_bits", "/proc/sys/dev/tty/legacy_tiocsti",
+    "/proc/sys/dev/tty/ldisc_autoload",
+    "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+    "/sys/class/thermal/thermal_zone0/mode", "/sys/class/thermal/thermal_zone0/trip_point_0_temp",
+    "/sys/block/md0/md/array_state", "/sys/devices/virtual/block/md0/md/sync_action"])
+def test_the_deny_list_gaps_are_closed(path: str) -> None:
+    assert refusal(path) is not None
+
+
+def test_a_journal_names_no_module_kvtune_imports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Validating a journal imports the module of a kind from kvtune's own table, never the
+    `module` a journal file names (kvtune.__main__ re-entered the CLI)."""
+    monkeypatch.delitem(sys.modules, "kvtune.__main__", raising=False)
+    assert journal._undo_fn("no-such-kind", "kvtune.__main__") is None
+    assert "kvtune.__main__" not in sys.modules
+    problems = journal.check_state({"entries": [
+        {"undo": "evil", "module": "kvtune.__main__", "args": {}}], "created_dirs": [],
+        "processes": []})
+    assert problems and "kvtune.__main__" not in sys.modules
+    for kind, module in journal.UNDO_MODULES.items():  # the table is where they register
+        importlib.import_module(module)
+        assert kind in journal._UNDO and journal._UNDO[kind].module == module
+    for module in journal.undo_modules():
+        importlib.import_module(module)
+    assert {u.module for u in journal._UNDO.values()} <= set(journal.undo_modules())
+
+
+def test_verify_trusts_no_login_user_the_process_names_itself() -> None:
+    from kvtune.verify import expected_owners
+
+    owners = expected_owners("memcached", ["memcached", "-u", "nobody"])
+    assert 65534 in owners and 0 in owners
+    import pwd
+
+    login = next((p for p in pwd.getpwall() if 1000 <= p.pw_uid < 65534), None)
+    if login is not None:
+        assert login.pw_uid not in expected_owners("memcached",
+                                                   ["memcached", "-u", login.pw_name])
