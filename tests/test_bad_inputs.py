@@ -610,6 +610,29 @@ def test_the_corpus_covers_the_classes_of_issue_10() -> None:
         assert must in names, must
 
 
+def test_the_corpus_covers_the_holes_of_issue_40() -> None:
+    names = {c.name for c in corpus()}
+    for must in (
+            # children isolated; every interpreter of a #! line judged
+            "commands-planted-modules-knobs", "commands-env-s-shebang",
+            # check before open: a character device and FIFOs as inputs
+            "config-char-device", "config-fifo", "commands-describe-fifo",
+            "commands-import-fifo", "commands-library-import-fifo",
+            "commands-export-from-char-device",
+            # storage URLs: file: URIs, where a database may be created, read-only commands
+            "storage-file-uri", "storage-outside-results", "storage-etc",
+            "commands-show-file-uri", "commands-predict-file-uri", "commands-library-file-uri",
+            "commands-show-creates-no-database", "commands-predict-storage-password",
+            # storage is input: tampered results databases, a crafted library, the report
+            "commands-stored-mix-newline-export", "commands-stored-mix-newline-show",
+            "commands-stored-mix-newline-report", "commands-stored-workload-text-newline",
+            "commands-stored-target-args", "commands-stored-value-outside-catalog",
+            "commands-stored-sweep-markup-report", "commands-library-crafted-profile-export",
+            "commands-library-crafted-profiles-markup",
+            "commands-library-export-over-itself"):
+        assert must in names, must
+
+
 def test_the_corpus_covers_the_holes_of_issue_29() -> None:
     names = {c.name for c in corpus()}
     for must in (

@@ -185,3 +185,12 @@ def test_verify_trusts_no_login_user_the_process_names_itself() -> None:
     if login is not None:
         assert login.pw_uid not in expected_owners("memcached",
                                                    ["memcached", "-u", login.pw_name])
+
+
+def test_the_pm_qos_undo_does_not_wait_for_a_reused_pid() -> None:
+    """A live process that does not hold the PM QoS file (the recorded holder's pid, reused)
+    is not answered EBUSY forever."""
+    from kvtune.knobs.appliers.idle import _undo_pm_qos
+
+    assert "released" in _undo_pm_qos({"pid": os.getppid()})
+    assert "released" in _undo_pm_qos({"pid": 2**22 + 7})  # no such process

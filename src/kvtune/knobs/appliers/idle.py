@@ -68,10 +68,28 @@ def _undo_pm_qos(args: dict[str, object]) -> str:
     if pid == os.getpid():
         _release()
         return "PM QoS CPU latency request released"
-    alive = isinstance(pid, int) and roots.proc(pid).exists()
-    if alive:
+    if isinstance(pid, int) and _holds(pid):
         raise OSError(errno.EBUSY, f"process {pid} still holds {roots.PM_QOS} open")
     return f"PM QoS CPU latency request of process {pid} released when it ended"
+
+
+def _holds(pid: int) -> bool:
+    """Whether process `pid` has the PM QoS file open now (its descriptors' links read,
+    nothing opened): a pid reused by another process after the holder died does not."""
+    fds = roots.proc(pid, "fd")
+    try:
+        names = os.listdir(fds)
+    except FileNotFoundError:
+        return False  # no such process
+    except OSError:
+        return roots.proc(pid).exists()  # cannot tell: as held while it lives
+    for n in names:
+        try:
+            if os.readlink(fds / n) == roots.PM_QOS:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 register_undo("pm_qos", _undo_pm_qos)
