@@ -200,7 +200,10 @@ def host_unchanged(request: pytest.FixtureRequest, _module_host: dict[str, Any],
         before, _module_host["snap"] = _module_host["snap"], after
         _unchanged(before, after, "the test")
     assert not journal.exists(), f"the test left a journal at {journal} (host not restored)"
-    if tier == "unit" and started:
+    if tier == "unit" and started and os.environ.get("KVTUNE_TEST_TIER_LOG"):
+        with open(os.environ["KVTUNE_TEST_TIER_LOG"], "a") as log:  # tests/README: tiers
+            log.write(f"{request.node.nodeid}\t{started[0]}\n")
+    elif tier == "unit" and started:
         pytest.fail(f"a unit test started {len(started)} process(es), first: {started[0]!r}: "
                     "use a fixture of tests/support (which puts it in the integration tier) "
                     "or mark it `integration`", pytrace=False)

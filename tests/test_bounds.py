@@ -6,21 +6,18 @@ describe page of a model with 10^12 keys."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from support.cli import cli
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def kvtune(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvtune", *args], capture_output=True,
-                          text=True, timeout=120, cwd=cwd,
-                          env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    return cli(*args, cwd=cwd)
 
 
 def _refused(r: subprocess.CompletedProcess[str], *needles: str) -> str:

@@ -139,12 +139,20 @@ def test_an_a_a_pair_agrees(kind: str, kvload_bin: str, in_tmp: Path) -> None:
         assert any(s["metric"] == "p99" for s in rec["rules_final"])
 
 
-def _redis_study(tmp: Path, kind: str) -> tuple[str, Path]:
-    """A stored study recommending a 16 MB memory limit with LRU eviction, and its export."""
+def _redis_study(tmp: Path, kind: str, canary: dict | None = None) -> tuple[str, Path]:
+    """A stored study recommending a 16 MB memory limit with LRU eviction (with `canary`,
+    its study file's canary: section), and its export."""
     p = kind + "."
     base = {p + "maxmemory_mb": 0, p + "maxmemory_policy": "noeviction"}
     rec = {p + "maxmemory_mb": 16, p + "maxmemory_policy": "allkeys-lru"}
     url = make_study(tmp, "mem", kind, base, rec, confirmed=True, cpus=None)
+    if canary is not None:
+        import optuna
+
+        from kvtune.store import Store
+
+        study = optuna.load_study(study_name="mem", storage=Store(url).storage)
+        study.set_user_attr("spec", {**study.user_attrs["spec"], "canary": canary})
     r = cli("export", "mem", "--storage", url, "--format", kind, "-o", str(tmp / "exp"),
             cwd=tmp)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -157,14 +165,17 @@ def test_rollback_on_breach_applies_the_exports_rollback_and_reads_it_back(
         kind: str, kvload_bin: str, in_tmp: Path) -> None:
     """The canary runs the study's recommendation (checked by `kvtune verify` first), it
     breaches, and --rollback-on-breach puts each directive back to the rollback file's value
-    (CONFIG SET), read back; the journal is left empty."""
-    url, exp = _redis_study(in_tmp, kind)
+    (CONFIG SET), read back; the journal is left empty. The rules are the study's own
+    (its canary: section)."""
+    rules = ["hit_ratio not worse than 0.01", "errors not worse than 1"]
+    url, exp = _redis_study(in_tmp, kind, {"goal": None, "guardrails": rules})
     with ExitStack() as stack:
         c, b = _pair(stack, kind, SMALL[kind], BIG[kind])
         with replayed(kvload_bin, kind, [c, b]):
             r, rec = _canary(kind, c, b, in_tmp, "--study", "mem", "--storage", url,
                              "--export", str(exp), "--rollback-on-breach")
         assert r.returncode == 1 and rec["outcome"] == "roll back", r.stdout
+        assert rec["rules"] == rules
         assert any(f"ok      {kind} maxmemory: recommended 16mb" in ln
                    for ln in rec["verified"]), rec["verified"]
         assert rec["rollback"]["ok"] and "rolled back" in r.stdout, r.stdout
@@ -294,3 +305,13 @@ def test_a_memcached_export_cannot_be_rolled_back_live(in_tmp: Path) -> None:
     r = cli("canary", "--kind", "memcached", "--canary", "11211", "--control", "11212",
             "--export", str(in_tmp / "exp"), "--rollback-on-breach", cwd=in_tmp)
     assert r.returncode == 2 and "needs a restart" in r.stderr, r.stderr
+
+
+def test_the_studys_canary_rules_are_checked_naming_the_study(in_tmp: Path) -> None:
+    url, _ = _redis_study(in_tmp, "redis", {"goal": "p99 better",
+                                             "guardrails": ["p99 not worse than 5"]})
+    r = cli("canary", "--kind", "redis", "--canary", "6380", "--control", "6379", "--study",
+            "mem", "--storage", url, cwd=in_tmp)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "mem: canary.guardrails 'p99 not worse than 5': the margin of p99 is a " \
+        "percentage" in r.stderr, r.stderr

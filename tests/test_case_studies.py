@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.cli import cli
 
 from kvtune.load.kvload import build_argv
 from kvtune.store import Store
@@ -42,8 +43,7 @@ def test_there_is_a_file_for_each_case_study() -> None:
 
 @pytest.mark.parametrize("path", CASES + OWN, ids=[p.name for p in CASES + OWN])
 def test_case_study_passes_check(path: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "kvtune", "check", str(path), "--json"],
-                         capture_output=True, text=True, cwd=REPO, timeout=120)
+    out = cli("check", str(path), "--json", cwd=REPO)
     plan = json.loads(out.stdout)
     assert plan["valid"], plan["problems"]
     unavailable = [k["name"] for k in plan["knobs"] if not k["available"]]
@@ -76,14 +76,11 @@ def test_stored_case_study_result_opens_on_current_code(path: Path, tmp_path: Pa
     assert db is not None
     shutil.copy2(db, tmp_path / "results" / db.name)
     path = cases / path.name
-    show = subprocess.run([sys.executable, "-m", "kvtune", "show", str(path)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    show = cli("show", str(path), cwd=tmp_path)
     assert show.returncode == 0, show.stdout[-2000:] + show.stderr[-2000:]
     assert "Traceback" not in show.stderr
     html = tmp_path / "r.html"
-    rep = subprocess.run([sys.executable, "-m", "kvtune", "report", str(path), "-o",
-                          str(html)], capture_output=True, text=True, cwd=tmp_path,
-                         timeout=300)
+    rep = cli("report", str(path), "-o", str(html), cwd=tmp_path)
     assert rep.returncode == 0, rep.stdout[-2000:] + rep.stderr[-2000:]
     assert html.stat().st_size > 10_000
 

@@ -5,12 +5,12 @@ have content when the ones asked have none."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
+import pytest
+from support.cli import cli
 from support.studies import MC_BASE, make_study
 
 from kvtune import __version__
@@ -19,13 +19,10 @@ from kvtune.export import NoRecommendation
 
 
 def kvtune(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvtune", *args], capture_output=True,
-                          text=True, timeout=120, cwd=cwd, env={"COLUMNS": "200",
-                                                                "PATH": "/usr/bin:/bin",
-                                                                "KVTUNE_JOURNAL": os.environ[
-                                                                    "KVTUNE_JOURNAL"]})
+    return cli(*args, cwd=cwd, env={"COLUMNS": "200"})
 
 
+@pytest.mark.integration  # `--version` runs kvload to say which kvload it found
 def test_version_and_short_help() -> None:
     r = kvtune("--version")
     # The version, then the kvload it found (or that none was found).

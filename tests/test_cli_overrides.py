@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
+
+from support.cli import cli
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,10 +50,7 @@ storage: sqlite:///grid-x.db
 
 
 def kvtune(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvtune", *args], capture_output=True,
-                          text=True, timeout=120, cwd=cwd,
-                          env={**os.environ, "PYTHONPATH": str(REPO / "src"),
-                               "COLUMNS": "200"})
+    return cli(*args, cwd=cwd, env={"COLUMNS": "200"})
 
 
 def _refused(r: subprocess.CompletedProcess[str], *words: str) -> None:

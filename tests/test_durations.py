@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import cli
 
 from kvtune.durations import parse_duration
 from kvtune.load.kvload import KvloadDriver, file_duration
@@ -75,9 +75,7 @@ def test_the_study_file_and_extra_args_take_the_same_units(tmp_path: Path) -> No
 
 
 def kvtune(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvtune", *args], capture_output=True,
-                          text=True, timeout=120, cwd=cwd,
-                          env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    return cli(*args, cwd=cwd)
 
 
 @pytest.mark.parametrize(("doc", "where"), [

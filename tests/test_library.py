@@ -11,13 +11,13 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import cli
 
 from kvtune import __version__
 from kvtune.library.entry import Entry, Host, Objective, Recommendation, parse
@@ -234,9 +234,7 @@ def test_the_agreed_value() -> None:
 
 def kvtune(*args: str, env: dict[str, str], cwd: Path,
            timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run([sys.executable, "-m", "kvtune", *args], capture_output=True,
-                       text=True, timeout=timeout, cwd=cwd, env={**os.environ, **env},
-                       stdin=subprocess.DEVNULL)
+    r = cli(*args, cwd=cwd, env=env)
     # The consoles wrap long lines when piped: the words, one space apart.
     r.stdout, r.stderr = " ".join(r.stdout.split()), " ".join(r.stderr.split())
     return r

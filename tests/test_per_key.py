@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from support.cli import cli
 
 from kvtune.safety.workload import value_problem
 from kvtune.workload.model import ModelBuilder, extend_key_buckets, parse_weighted
@@ -47,8 +47,7 @@ def per_key_trace(path: Path, rows: int = 60_000, seconds: int = 20,
 
 
 def kvtune(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvtune", *args], capture_output=True,
-                          text=True, timeout=300, stdin=subprocess.DEVNULL)
+    return cli(*args)
 
 
 def test_the_builder_keeps_sizes_and_ttls_per_popularity_bucket() -> None:

@@ -41,8 +41,8 @@ load:
   mode: open
   rate: 15000
   connections: 4
-  duration: 1s
-  warmup: 0.5s
+  duration: 500ms
+  warmup: 200ms
   cpus: "1"
   workload: {keys: 3000, value_size: "list:100:6,1K:3,8K:1", popularity: "zipf:0.99",
              mix: "get:9,set:1"}
@@ -56,8 +56,8 @@ repetitions: 1
 # These tests are about the report, not host noise: a busy hypervisor's steal must not stop them.
 # ablation_max_rounds: the test's wall time stays bounded (the sequential ablation would
 # otherwise add rounds up to 30 for changes still ambiguous at 1 s repetitions).
-evaluation: {noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 4, drift_every: 0,
-             steal_threshold: 0.5, ablation_max_rounds: 8}
+evaluation: {noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 3, drift_every: 0,
+             steal_threshold: 0.5, ablation_max_rounds: 4}
 sampler: random
 seed: 5
 """

@@ -45,8 +45,8 @@ target:
   args: ["-m", "256"]
 load:
   mode: open
-  duration: 1s
-  warmup: 500ms
+  duration: 500ms
+  warmup: 200ms
   cpus: "1"
   workload_file: my-traffic.json
 knobs:

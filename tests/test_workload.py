@@ -9,13 +9,13 @@ import json
 import re
 import socket
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support.cli import cli
 
 from kvtune.workload.model import fit_popularity, parse_weighted, weighted_list
 
@@ -25,8 +25,7 @@ CORPUS = REPO / "tests" / "bad-inputs" / "traces"
 
 def kvtune(*args: str, cwd: Path | None = None,
            timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvtune", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=cwd, stdin=subprocess.DEVNULL)
+    return cli(*args, cwd=cwd)
 
 
 def free_port() -> int:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import cli
 from support.studies import MC_BASE, MC_REC, make_study
 
 from kvtune.safety import files
@@ -23,9 +23,7 @@ def _fresh_inputs() -> None:
 
 
 def kvtune(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvtune", *args], capture_output=True,
-                          text=True, timeout=120, cwd=cwd,
-                          env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    return cli(*args, cwd=cwd)
 
 
 def _listing(d: Path) -> set[str]:

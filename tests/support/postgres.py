@@ -1,8 +1,8 @@
 """Fixtures with real parts for the fleet tests: a throw-away PostgreSQL 15 (Debian's
 postgresql: initdb and pg_ctl into a temp dir, on a loopback port, run as a non-root user).
 
-`postgres_server` is module-scoped (about 0.9 s to start); `pg_url` gives each test a fresh,
-empty database on it (about 0.1 s).
+`postgres_server` is started once per session (about 0.9 s to start); `pg_url` gives each
+test a fresh, empty database on it (about 0.1 s).
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def start_postgres(user: str | None = None, db: str = "kvtune", role: str = "kvt
 _DB_SEQ = itertools.count()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def postgres_server() -> Iterator[Postgres]:
     if not (PG_BIN / "initdb").exists():
         pytest.fail(f"{PG_BIN / 'initdb'} is missing: run `make setup` (apt: postgresql)")

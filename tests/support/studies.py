@@ -120,7 +120,7 @@ load:
   rate: {rate}
   connections: 4
   duration: {duration}
-  warmup: 300ms
+  warmup: 200ms
   cpus: "1"
   workload: {{keys: 2000, value_size: 100, mix: "get:9,set:1"}}
 knobs:
@@ -140,7 +140,7 @@ seed: 1
 
 
 def study_file(tmp: Path, name: str, kind: str = "memcached", knobs: str = "",
-               trials: int = 2, rate: int = 5000, duration: str = "1s", port: int = 0,
+               trials: int = 2, rate: int = 5000, duration: str = "500ms", port: int = 0,
                sampler: str = "tpe") -> Path:
     p = tmp / f"{name}.yaml"
     p.write_text(STUDY.format(name=name, kind=kind, knobs=knobs or "  []", trials=trials,
