@@ -651,9 +651,9 @@ def canary(
         help="the change's goal, e.g. 'cpu_per_request better' (promote needs it met)")]
     = None,
     guardrail: Annotated[list[str] | None, typer.Option(
-        help="e.g. 'p99 not worse than +5%' (repeatable; default: CPU per request +10%, "
-             "hit ratio -0.01, errors, refused connections, and p99 +10% where the server "
-             "has latency figures)")] = None,
+        help="e.g. 'p99 not worse than +5%' (repeatable; default: the study's canary: "
+             "section, else CPU per request +10%, hit ratio -0.01, errors, refused "
+             "connections, and p99 +10% where the server has latency figures)")] = None,
     interval: Annotated[str, typer.Option(help="time between looks (10s)")] = "10s",
     max_time: Annotated[str, typer.Option("--max-time", help="the time limit: "
                                           "inconclusive then")] = "30m",
@@ -686,15 +686,17 @@ def canary(
     from kvtune.canary import command as cc
     from kvtune.canary import page, session
 
+    if study is not None and aa:
+        raise UserError("--study with --aa: an A/A pair runs the current configuration on "
+                        "both sides; there is no change to verify")
+    rec = cc.recommendation(_storage_for(study, storage)) if study is not None else None
     o = cc.Options(kind, list(canary_), list(control), goal, list(guardrail or []), interval,
                    max_time, warmup, alpha, aa, study, storage, export_dir,
-                   rollback_on_breach, json_out, report_out)
+                   rollback_on_breach, json_out, report_out,
+                   cc.study_rules(rec) if rec is not None else None)
     plan = cc.plan_from(o)
-    if study is not None:
-        if aa:
-            raise UserError("--study with --aa: an A/A pair runs the current configuration "
-                            "on both sides; there is no change to verify")
-        ok, lines = cc.verify_canaries(plan, study, storage, _storage_for(study, storage))
+    if study is not None and rec is not None:
+        ok, lines = cc.verify_canaries(plan, study, rec)
         plan.verified = lines
         for ln in lines:
             out.print(ln, highlight=False, markup=False)

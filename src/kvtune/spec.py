@@ -599,6 +599,16 @@ class EvaluationSpec(_Model):
                                                           safe.MAX_BUDGET_TIME)
 
 
+class CanarySpec(_Model):
+    """`canary:` the rules `kvtune canary --study` judges the canary by when the command line
+    gives none (docs/production.md): a goal ("cpu_per_request better") and guardrails ("p99
+    not worse than +5%"); their grammar and metrics are checked by `kvtune canary`."""
+
+    goal: str | None = Field(default=None, min_length=1, max_length=200)
+    guardrails: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list, max_length=20)
+
+
 class StudySpec(_Model):
     study: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
     target: TargetSpec
@@ -621,6 +631,7 @@ class StudySpec(_Model):
     # fingerprint with its own baseline and confirmation ("heterogeneous"; docs/fleet.md).
     hosts: Literal["identical", "heterogeneous"] = "identical"
     storage: str | None = None
+    canary: CanarySpec | None = None  # the rules of `kvtune canary --study`
 
     @field_validator("storage")
     @classmethod

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvtune.canary import session as ses
 from kvtune.canary import verdict as vd
 from kvtune.canary import watch
 from kvtune.durations import parse_duration
 from kvtune.errors import UserError
+
+if TYPE_CHECKING:
+    from kvtune.export.base import Recommendation
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,8 @@ class Options:
     rollback_on_breach: bool
     json_out: Path | None
     report: Path | None
+    # the study's own rules (its `canary:` section), used when the command line gives none
+    study_rules: tuple[str | None, list[str]] | None = None
 
 
 def _duration(text: str, what: str) -> float:
@@ -70,7 +76,12 @@ def plan_from(o: Options) -> ses.Plan:
         raise UserError(f"--alpha {o.alpha}: a level between 0 and 0.5")
     if not 0 <= o.warmup <= 1000:
         raise UserError(f"--warmup {o.warmup}: looks to discard, 0 to 1000")
-    rules = vd.rules_for(o.guardrails, o.goal, watch.metrics_for(reader), reader.latency)
+    if o.study_rules is not None and o.goal is None and not o.guardrails:
+        goal, guards = o.study_rules
+        rules = vd.rules_for(guards, goal, watch.metrics_for(reader), reader.latency,
+                             (f"{o.study}: canary.goal", f"{o.study}: canary.guardrails"))
+    else:
+        rules = vd.rules_for(o.guardrails, o.goal, watch.metrics_for(reader), reader.latency)
     rollback = None
     if o.rollback_on_breach and o.aa:
         raise UserError("--rollback-on-breach with --aa: an A/A session changes nothing to "
@@ -90,16 +101,30 @@ def plan_from(o: Options) -> ses.Plan:
                     aa=o.aa, rollback=rollback)
 
 
-def verify_canaries(plan: ses.Plan, study: str, storage: str | None,
-                    study_url: tuple[str, str]) -> tuple[bool, list[str]]:
-    """`kvtune verify` of the study's recommendation on each canary (by its port): whether
-    every check holds, and the lines."""
+def recommendation(study_url: tuple[str, str]) -> Recommendation:
+    """The study's recommendation, as `kvtune verify` reads it."""
     from kvtune import export as ex
     from kvtune.store import Store
-    from kvtune.verify import verify
 
     name, url = study_url
-    rec = ex.recommendation(Store(url), name, verb="verify")
+    return ex.recommendation(Store(url), name, verb="verify")
+
+
+def study_rules(rec: Recommendation) -> tuple[str | None, list[str]] | None:
+    """The goal and guardrails of the study's `canary:` section, None without one."""
+    section = rec.spec.get("canary")
+    if not isinstance(section, dict):
+        return None
+    goal = section.get("goal")
+    return (str(goal) if goal else None,
+            [str(g) for g in section.get("guardrails") or []])
+
+
+def verify_canaries(plan: ses.Plan, study: str, rec: Recommendation) -> tuple[bool, list[str]]:
+    """`kvtune verify` of the study's recommendation on each canary (by its port): whether
+    every check holds, and the lines."""
+    from kvtune.verify import verify
+
     if rec.target != plan.kind:
         raise UserError(f"--study {study}: its target is {rec.target}, not --kind {plan.kind}")
     ok, lines = True, []

@@ -116,13 +116,16 @@ def _mean(values: list[float | None]) -> float | None:
     return float(np.mean(xs)) if xs else None
 
 
-def look_line(n: int, elapsed: float, verdict: vd.Verdict, aa: bool) -> str:
-    """The terminal line of one look: what decides, with its change and interval."""
+def look_line(n: int, elapsed: float, verdict: vd.Verdict, aa: bool,
+              interval_s: float) -> str:
+    """The terminal line of one look: the outcome so far, how long until a decision at the
+    present estimates, and what decides (its change and interval)."""
     outcome = aa_outcome(verdict) if aa else verdict.outcome
     eta = ""
     if verdict.outcome == vd.WATCH:
-        eta = (" (decision foreseen in about "
-               f"{verdict.looks_to_decide} more looks)" if verdict.looks_to_decide
+        k = verdict.looks_to_decide
+        eta = (f" (a decision foreseen in about {k} more looks, "
+               f"{present.duration(k * interval_s)})" if k
                else " (no decision foreseen at the present estimates)")
     return f"look {n} at {present.duration(elapsed)}: {outcome}{eta}: {verdict.deciding}"
 
@@ -200,7 +203,7 @@ def run(plan: Plan, say: Say, sleep: Callable[[float], None] = time.sleep) -> di
                                    plan.min_looks, final=final)
                 row["verdict"] = verdict.record()
                 looks.append(row)
-                say(look_line(n, elapsed, verdict, plan.aa))
+                say(look_line(n, elapsed, verdict, plan.aa, plan.interval_s))
             words = aa_outcome(verdict) if plan.aa else verdict.outcome
             if words in (vd.PROMOTE, vd.ROLL_BACK, AA_DIFFERS) or final:
                 break
@@ -210,6 +213,9 @@ def run(plan: Plan, say: Say, sleep: Callable[[float], None] = time.sleep) -> di
     if record["outcome"] == vd.WATCH:  # ended by the time limit before a judged look
         record["outcome"] = vd.INCONCLUSIVE
     record["deciding"] = verdict.deciding
+    if record["outcome"] == AA_AGREES:
+        record["deciding"] = (f"no rule decided at any of {len(looks)} looks (each "
+                              "guardrail's interval within its margin, or still open)")
     record["decided_at_s"] = looks[-1]["t_s"] if looks else 0.0
     record["rules_final"] = [s.record() for s in verdict.rules]
     lag = [s.lag1 for s in verdict.rules if s.lag1 is not None and s.looks >= 20

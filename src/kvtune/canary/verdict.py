@@ -240,23 +240,25 @@ def false_alarm(verdicts: Sequence[Verdict]) -> bool:
 
 
 def rules_for(guardrails: Sequence[str], goal: str | None, metrics: Sequence[str],
-              latency: bool) -> list[Rule]:
+              latency: bool, where: tuple[str, str] = ("--goal", "--guardrail")
+              ) -> list[Rule]:
     """The session's rules: the goal (if any) and the guardrails (the defaults when none is
-    given, with the latency one for kinds with latency figures)."""
+    given, with the latency one for kinds with latency figures); `where` names the goal's
+    and the guardrails' source in messages."""
     texts = list(guardrails) or [*DEFAULT_GUARDRAILS, *([LATENCY_GUARDRAIL] if latency
                                                         else [])]
     # the defaults name metrics every kind has; the latency one only where it has latency
     texts = [t for t in texts if guardrails or t.split()[0] in metrics]
-    out = [parse_rule(goal, "--goal", metrics, goal=True)] if goal else []
+    out = [parse_rule(goal, where[0], metrics, goal=True)] if goal else []
     given = bool(guardrails)
     for t in texts:
-        r = parse_rule(t, "--guardrail", metrics, goal=False)
+        r = parse_rule(t, where[1], metrics, goal=False)
         if given or not out or r.metric != out[0].metric:  # a default yields to the goal
             out.append(r)
     names = [r.metric.name for r in out]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise UserError(f"--goal/--guardrail: {', '.join(twice)} named twice; one rule a "
+        raise UserError(f"{where[0]}/{where[1]}: {', '.join(twice)} named twice; one rule a "
                         "metric")
     return out
 
