@@ -315,3 +315,23 @@ def test_the_studys_canary_rules_are_checked_naming_the_study(in_tmp: Path) -> N
     assert r.returncode == 2, r.stdout + r.stderr
     assert "mem: canary.guardrails 'p99 not worse than 5': the margin of p99 is a " \
         "percentage" in r.stderr, r.stderr
+
+
+@pytest.mark.integration
+def test_a_verified_memcached_canary_is_watched_until_the_time_limit(
+        memcached_bin: str, in_tmp: Path) -> None:
+    """`kvtune verify` passes on a memcached canary started with the recommended flags (its
+    command line), the session watches, and without traffic nothing can be decided:
+    inconclusive at the time limit (exit 1), each look saying it keeps watching."""
+    url = make_study(in_tmp, "mc", "memcached", {"memcached.threads": 4},
+                     {"memcached.threads": 2}, confirmed=True, cpus=None)
+    with running("memcached", ["-t", "2"], binary=memcached_bin) as c, \
+            running("memcached", ["-t", "4"], binary=memcached_bin) as b:
+        r = cli("canary", "--kind", "memcached", "--canary", str(c.port), "--control",
+                str(b.port), "--study", "mc", "--storage", url, "--interval", "0.3s",
+                "--max-time", "2s", "--warmup", "0", cwd=in_tmp)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "ok      memcached -t: recommended 2" in r.stdout, r.stdout
+    looks = [ln for ln in r.stdout.splitlines() if ln.startswith("look ")]
+    assert looks and all("keep watching" in ln for ln in looks[:-1]), r.stdout
+    assert "inconclusive" in looks[-1] and "\ninconclusive: " in r.stdout, r.stdout
