@@ -335,3 +335,31 @@ def test_a_verified_memcached_canary_is_watched_until_the_time_limit(
     looks = [ln for ln in r.stdout.splitlines() if ln.startswith("look ")]
     assert looks and all("keep watching" in ln for ln in looks[:-1]), r.stdout
     assert "inconclusive" in looks[-1] and "\ninconclusive: " in r.stdout, r.stdout
+
+
+@pytest.mark.integration
+def test_a_server_that_dies_mid_session_ends_it_in_one_line(redis_bin: str,
+                                                            in_tmp: Path) -> None:
+    import threading
+
+    with running("redis", [], binary=redis_bin) as c, \
+            running("redis", [], binary=redis_bin) as b:
+        timer = threading.Timer(1.0, c.proc.kill)
+        timer.start()
+        try:
+            r = cli("canary", "--kind", "redis", "--canary", str(c.port), "--control",
+                    str(b.port), "--interval", "0.2s", "--max-time", "10s", cwd=in_tmp)
+        finally:
+            timer.cancel()
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "stopped answering" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) <= 2, r.stderr
+
+
+def test_a_port_with_no_server_is_refused(in_tmp: Path) -> None:
+    from kvtune.targets.base import free_port
+
+    a, b = free_port(), free_port()
+    r = cli("canary", "--kind", "memcached", "--canary", str(a), "--control", str(b),
+            "--interval", "0.2s", "--max-time", "1s", cwd=in_tmp)
+    assert r.returncode == 2 and "cannot connect" in r.stderr, r.stdout + r.stderr

@@ -160,7 +160,10 @@ def run(plan: Plan, say: Say, sleep: Callable[[float], None] = time.sleep) -> di
             "paired differences, Bonferroni over the rules"),
         "verified": plan.verified, "looks": looks, "dropped": []}
     start = time.monotonic()
-    prev, _ = _pair_figures(reader, plan, [])
+    try:
+        prev, _ = _pair_figures(reader, plan, [])
+    except ConnectionError as e:
+        raise UserError(f"{e}: not a {plan.kind} server answering its stats") from None
     deadline = start
     verdict = vd.judge(diffs, plan.rules, plan.alpha, plan.t_opt, plan.min_looks)
     n = 0
@@ -170,6 +173,9 @@ def run(plan: Plan, say: Say, sleep: Callable[[float], None] = time.sleep) -> di
             sleep(max(deadline - time.monotonic(), 0.0))
             try:
                 now, figs = _pair_figures(reader, plan, prev)
+            except ConnectionError as e:
+                raise HarnessError(f"{e}: the server stopped answering its stats; the session "
+                                   "ends undecided and changed nothing") from None
             except watch.Reset as e:
                 prev, _ = _pair_figures(reader, plan, [])
                 record["dropped"].append(f"{present.duration(time.monotonic() - start)}: {e}")
