@@ -29,6 +29,9 @@ from support.screens import (
     words,
 )
 
+# kvtune as a process (colours forced through the environment), on stored and fresh studies
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 CASES = sorted((REPO / "examples" / "case-studies").glob("*.yaml")) + sorted(
     (REPO / "examples" / "case-studies").glob("*/*.yaml"))

@@ -16,7 +16,9 @@ from kvtune.safety.binary import untrusted
 
 REPO = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+# kvtune as a process of its own, with untrusted programs first on PATH.
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")]
 
 
 def _fake_server(d: Path, marker: Path) -> Path:

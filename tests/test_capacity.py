@@ -335,6 +335,7 @@ def test_an_slo_below_the_hosts_floor_is_refused_with_its_figures(
     assert "search 1" not in r.stdout
 
 
+@pytest.mark.e2e  # a whole capacity study on a real server
 def test_a_capacity_study_confirms_and_reports_the_curve(tmp_path: Path, memcached_bin: str,
                                                          kvload_bin: str, host_slo: str) -> None:
     """A whole (tiny) capacity study: the verdict names the capacities and the SLO, and the

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.servers import start_redis
 
 from kvtune.host.cgroup import ServerCgroup
 from kvtune.host.journal import Journal
@@ -27,7 +28,6 @@ from kvtune.knobs.knob import Knob
 from kvtune.knobs.rules import RULES
 from kvtune.spec import TargetSpec, parse_cpus
 from kvtune.targets import host_context
-from kvtune.targets.base import free_port
 
 # Why a host knob may be missing here; anything else is a catalog bug.
 REASONS = ("debugfs is not mounted", "absent on kernel", "does not exist", "is read-only",
@@ -175,19 +175,6 @@ def test_placement_choices_come_from_this_host() -> None:
 # -- application knobs against the real servers ---------------------------------------------
 
 
-def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited: {proc.stderr.read() if proc.stderr else ''!r}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.02)
-    raise AssertionError("server did not listen")
-
-
 @contextlib.contextmanager
 def running_memcached(binary: str, words: list[str]) -> Iterator[MemcachedTarget]:
     """memcached with these extra words on a free loopback port, through kvtune's target
@@ -282,21 +269,6 @@ def redis_call(port: int, *args: str) -> str:
         return s.recv(65536).decode(errors="replace")
 
 
-def start_redis(binary: str, extra: list[str], cwd: Path) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--daemonize", "no", "--logfile", "",
-                             "--dir", str(cwd), *extra], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, cwd=cwd)
-    try:
-        _wait_port(port, proc)
-    except AssertionError:
-        proc.kill()
-        proc.wait()
-        raise
-    return proc, port
-
-
 @pytest.mark.parametrize("kind", ["redis", "valkey"])
 def test_every_directive_and_its_live_flag(kind: str, tmp_path: Path,
                                           request: pytest.FixtureRequest) -> None:
@@ -384,6 +356,7 @@ def test_rules_pass_valid_combinations_and_can_be_relaxed() -> None:
     assert check_rules(off, c, relax=["cfs-wakeup-preemption"]) is None
 
 
+@pytest.mark.integration  # starts redis-server to check a preset
 def test_presets() -> None:
     app = catalog.preset_names("memcached-app", ctx())
     assert app == ["memcached.memory_mb", "memcached.max_connections", "memcached.growth_factor",

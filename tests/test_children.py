@@ -15,7 +15,9 @@ from kvtune.host import debugfs
 from kvtune.host import sched as hsched
 from kvtune.safety import programs
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the trust check needs root files")
+# The children kvtune starts (probes, shims), started and audited.
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(os.geteuid() != 0, reason="the trust check needs root files")]
 
 PLANTED = ("json", "argparse", "runpy", "ctypes", "platform")
 

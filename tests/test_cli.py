@@ -48,6 +48,7 @@ def test_exit_codes_are_distinct() -> None:
     assert kvtune("run", "/nonexistent.yaml").returncode == 2
 
 
+@pytest.mark.integration  # export asks tuned-adm which profile the host runs
 def test_export_with_nothing_in_the_formats_asked(in_tmp: Path) -> None:
     # Only memcached knobs change: no sysctl; the message names what has content.
     rec = {**MC_BASE, "memcached.threads": 2}

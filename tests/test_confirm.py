@@ -186,6 +186,7 @@ seed: 4
 """
 
 
+@pytest.mark.e2e  # a whole study on a real server
 @pytest.mark.parametrize("sampler", ["tpe", "nsga2"])
 def test_a_two_objective_study_confirms_and_reports_a_front(tmp_path: Path,
                                                             sampler: str) -> None:

@@ -52,6 +52,10 @@ from kvtune.store import Store
 from kvtune.targets import host_context
 from kvtune.targets.base import free_port
 
+# Each export is checked by its real consumer (sysctl, TuneD, systemd-analyze, memcached,
+# redis-server), and export itself asks tuned-adm which profile the host runs.
+pytestmark = pytest.mark.integration
+
 # -- what is exported --------------------------------------------------------------------
 
 

@@ -32,6 +32,10 @@ from kvtune.fleet.claims import (
 from kvtune.host.facts import collect
 from kvtune.host.fingerprint import differences, fingerprint, key
 
+# Workers of a fleet sharing one study on PostgreSQL: the e2e tier.
+pytestmark = pytest.mark.e2e
+
+
 REPO = Path(__file__).resolve().parents[1]
 WORKER = REPO / "bench" / "fleet" / "worker.py"
 TrialState = optuna.trial.TrialState

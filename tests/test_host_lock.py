@@ -15,6 +15,9 @@ from kvtune.errors import UserError
 from kvtune.host.journal import Journal, restore_from_file
 from kvtune.host.lock import HostLock, holder
 
+# kvtune processes holding and waiting for the host lock
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:

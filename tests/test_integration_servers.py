@@ -35,6 +35,7 @@ def quota_text(cg: Path) -> str:
     return v1.read_text().strip() if v1.exists() else (cg / "cpu.max").read_text().strip()
 
 
+@pytest.mark.e2e  # a whole study on a real server
 def test_memcached_study_end_to_end(in_tmp: Path, kvload_bin: str, memcached_bin: str) -> None:
     spec = study_file(in_tmp, "mc", knobs="  - {name: memcached.threads, range: [1, 4]}\n"
                                           "  - memcached.reqs_per_event\n")
@@ -69,6 +70,7 @@ def test_memcached_study_end_to_end(in_tmp: Path, kvload_bin: str, memcached_bin
     assert len(show(spec, in_tmp)["trials"]) == len(data["trials"])
 
 
+@pytest.mark.e2e  # a whole study on a real server
 def test_redis_study_end_to_end(in_tmp: Path, kvload_bin: str, redis_bin: str) -> None:
     spec = study_file(in_tmp, "rd", kind="redis",
                       knobs="  - redis.hz\n  - {name: redis.io_threads, range: [1, 2]}\n")
@@ -88,6 +90,7 @@ def test_redis_study_end_to_end(in_tmp: Path, kvload_bin: str, redis_bin: str) -
     assert {rep["params"]["redis.hz"] for rep in reps} != {10}  # the search moved off it
 
 
+@pytest.mark.e2e  # a whole study on a real server
 @pytest.mark.skipif(os.geteuid() != 0, reason="host knobs need root")
 def test_host_and_cgroup_knobs_are_applied_and_restored(in_tmp: Path, kvload_bin: str,
                                                         memcached_bin: str) -> None:

@@ -10,15 +10,16 @@ import json
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.servers import running
 
 from kvtune import load
 from kvtune.errors import UserError
 from kvtune.kinds.redis.load import parse_csv
 from kvtune.spec import LoadSpec
-from kvtune.targets.base import free_port
 
 
 def redis_info(port: int, section: str = "stats") -> dict[str, str]:
@@ -43,30 +44,15 @@ def mc_stats(port: int) -> dict[str, str]:
 
 
 @pytest.fixture
-def redis_port(redis_bin: str, tmp_path: Path):  # type: ignore[no-untyped-def]
-    port = free_port()
-    proc = subprocess.Popen([redis_bin, "--port", str(port), "--bind", "127.0.0.1", "--save",
-                             "", "--appendonly", "no", "--dir", str(tmp_path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    from support.servers import wait_port
-
-    wait_port(port, proc)
-    yield port
-    proc.terminate()
-    proc.wait(10)
+def redis_port(redis_bin: str, tmp_path: Path) -> Iterator[int]:
+    with running("redis", cwd=tmp_path, binary=redis_bin) as server:
+        yield server.port
 
 
 @pytest.fixture
-def memcached_port(memcached_bin: str):  # type: ignore[no-untyped-def]
-    port = free_port()
-    proc = subprocess.Popen([memcached_bin, "-p", str(port), "-l", "127.0.0.1", "-U", "0",
-                             "-u", "memcache"], stderr=subprocess.PIPE)
-    from support.servers import wait_port
-
-    wait_port(port, proc)
-    yield port
-    proc.terminate()
-    proc.wait(10)
+def memcached_port(memcached_bin: str) -> Iterator[int]:
+    with running("memcached", binary=memcached_bin) as server:
+        yield server.port
 
 
 @pytest.mark.parametrize("tool", ["redis-benchmark", "memaslap"])

@@ -20,9 +20,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PY = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.integration,  # kvtune as another user (setpriv)
+              pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists(PY),
-    reason="needs root, setpriv and the system Python of the venv's version")
+    reason="needs root, setpriv and the system Python of the venv's version")]
 
 
 @pytest.fixture

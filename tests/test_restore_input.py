@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+# kvtune restore as a process, against a journal naming a live process
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = sorted((REPO / "tests" / "bad-inputs" / "journals").glob("*.json"))
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from support.cli import cli
 
 from kvtune.study.loader import load_study as load
 from kvtune.study.run import StudyRun
@@ -85,6 +86,7 @@ def test_no_significant_improvement_is_reported_honestly(in_tmp: Path) -> None:
     assert "no" in result["verdict"]
 
 
+@pytest.mark.integration  # the study is a process of its own, killed with SIGKILL mid-trial
 def test_resume_after_sigkill_keeps_finished_trials(in_tmp: Path) -> None:
     spec = write(in_tmp, name="r", trials=30, noise=0.05)
     code = f"""
@@ -130,18 +132,14 @@ StudyRun(load(Path({str(spec)!r})), base_dir=Path({str(in_tmp)!r})).run()
 
 def test_cli_show_json(in_tmp: Path) -> None:
     spec = write(in_tmp, name="c", trials=4)
-    env_py = sys.executable
-    r = subprocess.run([env_py, "-m", "kvtune", "tune", str(spec), "--no-confirm"],
-                       cwd=in_tmp, capture_output=True, text=True)
+    r = cli("tune", str(spec), "--no-confirm", cwd=in_tmp)
     assert r.returncode == 0, r.stderr
-    r = subprocess.run([env_py, "-m", "kvtune", "show", str(spec), "--json"], cwd=in_tmp,
-                       capture_output=True, text=True)
+    r = cli("show", str(spec), "--json", cwd=in_tmp)
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert data["baseline"]["kind"] == "baseline"
     assert len(data["trials"]) == 5
-    r = subprocess.run([env_py, "-m", "kvtune", "show", "nosuch"], cwd=in_tmp,
-                       capture_output=True, text=True)
+    r = cli("show", "nosuch", cwd=in_tmp)
     assert r.returncode == 2 and "no results for study 'nosuch'" in r.stderr
 
 
@@ -163,12 +161,10 @@ def test_sweep_measures_each_value_with_repetitions(in_tmp: Path) -> None:
 
 def test_bad_set_value_is_a_user_error(in_tmp: Path) -> None:
     spec = write(in_tmp, name="bs")
-    r = subprocess.run([sys.executable, "-m", "kvtune", "run", str(spec), "--set",
-                        "synthetic.threads=99"], cwd=in_tmp, capture_output=True, text=True)
+    r = cli("run", str(spec), "--set", "synthetic.threads=99", cwd=in_tmp)
     assert r.returncode == 2
     assert "--set synthetic.threads=99: '99' is outside [1, 16]" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "kvtune", "sweep", str(spec), "--knob",
-                        "synthetic.nope"], cwd=in_tmp, capture_output=True, text=True)
+    r = cli("sweep", str(spec), "--knob", "synthetic.nope", cwd=in_tmp)
     assert r.returncode == 2 and "unknown knob 'synthetic.nope'" in r.stderr
 
 
@@ -176,8 +172,7 @@ def test_missing_kvload_is_a_harness_error(in_tmp: Path) -> None:
     p = in_tmp / "m.yaml"
     p.write_text("study: m\ntarget: {kind: memcached}\nload: {rate: 100}\n")
     env = dict(os.environ, KVLOAD=str(in_tmp / "no-such-kvload"))
-    r = subprocess.run([sys.executable, "-m", "kvtune", "tune", str(p)], cwd=in_tmp,
-                       capture_output=True, text=True, env=env)
+    r = cli("tune", str(p), cwd=in_tmp, env=env)
     assert r.returncode == 3  # a harness fault
     assert "no-such-kvload is not an executable kvload binary" in r.stderr
 
@@ -305,8 +300,7 @@ def test_a_confirmation_that_can_never_pass_is_refused(in_tmp: Path) -> None:
     assert "0.0571" in text and "confirm_rounds >= 5" in text
     assert not (in_tmp / "results" / "cp.db").exists() or not StudyRun(
         load(p), base_dir=in_tmp).store.repetitions("cp")
-    r = subprocess.run([sys.executable, "-m", "kvtune", "tune", str(p)], cwd=in_tmp,
-                       capture_output=True, text=True)
+    r = cli("tune", str(p), cwd=in_tmp)
     assert r.returncode == 2 and "can never show a significant improvement" in r.stderr
 
 

@@ -11,6 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from support.cli import kvtune, show
 from support.servers import served, wait_port
 from support.studies import make_study, study_file
@@ -42,6 +43,7 @@ def valkey_get(port: int, directive: str) -> str:
     return parts[4] if len(parts) > 4 else ""
 
 
+@pytest.mark.e2e  # a whole study on a real server
 def test_valkey_study_end_to_end(in_tmp: Path, kvload_bin: str, valkey_bin: str) -> None:
     """`kvtune tune` on a valkey target: every repetition's knob values reach
     valkey-server's argv, its INFO is digested under `valkey_` with Valkey's own version

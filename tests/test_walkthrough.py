@@ -30,9 +30,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from support.screens import Page, agreement, colour_of, plain, term_lines, term_table, word
 
 from kvtune.cpulist import parse_cpus
+
+# The README's walk-through, one whole study on a real server: the e2e tier.
+pytestmark = pytest.mark.e2e
+
 
 STUDY = """\
 # The README's "Tune for your own traffic", kept short for a test.
