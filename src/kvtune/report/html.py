@@ -180,7 +180,7 @@ def _pareto(conf: dict[str, Any]) -> str:
     rows_html = "".join(f"<li>{_e(c.get('text', ''))}</li>" for c in conf["candidates"])
     return ("<h2 id=pareto>The confirmed front</h2><p class=note>"
             f"{_e(conf.get('verdict', ''))}. Changes and 95% CIs from "
-            f"{conf.get('rounds')} interleaved rounds.</p>" + _plot(fig, "plot-pareto")
+            f"{_e(conf.get('rounds'))} interleaved rounds.</p>" + _plot(fig, "plot-pareto")
             + f"<ul>{rows_html}</ul>")
 
 
