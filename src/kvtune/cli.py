@@ -718,6 +718,11 @@ def canary(
         out.print(f"wrote {escape(report_out)}")
     outcome = record["outcome"]
     out.print(f"{outcome}: {record['deciding']}", highlight=False, markup=False)
+    if outcome == "roll back" and "rollback" not in record:
+        how = (f"apply {plan.rollback.rollback_file}" if plan.rollback is not None else
+               "apply the export's rollback file (under rollback/ in its directory)")
+        out.print(f"not rolled back by kvtune (no --rollback-on-breach): {how} to the "
+                  "canary", highlight=False, markup=False)
     if outcome not in ("promote", session.AA_AGREES):
         raise typer.Exit(1)
 

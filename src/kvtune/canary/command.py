@@ -91,14 +91,13 @@ def plan_from(o: Options) -> ses.Plan:
                         "export` wrote): kvtune rolls back with the export's own rollback "
                         "file, never a hand-made command")
     if o.export_dir is not None:
-        rb = ses.rollback_from_export(o.export_dir, o.kind, reader)
-        rollback = rb if o.rollback_on_breach else None
+        rollback = ses.rollback_from_export(o.export_dir, o.kind, reader)
     for p, what in ((o.json_out, "--json"), (o.report, "--report")):
         if p is not None and not p.parent.is_dir():
             raise UserError(f"{what} {p}: {p.parent} is not a directory")
     return ses.Plan(o.kind, canaries, controls, rules, interval_s=interval,
                     max_time_s=max_time, warmup_looks=o.warmup, alpha=o.alpha,
-                    aa=o.aa, rollback=rollback)
+                    aa=o.aa, rollback=rollback, rollback_on_breach=o.rollback_on_breach)
 
 
 def recommendation(study_url: tuple[str, str]) -> Recommendation:

@@ -87,7 +87,8 @@ class Plan:
     alpha: float = 0.05
     min_looks: int = 5
     aa: bool = False
-    rollback: Rollback | None = None  # with --rollback-on-breach
+    rollback: Rollback | None = None  # the export's (--export)
+    rollback_on_breach: bool = False  # apply it on "roll back"
     verified: list[str] = field(default_factory=list)  # the verify lines, for the record
 
     @property
@@ -231,7 +232,8 @@ def run(plan: Plan, say: Say, sleep: Callable[[float], None] = time.sleep) -> di
                              "the intervals assume independent intervals and cover less; "
                              "use a longer --interval")
         say(f"warning: {record['warning']}")
-    if record["outcome"] == vd.ROLL_BACK and plan.rollback is not None and not plan.aa:
+    if record["outcome"] == vd.ROLL_BACK and plan.rollback is not None \
+            and plan.rollback_on_breach and not plan.aa:
         record["rollback"] = apply_rollback(plan, reader, say)
     return record
 
