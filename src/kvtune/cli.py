@@ -642,10 +642,10 @@ def verify(
 def canary(
     kind: Annotated[str, typer.Option("--kind", help=f"the servers' kind: {_KINDS}")],
     canary_: Annotated[list[str], typer.Option(
-        "--canary", help="a canary server running the change, HOST:PORT on this host "
+        "--canary", metavar="HOST:PORT", help="a canary server running the change, HOST:PORT on this host "
                          "(repeatable; paired with the --control in the same place)")],
     control: Annotated[list[str], typer.Option(
-        "--control", help="a control server on the current configuration, HOST:PORT "
+        "--control", metavar="HOST:PORT", help="a control server on the current configuration, HOST:PORT "
                           "(repeatable)")],
     goal: Annotated[str | None, typer.Option(
         help="the change's goal, e.g. 'cpu_per_request better' (promote needs it met)")]

@@ -13,6 +13,7 @@ from typing import Any
 from kvtune import present
 from kvtune.canary import verdict as vd
 from kvtune.canary import watch
+from kvtune.canary.session import seconds
 
 W, H, PAD = 640, 180, 40
 
@@ -85,8 +86,8 @@ def page(record: dict[str, Any]) -> str:
              "td,th{padding:2px 8px;text-align:left}</style></head><body>",
              f"<h1>{e(title)}</h1>",
              f"<p><b>{e(str(record.get('outcome')))}</b>: {e(str(record.get('deciding')))} "
-             f"(after {e(present.duration(record.get('decided_at_s')))}, "
-             f"{len(looks)} judged looks of {e(present.duration(record.get('interval_s')))})"
+             f"(after {e(seconds(record.get('decided_at_s')))}, "
+             f"{len(looks)} judged looks of {e(seconds(record.get('interval_s')))})"
              "</p>",
              f"<p>Canary {e(', '.join(record.get('canaries') or []))} against control "
              f"{e(', '.join(record.get('controls') or []))}. Method: "

@@ -126,9 +126,16 @@ def look_line(n: int, elapsed: float, verdict: vd.Verdict, aa: bool,
     if verdict.outcome == vd.WATCH:
         k = verdict.looks_to_decide
         eta = (f" (a decision foreseen in about {k} more looks, "
-               f"{present.duration(k * interval_s)})" if k
+               f"{seconds(k * interval_s)})" if k
                else " (no decision foreseen at the present estimates)")
-    return f"look {n} at {present.duration(elapsed)}: {outcome}{eta}: {verdict.deciding}"
+    return f"look {n} at {seconds(elapsed)}: {outcome}{eta}: {verdict.deciding}"
+
+
+def seconds(x: float | None) -> str:
+    """A session's time for people: "2.5 s" below a minute, present.duration above."""
+    if x is None or x >= 60:
+        return present.duration(x)
+    return f"{present.number(round(x, 1))} s"
 
 
 AA_DIFFERS, AA_AGREES = "A/A: the pair differs", "A/A: the pair agrees"
@@ -179,7 +186,7 @@ def run(plan: Plan, say: Say, sleep: Callable[[float], None] = time.sleep) -> di
                                    "ends undecided and changed nothing") from None
             except watch.Reset as e:
                 prev, _ = _pair_figures(reader, plan, [])
-                record["dropped"].append(f"{present.duration(time.monotonic() - start)}: {e}")
+                record["dropped"].append(f"{seconds(time.monotonic() - start)}: {e}")
                 say(f"interval dropped: {e} (a server restarted or its stats were reset)")
                 continue
             prev = now
@@ -187,7 +194,7 @@ def run(plan: Plan, say: Say, sleep: Callable[[float], None] = time.sleep) -> di
             elapsed = time.monotonic() - start
             final = elapsed + plan.interval_s > plan.max_time_s
             if n <= plan.warmup_looks:
-                say(f"look {n} at {present.duration(elapsed)}: warm-up, not counted")
+                say(f"look {n} at {seconds(elapsed)}: warm-up, not counted")
                 if not final:
                     continue
             else:

@@ -98,7 +98,9 @@ def change_text(metric: Metric, x: float | None) -> str:
         return present.pct(None) if metric.scale == "log" else "-"
     if metric.scale == "log":
         return present.pct(math.expm1(x))
-    return present.number(x).replace("-", present.MINUS) if x < 0 else "+" + present.number(x)
+    unit = "" if metric.unit == "fraction" else f" {metric.unit}"
+    return (present.number(x).replace("-", present.MINUS) if x < 0
+            else "+" + present.number(x)) + unit
 
 
 @dataclass(frozen=True)
