@@ -127,13 +127,21 @@ def test_a_helpful_change_is_promoted(kind: str, kvload_bin: str, in_tmp: Path) 
 @pytest.mark.parametrize("kind", ["memcached", "redis", "valkey"])
 def test_an_a_a_pair_agrees(kind: str, kvload_bin: str, in_tmp: Path) -> None:
     """The same configuration on both sides, the same traffic: no rule decided at any look
-    over 4 s (alpha 0.01 here, so that the test itself fails in at most 1% of runs)."""
+    over 4 s (alpha 0.01 here, so that the test itself fails in at most 1% of runs).
+    memcached, without latency figures of its own, is probed (kvload at 200 requests/s on
+    keys of its own): its p99 per look on both sides, and its share of the requests said."""
+    probe = ["--probe-rate", "200"] if kind == "memcached" else []
     with ExitStack() as stack:
         c, b = _pair(stack, kind, BIG[kind], BIG[kind])
         with replayed(kvload_bin, kind, [c, b], seconds=7):
-            r, rec = _canary(kind, c, b, in_tmp, "--aa", "--max-time", "4s")
+            r, rec = _canary(kind, c, b, in_tmp, "--aa", "--max-time", "4s", *probe)
     assert rec["outcome"] == "A/A: the pair agrees" and r.returncode == 0, r.stdout
     assert len(rec["looks"]) >= 5
+    if probe:
+        assert all(lk[side]["probe_p99"] > 0 for lk in rec["looks"]
+                   for side in ("canary", "control")), rec["looks"]
+        assert "probe_p99 not worse than +10%" in rec["rules"]
+        assert 0 < rec["probe_share"] < 0.2 and "the probe sent 200 requests/s" in r.stdout
     names = set(rec["looks"][-1]["canary"])
     assert {"cpu_per_request", "hit_ratio", "evictions", "errors", "refused"} <= names
     if kind != "memcached":  # the server's own latency figures
@@ -283,6 +291,7 @@ def test_a_session_killed_while_watching_leaves_nothing_to_restore(
     (["--canary", "11211", "--control", "11212", "--rollback-on-breach"], "needs --export"),
     (["--canary", "11211", "--control", "11212", "--export", "nowhere"], "not a directory"),
     (["--canary", "11211", "--control", "11212", "--alpha", "2"], "--alpha"),
+    (["--canary", "11211", "--control", "11212", "--probe-rate", "0"], "--probe-rate"),
     (["--canary", "11211", "--control", "11212", "--aa", "--study", "x"], "--study with --aa"),
 ])
 def test_bad_input_is_one_line_and_exit_2_before_anything(in_tmp: Path, args: list[str],

@@ -642,11 +642,12 @@ def verify(
 def canary(
     kind: Annotated[str, typer.Option("--kind", help=f"the servers' kind: {_KINDS}")],
     canary_: Annotated[list[str], typer.Option(
-        "--canary", metavar="HOST:PORT", help="a canary server running the change, HOST:PORT on this host "
-                         "(repeatable; paired with the --control in the same place)")],
+        "--canary", metavar="HOST:PORT",
+        help="a canary server running the change, HOST:PORT on this host (repeatable; "
+             "paired with the --control in the same place)")],
     control: Annotated[list[str], typer.Option(
-        "--control", metavar="HOST:PORT", help="a control server on the current configuration, HOST:PORT "
-                          "(repeatable)")],
+        "--control", metavar="HOST:PORT",
+        help="a control server on the current configuration, HOST:PORT (repeatable)")],
     goal: Annotated[str | None, typer.Option(
         help="the change's goal, e.g. 'cpu_per_request better' (promote needs it met)")]
     = None,
@@ -673,6 +674,10 @@ def canary(
     rollback_on_breach: Annotated[bool, flag(
         "--rollback-on-breach", help="on 'roll back', apply the export's rollback file to "
                                      "the canary (journalled) and read it back")] = False,
+    probe_rate: Annotated[float | None, typer.Option(
+        "--probe-rate", help="also probe each server with kvload at this many requests/s "
+                             "on keys of its own: the probe's p99 (probe_p99), for servers "
+                             "without latency figures of their own")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the session's "
                                                   "record (JSON)")] = None,
     report_out: Annotated[Path | None, typer.Option("--report", help="write the session's "
@@ -692,8 +697,8 @@ def canary(
     rec = cc.recommendation(_storage_for(study, storage)) if study is not None else None
     o = cc.Options(kind, list(canary_), list(control), goal, list(guardrail or []), interval,
                    max_time, warmup, alpha, aa, study, storage, export_dir,
-                   rollback_on_breach, json_out, report_out,
-                   cc.study_rules(rec) if rec is not None else None)
+                   rollback_on_breach, json_out, report_out, probe_rate=probe_rate,
+                   study_rules=cc.study_rules(rec) if rec is not None else None)
     plan = cc.plan_from(o)
     if study is not None and rec is not None:
         ok, lines = cc.verify_canaries(plan, study, rec)

@@ -39,6 +39,7 @@ class Options:
     rollback_on_breach: bool
     json_out: Path | None
     report: Path | None
+    probe_rate: float | None = None
     # the study's own rules (its `canary:` section), used when the command line gives none
     study_rules: tuple[str | None, list[str]] | None = None
 
@@ -76,12 +77,16 @@ def plan_from(o: Options) -> ses.Plan:
         raise UserError(f"--alpha {o.alpha}: a level between 0 and 0.5")
     if not 0 <= o.warmup <= 1000:
         raise UserError(f"--warmup {o.warmup}: looks to discard, 0 to 1000")
+    if o.probe_rate is not None and not 1 <= o.probe_rate <= 10000:
+        raise UserError(f"--probe-rate {o.probe_rate:g}: requests/s per server, 1 to 10000 "
+                        "(a probe is a small share of the traffic)")
+    metrics = watch.metrics_for(reader, probe=o.probe_rate is not None)
     if o.study_rules is not None and o.goal is None and not o.guardrails:
         goal, guards = o.study_rules
-        rules = vd.rules_for(guards, goal, watch.metrics_for(reader), reader.latency,
+        rules = vd.rules_for(guards, goal, metrics, reader.latency,
                              (f"{o.study}: canary.goal", f"{o.study}: canary.guardrails"))
     else:
-        rules = vd.rules_for(o.guardrails, o.goal, watch.metrics_for(reader), reader.latency)
+        rules = vd.rules_for(o.guardrails, o.goal, metrics, reader.latency)
     rollback = None
     if o.rollback_on_breach and o.aa:
         raise UserError("--rollback-on-breach with --aa: an A/A session changes nothing to "
@@ -97,7 +102,8 @@ def plan_from(o: Options) -> ses.Plan:
             raise UserError(f"{what} {p}: {p.parent} is not a directory")
     return ses.Plan(o.kind, canaries, controls, rules, interval_s=interval,
                     max_time_s=max_time, warmup_looks=o.warmup, alpha=o.alpha,
-                    aa=o.aa, rollback=rollback, rollback_on_breach=o.rollback_on_breach)
+                    aa=o.aa, rollback=rollback, rollback_on_breach=o.rollback_on_breach,
+                    probe_rate=o.probe_rate)
 
 
 def recommendation(study_url: tuple[str, str]) -> Recommendation:

@@ -90,6 +90,7 @@ class Plan:
     rollback: Rollback | None = None  # the export's (--export)
     rollback_on_breach: bool = False  # apply it on "roll back"
     verified: list[str] = field(default_factory=list)  # the verify lines, for the record
+    probe_rate: float | None = None  # requests/s of the probe against each server (probe.py)
 
     @property
     def planned_looks(self) -> int:
@@ -156,7 +157,13 @@ def run(plan: Plan, say: Say, sleep: Callable[[float], None] = time.sleep) -> di
     figures, differences and verdict). Rolls back on a breach when the plan has a
     rollback."""
     reader = watch.reader_of(plan.kind)
-    names = watch.metrics_for(reader)
+    names = watch.metrics_for(reader, probe=plan.probe_rate is not None)
+    servers = [s for pair in zip(plan.canaries, plan.controls, strict=True) for s in pair]
+    probe = None
+    if plan.probe_rate is not None:
+        from kvtune.canary.probe import Probe
+
+        probe = Probe(plan.kind, plan.probe_rate, plan.interval_s)
     diffs: dict[str, list[float]] = {n: [] for n in names}
     looks: list[dict[str, Any]] = []
     record: dict[str, Any] = {
@@ -166,7 +173,8 @@ def run(plan: Plan, say: Say, sleep: Callable[[float], None] = time.sleep) -> di
         "rules": [r.text for r in plan.rules], "method": (
             "asymptotic confidence sequence (Waudby-Smith et al. 2021) on the per-interval "
             "paired differences, Bonferroni over the rules"),
-        "verified": plan.verified, "looks": looks, "dropped": []}
+        "verified": plan.verified, "looks": looks, "dropped": [],
+        "probe_rate": plan.probe_rate}
     start = time.monotonic()
     try:
         prev, _ = _pair_figures(reader, plan, [])
@@ -176,11 +184,18 @@ def run(plan: Plan, say: Say, sleep: Callable[[float], None] = time.sleep) -> di
     verdict = vd.judge(diffs, plan.rules, plan.alpha, plan.t_opt, plan.min_looks)
     n = 0
     try:
+        if probe is not None:
+            probe.start(servers, 0)
         while True:
             deadline += plan.interval_s
             sleep(max(deadline - time.monotonic(), 0.0))
             try:
+                p99s = probe.collect() if probe is not None else []
                 now, figs = _pair_figures(reader, plan, prev)
+                if probe is not None:
+                    probe.start(servers, n + 1)
+                    for f, v in zip(figs, p99s, strict=False):
+                        f["probe_p99"] = v
             except ConnectionError as e:
                 raise HarnessError(f"{e}: the server stopped answering its stats; the session "
                                    "ends undecided and changed nothing") from None
@@ -222,6 +237,8 @@ def run(plan: Plan, say: Say, sleep: Callable[[float], None] = time.sleep) -> di
             if words in (vd.PROMOTE, vd.ROLL_BACK, AA_DIFFERS) or final:
                 break
     finally:
+        if probe is not None:
+            probe.stop()
         watch.close_all(plan.canaries + plan.controls)
     record["outcome"] = (aa_outcome(verdict) if plan.aa else verdict.outcome)
     if record["outcome"] == vd.WATCH:  # ended by the time limit before a judged look
@@ -232,6 +249,13 @@ def run(plan: Plan, say: Say, sleep: Callable[[float], None] = time.sleep) -> di
                               "guardrail's interval within its margin, or still open)")
     record["decided_at_s"] = looks[-1]["t_s"] if looks else 0.0
     record["rules_final"] = [s.record() for s in verdict.rules]
+    if plan.probe_rate is not None and looks:
+        rates = [lk["requests_per_s"][side] for lk in looks for side in ("canary", "control")
+                 if lk["requests_per_s"][side]]
+        share = plan.probe_rate / float(np.mean(rates)) if rates else None
+        record["probe_share"] = share
+        say(f"the probe sent {present.number(plan.probe_rate)} requests/s to each server: "
+            f"{present.share(share, 1)} of its requests")
     lag = [s.lag1 for s in verdict.rules if s.lag1 is not None and s.looks >= 20
            and s.lag1 > 0.3]
     if lag:

@@ -35,6 +35,7 @@ PROMOTE, ROLL_BACK, WATCH, INCONCLUSIVE = "promote", "roll back", "keep watching
 DEFAULT_GUARDRAILS = ("cpu_per_request not worse than +10%", "hit_ratio not worse than 0.01",
                       "errors not worse than 0.1", "refused not worse than 0.1")
 LATENCY_GUARDRAIL = "p99 not worse than +10%"
+PROBE_GUARDRAIL = "probe_p99 not worse than +10%"
 
 _RULE = re.compile(r"^\s*(?P<metric>[a-z_0-9]+)\s+(?P<what>better|not worse"
                    r"(?:\s+than\s+(?P<margin>\S+))?)\s*$")
@@ -248,7 +249,7 @@ def rules_for(guardrails: Sequence[str], goal: str | None, metrics: Sequence[str
     given, with the latency one for kinds with latency figures); `where` names the goal's
     and the guardrails' source in messages."""
     texts = list(guardrails) or [*DEFAULT_GUARDRAILS, *([LATENCY_GUARDRAIL] if latency
-                                                        else [])]
+                                                        else []), PROBE_GUARDRAIL]
     # the defaults name metrics every kind has; the latency one only where it has latency
     texts = [t for t in texts if guardrails or t.split()[0] in metrics]
     out = [parse_rule(goal, where[0], metrics, goal=True)] if goal else []

@@ -48,6 +48,7 @@ class Metric:
     direction: Direction
     scale: Literal["log", "diff"]
     latency: bool = False  # only for kinds with latency figures of their own
+    probe: bool = False  # only with the probe (--probe-rate)
     about: str = ""
 
 
@@ -65,11 +66,15 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
            about="the server's mean command execution time"),
     Metric("p99", "µs", MIN, "log", latency=True,
            about="the 99th percentile of the server's command execution time"),
+    Metric("probe_p99", "µs", MIN, "log", probe=True,
+           about="the 99th percentile of the probe's requests (kvload at a small fixed "
+                 "rate on keys of its own), from its send time"),
 )}
 
 
-def metrics_for(reader: Reader) -> list[str]:
-    return [m.name for m in METRICS.values() if reader.latency or not m.latency]
+def metrics_for(reader: Reader, probe: bool = False) -> list[str]:
+    return [m.name for m in METRICS.values()
+            if (reader.latency or not m.latency) and (probe or not m.probe)]
 
 
 def reader_of(kind: str) -> Reader:
