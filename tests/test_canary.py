@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import cli, kvtune
-from support.servers import Server, redis_call, running
+from support.servers import Server, mc_settings, redis_call, running
 from support.studies import make_study
 
 KEYS, VALUE = 10000, 4000  # about 40 MB: more than a 16 MB limit holds
@@ -217,6 +217,7 @@ reader = watch.reader_of("redis")
 class Slow:
     latency = reader.latency
     live_settings = reader.live_settings
+    undo_kind = reader.undo_kind
     def settings(self, conn, names): return reader.settings(conn, names)
     def same(self, a, b): return reader.same(a, b)
     def set_setting(self, conn, name, value):
@@ -308,15 +309,16 @@ def test_an_unknown_kind_is_refused(in_tmp: Path) -> None:
 
 
 def test_a_memcached_export_cannot_be_rolled_back_live(in_tmp: Path) -> None:
-    """memcached's options need a restart: --rollback-on-breach with its export is refused
-    before watching, saying how the export's rollback is installed."""
+    """memcached's options but -m need a restart: --rollback-on-breach with an export that
+    changes its threads is refused before watching, saying how its rollback is installed."""
     url = make_study(in_tmp, "mc", "memcached", {"memcached.threads": 4},
                      {"memcached.threads": 2}, confirmed=True, cpus=None)
     assert cli("export", "mc", "--storage", url, "--format", "memcached", "-o",
                str(in_tmp / "exp"), cwd=in_tmp).returncode == 0
     r = cli("canary", "--kind", "memcached", "--canary", "11211", "--control", "11212",
             "--export", str(in_tmp / "exp"), "--rollback-on-breach", cwd=in_tmp)
-    assert r.returncode == 2 and "needs a restart" in r.stderr, r.stderr
+    assert r.returncode == 2 and "memcached -t: options that need a restart" in r.stderr, \
+        r.stderr
 
 
 def test_the_studys_canary_rules_are_checked_naming_the_study(in_tmp: Path) -> None:
@@ -375,3 +377,53 @@ def test_a_port_with_no_server_is_refused(in_tmp: Path) -> None:
     r = cli("canary", "--kind", "memcached", "--canary", str(a), "--control", str(b),
             "--interval", "0.2s", "--max-time", "1s", cwd=in_tmp)
     assert r.returncode == 2 and "cannot connect" in r.stderr, r.stdout + r.stderr
+
+
+@pytest.mark.integration
+def test_a_memcached_memory_limit_is_rolled_back_live(kvload_bin: str, in_tmp: Path) -> None:
+    """A study recommending -m 16 (checked on the canary's command line by kvtune verify),
+    the canary evicts and breaches, and --rollback-on-breach puts back the export's
+    rollback (Debian's service lines: memcached's own 64 MB) with cache_memlimit, read back
+    from `stats settings`; the journal is left empty."""
+    url = make_study(in_tmp, "mcm", "memcached", {"memcached.memory_mb": 64},
+                     {"memcached.memory_mb": 16}, confirmed=True, cpus=None)
+    assert cli("export", "mcm", "--storage", url, "--format", "memcached", "-o",
+               str(in_tmp / "exp"), cwd=in_tmp).returncode == 0
+    with ExitStack() as stack:
+        c, b = _pair(stack, "memcached", SMALL["memcached"], BIG["memcached"])
+        with replayed(kvload_bin, "memcached", [c, b]):
+            r, rec = _canary("memcached", c, b, in_tmp, "--study", "mcm", "--storage", url,
+                             "--export", str(in_tmp / "exp"), "--rollback-on-breach")
+        assert r.returncode == 1 and rec["outcome"] == "roll back", r.stdout
+        assert any("ok      memcached -m: recommended 16" in ln for ln in rec["verified"]), \
+            rec["verified"]
+        assert rec["rollback"]["ok"], r.stdout
+        assert rec["rollback"]["servers"][0]["before"] == {"-m": "16"}
+        assert mc_settings(c.port)["maxbytes"] == str(64 << 20)
+        assert mc_settings(b.port)["maxbytes"] == str(128 << 20)
+    assert not Path(os.environ["KVTUNE_JOURNAL"]).exists()
+
+
+@pytest.mark.integration
+def test_kvtune_restore_puts_back_a_memcached_memory_limit(memcached_bin: str,
+                                                           in_tmp: Path) -> None:
+    """The journal entry a memcached rollback writes before cache_memlimit, left by a killed
+    session (the journal closed without restoring), is undone by `kvtune restore`."""
+    from kvtune.canary import watch
+    from kvtune.host.journal import Journal
+
+    reader = watch.reader_of("memcached")
+    with running("memcached", ["-m", "16"], binary=memcached_bin) as c:
+        journal = Journal(study="killed canary")
+        journal.open()
+        journal.record_undo(reader.undo_kind, {"port": c.port, "directive": "-m",
+                                               "value": "16"})
+        conn = watch.Server("canary", "127.0.0.1", c.port).connect()
+        reader.set_setting(conn, "-m", "64")
+        conn.close()
+        journal.close()  # as a SIGKILL leaves it: the entry on disk, nothing restored
+        assert mc_settings(c.port)["maxbytes"] == str(64 << 20)
+        r = cli("restore", cwd=in_tmp)
+        assert r.returncode == 0 and "-m 16 put back" in r.stdout, r.stdout + r.stderr
+        assert mc_settings(c.port)["maxbytes"] == str(16 << 20)
+    assert not Path(os.environ["KVTUNE_JOURNAL"]).exists()

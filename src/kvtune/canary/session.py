@@ -8,8 +8,9 @@ roll the canary back through the export's own rollback file, journalled.
 
 Nothing is written to a server while watching: each server is read through its own stats
 connection. The only change a session makes is the rollback: each setting the export
-changed is put to the value its rollback file gives it (`CONFIG SET` on a kind with live
-settings), after the value found is journalled (undo kind `canary-config`); once every
+changed is put to the value its rollback file gives it (on a kind that can change it live:
+Redis and Valkey `CONFIG SET`, memcached's memory limit), after the value found is
+journalled (the kind's undo); once every
 value reads back as the rollback says, the journal lets go of them (the rollback is meant to
 stay). A session killed in the middle of it leaves them in the journal, and `kvtune
 restore` puts back what the canary ran before."""
@@ -286,7 +287,7 @@ def apply_rollback(plan: Plan, reader: watch.Reader, say: Say) -> dict[str, Any]
             try:
                 before = reader.settings(conn, list(rb.settings))
                 for name, value in rb.settings.items():
-                    journal.record_undo("canary-config", {"port": server.port,
+                    journal.record_undo(reader.undo_kind, {"port": server.port,
                                                           "directive": name,
                                                           "value": before.get(name, "")})
                     reader.set_setting(conn, name, value)

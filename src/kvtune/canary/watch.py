@@ -30,6 +30,7 @@ class Reader(Protocol):
 
     latency: bool
     live_settings: bool
+    undo_kind: str  # the journal's undo kind of a setting it changes
 
     def snapshot(self, conn: StatsConn) -> dict[str, Any]: ...
     def settings(self, conn: StatsConn, names: list[str]) -> dict[str, str]: ...

@@ -2,15 +2,18 @@
 without touching the traffic: one `stats` request per look, reduced to the counters the
 canary compares (kvtune/canary/watch.py turns two of them into an interval's figures).
 
-memcached has no latency figures of its own (1.6 core), so a snapshot has none; its
-settings need a restart to change (no live rollback: `settings` reads `stats settings`
-for the read-back only)."""
+memcached has no latency figures of its own (1.6 core), so a snapshot has none. Of its
+options only the memory limit (`-m`) can change while it runs (`cache_memlimit`, read back
+from `stats settings`): a rollback that puts back `-m` alone is applied live, journalled
+first (undo kind `canary-memcached`); any other changed option needs a restart, which
+kvtune canary does not do."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kvtune.errors import UserError
+from kvtune.host.journal import register_undo
 from kvtune.telemetry.sampler import StatsConn, parse_number
 
 # the requests a server answered: every verb's counter (cmd_get counts each key of a multiget)
@@ -20,6 +23,8 @@ REQUESTS = ("cmd_get", "cmd_set", "cmd_touch", "delete_hits", "delete_misses", "
 ERRORS = ("store_too_large", "store_no_memory", "malloc_fails", "response_obj_oom",
           "read_buf_oom")
 REFUSED = ("rejected_connections", "listen_disabled_num")
+MB = 1 << 20
+DEFAULT_MEMORY_MB = "64"  # memcached's -m when its file does not say
 
 
 def _lines(raw: bytes) -> dict[str, Any]:
@@ -40,7 +45,8 @@ class Reader:
     """The canary's reader of memcached (kinds/base.py, Kind.canary)."""
 
     latency = False  # no latency figures of its own
-    live_settings = False  # every option needs a restart
+    live_settings = True  # -m alone (cache_memlimit)
+    undo_kind = "canary-memcached"
 
     def snapshot(self, conn: StatsConn) -> dict[str, Any]:
         conn.s.sendall(b"stats\r\n")
@@ -55,21 +61,90 @@ class Reader:
                 "memory_bytes": _num(s, "bytes"), "latency": {}}
 
     def settings(self, conn: StatsConn, names: list[str]) -> dict[str, str]:
+        """The live settings named ("-m": the memory limit in MB, from `stats settings`)."""
         conn.s.sendall(b"stats settings\r\n")
         s = _lines(conn.until(b"END\r\n"))
-        return {n: str(s[n]) for n in names if n in s}
+        out = {}
+        if "-m" in names and isinstance(s.get("maxbytes"), int):
+            out["-m"] = str(int(s["maxbytes"]) // MB)
+        return out
 
     def set_setting(self, conn: StatsConn, name: str, value: str) -> None:
-        raise UserError(f"memcached {name}: memcached options need a restart; kvtune canary "
-                        "does not restart a server it did not start")
+        mb = _memory_mb(name, value)
+        conn.s.sendall(f"cache_memlimit {mb}\r\n".encode())
+        reply = conn.until(b"\r\n").strip()
+        if reply != b"OK":
+            raise UserError(f"memcached cache_memlimit {mb} refused: {reply[:80]!r}")
 
     def same(self, expected: str, found: str) -> bool:
         return expected.strip() == found.strip()
 
     def rollback_settings(self, change: str, rollback: str) -> dict[str, str]:
-        raise UserError("memcached's rollback (rollback/memcached/memcached.conf) needs a "
-                        "restart of the canary with that file: install it as the export's "
-                        "install line says; kvtune canary applies live rollbacks only")
+        """{"-m": MB} when the export changed memcached's memory limit alone (the one
+        option it changes live); UserError naming the options that need a restart."""
+        ours, back = _conf(change), _conf(rollback)
+        changed = sorted(f for f in set(ours) | set(back) if ours.get(f) != back.get(f))
+        restart = [f for f in changed if f != "-m"]
+        if restart:
+            raise UserError(f"the export changes memcached {', '.join(restart)}: options that "
+                            "need a restart of the canary with the rollback file (install it "
+                            "as the export's install line says); kvtune canary applies live "
+                            "rollbacks only (memcached: -m, by cache_memlimit)")
+        if not changed:
+            return {}
+        value = back.get("-m", DEFAULT_MEMORY_MB)
+        _memory_mb("-m", value)
+        return {"-m": value}
+
+
+def _conf(text: str) -> dict[str, str]:
+    """A memcached.conf's options: flag -> its words ("-o" lines merged, by option)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        words = line.split()
+        if not words or not words[0].startswith("-"):
+            continue
+        if words[0] == "-o":
+            for opt in " ".join(words[1:]).split(","):
+                key, _, val = opt.partition("=")
+                out[f"-o {key}"] = val
+        else:
+            out[words[0]] = " ".join(words[1:])
+    return out
+
+
+def _memory_mb(name: str, value: str) -> int:
+    if name != "-m":
+        raise UserError(f"memcached {name}: only -m changes while memcached runs")
+    v = value.strip()
+    if not v.isdigit() or not 0 < int(v) <= 1 << 20:
+        raise UserError(f"memcached -m {value!r}: not a memory limit in MB")
+    return int(v)
 
 
 READER = Reader()
+
+
+def _undo(args: dict[str, Any]) -> str:
+    """Put back the memory limit a killed canary session had changed (journal undo)."""
+    port, value = int(args["port"]), str(args["value"])
+    if not 0 < port < 65536:
+        raise ValueError(f"port {port} is not a TCP port")
+    try:
+        mb = _memory_mb(str(args["directive"]), value)
+    except UserError as e:
+        raise ValueError(str(e)) from None
+    conn = StatsConn("127.0.0.1", port)
+    try:
+        READER.set_setting(conn, "-m", str(mb))
+        got = READER.settings(conn, ["-m"]).get("-m")
+    except (OSError, ConnectionError, UserError) as e:
+        raise ValueError(f"127.0.0.1:{port}: {e}") from None
+    finally:
+        conn.close()
+    if got != str(mb):
+        raise ValueError(f"-m reads back {got!r}, not {mb}")
+    return f"-m {mb} put back on 127.0.0.1:{port}"
+
+
+register_undo("canary-memcached", _undo)

@@ -125,6 +125,7 @@ class Reader:
 
     latency = True
     live_settings = True
+    undo_kind = "canary-config"
 
     def snapshot(self, conn: StatsConn) -> dict[str, Any]:
         info = _info(conn, "default", "commandstats")
