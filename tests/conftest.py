@@ -21,6 +21,7 @@ does); each module ends with a full comparison too.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -52,10 +53,32 @@ INTEGRATION_FIXTURES = frozenset({
     "postgres_server", "pg_url", "load_host",
 })
 
-# What the session itself starts before any test runs: the catalog's read-only debugfs probe
-# and the version probes of the server binaries on PATH (host_context() is cached per
-# process), so that no unit test is the first to start them.
-host_context()
+
+def _warm() -> None:
+    """What the session itself starts before any test runs, once per process: the catalog's
+    read-only debugfs probe, the version probes of the server binaries on PATH (host_context
+    is cached), their banner checks (kvtune.safety.binary remembers an unchanged file) and
+    the build probes behind the knobs' availability (cached per binary), so that no unit
+    test is the first to start them."""
+    from kvtune.errors import UserError
+    from kvtune.safety.binary import find_server
+    from kvtune.targets import kinds, target_class
+    from kvtune.targets.base import ServerTarget
+
+    host_context()
+    for kind in kinds():
+        cls = target_class(kind)
+        if issubclass(cls, ServerTarget):
+            with contextlib.suppress(UserError):  # not installed: the tests that need it say so
+                find_server(cls.default_binary, kind, cls.default_binary, cls.version_args,
+                            cls.version_banner)
+    ctx = host_context()
+    for knob in catalog.CATALOG.values():  # and each knob's availability (a build's probe)
+        with contextlib.suppress(Exception):  # a knob that cannot say is its tests' to find
+            knob.applier.check(ctx)
+
+
+_warm()
 
 
 # -- tiers -------------------------------------------------------------------------------
@@ -137,7 +160,7 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         elif event in _FS_EVENTS:
             if any(_under_host(a) for a in args[:2]):
                 WATCH.host_touched = True
-        elif event.startswith("ctypes."):
+        elif event == "ctypes.call_function":  # kvtune's mount(2) and unshare(2) calls
             WATCH.host_touched = True
     except Exception:  # the hook must never break the code under test
         WATCH.host_touched = True
@@ -200,13 +223,18 @@ def host_unchanged(request: pytest.FixtureRequest, _module_host: dict[str, Any],
         before, _module_host["snap"] = _module_host["snap"], after
         _unchanged(before, after, "the test")
     assert not journal.exists(), f"the test left a journal at {journal} (host not restored)"
-    if tier == "unit" and started and os.environ.get("KVTUNE_TEST_TIER_LOG"):
-        with open(os.environ["KVTUNE_TEST_TIER_LOG"], "a") as log:  # tests/README: tiers
-            log.write(f"{request.node.nodeid}\t{started[0]}\n")
-    elif tier == "unit" and started:
-        pytest.fail(f"a unit test started {len(started)} process(es), first: {started[0]!r}: "
-                    "use a fixture of tests/support (which puts it in the integration tier) "
-                    "or mark it `integration`", pytrace=False)
+    if tier != "unit" or not (started or touched):
+        return
+    what = (f"started {len(started)} process(es), first: {started[0]!r}" if started else
+            "wrote to the host (under /proc or /sys, or through libc)")
+    if os.environ.get("KVTUNE_TEST_TIER_LOG"):  # finding the tier of many tests at once
+        with open(os.environ["KVTUNE_TEST_TIER_LOG"], "a") as log:
+            log.write(f"{request.node.nodeid}\t{what}\n")
+        return
+    # The unit tier runs in parallel: a test that changes the host, even one that puts it
+    # back, would be seen half-way by the host guard of a test running beside it.
+    pytest.fail(f"a unit test {what}: use a fixture of tests/support (which puts it in the "
+                "integration tier) or mark it `integration` (run one at a time)", pytrace=False)
 
 
 @pytest.fixture

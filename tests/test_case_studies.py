@@ -41,7 +41,6 @@ def test_there_is_a_file_for_each_case_study() -> None:
             assert (SHARED / name).exists(), f"{f.name} names {name}, which does not exist"
 
 
-@pytest.mark.integration  # kvtune check probes the server binary (memcached -V)
 @pytest.mark.parametrize("path", CASES + OWN, ids=[p.name for p in CASES + OWN])
 def test_case_study_passes_check(path: Path) -> None:
     out = cli("check", str(path), "--json", cwd=REPO)

@@ -55,6 +55,7 @@ def _other_value(knob: Knob, current: Any) -> Any:
     return others[0]
 
 
+@pytest.mark.integration  # writes to the host (put back afterwards)
 @pytest.mark.parametrize("name", [k.name for k in catalog.CATALOG.values() if k.scope == "host"])
 def test_host_knob_round_trips_or_says_why(name: str) -> None:
     """Each available host knob takes a value other than the host's (read back through the
@@ -113,6 +114,7 @@ def test_excluded_foot_guns_are_not_in_the_catalog() -> None:
         assert catalog.lookup(name) is None
 
 
+@pytest.mark.integration  # starts unshare -n
 def test_per_netns_tags_match_this_kernel() -> None:
     """A knob tagged netns:per is visible in a fresh network namespace; netns:init is not."""
     out = subprocess.run(["unshare", "-n", "sh", "-c", "cd /proc/sys && find net -type f"],
@@ -127,6 +129,7 @@ def test_per_netns_tags_match_this_kernel() -> None:
             assert k.name not in visible, k.name
 
 
+@pytest.mark.integration  # writes to the host (put back afterwards)
 def test_cgroup_knobs_round_trip_in_a_cgroup_kvtune_creates() -> None:
     c = ctx()
     for name in ("placement.cpu_quota_pct", "placement.cpu_period_us", "placement.cpuset"):
@@ -269,6 +272,7 @@ def redis_call(port: int, *args: str) -> str:
         return s.recv(65536).decode(errors="replace")
 
 
+@pytest.mark.integration  # starts redis-server --port
 @pytest.mark.parametrize("kind", ["redis", "valkey"])
 def test_every_directive_and_its_live_flag(kind: str, tmp_path: Path,
                                           request: pytest.FixtureRequest) -> None:

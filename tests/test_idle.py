@@ -40,6 +40,7 @@ def qos_value() -> int:
         os.close(fd)
 
 
+@pytest.mark.integration  # runs kvtune knobs as a process
 def test_the_idle_path_is_in_the_catalog_with_its_availability() -> None:
     ctx = HostContext(this_host())
     for name in ("cpu.idle_max_latency_us", "cpu.halt_poll_ns", "cpu.idle_disable",
@@ -112,6 +113,7 @@ def test_restore_after_sigkill_leaves_the_idle_path_as_it_was(
     assert not default_path().exists()
 
 
+@pytest.mark.integration  # starts tuned-adm --version
 def test_exports_carry_the_idle_path(tmp_path: Path) -> None:
     """TuneD force_latency and [sysfs] lines; a unit that holds the PM QoS request."""
     from kvtune.export import exporters

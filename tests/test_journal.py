@@ -109,6 +109,7 @@ def test_a_second_study_cannot_share_the_journal(tmp_path: Path, tree: Path) -> 
         Journal(jpath, allowed_roots=(tree,)).open()
 
 
+@pytest.mark.integration  # starts a Python child
 def test_restore_after_sigkill_of_a_writer(tmp_path: Path, tree: Path) -> None:
     """A process writes through the journal and is killed with SIGKILL; restore_from_file
     puts the value back and stops the process it had recorded."""
@@ -141,6 +142,7 @@ time.sleep(60)
     assert state in ("gone", "Z")
 
 
+@pytest.mark.integration  # writes to the host (put back afterwards)
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to write a real sysctl")
 def test_real_sysctl_round_trip(tmp_path: Path) -> None:
     path = Path("/proc/sys/net/core/somaxconn")
@@ -152,6 +154,7 @@ def test_real_sysctl_round_trip(tmp_path: Path) -> None:
     assert path.read_text().strip() == before
 
 
+@pytest.mark.integration  # starts a Python child
 def test_undo_entry_is_replayed_by_restore_from_file_after_sigkill(tmp_path: Path,
                                                                     tree: Path) -> None:
     """An applier records an undo entry before a change that is not a file write; after

@@ -404,6 +404,7 @@ def test_import_export_forget_and_bad_imports(tmp_path: Path,
     assert r.returncode == 1 and "no library entry" in r.stderr
 
 
+@pytest.mark.integration  # starts tuned-adm
 def test_a_profile_exports_as_a_tuned_profile_and_a_server_drop_in(
         tmp_path: Path, lib_env: dict[str, str]) -> None:
     base = {"memcached.threads": 4, "kernel.numa_balancing": 1}

@@ -26,7 +26,9 @@ from kvtune.load.remote import ALIVE_COUNT, ALIVE_INTERVAL
 from kvtune.measure.session import Repetition, Session
 from kvtune.study.loader import parse_study
 
-pytestmark = pytest.mark.skipif(missing() is not None, reason=str(missing()))
+# A load host: a network namespace with its own sshd, kvload run over ssh.
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(missing() is not None, reason=str(missing()))]
 
 REPO = Path(__file__).resolve().parents[1]
 LOST_WITHIN = ALIVE_INTERVAL * (ALIVE_COUNT + 1) + 4  # s from the link drop to the failure

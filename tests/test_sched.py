@@ -163,6 +163,7 @@ def debugfs_as_found() -> Iterator[bool]:
         pytest.fail("the test left debugfs mounted")
 
 
+@pytest.mark.integration  # starts a Python child
 def test_debugfs_probe_leaves_mounts_as_found_and_features_follow_it(
         debugfs_as_found: bool) -> None:
     debugfs._forget()
@@ -177,6 +178,7 @@ def test_debugfs_probe_leaves_mounts_as_found_and_features_follow_it(
         assert "sched/features" in reason or "debugfs" in reason
 
 
+@pytest.mark.integration  # starts a Python child
 def test_unmounted_debugfs_knob_is_judged_by_the_probe(debugfs_as_found: bool) -> None:
     """On a host where debugfs is not mounted, a catalog knob in it is available or not as a
     private mount namespace sees its file (here: EPERM under lockdown), not 'not mounted'."""
@@ -313,6 +315,7 @@ def test_study_mounts_debugfs_through_the_journal_and_unmounts_at_its_end(
     assert not _mounted() and not journal.exists()
 
 
+@pytest.mark.integration  # starts a Python child
 def test_study_without_debugfs_knobs_does_not_mount_it(debugfs_as_found: bool) -> None:
     _mountable(debugfs_as_found)
     session = _session(STUDY.format(name="no-debugfs", duration="1s",

@@ -304,6 +304,7 @@ def test_a_confirmation_that_can_never_pass_is_refused(in_tmp: Path) -> None:
     assert r.returncode == 2 and "can never show a significant improvement" in r.stderr
 
 
+@pytest.mark.integration  # starts memcached with flags it refuses
 def test_a_server_that_fails_at_start_shows_its_own_message() -> None:
     """memcached -t 12 -o hashpower=14 exits at start; the failure says why."""
     from kvtune.errors import TrialFailed

@@ -224,6 +224,7 @@ def test_every_file_of_a_config_is_read_with_a_bound_and_all_together_too(
     assert "more than the 1 MiB" in text, text
 
 
+@pytest.mark.integration  # runs kvtune check as a process
 def test_markup_and_escape_sequences_in_a_config_do_not_reach_the_terminal(
         tmp_path: Path) -> None:
     """`[/bold]` in a redis.conf used to raise rich's MarkupError in `kvtune check`;

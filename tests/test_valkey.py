@@ -161,6 +161,7 @@ def test_capture_of_valkey(tmp_path: Path, valkey_bin: str, kvload_bin: str) -> 
         srv.wait()
 
 
+@pytest.mark.integration  # runs kvtune check as a process
 def test_an_inline_valkey_directive_is_checked_like_the_catalogs(tmp_path: Path) -> None:
     """`applier: {valkey_directive: ...}` (the kind's inline key): a safe directive with
     safe values is a knob; one that makes the server write files is refused, naming it."""

@@ -115,6 +115,7 @@ def test_workload_import_never_truncates_its_own_input(tmp_path: Path) -> None:
     assert _listing(tmp_path) == {"x.csv", "sub", "link.csv", "m.json", "kept.csv"}
 
 
+@pytest.mark.integration  # export asks tuned-adm which profile the host runs
 def test_export_refuses_planted_links_and_takes_only_a_real_config_from(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)

@@ -86,7 +86,7 @@ def start_postgres(user: str | None = None, db: str = "kvtune", role: str = "kvt
     pw = pwd.getpwnam(user)
     password = password or secrets.token_hex(8)
     # NOT pytest's tmp_path: /tmp/pytest-of-root/... is 0700 root, the server user cannot enter.
-    root = Path(tempfile.mkdtemp(prefix="kvtune-pg-"))
+    root = Path(tempfile.mkdtemp(prefix="test-pg-"))
     os.chown(root, pw.pw_uid, pw.pw_gid)  # mkdtemp gives 0700; hand the dir over
     datadir, sockdir = root / "data", root / "sock"
     t: dict[str, float] = {}

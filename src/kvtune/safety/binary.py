@@ -76,8 +76,23 @@ def find_server_binary(name: str, kind: str, server_name: str,
     return find_server(name, kind, server_name, version_args, banner).path
 
 
+# The binaries that answered their kind's banner in this process, by what identifies the
+# file's content (device, inode, size, modification and change times): a study builds its
+# target more than once, and the same unchanged file is not asked again. A file replaced or
+# modified since has another key (its change time moves) and is probed afresh.
+_ANSWERED: set[tuple[object, ...]] = set()
+
+
 def _probe(prog: Program, kind: str, version_args: tuple[str, ...], banner: str) -> None:
     if not banner:
+        return
+    try:
+        st = os.stat(prog.path)
+        key: tuple[object, ...] | None = (prog.path, st.st_dev, st.st_ino, st.st_size,
+                                          st.st_mtime_ns, st.st_ctime_ns, version_args, banner)
+    except OSError:
+        key = None
+    if key is not None and key in _ANSWERED:
         return
     try:
         out = prog.run(version_args, capture_output=True, timeout=PROBE_TIMEOUT,
@@ -93,3 +108,5 @@ def _probe(prog: Program, kind: str, version_args: tuple[str, ...], banner: str)
         shown = "something else" if first else "nothing"
         raise _refuse(f"{prog.path} answered `{' '.join(version_args)}` with {shown}, not "
                       f"the {kind} server's version banner")
+    if key is not None:
+        _ANSWERED.add(key)
