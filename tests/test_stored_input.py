@@ -197,3 +197,27 @@ def test_the_pm_qos_undo_does_not_wait_for_a_reused_pid() -> None:
 
     assert "released" in _undo_pm_qos({"pid": os.getppid()})
     assert "released" in _undo_pm_qos({"pid": 2**22 + 7})  # no such process
+
+
+def test_an_ssh_config_another_user_could_change_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """KVTUNE_SSH_CONFIG (ssh -F) can name a ProxyCommand: judged like a program."""
+    from kvtune.load.remote import ssh_config
+    from kvtune.safety.programs import Untrusted
+
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host *\n  ProxyCommand /bin/true\n")
+    cfg.chmod(0o644)
+    monkeypatch.setenv("KVTUNE_SSH_CONFIG", str(cfg))
+    if os.geteuid() == 0:
+        assert ssh_config() == str(cfg)
+        os.chown(cfg, 65534, 65534)
+        with pytest.raises(Untrusted, match="ProxyCommand"):
+            ssh_config()
+        os.chown(cfg, 0, 0)
+    cfg.chmod(0o666)
+    with pytest.raises(Untrusted, match="writable by others"):
+        ssh_config()
+    monkeypatch.setenv("KVTUNE_SSH_CONFIG", "/dev/null")
+    with pytest.raises(Untrusted, match="not a regular file"):
+        ssh_config()

@@ -102,12 +102,40 @@ _SSH_HINTS = (
 def ssh_argv(host: LoadHost, argv: list[str]) -> list[str]:
     """The ssh command line that runs `argv` on `host` (its words joined for the remote
     login shell with shlex.join)."""
-    config = os.environ.get("KVTUNE_SSH_CONFIG")
+    config = ssh_config()
     return ["ssh", *(["-F", config] if config else []),
             "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT}",
             "-o", f"ServerAliveInterval={ALIVE_INTERVAL}",
             "-o", f"ServerAliveCountMax={ALIVE_COUNT}",
             "-T", "-p", str(host.port), host.destination, "--", shlex.join(argv)]
+
+
+def ssh_config() -> str | None:
+    """$KVTUNE_SSH_CONFIG when set, judged like a program kvtune runs (its ProxyCommand,
+    LocalCommand and `Match exec` lines run as the user kvtune runs as): a regular file and
+    its directory owned by root (or that user), writable by nobody else (a sticky
+    directory excepted). programs.Untrusted (exit 2) otherwise; ssh itself checks a -F
+    file's owner and mode not at all."""
+    import stat
+
+    config = os.environ.get("KVTUNE_SSH_CONFIG")
+    if not config:
+        return None
+    what = "KVTUNE_SSH_CONFIG"
+    try:
+        st, dst = os.stat(config), os.stat(os.path.dirname(os.path.abspath(config)))
+    except OSError as e:
+        raise programs.Untrusted(f"{what}: {config}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise programs.Untrusted(f"{what}: {config} is not a regular file")
+    for kind, s_ in (("file", st), ("directory", dst)):
+        sticky = kind == "directory" and s_.st_mode & stat.S_ISVTX
+        if s_.st_uid not in programs.trusted_uids() or (
+                s_.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky):
+            raise programs.Untrusted(f"{what}: the {kind} of {config} is owned by uid "
+                                     f"{s_.st_uid} or writable by others: another user "
+                                     "could make ssh run a command (ProxyCommand)")
+    return config
 
 
 def ssh_reason(stderr: str) -> str:
