@@ -69,7 +69,7 @@ test-unit: setup
 # Real servers, kvload, PostgreSQL, sshd: one test at a time (servers and load are pinned).
 test-integration: kvload
 	@mkdir -p test-artifacts
-	@$(PYTEST) -m integration --junitxml=test-artifacts/junit-integration.xml
+	@$(PYTEST) -m "integration and not e2e" --junitxml=test-artifacts/junit-integration.xml
 
 # Whole studies, capacity, the fleet, the walk-through: one at a time.
 test-e2e: kvload

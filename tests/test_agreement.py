@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from support.cli import kvtune as run_kvtune
 from support.screens import (
     Agreement,
     Page,
@@ -60,9 +60,7 @@ def _env(tmp: Path) -> dict[str, str]:
 
 def kvtune(*args: str, cwd: Path, env: dict[str, str],
            timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run([sys.executable, "-m", "kvtune", *args], cwd=cwd, env=env,
-                       capture_output=True, text=True, timeout=timeout,
-                       stdin=subprocess.DEVNULL)
+    r = run_kvtune(*args, cwd=cwd, env=env, timeout=timeout)
     assert "Traceback" not in r.stdout + r.stderr, r.stderr[-3000:]
     return r
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.cli import kvtune as run_kvtune
 
 from kvtune.safety.binary import untrusted
 
@@ -49,9 +50,7 @@ def test_an_untrusted_server_binary_is_refused_and_never_executed(tmp_path: Path
     study.write_text(f"study: trust\ntarget: {{kind: memcached, binary: {exe}}}\n"
                      "load: {rate: 1000, duration: 1s}\n")
     for cmd in (["check", str(study)], ["run", str(study)]):
-        r = subprocess.run([sys.executable, "-m", "kvtune", *cmd], capture_output=True,
-                           text=True, timeout=120, cwd=tmp_path,
-                           env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+        r = run_kvtune(*cmd, cwd=tmp_path, timeout=120)
         out = r.stdout + r.stderr
         assert r.returncode == 2, out
         assert "not root" in out or "writable by group or others" in out, out
@@ -84,9 +83,7 @@ def _script(path: Path, marker: Path, banner: str = "memcached 1.6.18") -> Path:
 
 def _kvtune(*args: str, cwd: Path, env: dict[str, str] | None = None
             ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvtune", *args], capture_output=True,
-                          text=True, timeout=120, cwd=cwd,
-                          env={**os.environ, "PYTHONPATH": str(REPO / "src"), **(env or {})})
+    return run_kvtune(*args, cwd=cwd, env={**os.environ, **(env or {})}, timeout=120)
 
 
 def test_a_link_or_an_ancestor_another_user_controls_is_refused(tmp_path: Path) -> None:
@@ -251,4 +248,7 @@ def test_an_env_script_judges_the_program_env_would_find(tmp_path: Path) -> None
     finally:
         os.environ["PATH"] = old
     assert why is not None and "interpreter" in why and "65534" in why, why
-    assert untrusted(str(script)) is None  # python9 found nowhere else: env would fail
+    # python9 found nowhere else: env would fail, and a script whose interpreter cannot be
+    # judged is refused (kvtune.safety.programs), not let through.
+    why = untrusted(str(script))
+    assert why is not None and "not on PATH" in why, why

@@ -11,11 +11,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import kvtune as run_kvtune
 
 from kvtune.errors import TrialFailed, UserError
 from kvtune.load import driver_for
@@ -170,21 +170,20 @@ load:
   workload: {keys: 2000, value_size: 200, mix: "mget:9,set:1", mget_size: 16}
 knobs:
   - {name: memcached.threads, range: [1, 2]}
-objective: {metric: capacity, slo: "SLO_PLACEHOLDER", precision: 0.2}
+objective: {metric: capacity, slo: "SLO_PLACEHOLDER", precision: 0.1}
 budget: {trials: 1}
 repetitions: 1
 # The wiring of a whole capacity study (its confirmation and report), with the fewest rounds
 # that still confirm: the confirmation's statistics are tested on recorded measurements.
-evaluation: {noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 2, ablation: false,
-             drift_every: 0}
+evaluation: {noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 3, alpha: 0.1,
+             ablation: false, drift_every: 0}
 seed: 3
 """
 
 
 def _kvtune(*args: str, cwd: Path, kvload: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "KVLOAD": kvload, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "kvtune", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=900)
+    return run_kvtune(*args, cwd=cwd, env=env, timeout=900)
 
 
 @pytest.fixture(scope="module")
@@ -380,6 +379,9 @@ knobs: [synthetic.x, synthetic.threads, synthetic.mode, synthetic.flag]
 objective: {metric: capacity, slo: "p99_us <= 500"}
 budget: {trials: 6}
 repetitions: 3
+# One candidate confirmed, no ablation: the loop, the confirmation and the report's curve
+# are what this checks (the ablation and confirm_top's Holm correction have tests of their own).
+evaluation: {noise_floor_runs: 3, confirm_top: 1, confirm_rounds: 4, ablation: false}
 seed: 3
 storage: sqlite:///syn-cap.db
 """

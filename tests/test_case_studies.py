@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from support.cli import cli
+from support.cli import kvtune as run_kvtune
 
 from kvtune.load.kvload import build_argv
 from kvtune.store import Store
@@ -112,10 +111,9 @@ def test_004_phases_through_kvtune_on_real_memcached(in_tmp: Path, memcached_bin
     spec["load"]["workload_file"] = str(wl)
     spec["study"] = "cs004-test"
     (in_tmp / "s.yaml").write_text(yaml.safe_dump(spec))
-    out = subprocess.run([sys.executable, "-m", "kvtune", "run", "s.yaml", "--repetitions",
-                          "1", "--set", "memcached.slab_automove=2", "--json"],
-                         capture_output=True, text=True, cwd=in_tmp, timeout=120,
-                         env={"KVLOAD": kvload_bin, **_env()})
+    out = run_kvtune("run", "s.yaml", "--repetitions", "1", "--set",
+                     "memcached.slab_automove=2", "--json", cwd=in_tmp,
+                     env={"KVLOAD": kvload_bin, **_env()}, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     reps = Store(f"sqlite:///{in_tmp / 'results' / 'cs004-test.db'}").repetitions(
         "cs004-test.runs")

@@ -18,6 +18,7 @@ from typing import Any
 import optuna
 import pytest
 import sqlalchemy as sa
+from support.cli import kvtune as run_kvtune
 from support.studies import fleet_study
 
 from kvtune.errors import UserError
@@ -166,17 +167,14 @@ def test_two_workers_share_one_study(pg_url: str, tmp_path: Path) -> None:
     eng.dispose()
     assert set(ws) == {"w1", "w2"} and {w["state"] for w in ws.values()} == {"finished"}
     # `kvtune show` lists every worker, its host and its trials, and who confirmed.
-    shown = subprocess.run([sys.executable, "-m", "kvtune", "show", "fleet", "--storage",
-                            pg_url, "--json"], capture_output=True, text=True, env=_env(),
-                           timeout=120)
+    shown = run_kvtune("show", "fleet", "--storage", pg_url, "--json", env=_env(), timeout=120)
     assert shown.returncode == 0, shown.stderr
     data = json.loads(shown.stdout)
     by = {w["worker"]: w for w in data["workers"]}
     assert set(by) == {"w1", "w2"}
     assert sorted(by["w1"]["trials"] + by["w2"]["trials"]) == sorted(t.number for t in trials)
     assert data["confirmation"]["confirmed_by"] == confirmer
-    text = subprocess.run([sys.executable, "-m", "kvtune", "show", "fleet", "--storage",
-                           pg_url], capture_output=True, text=True, env=_env(), timeout=120)
+    text = run_kvtune("show", "fleet", "--storage", pg_url, env=_env(), timeout=120)
     assert "Workers" in text.stdout and "w1" in text.stdout and "w2" in text.stdout
     assert sa.engine.make_url(pg_url).password not in text.stdout + text.stderr
     # Each repetition records its worker and host fingerprint.
@@ -379,9 +377,7 @@ def test_heterogeneous_hosts_get_their_own_baseline_and_confirmation(
             assert by_number[cand["trial"]].user_attrs["fingerprint"] == c["fingerprint"]
     for w, o in outs.items():
         assert o["result"]["confirmed_by"] == w
-    shown = subprocess.run([sys.executable, "-m", "kvtune", "show", "fleet", "--storage",
-                            pg_url, "--json"], capture_output=True, text=True, env=_env(),
-                           timeout=120)
+    shown = run_kvtune("show", "fleet", "--storage", pg_url, "--json", env=_env(), timeout=120)
     assert shown.returncode == 0, shown.stderr
     hosts = {h["fingerprint"]: h for h in json.loads(shown.stdout)["hosts"]}
     assert set(hosts) == set(fps.values())
@@ -389,14 +385,12 @@ def test_heterogeneous_hosts_get_their_own_baseline_and_confirmation(
         assert hosts[fp]["workers"] == [w]
         assert hosts[fp]["confirmation"]["confirmed_by"] == w
         assert hosts[fp]["baseline"]["value"] is not None
-    text = subprocess.run([sys.executable, "-m", "kvtune", "show", "fleet", "--storage",
-                           pg_url], capture_output=True, text=True, env=_env(), timeout=120)
+    text = run_kvtune("show", "fleet", "--storage", pg_url, env=_env(), timeout=120)
     assert "Hosts" in text.stdout and "5.10.0-other" in text.stdout
     # `kvtune report`: every worker, its host and its trials, and the hosts' table.
     page = tmp_path / "fleet.html"
-    rep = subprocess.run([sys.executable, "-m", "kvtune", "report", "fleet", "--storage",
-                          pg_url, "-o", str(page)], capture_output=True, text=True,
-                         env=_env(), timeout=300)
+    rep = run_kvtune("report", "fleet", "--storage", pg_url, "-o", str(page), env=_env(),
+                     timeout=300)
     assert rep.returncode == 0, rep.stderr[-3000:]
     body = page.read_text()
     section = body[body.index("<h2 id=workers>"):]

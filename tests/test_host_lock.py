@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.cli import kvtune as run_kvtune
 
 from kvtune.errors import UserError
 from kvtune.host.journal import Journal, restore_from_file
@@ -142,8 +143,7 @@ def test_cli_second_tune_on_the_same_host_is_refused(tmp_path: Path, tree: Path)
         for argv in (["tune", str(study), "--trials", "1"],
                      ["restore", "--journal", str(tmp_path / "one.json")]):
             t0 = time.monotonic()
-            p = subprocess.run([sys.executable, "-m", "kvtune", *argv], capture_output=True,
-                               text=True, env=os.environ.copy(), timeout=60)
+            p = run_kvtune(*argv, env=os.environ.copy(), timeout=60)
             assert time.monotonic() - t0 < 30
             assert p.returncode == 2, (argv, p.stdout, p.stderr)
             assert f"pid {first.pid}" in p.stderr + p.stdout, (argv, p.stderr)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import kvtune
+from support.cli import kvtune as run_kvtune
 from support.studies import journal_has_process, study_file, wait_for
 
 from kvtune import roots
@@ -56,8 +57,7 @@ def test_the_idle_path_is_in_the_catalog_with_its_availability() -> None:
     # The states are offered by the names this host gives them.
     names = idle.state_names()
     assert catalog.CATALOG["cpu.idle_disable"].domain.choices == ("none", *names[1:])
-    r = subprocess.run([sys.executable, "-m", "kvtune", "knobs", "--json"],
-                       capture_output=True, text=True, timeout=120)
+    r = run_kvtune("knobs", "--json", timeout=120)
     rows = {x["name"]: x for x in json.loads(r.stdout)}
     assert "cpu.idle_max_latency_us" in rows and "available" in rows["cpu.halt_poll_ns"]
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.cli import kvtune as run_kvtune
 from support.servers import running
 
 from kvtune import load
@@ -119,8 +119,7 @@ repetitions: 1
 
 
 def kvtune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvtune", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
+    return run_kvtune(*args, cwd=cwd, timeout=300)
 
 
 def test_kvtune_run_with_a_peer_load_tool(in_tmp: Path, redis_bin: str) -> None:

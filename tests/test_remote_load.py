@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.cli import kvtune as run_kvtune
 from support.netns import LoadHost, load_host, missing
 
 from kvtune.errors import HarnessError, UserError
@@ -130,11 +130,9 @@ def test_kvload_runs_on_the_load_host_against_the_server_here(env: LoadHost) -> 
 def test_kvtune_run_end_to_end(env: LoadHost, tmp_path: Path) -> None:
     f = tmp_path / "remote.yaml"
     f.write_text(study(env))
-    out = subprocess.run(
-        [sys.executable, "-m", "kvtune", "run", str(f), "--repetitions", "2", "--json"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-        env={**os.environ, **env.env, "PYTHONPATH": str(REPO / "src"),
-             "KVTUNE_JOURNAL": str(tmp_path / "journal.json")})
+    out = run_kvtune("run", str(f), "--repetitions", "2", "--json", cwd=tmp_path,
+                     env={**os.environ, **env.env,
+                          "KVTUNE_JOURNAL": str(tmp_path / "journal.json")}, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     doc = json.loads(out.stdout[out.stdout.index("{"):])
     assert doc["n"] == 2 and not doc["failed"]
@@ -259,9 +257,7 @@ def test_a_peer_load_tool_is_refused_with_a_load_host(tmp_path: Path) -> None:
     f = tmp_path / "s.yaml"
     f.write_text("study: peer\ntarget: {kind: memcached, cpus: \"0\", host: 10.200.255.1}\n"
                  "load: {host: \"ssh://root@10.200.255.2\", mode: closed, cpus: \"1\"}\n")
-    out = subprocess.run([sys.executable, "-m", "kvtune", "run", str(f), "--load-tool",
-                          "redis-benchmark"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=60, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    out = run_kvtune("run", str(f), "--load-tool", "redis-benchmark", cwd=tmp_path, timeout=60)
     assert out.returncode == 2, out.stdout + out.stderr
     # Checked by the loader as a file's load.tool is (issue 32), the option named.
     assert "(with --load-tool redis-benchmark)" in out.stderr, out.stderr

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from support.cli import kvtune as run_kvtune
 
 from kvtune.analysis import analyse, load
 from kvtune.store import Store
@@ -56,7 +57,7 @@ repetitions: 1
 # These tests are about the report, not host noise: a busy hypervisor's steal must not stop them.
 # ablation_max_rounds: the test's wall time stays bounded (the sequential ablation would
 # otherwise add rounds up to 30 for changes still ambiguous at 1 s repetitions).
-evaluation: {noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 3, drift_every: 0,
+evaluation: {noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 3, alpha: 0.1, drift_every: 0,
              steal_threshold: 0.5, ablation_max_rounds: 4}
 sampler: random
 seed: 5
@@ -103,8 +104,7 @@ def test_telemetry_is_stored_with_every_repetition(study: tuple[str, Path]) -> N
 def test_report_renders_in_chromium(study: tuple[str, Path]) -> None:
     url, d = study
     out = d / "report.html"
-    r = subprocess.run([sys.executable, "-m", "kvtune", "report", "mc-report", "--storage", url,
-                        "-o", str(out)], capture_output=True, text=True, cwd=d)
+    r = run_kvtune("report", "mc-report", "--storage", url, "-o", str(out), cwd=d)
     assert r.returncode == 0, r.stderr
     assert "self-contained" in r.stdout
     page = out.read_text()
@@ -135,14 +135,12 @@ def test_report_renders_in_chromium(study: tuple[str, Path]) -> None:
 
 def test_show_summarises_importance_and_telemetry(study: tuple[str, Path]) -> None:
     url, d = study
-    r = subprocess.run([sys.executable, "-m", "kvtune", "show", "mc-report", "--storage", url,
-                        "--json"], capture_output=True, text=True, cwd=d)
+    r = run_kvtune("show", "mc-report", "--storage", url, "--json", cwd=d)
     assert r.returncode == 0, r.stderr
     an = json.loads(r.stdout)["analysis"]
     assert an["importance"]["n_trials"] >= 3
     assert an["telemetry"] and all("rho" in c for c in an["telemetry"])
-    r = subprocess.run([sys.executable, "-m", "kvtune", "show", "mc-report", "--storage", url],
-                       capture_output=True, text=True, cwd=d)
+    r = run_kvtune("show", "mc-report", "--storage", url, cwd=d)
     assert r.returncode == 0 and "Leads: telemetry" in r.stdout, r.stdout + r.stderr
 
 
@@ -192,9 +190,8 @@ def test_dashboard_serves_the_study_on_loopback_only(study: tuple[str, Path]) ->
 
 def test_dashboard_refuses_an_unknown_study(study: tuple[str, Path]) -> None:
     url, d = study
-    r = subprocess.run([sys.executable, "-m", "kvtune", "dashboard", "nosuch", "--storage", url,
-                        "--port", str(free_port())], capture_output=True, text=True, cwd=d,
-                       timeout=60)
+    r = run_kvtune("dashboard", "nosuch", "--storage", url, "--port", str(free_port()), cwd=d,
+                   timeout=60)
     assert r.returncode == 2 and "no study named 'nosuch'" in r.stderr
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import kvtune as run_kvtune
 
 # kvtune restore as a process, against a journal naming a live process
 pytestmark = pytest.mark.integration
@@ -44,9 +44,7 @@ def test_a_crafted_journal_is_refused_and_nothing_is_written(path: Path, tmp_pat
                          "/proc/sys/user/max_user_namespaces",
                          "/sys/devices/system/cpu/smt/control") if m in text}
     before = {m: Path(m).read_text() for m in named if os.path.exists(m)}
-    r = subprocess.run([sys.executable, "-m", "kvtune", "restore", "--journal", str(journal)],
-                       capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    r = run_kvtune("restore", "--journal", str(journal), timeout=60)
     out = r.stdout + r.stderr
     assert r.returncode == 2, out
     assert _expect(path).replace("VICTIM", str(victim)) in " ".join(out.split()), out
@@ -80,17 +78,13 @@ def test_restore_only_signals_a_recorded_server_by_its_name(tmp_path: Path) -> N
         journal = tmp_path / "j.json"
         journal.write_text(json.dumps({"entries": [], "processes": [
             {"pid": p.pid, "starttime": start, "name": "sleep"}]}))
-        r = subprocess.run([sys.executable, "-m", "kvtune", "restore", "--journal",
-                            str(journal)], capture_output=True, text=True, timeout=60,
-                           env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+        r = run_kvtune("restore", "--journal", str(journal), timeout=60)
         assert r.returncode == 2 and "'sleep' is not a server kvtune starts" in r.stderr
         assert p.poll() is None
         # Named as a server but not one (its process name is sleep): not signalled either.
         journal.write_text(json.dumps({"entries": [], "processes": [
             {"pid": p.pid, "starttime": start, "name": "memcached"}]}))
-        r = subprocess.run([sys.executable, "-m", "kvtune", "restore", "--journal",
-                            str(journal)], capture_output=True, text=True, timeout=60,
-                           env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+        r = run_kvtune("restore", "--journal", str(journal), timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr
         assert p.poll() is None
     finally:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import kvtune as run_kvtune
 
 from kvtune.study.loader import load_study
 
@@ -105,12 +104,10 @@ def test_kvtune_check_shows_the_substitution_and_run_measures_the_operators_base
     (tmp_path / "memcached.conf").write_text(DEBIAN)
     study = _study(tmp_path, "memcached", "memcached.conf", "[memcached.threads]")
     env = {**os.environ, "KVLOAD": kvload_bin, "COLUMNS": "200"}
-    chk = subprocess.run([sys.executable, "-m", "kvtune", "check", str(study)], env=env,
-                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    chk = run_kvtune("check", str(study), cwd=tmp_path, env=env, timeout=120)
     assert chk.returncode == 0, chk.stdout + chk.stderr
     assert "`-p` replaced: kvtune's own port (target.port)" in chk.stdout + chk.stderr, chk.stdout
-    run = subprocess.run([sys.executable, "-m", "kvtune", "run", str(study), "--json"],
-                         env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    run = run_kvtune("run", str(study), "--json", cwd=tmp_path, env=env, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     doc = json.loads(run.stdout)
     assert doc["config"]["memcached.threads"] == 2 and not doc.get("failed"), doc
@@ -233,10 +230,8 @@ def test_markup_and_escape_sequences_in_a_config_do_not_reach_the_terminal(
     (tmp_path / f"{name}.conf").write_text("hz 10\n[/bold] \x1b]8;;http://evil\x07\n"
                                            "databases 16\n")
     study = _study(tmp_path, "redis", f"'{name}.conf'", "[]")
-    r = subprocess.run([sys.executable, "-m", "kvtune", "check", str(study)],
-                       capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                       env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src"),
-                            "TERM": "xterm", "FORCE_COLOR": "1"})
+    r = run_kvtune("check", str(study), cwd=tmp_path, env={**os.environ,
+                            "TERM": "xterm", "FORCE_COLOR": "1"}, timeout=120)
     out = r.stdout + r.stderr
     assert "Traceback" not in out and r.returncode in (0, 2), out
     assert "\x1b]8" not in out and "evil\x07" not in out, repr(out)

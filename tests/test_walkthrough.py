@@ -26,11 +26,11 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from support.cli import kvtune as run_kvtune
 from support.screens import Page, agreement, colour_of, plain, term_lines, term_table, word
 
 from kvtune.cpulist import parse_cpus
@@ -117,9 +117,7 @@ class User:
 
     def run(self, *args: str, codes: tuple[int, ...] = (0,),
             timeout: float = 240) -> tuple[int, str, str]:
-        r = subprocess.run([sys.executable, "-m", "kvtune", *args], cwd=self.cwd,
-                           env=self.env, capture_output=True, text=True, timeout=timeout,
-                           stdin=subprocess.DEVNULL)
+        r = run_kvtune(*args, cwd=self.cwd, env=self.env, timeout=timeout)
         self.seen += [r.stdout, r.stderr]
         assert "Traceback" not in r.stdout + r.stderr, r.stderr[-4000:]
         assert r.returncode in codes, (args, r.returncode, plain(r.stdout)[-3000:],

@@ -11,14 +11,18 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from typer.testing import CliRunner
+
+from support.forkserver import ForkServer
 
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "src"
@@ -48,15 +52,42 @@ def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
     return subprocess.CompletedProcess(["kvtune", *args], code, stdout, stderr)
 
 
+BOOT = """\
+import runpy, sys
+sys.argv[0] = "kvtune"
+runpy.run_module("kvtune", run_name="__main__", alter_sys=True)
+"""
+_SERVER: ForkServer | None = None
+
+
+def _server() -> ForkServer:
+    global _SERVER
+    if _SERVER is None or _SERVER.proc.poll() is not None:
+        _SERVER = ForkServer(SRC, Path(tempfile.mkdtemp(prefix="test-kvtune-forks-")))
+        atexit.register(_SERVER.close)
+    return _SERVER
+
+
 def kvtune(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
            timeout: float = 300, input: str | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m kvtune ARGS` in a fresh interpreter (this checkout's kvtune first on its
-    path); `env` replaces the environment when given."""
+    """`python -m kvtune ARGS` as a process of its own (this checkout's kvtune first on its
+    path); `env` replaces the environment when given. The process is forked from a fork
+    server that has kvtune's libraries imported already (support.forkserver): what it runs,
+    and what it can change, are a fresh `python -m kvtune`'s, without the seconds of
+    importing SciPy, Optuna and Plotly again. A test that needs the process itself (to
+    signal it, or to run two at once) starts `python -m kvtune` with subprocess.Popen."""
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
-    return subprocess.run([sys.executable, "-m", "kvtune", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout,
-                          input=input, stdin=None if input is not None else subprocess.DEVNULL)
+    argv = [sys.executable, "-m", "kvtune", *args]
+    if input is not None:
+        return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=timeout, input=input)
+    # The start is the test's, as a Popen would be (conftest's audit hook sees it: a unit
+    # test that calls this fails).
+    sys.audit("subprocess.Popen", sys.executable, argv, str(cwd) if cwd else None, env)
+    ran = _server().run(BOOT, list(args), Path(cwd) if cwd else Path.cwd(), env,
+                        timeout=timeout)
+    return subprocess.CompletedProcess(argv, ran.returncode, ran.stdout, ran.stderr)
 
 
 def show(spec: Path, cwd: Path) -> dict[str, Any]:

@@ -1,10 +1,11 @@
 """Many short `kvtune` command lines in few processes, each still a process of its own.
 
 A fork server is one Python that imports kvtune's heavy third-party libraries once (optuna,
-SQLAlchemy, pydantic, NumPy, SciPy, Plotly, rich, typer) and then, per job, forks a child
-that takes the job's working directory, environment and standard streams and runs a given
-boot script (which imports kvtune itself, afresh: kvtune's own caches, such as the binaries
-found on PATH, start empty in every child). A job costs a fork and kvtune's own import
+SQLAlchemy, pydantic, NumPy, SciPy, Plotly, rich, typer) and kvtune's study-file schema,
+and then, per job, forks a child that takes the job's working directory, environment and
+standard streams and runs a given boot script (which imports the rest of kvtune afresh: its
+consoles, the knob catalog and its probes, and caches such as the binaries found on PATH
+start in every child as in a new process). A job costs a fork and kvtune's own import
 instead of a whole interpreter start: the bad-inputs corpus (hundreds of command lines)
 runs in two processes.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -28,7 +30,10 @@ import json, os, signal, sys
 if sys.path and sys.path[0] == "":
     del sys.path[0]
 for name in ("optuna", "sqlalchemy", "pydantic", "numpy", "scipy.stats", "plotly.graph_objects",
-             "yaml", "rich.console", "typer", "zstandard"):
+             "yaml", "rich.console", "typer", "zstandard",
+             # kvtune's study-file schema and loader: pure definitions (no console, no cache
+             # filled, nothing started, no environment read at import)
+             "kvtune.spec", "kvtune.study.loader"):
     try:
         __import__(name)
     except Exception:
@@ -117,3 +122,4 @@ class ForkServer:
             self.proc.wait()
         if self.proc.stdout:
             self.proc.stdout.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
