@@ -340,7 +340,12 @@ def test_a_capacity_study_confirms_and_reports_the_curve(tmp_path: Path, memcach
     """A whole (tiny) capacity study: the verdict names the capacities and the SLO, and the
     report draws the latency–throughput curve with the SLO. A host that spoiled the
     baseline's every search says so (exit 2, the baseline failed)."""
-    (tmp_path / "s.yaml").write_text(STUDY.replace("SLO_PLACEHOLDER", host_slo))
+    # The wiring of a whole study, not the precision of its searches: coarser searches and
+    # the fewest confirmation rounds that can show a change (at alpha 0.2).
+    study = STUDY.replace("SLO_PLACEHOLDER", host_slo).replace("precision: 0.1", "precision: 0.25")
+    study = study.replace("confirm_rounds: 3, alpha: 0.1", "confirm_rounds: 2, alpha: 0.2")
+    assert "precision: 0.25" in study and "confirm_rounds: 2" in study
+    (tmp_path / "s.yaml").write_text(study)
     r = _kvtune("tune", "s.yaml", cwd=tmp_path, kvload=kvload_bin)
     assert "Traceback" not in r.stderr
     if r.returncode == 2 and "spoiled by the host" in r.stderr:

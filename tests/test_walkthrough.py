@@ -50,8 +50,8 @@ target:
   args: ["-m", "256"]
 load:
   mode: open
-  duration: 500ms
-  warmup: 200ms
+  duration: 1s
+  warmup: 500ms
   cpus: "1"
   workload_file: my-traffic.json
 knobs:

@@ -248,6 +248,7 @@ def test_capture_of_memcached_recovers_the_known_workload_and_replays(
         out = tmp_path / "model.json"
         r = kvtune("workload", "capture", f"memcached://127.0.0.1:{port}", "--duration", "3s",
                    "-o", str(out))
+        load.terminate()  # the capture is done: the rest of the traffic is not needed
         load.wait(timeout=30)
         assert r.returncode == 0, r.stderr
         doc = json.loads(out.read_text())
@@ -310,6 +311,7 @@ def test_capture_of_redis_by_monitor_and_by_sampling(tmp_path: Path, redis_bin: 
         assert r.returncode == 0, r.stderr
         r2 = kvtune("workload", "capture", f"redis://127.0.0.1:{port}", "--duration", "2s",
                     "--sample", "-o", str(smp))
+        load.terminate()  # the capture is done: the rest of the traffic is not needed
         load.wait(timeout=30)
         assert r2.returncode == 0, r2.stderr
         for path in (mon, smp):
@@ -432,6 +434,7 @@ def test_a_memcached_capture_says_the_deletes_its_stream_cannot_show(
         model = tmp_path / "m.json"
         r = kvtune("workload", "capture", f"memcached://127.0.0.1:{port}", "--duration",
                    "2s", "--mget-gap-us", "0", "-o", str(model))
+        load.terminate()  # the capture is done: the rest of the traffic is not needed
         load.wait(timeout=30)
         assert r.returncode == 0, r.stderr
         doc = json.loads(model.read_text())
@@ -462,6 +465,7 @@ def test_a_live_capture_keeps_its_trace(tmp_path: Path, memcached_bin: str,
         model, kept = tmp_path / "m.json", tmp_path / "kept.csv"
         r = kvtune("workload", "capture", f"memcached://127.0.0.1:{port}", "--duration",
                    "2s", "-o", str(model), "--keep-trace", str(kept))
+        load.terminate()  # the capture is done: the rest of the traffic is not needed
         load.wait(timeout=30)
         assert r.returncode == 0, r.stderr
         rows = _trace_lines(kept)
