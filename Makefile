@@ -2,7 +2,7 @@
 #   make demo   installs what is missing, then tunes a local memcached for a few minutes
 #   make demo-capacity   the same, for memcached's capacity at a p99 SLO (requests/s)
 #   make test   installs what is missing, then runs every test (Rust and Python)
-#   make test-unit   only the unit tier of the Python tests (about a minute; README "Tests")
+#   make test-unit   only the unit tier of the Python tests (README "Tests")
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 KVLOAD := kvload/target/release/kvload
