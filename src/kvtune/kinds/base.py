@@ -70,3 +70,7 @@ class Kind:
     # "module:READER" of what `kvtune canary` reads from a running server and how it rolls
     # a setting back live (kinds/<kind>/canary.py), None: the kind has no canary
     canary: str | None = None
+    # "module:INIT" of what `kvtune init` needs of the kind (kinds/<kind>/init.py): where
+    # its packaged config lives, its config from a running server, the knobs a first
+    # study searches; None: `kvtune init` does not write studies of this kind
+    init: str | None = None

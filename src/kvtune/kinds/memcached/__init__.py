@@ -30,4 +30,5 @@ KIND = Kind(
     config_reader="kvtune.kinds.memcached.config:READER",
     capture="kvtune.kinds.memcached.capture:CAPTURER",
     canary="kvtune.kinds.memcached.canary:READER",
+    init="kvtune.kinds.memcached.init:INIT",
 )

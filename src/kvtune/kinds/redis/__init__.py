@@ -23,4 +23,5 @@ KIND = Kind(
     export_family="redis", config_reader="kvtune.kinds.redis.config:READER",
     capture="kvtune.kinds.redis.capture:CAPTURER",
     canary="kvtune.kinds.redis.canary:READER",
+    init="kvtune.kinds.redis.init:INIT",
 )

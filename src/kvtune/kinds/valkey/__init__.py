@@ -25,4 +25,5 @@ KIND = Kind(
     inline={"valkey_directive": "kvtune.kinds.valkey.appliers:ValkeyDirective"},
     capture="kvtune.kinds.valkey.capture:CAPTURER",
     canary="kvtune.kinds.redis.canary:READER",
+    init="kvtune.kinds.valkey.init:INIT",
 )
