@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
+from kvtune import cli_options, present
 from kvtune import kind_registry as kinds
-from kvtune import present
+from kvtune.cli_options import Commands, alias, json_flag, merged
 from kvtune.errors import KvtuneError, UserError
-from kvtune.safety.text import Console
 from kvtune.safety.text import for_markup as escape
 
 if TYPE_CHECKING:
@@ -34,7 +34,8 @@ AllowInline = Annotated[bool, flag(
 
 _KINDS = ", ".join(kinds.names())  # the server kinds, for help texts
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(cls=Commands, add_completion=False, no_args_is_help=True,
+                  pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
                   # Plain help: typer's rich panels label every flag (even --help) `<bool>`.
                   rich_markup_mode=None,
@@ -72,16 +73,18 @@ def _main(
 
     Exit codes: 0 success; 1 ran, but no significant recommendation (or nothing to export
     in the formats asked); 2 bad input; 3 harness fault; 130 interrupted."""
-# Wide tables stay readable when piped to a file or a CI log.
-out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+# As wide as COLUMNS or the terminal; wide tables stay readable when piped to a log.
+out, err = cli_options.out, cli_options.err
 
 
 def _storage_for(study_or_file: str, storage: str | None) -> tuple[str, str]:
     """`kvtune show` takes a study file or a study name (with --storage or the default
     results/NAME.db)."""
     p = Path(study_or_file)
-    if p.suffix in (".yaml", ".yml") and p.exists():
+    if p.suffix in (".yaml", ".yml") and not p.exists():
+        raise UserError(f"study file {p} does not exist (give a study file, or a study "
+                        "name with its --storage)")
+    if p.suffix in (".yaml", ".yml"):
         from kvtune.study.loader import parse_study, read_study
 
         spec = parse_study(read_study(p), str(p), base_dir=p.resolve().parent).spec
@@ -157,8 +160,12 @@ def tune(
         help="the library of past studies: a SQLite file or a database URL (default: "
         "$KVTUNE_LIBRARY, else the study's PostgreSQL storage, else "
         "~/.local/share/kvtune/library.db; KVTUNE_LIBRARY=off: none)")] = None,
+    as_json: Annotated[bool, json_flag("print the study's results as JSON at the end (as "
+                                       "`kvtune show --json`)")] = False,
 ) -> None:
-    """Tune: baseline and noise floor, Bayesian search, confirmation against the defaults.
+    """Tune: baseline, Bayesian search, confirmation.
+
+    The baseline and noise floor, a Bayesian search, the confirmation against the defaults.
     Running it again resumes the same study. A fresh study starts from the past studies of
     alike workloads in the library (unless --cold), and a finished one is added to it."""
     from kvtune.study.loader import Override
@@ -179,7 +186,10 @@ def tune(
         run = StudyRun(loaded, err, cold=cold, library=library)
     run.run(confirm=not no_confirm, ablation=not no_ablation)
     data = collect(run.store, loaded.spec.study)
-    render(data, out, next_steps(data, str(study_file)))
+    if as_json:
+        print(json.dumps(data, indent=1, default=str))
+    else:
+        render(data, out, next_steps(data, str(study_file)))
     conf = data.get("confirmation")
     if not no_confirm and conf is not None and not conf.get("recommended"):
         # The study ran; there is nothing to recommend (exit 1, not a harness fault's 3).
@@ -213,7 +223,9 @@ def run(
                            "objective: the highest open-loop rate whose latency meets it, "
                            "e.g. 'p99_us <= 200' (a knee search per repetition)")] = None,
 ) -> None:
-    """Measure one configuration (the defaults, changed by --set) with repetitions and CIs."""
+    """Measure one configuration with repetitions and intervals.
+
+    The defaults, changed by --set; each metric's median and interval."""
     from kvtune.study.loader import Override
 
     # Both change the study: the loader checks them as it checks the file's own text.
@@ -326,7 +338,9 @@ def sweep(
     as_json: Annotated[bool, flag("--json", help="print JSON")] = False,
     allow_inline_host_knobs: AllowInline = False,
 ) -> None:
-    """Measure each value of one knob with N repetitions, the others at their defaults."""
+    """Measure each value of one knob, the others at their defaults.
+
+    Each value with N repetitions (--repetitions)."""
     loaded = _load(study_file, allow_inline_host_knobs, "sweep")  # before the heavy imports
     from kvtune.study.commands import sweep as run_sweep
 
@@ -363,15 +377,17 @@ def sweep(
 @app.command()
 def show(
     study: Annotated[str, typer.Argument(help="a study file, or a study name")],
-    storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the results")] = None,
-    as_json: Annotated[bool, flag("--json", help="print JSON for scripts")] = False,
+    storage: Annotated[str | None, typer.Option(help=cli_options.STORAGE_HELP)] = None,
+    as_json: Annotated[bool, json_flag()] = False,
 ) -> None:
-    """Trials, and the best configuration beside the baseline, metric by metric."""
+    """Show a study's trials and its best configuration.
+
+    Trials, and the best configuration beside the baseline, metric by metric."""
     from kvtune.report.summary import collect, next_steps, render
-    from kvtune.store import Store
+    from kvtune.store import results_store
 
     name, url = _storage_for(study, storage)
-    data = collect(Store(url), name)
+    data = collect(results_store(url), name)
     if as_json:
         print(json.dumps(data, indent=1, default=str))
         return
@@ -384,8 +400,10 @@ def check(
     as_json: Annotated[bool, flag("--json", help="print JSON")] = False,
     allow_inline_host_knobs: AllowInline = False,
 ) -> None:
-    """Validate a study file and run preflight, applying nothing: print the plan (knobs
-    with domains and availability, host files it would write, rules, estimated wall time).
+    """Validate a study file and print its plan, applying nothing.
+
+    Preflight: the plan (knobs with domains and availability, host files it would write,
+    rules, estimated wall time).
     Exit 0 when the study can run here, 2 otherwise."""
     from kvtune.study.check import main as check_main
 
@@ -398,7 +416,9 @@ def check(
 def restore(
     journal: Annotated[Path | None, typer.Option(help="journal file")] = None,
 ) -> None:
-    """Put back every host value an interrupted study changed, verified by read-back."""
+    """Put back every host value an interrupted study changed.
+
+    Each value verified by read-back; the journal is removed."""
     import os
 
     from kvtune import targets
@@ -437,8 +457,10 @@ def knobs(
     preset: Annotated[str | None, typer.Option(help="only the knobs of a preset")] = None,
     as_json: Annotated[bool, flag("--json", help="print JSON")] = False,
 ) -> None:
-    """The knob catalog: each knob's default, current value, range and unit, and whether
-    it is available on this host (and why not). Aliases used in the case studies map to
+    """The knob catalog and what of it is available on this host.
+
+    Each knob's default, current value, range and unit, and whether it is available on
+    this host (and why not). Aliases used in the case studies map to
     catalog knobs; knobs left out on purpose are listed with the reason."""
     from kvtune.knobs import catalog
 
@@ -504,9 +526,10 @@ def export(
         "--format", help=f"sysctl, tuned, systemd or a server kind's ({_KINDS}) "
                          "(repeatable; default: every format the configuration has knobs "
                          "for)")] = None,
-    out_dir: Annotated[Path | None, typer.Option(
-        "-o", "--out", help="directory for the files (default ./export/STUDY/)")] = None,
-    storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the results")] = None,
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", help="directory for the files (default ./export/STUDY/)")] = None,
+    out_old: Annotated[Path | None, alias("--out")] = None,
+    storage: Annotated[str | None, typer.Option(help=cli_options.STORAGE_HELP)] = None,
     best_in_search: Annotated[bool, flag(
         "--best-in-search", help="without a significant recommendation, export the best "
                                  "feasible trial of the search (unconfirmed)")] = False,
@@ -525,23 +548,31 @@ def export(
     tuned_include: Annotated[str | None, typer.Option(
         "--tuned-include", help="TuneD profile to include (default: `tuned-adm recommend`; "
                                 "'' for none)")] = None,
+    as_json: Annotated[bool, json_flag("print the files written, warnings and conditions "
+                                       "as JSON")] = False,
 ) -> None:
-    """Ready-to-use files for the measured configuration (fixed server arguments, placement,
+    """Write ready-to-use files for the recommended configuration.
+
+    Files for the measured configuration (fixed server arguments, placement,
     every changed knob): sysctl.d, a TuneD profile, memcached.conf, a redis.conf include, a
     systemd drop-in. Rollbacks go under rollback/. Files are written to a directory, never
     to /etc. Exit 1 when there is no recommendation or nothing in the formats asked."""
     from kvtune import export as ex
-    from kvtune.store import Store
+    from kvtune.store import results_store
 
+    out_dir = merged(output, out_old, "--output", "--out")
     name, url = _storage_for(study, storage)
     if minimal and full:
         raise UserError("--minimal and --full ask for two configurations: give one")
-    rec = ex.recommendation(Store(url), name, best_in_search, minimal=minimal,
+    rec = ex.recommendation(results_store(url), name, best_in_search, minimal=minimal,
                             previous=from_, tuned_include=tuned_include, trial=trial,
                             full=full)
     formats = format_ or list(ex.exporters())
     target = out_dir or Path.cwd() / "export" / name
     made = ex.write(rec, formats, target)
+    if as_json:
+        _export_json(name, rec, formats, target, made)
+        return
     out.print(f"[bold]{escape(name)}[/]: {escape(rec.source)}", highlight=False)
     if not made:
         have = ex.with_content(rec)
@@ -572,10 +603,28 @@ def export(
         out.print(f"(nothing for: {', '.join(empty)})")
 
 
+def _export_json(name: str, rec: Any, formats: list[str], target: Path,
+                 made: list[Any]) -> None:
+    """`kvtune export --json`: what was written, as the text says it (exit 1 when
+    nothing was)."""
+    from kvtune import export as ex
+
+    print(json.dumps({
+        "study": name, "source": rec.source, "directory": str(target),
+        "files": [{"format": fmt, "path": str(target / f.path),
+                   "rollback": str(target / f.rollback_path) if f.rollback_path else None,
+                   "install": f.install} for fmt, f in made],
+        "nothing_for": [f for f in formats if f not in {m for m, _ in made}],
+        "warnings": [*ex.warnings(made), *rec.refused], "conditions": rec.conditions(),
+    }, indent=1, default=str))
+    if not made:
+        raise typer.Exit(1)
+
+
 @app.command()
 def verify(
     study: Annotated[str, typer.Argument(help="a study file, or a study name")],
-    storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the results")] = None,
+    storage: Annotated[str | None, typer.Option(help=cli_options.STORAGE_HELP)] = None,
     best_in_search: Annotated[bool, flag(
         "--best-in-search", help="verify the best feasible trial of the search "
                                  "(unconfirmed), as export --best-in-search exports it")] = False,
@@ -594,25 +643,37 @@ def verify(
         "--port", help="the TCP port the server listens on (default: the study's "
                        "target.port, else the port its config names, else 11211 or 6379)")]
     = None,
+    as_json: Annotated[bool, json_flag("print the checks as JSON (same exit codes)")] = False,
 ) -> None:
-    """Is the exported recommendation in effect on this host? Read-only, like `tuned-adm
+    """Check that an exported recommendation is in effect here.
+
+    Is the exported recommendation in effect on this host? Read-only, like `tuned-adm
     verify`: the host knobs it changes (sysctls, THP, ...) read back, and the running
     server's flags, options, CPU affinity and CPU quota — once the process is shown to be
     the server (it runs the trusted server binary, is owned by root or the service's user
     and listens on the study's port). One line per check; exit 0 when all hold, 1 when any
     differs or cannot be checked, 2 for a --pid that is no process."""
     from kvtune import export as ex
-    from kvtune.store import Store
+    from kvtune.store import results_store
     from kvtune.verify import verify as run_verify
 
     name, url = _storage_for(study, storage)
     if minimal and full:
         raise UserError("--minimal and --full ask for two configurations: give one")
-    rec = ex.recommendation(Store(url), name, best_in_search, minimal=minimal, trial=trial,
-                            full=full, verb="verify")
+    rec = ex.recommendation(results_store(url), name, best_in_search, minimal=minimal,
+                            trial=trial, full=full, verb="verify")
     if port is not None and not 0 < port < 65536:
         raise UserError(f"--port: {port} is not a TCP port")
     checks, notes = run_verify(rec, pid, host_only, port)
+    if as_json:
+        print(json.dumps({"study": name, "source": rec.source, "notes": notes,
+                          "checks": [{"what": c.what, "expected": c.expected,
+                                      "found": c.found, "ok": c.ok, "note": c.note}
+                                     for c in checks],
+                          "in_effect": all(c.ok for c in checks)}, indent=1, default=str))
+        if not all(c.ok for c in checks):
+            raise typer.Exit(1)
+        return
     out.print(f"[bold]{escape(name)}[/]: {escape(rec.source)}", highlight=False)
     for n in notes:
         out.print(n, highlight=False, markup=False)  # a process's argv: stripped by out
@@ -667,7 +728,7 @@ def canary(
     study: Annotated[str | None, typer.Option(
         help="the study (file or name) whose recommendation the canary runs: `kvtune "
              "verify` checks the canary before watching")] = None,
-    storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the results")] = None,
+    storage: Annotated[str | None, typer.Option(help=cli_options.STORAGE_HELP)] = None,
     export_dir: Annotated[Path | None, typer.Option(
         "--export", help="the directory `kvtune export -o` wrote: its rollback file is "
                          "the rollback")] = None,
@@ -678,12 +739,19 @@ def canary(
         "--probe-rate", help="also probe each server with kvload at this many requests/s "
                              "on keys of its own: the probe's p99 (probe_p99), for servers "
                              "without latency figures of their own")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the session's "
-                                                  "record (JSON)")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="write the "
+                                                "session's record (JSON) to this file")]
+    = None,
+    as_json: Annotated[bool, json_flag("print the session's record as JSON at the end (the "
+                                       "looks go to stderr)")] = False,
+    json_file: Annotated[Path | None, typer.Argument(
+        hidden=True, help="with --json: the file -o names (an older spelling)")] = None,
     report_out: Annotated[Path | None, typer.Option("--report", help="write the session's "
                                                     "HTML page")] = None,
 ) -> None:
-    """Watch canary servers running a change against control servers on the current
+    """Watch canary servers running a change against controls.
+
+    Canary servers running a change against control servers on the current
     configuration, serving the same class of live traffic (kvtune does not route it): per
     look, the canary's change against its control for each guardrail and the goal, with an
     interval valid at every look. Ends with promote (exit 0), roll back (1), or inconclusive
@@ -691,6 +759,12 @@ def canary(
     from kvtune.canary import command as cc
     from kvtune.canary import page, session
 
+    if json_file is not None:  # `--json FILE`: an older spelling of `-o FILE`
+        if not as_json:
+            raise UserError(f"unexpected argument {json_file} (canary takes options only)")
+        output, as_json = merged(output, json_file, "--output", "--json FILE"), False
+    json_out = output
+    say = err if as_json else out  # stdout holds the record alone
     if study is not None and aa:
         raise UserError("--study with --aa: an A/A pair runs the current configuration on "
                         "both sides; there is no change to verify")
@@ -704,29 +778,31 @@ def canary(
         ok, lines = cc.verify_canaries(plan, study, rec)
         plan.verified = lines
         for ln in lines:
-            out.print(ln, highlight=False, markup=False)
+            say.print(ln, highlight=False, markup=False)
         if not ok:
-            out.print("the canary does not run the change (kvtune verify): not watched")
+            say.print("the canary does not run the change (kvtune verify): not watched")
             raise typer.Exit(1)
     else:
         plan.verified = ["not verified: no --study given"]
     who = ", ".join(f"{c.address} against {b.address}" for c, b in
                     zip(plan.canaries, plan.controls, strict=True))
-    out.print(f"{'A/A ' if aa else ''}canary {who} ({kind}), a look every {interval} up "
+    say.print(f"{'A/A ' if aa else ''}canary {who} ({kind}), a look every {interval} up "
               f"to {max_time}; "
               f"rules: {'; '.join(r.text for r in plan.rules)}", highlight=False, markup=False)
-    record = session.run(plan, lambda ln: out.print(ln, highlight=False, markup=False))
+    record = session.run(plan, lambda ln: say.print(ln, highlight=False, markup=False))
     if json_out is not None:
         session.write_record(record, json_out)
     if report_out is not None:
         page.write(record, report_out)
-        out.print(f"wrote {escape(report_out)}")
+        say.print(f"wrote {escape(report_out)}")
     outcome = record["outcome"]
-    out.print(f"{outcome}: {record['deciding']}", highlight=False, markup=False)
+    if as_json:
+        print(json.dumps(record, indent=1, default=str))
+    say.print(f"{outcome}: {record['deciding']}", highlight=False, markup=False)
     if outcome == "roll back" and "rollback" not in record:
         how = (f"apply {plan.rollback.rollback_file}" if plan.rollback is not None else
                "apply the export's rollback file (under rollback/ in its directory)")
-        out.print(f"not rolled back by kvtune (no --rollback-on-breach): {how} to the "
+        say.print(f"not rolled back by kvtune (no --rollback-on-breach): {how} to the "
                   "canary", highlight=False, markup=False)
     if outcome not in ("promote", session.AA_AGREES):
         raise typer.Exit(1)
@@ -737,18 +813,20 @@ def report(
     study: Annotated[str, typer.Argument(help="a study file, or a study name")],
     output: Annotated[Path, typer.Option("-o", "--output", help="the HTML file to write")]
     = Path("report.html"),
-    storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the results")] = None,
+    storage: Annotated[str | None, typer.Option(help=cli_options.STORAGE_HELP)] = None,
     within: Annotated[float, typer.Option(help="optimizable zones: within this fraction of "
                                           "the best")] = 0.05,
     importance: Annotated[str, typer.Option(
         help="main-effects (ranked, with intervals), ped-anova or fanova (needs scikit-learn)")]
     = "main-effects",
 ) -> None:
-    """One self-contained HTML report (works offline): the recommendation and its proof,
+    """Write one self-contained HTML report of a study.
+
+    The report works offline: the recommendation and its proof,
     before/after, convergence, importance, sensitivity, telemetry, reproduction."""
     from kvtune.analysis import analyse, load
     from kvtune.report import write
-    from kvtune.store import Store
+    from kvtune.store import results_store
 
     if importance not in ("main-effects", "ped-anova", "fanova"):
         raise UserError(f"--importance: {importance!r} is not main-effects, ped-anova or "
@@ -756,12 +834,13 @@ def report(
     if not 0 < within < 1:
         raise UserError(f"--within: {within} is not a fraction between 0 and 1")
     name, url = _storage_for(study, storage)
+    store = results_store(url)
     try:
-        data = load(Store(url), name)
+        data = load(store, name)
     except UserError:  # a study that only swept: its sweeps and server stats by phase
         from kvtune.report.sweep import sweep_only_page
 
-        page = sweep_only_page(Store(url), name)
+        page = sweep_only_page(store, name)
         if page is None:
             raise
         from kvtune.safety.files import write_file
@@ -778,11 +857,13 @@ def report(
 @app.command()
 def dashboard(
     study: Annotated[str, typer.Argument(help="a study file, or a study name")],
-    storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the results")] = None,
+    storage: Annotated[str | None, typer.Option(help=cli_options.STORAGE_HELP)] = None,
     port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8080,
 ) -> None:
-    """Live view: optuna-dashboard on the study's storage, bound to 127.0.0.1 only."""
-    from kvtune.store import Store
+    """Live view of a study in optuna-dashboard (127.0.0.1 only).
+
+    optuna-dashboard on the study's storage, bound to 127.0.0.1 only."""
+    from kvtune.store import results_store
 
     try:
         from optuna_dashboard import run_server
@@ -792,7 +873,7 @@ def dashboard(
     if not 0 < port < 65536:
         raise UserError(f"--port: {port} is not a TCP port")
     name, url = _storage_for(study, storage)
-    st = Store(url)
+    st = results_store(url)
     try:
         study_id = st.storage.get_study_id_from_name(name)
     except KeyError:
@@ -807,9 +888,10 @@ def dashboard(
         raise UserError(f"cannot serve on 127.0.0.1:{port}: {e.strerror}") from None
 
 
-workload_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
-                           help="Workload models of your own traffic: capture a live server, "
-                                "import a public trace, describe a model (docs/kvload.md).")
+workload_app = typer.Typer(cls=Commands, no_args_is_help=True, rich_markup_mode=None,
+                           help="Workload models of your own traffic (docs/kvload.md).\n\n"
+                                "Capture a live server, import a public trace, describe a "
+                                "model.")
 app.add_typer(workload_app, name="workload")
 
 
@@ -844,7 +926,9 @@ def workload_capture(
         "--keep-trace", help="also write the requests themselves (hashed keys, lengths, "
                              "times) for `kvload --trace`")] = None,
 ) -> None:
-    """Record a running server's traffic as a workload model: memcached through `watch
+    """Record a running server's traffic as a workload model.
+
+    memcached through `watch
     fetchers mutations`, Redis through MONITOR for a bounded window (or --sample). Keys are
     hashed at once, values never kept; only read-only commands are sent. Exit 2 on bad
     input, 3 when the server cannot be captured."""
@@ -886,8 +970,10 @@ def workload_import(
         "--keep-trace", help="also write the window's requests, normalized (hashed keys, "
                              "lengths, times), for `kvload --trace`")] = None,
 ) -> None:
-    """Turn a public cache trace (Twitter OSDI'20, Meta kvcache) into a workload model, as a
-    stream (constant memory). Malformed lines are skipped and counted."""
+    """Turn a public cache trace into a workload model.
+
+    A trace of Twitter (OSDI'20) or Meta (kvcache), read as a stream (constant memory).
+    Malformed lines are skipped and counted."""
     from kvtune.safety.files import note_input
     from kvtune.workload.capture import check_output, check_trace_output, write_model
     from kvtune.workload.describe import lines
@@ -924,18 +1010,24 @@ def workload_describe(
                                                "file)")],
     html: Annotated[Path | None, typer.Option(
         "--html", help="also write its plots (popularity, sizes, rate) to this page")] = None,
+    as_json: Annotated[bool, json_flag("print the model itself as JSON")] = False,
 ) -> None:
-    """What a workload model holds: mix, rate and arrivals, popularity and its fit, sizes,
+    """Describe what a workload model holds.
+
+    Its mix, rate and arrivals, popularity and its fit, sizes,
     TTLs, connections, and how it was captured or imported."""
     from kvtune.workload.describe import html as write_html
     from kvtune.workload.describe import lines, load_model
 
     doc = load_model(str(model))
-    for line in lines(doc):
-        out.print(line, highlight=False, markup=False)
+    if as_json:
+        print(json.dumps(doc, indent=1, default=str))
+    else:
+        for line in lines(doc):
+            out.print(line, highlight=False, markup=False)
     if html is not None:
         write_html(doc, html)
-        out.print(f"wrote {escape(html)}", highlight=False)
+        (err if as_json else out).print(f"wrote {escape(html)}", highlight=False)
 
 
 from kvtune.library_commands import library_app, predict_command, profiles_app  # noqa: E402
@@ -943,24 +1035,31 @@ from kvtune.library_commands import library_app, predict_command, profiles_app  
 app.add_typer(library_app, name="library")
 app.add_typer(profiles_app, name="profiles")
 
+from kvtune.initcmd import init_command  # noqa: E402
+
+app.command("init")(init_command)  # kvtune init: a study file for your own server
+
 
 @app.command()
 def predict(
     study: Annotated[str, typer.Argument(help="a study file, or a study name")],
-    storage: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the results")] = None,
-    library: Annotated[str | None, typer.Option(
-        help="the library (default: $KVTUNE_LIBRARY, else ~/.local/share/kvtune/library.db)")]
-    = None,
+    storage: Annotated[str | None, typer.Option(help=cli_options.STORAGE_HELP)] = None,
+    library: Annotated[str | None, typer.Option(help=cli_options.LIBRARY_HELP)] = None,
+    as_json: Annotated[bool, json_flag("print the prediction as JSON (same exit codes)")]
+    = False,
 ) -> None:
-    """What the nearest past studies in the library suggest for this study's workload
+    """Predict from the library's past studies (nothing measured).
+
+    What the nearest past studies in the library suggest for this study's workload
     (configuration, expected change with its spread): a PREDICTION, nothing measured.
     Exit 1 when nothing in the library is near."""
-    predict_command(study, storage, library)
+    predict_command(study, storage, library, as_json)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point. Usage errors are typer's (exit 2); kvtune's own errors are printed as
     one message for people, never a stack trace, with their exit code."""
+    cli_options.fit_consoles()
     try:
         app(args=argv)
     except PermissionError as e:

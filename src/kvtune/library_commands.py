@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvtune import present
+from kvtune import cli_options, present
+from kvtune.cli_options import Commands, alias, json_flag, merged
 from kvtune.errors import KvtuneError, UserError
 
 if TYPE_CHECKING:
@@ -18,9 +19,9 @@ if TYPE_CHECKING:
     from kvtune.library.store import Library
     from kvtune.safety.text import Console
 
-LibraryOpt = Annotated[str | None, typer.Option(
-    "--library", help="the library: a SQLite file or a database URL (default: "
-    "$KVTUNE_LIBRARY, else ~/.local/share/kvtune/library.db)")]
+LibraryOpt = Annotated[str | None, typer.Option(cli_options.LIBRARY,
+                                                help=cli_options.LIBRARY_HELP)]
+JsonFlag = Annotated[bool, json_flag()]
 MAX_IMPORT_BYTES = 64 << 20
 
 
@@ -30,26 +31,18 @@ class NothingFound(KvtuneError):
     exit_code = 1
 
 
-_CONSOLES: list[Console] = []
-
-
 def _consoles() -> tuple[Console, Console]:
-    """stdout and stderr, as kvtune.cli's (wide when piped)."""
-    if not _CONSOLES:
-        import sys
-
-        from kvtune.safety.text import Console
-
-        _CONSOLES.extend([Console(width=None if sys.stdout.isatty() else 160),
-                          Console(stderr=True, width=None if sys.stderr.isatty() else 160)])
-    return _CONSOLES[0], _CONSOLES[1]
+    """stdout and stderr, kvtune.cli's (as wide as the terminal or COLUMNS)."""
+    return cli_options.out, cli_options.err
 
 
-def _open(flag: str | None, storage: str | None = None) -> Library:
+def _open(flag: str | None, storage: str | None = None, *, create: bool = False) -> Library:
+    """The library a command uses; only `create` (an import) creates it: a command that
+    reads or forgets says a library that is not there is missing."""
     from kvtune.library.store import LibraryUnavailable, open_library
 
     try:
-        lib = open_library(flag, storage)
+        lib = open_library(flag, storage, create=create)
     except LibraryUnavailable as e:
         raise UserError(str(e)) from None
     if lib is None:
@@ -105,15 +98,15 @@ def result_text(e: Entry) -> str:
     return f"{e.objective.metric} {present.pct(r.change)}{ci}{cap}"
 
 
-library_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+library_app = typer.Typer(cls=Commands, no_args_is_help=True, rich_markup_mode=None,
                           help="The library of finished studies (docs/library.md).")
 
 
 @library_app.command("list")
-def library_list(library: LibraryOpt = None,
-                 as_json: Annotated[bool, typer.Option("--json", metavar="",
-                                                       help="print JSON")] = False) -> None:
-    """Every entry: id, when, study, target, objective, workload, result, host."""
+def library_list(library: LibraryOpt = None, as_json: JsonFlag = False) -> None:
+    """List every entry of the library.
+
+    Each entry's id, when, study, target, objective, workload, result and host."""
     from rich.table import Table
 
     from kvtune.workload.features import describe
@@ -142,10 +135,8 @@ def library_list(library: LibraryOpt = None,
 
 @library_app.command("show")
 def library_show(entry: Annotated[str, typer.Argument(help="an entry id (or its start)")],
-                 library: LibraryOpt = None,
-                 as_json: Annotated[bool, typer.Option("--json", metavar="",
-                                                       help="print JSON")] = False) -> None:
-    """One entry in full."""
+                 library: LibraryOpt = None, as_json: JsonFlag = False) -> None:
+    """Show one entry in full."""
     from kvtune.library.entry import parse
     from kvtune.present import fmt
     from kvtune.workload.features import FEATURES, describe
@@ -212,11 +203,21 @@ def library_forget(entry: Annotated[str, typer.Argument(help="an entry id (or it
 
 
 @library_app.command("export")
-def library_export(file: Annotated[Path, typer.Argument(help="the JSON file to write")],
-                   library: LibraryOpt = None) -> None:
-    """Write every entry to a file (for another host's `kvtune library import`)."""
+def library_export(
+    output: Annotated[Path | None, typer.Option(*cli_options.OUTPUT,
+                                                help="the JSON file to write")] = None,
+    library: LibraryOpt = None,
+    file: Annotated[Path | None, typer.Argument(
+        hidden=True, help="the file -o names (an older spelling)")] = None,
+) -> None:
+    """Write every entry to a file, for another host to import.
+
+    The file is what another host's `kvtune library import` reads."""
     from kvtune.safety.files import write_file
 
+    file = merged(output, file, "--output", "FILE")
+    if file is None:
+        raise UserError("give the file to write: kvtune library export -o FILE")
     out, _ = _consoles()
     lib = _open(library)
     entries = _entries(lib)
@@ -260,7 +261,7 @@ def library_import(file: Annotated[Path, typer.Argument(help="a `kvtune library 
     if problems:
         raise UserError(f"{file}: {len(problems)} of {len(items)} entries do not validate; "
                         "nothing was imported", problems[:10])
-    lib = _open(library)
+    lib = _open(library, create=True)
     from kvtune.library.store import LibraryUnavailable
 
     try:
@@ -271,9 +272,10 @@ def library_import(file: Annotated[Path, typer.Argument(help="a `kvtune library 
               "already there)", highlight=False)
 
 
-profiles_app = typer.Typer(rich_markup_mode=None, invoke_without_command=True,
-                           help="Categories of workloads and the configuration that held "
-                                "across each one's studies (docs/library.md).")
+profiles_app = typer.Typer(cls=Commands, rich_markup_mode=None, invoke_without_command=True,
+                           help="Workload categories and the configuration that held in "
+                                "each.\n\nCategories of workloads and the configuration that "
+                                "held across each one's studies (docs/library.md).")
 
 
 def _categories(library: str | None) -> list[Any]:
@@ -283,7 +285,7 @@ def _categories(library: str | None) -> list[Any]:
 
 
 @profiles_app.callback()
-def profiles(ctx: typer.Context, library: LibraryOpt = None) -> None:
+def profiles(ctx: typer.Context, library: LibraryOpt = None, as_json: JsonFlag = False) -> None:
     """Without a command: every category, its studies and its profile."""
     if ctx.invoked_subcommand is not None:
         ctx.obj = library
@@ -294,6 +296,9 @@ def profiles(ctx: typer.Context, library: LibraryOpt = None) -> None:
 
     out, _ = _consoles()
     cats = _categories(library)
+    if as_json:
+        print(json.dumps([_category_json(c) for c in cats], indent=1, default=str))
+        return
     if not cats:
         out.print("no category: the library holds no study yet", highlight=False)
         return
@@ -323,20 +328,39 @@ def profiles(ctx: typer.Context, library: LibraryOpt = None) -> None:
         p(f"  gains of its studies: {spread(c.gains())}")
 
 
+def _category_json(c: Any) -> dict[str, Any]:
+    """`kvtune profiles --json`: one category as the text shows it."""
+    return {"id": c.id, "name": c.name, "target": c.target,
+            "target_version": c.target_version, "metric": c.metric,
+            "direction": c.direction, "centre": c.centre,
+            "studies": [{"study": e.study, "id": e.id, "holds": e.recommendation is None}
+                        for e in c.members],
+            "knobs": [{"knob": k.knob, "value": k.value, "holds": k.holds,
+                       "confirmed_in": k.confirmed_in, "values": k.values, "gains": k.gains}
+                      for k in c.knobs()],
+            "gains": c.gains()}
+
+
 @profiles_app.command("export")
 def profiles_export(
     ctx: typer.Context,
     category: Annotated[str, typer.Argument(help="a category id (c1) or its name's start")],
-    out_dir: Annotated[Path, typer.Option("-o", "--out-dir", help="directory to write")]
-    = Path("profile"),
+    output: Annotated[Path | None, typer.Option(
+        *cli_options.OUTPUT, help="directory to write (default ./profile)")] = None,
+    out_dir: Annotated[Path | None, alias("--out-dir")] = None,
+    library: LibraryOpt = None,
+    as_json: Annotated[bool, json_flag("print the files written as JSON")] = False,
 ) -> None:
-    """A category's profile as a TuneD profile and the server's config drop-in (with
+    """Write a category's profile as TuneD and server config files.
+
+    A category's profile as a TuneD profile and the server's config drop-in (with
     rollbacks), as `kvtune export` writes a study's."""
     from kvtune.export.profile import export
     from kvtune.library.profiles import find
 
     out, _ = _consoles()
-    cats = _categories(ctx.obj)
+    target = merged(output, out_dir, "--output", "--out-dir") or Path("profile")
+    cats = _categories(merged(library, ctx.obj, "--library", "kvtune profiles --library"))
     cat = find(cats, category)
     if cat is None:
         raise UserError(f"no category {category!r}: " + (", ".join(
@@ -344,16 +368,22 @@ def profiles_export(
     if not cat.held():
         raise NothingFound(f"category {cat.id} ({cat.name}) has no change that held in most "
                            "of its studies: nothing to export")
-    made = export(cat, out_dir)
+    made = export(cat, target)
     if not made:
         raise NothingFound(f"category {cat.id}: its changes ({', '.join(cat.held())}) have "
                            "no export format (knobs of the synthetic target?)")
+    if as_json:
+        print(json.dumps({"category": cat.id, "directory": str(target), "files": [
+            {"format": fmt, "path": str(target / f.path), "install": f.install}
+            for fmt, f in made]}, indent=1))
+        return
     for fmt, f in made:
-        out.print(f"{fmt}: {_esc(str(out_dir / f.path))}  — {_esc(f.install)}",
+        out.print(f"{fmt}: {_esc(str(target / f.path))}  — {_esc(f.install)}",
                   highlight=False)
 
 
-def predict_command(study: str, storage: str | None, library: str | None) -> None:
+def predict_command(study: str, storage: str | None, library: str | None,
+                    as_json: bool = False) -> None:
     """`kvtune predict`: see kvtune.library.predict."""
     from kvtune.library.predict import predict, this_host_fingerprint
     from kvtune.library.profiles import spread
@@ -367,6 +397,19 @@ def predict_command(study: str, storage: str | None, library: str | None) -> Non
         pred = predict(spec, this_host_fingerprint(spec), _entries(lib))
     except NoFeatures as e:
         raise UserError(f"study {spec.study!r}: {e}") from None
+    if as_json:
+        print(json.dumps({
+            "study": spec.study, "target": spec.target.kind,
+            "metric": spec.objective.metric, "features": pred.features,
+            "library": lib.url, "measured": False,
+            "used": [{"study": e.study, "id": e.id, "distance": d, "result": result_text(e),
+                      "changes": e.recommendation.changes if e.recommendation else {}}
+                     for e, d in pred.found.used],
+            "config": pred.config, "support": pred.support, "gains": pred.gains,
+            "holds": pred.holds}, indent=1, default=str))
+        if not pred.found.used:
+            raise typer.Exit(1)
+        return
     p = lambda s: out.print(s, highlight=False)  # noqa: E731
     p(f"[bold]PREDICTION[/] for study {_esc(spec.study)!r} from the library alone "
       f"(nothing measured): {spec.target.kind}, {spec.objective.metric}; "

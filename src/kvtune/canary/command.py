@@ -97,7 +97,7 @@ def plan_from(o: Options) -> ses.Plan:
                         "file, never a hand-made command")
     if o.export_dir is not None:
         rollback = ses.rollback_from_export(o.export_dir, o.kind, reader)
-    for p, what in ((o.json_out, "--json"), (o.report, "--report")):
+    for p, what in ((o.json_out, "-o"), (o.report, "--report")):
         if p is not None and not p.parent.is_dir():
             raise UserError(f"{what} {p}: {p.parent} is not a directory")
     return ses.Plan(o.kind, canaries, controls, rules, interval_s=interval,
@@ -109,10 +109,10 @@ def plan_from(o: Options) -> ses.Plan:
 def recommendation(study_url: tuple[str, str]) -> Recommendation:
     """The study's recommendation, as `kvtune verify` reads it."""
     from kvtune import export as ex
-    from kvtune.store import Store
+    from kvtune.store import results_store
 
     name, url = study_url
-    return ex.recommendation(Store(url), name, verb="verify")
+    return ex.recommendation(results_store(url), name, verb="verify")
 
 
 def study_rules(rec: Recommendation) -> tuple[str | None, list[str]] | None:

@@ -67,24 +67,46 @@ class Read:
     invalid: list[tuple[str, str]] = field(default_factory=list)
 
 
-class Library:
-    """The library at `url` (`resolve`). Opening creates the table (and, for the default
-    location, its directory); raises LibraryUnavailable."""
+class LibraryMissing(LibraryUnavailable):
+    """A library a reading command was given that is not there (said to be missing; it
+    is never created by reading)."""
 
-    def __init__(self, url: str) -> None:
+
+class Library:
+    """The library at `url` (`resolve`). With `create` (a study adding its entry, `kvtune
+    library import`), opening creates the table (and, for the default location, its
+    directory). Without it, as every command that only reads opens it, nothing is
+    created: a SQLite file that is not there raises LibraryMissing, except at the default
+    location, where no library yet is an empty one (as is a database without the table).
+    Raises LibraryUnavailable."""
+
+    def __init__(self, url: str, *, create: bool = True) -> None:
         from kvtune.safety.storage import check_url, mask, sqlite_path
 
         self.url = mask(url)
         path = sqlite_path(url)
+        default = path is not None and path.absolute() == default_path().absolute()
+        self.engine: sa.Engine | None = None
+        if not create and path is not None and not os.path.lexists(path):
+            if default:
+                return  # no library yet: empty
+            raise LibraryMissing(f"library {self.url}: {path} does not exist (a command "
+                                 "that reads the library creates none; give an existing "
+                                 "library with --library)")
         try:
-            if path is not None and path.absolute() == default_path().absolute():
+            if create and default and path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
-            check_url(url)
+            check_url(url, create=create)
         except (OSError, ValueError) as e:
             raise LibraryUnavailable(f"library {self.url}: {e}") from None
         try:
-            self.engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-            _META.create_all(self.engine, checkfirst=True)
+            engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+            if create:
+                _META.create_all(engine, checkfirst=True)
+            if create or sa.inspect(engine).has_table(LIBRARY.name):
+                self.engine = engine
+            else:  # a database without the library's table: empty
+                engine.dispose()
         except sa.exc.SQLAlchemyError as e:
             raise LibraryUnavailable(f"library {self.url}: {_why(e)}") from None
         if path is not None:  # no output of this run (`library export -o`) may replace it
@@ -98,6 +120,8 @@ class Library:
         if target is not None:
             q = q.where(LIBRARY.c.target == target)
         out = Read()
+        if self.engine is None:
+            return out
         try:
             with self.engine.connect() as c:
                 rows = c.execute(q.limit(MAX_ENTRIES)).all()
@@ -115,6 +139,8 @@ class Library:
     def add(self, entries: list[Entry]) -> int:
         """Add `entries` in one transaction (those whose id is there already are
         skipped); the number added."""
+        if self.engine is None:
+            raise LibraryUnavailable(f"library {self.url}: opened for reading only")
         try:
             with self.engine.begin() as c:
                 have = {r[0] for r in c.execute(sa.select(LIBRARY.c.id).where(
@@ -131,7 +157,8 @@ class Library:
 
     def find(self, prefix: str) -> list[str]:
         """The ids starting with `prefix`."""
-        if not prefix or any(c not in "0123456789abcdef" for c in prefix.lower()):
+        if self.engine is None or not prefix or any(
+                c not in "0123456789abcdef" for c in prefix.lower()):
             return []
         try:
             with self.engine.connect() as c:
@@ -141,6 +168,8 @@ class Library:
             raise LibraryUnavailable(f"library {self.url}: {_why(e)}") from None
 
     def get_raw(self, rid: str) -> str | None:
+        if self.engine is None:
+            return None
         try:
             with self.engine.connect() as c:
                 row = c.execute(sa.select(LIBRARY.c.data).where(LIBRARY.c.id == rid)).first()
@@ -149,6 +178,8 @@ class Library:
         return None if row is None else str(row[0])
 
     def forget(self, rid: str) -> bool:
+        if self.engine is None:
+            return False
         try:
             with self.engine.begin() as c:
                 n = c.execute(LIBRARY.delete().where(LIBRARY.c.id == rid)).rowcount
@@ -162,7 +193,9 @@ def _why(e: Exception) -> str:
     return str(orig or e).splitlines()[0][:300]
 
 
-def open_library(flag: str | None = None, storage_url: str | None = None) -> Library | None:
-    """The library kvtune uses (None: `KVTUNE_LIBRARY=off`). Raises LibraryUnavailable."""
+def open_library(flag: str | None = None, storage_url: str | None = None, *,
+                 create: bool = True) -> Library | None:
+    """The library kvtune uses (None: `KVTUNE_LIBRARY=off`); `create` as `Library`'s.
+    Raises LibraryUnavailable (LibraryMissing: a library to read that is not there)."""
     url = resolve(flag, storage_url)
-    return None if url is None else Library(url)
+    return None if url is None else Library(url, create=create)
