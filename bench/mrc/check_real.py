@@ -1,0 +1,166 @@
+"""Predicted vs measured hit ratio on the real servers (issue 43).
+
+For each workload and server kind, at each memory size: a fresh server (memcached `-m`,
+Redis/Valkey `maxmemory` with `allkeys-lru`), the request stream replayed cache-aside by
+kvtune.mrc.check (paced at the stream's rate; the first half warms the cache up, the
+counters are reset, the second half is measured), and the simulator's prediction for the
+same stream and the same split. Redis/Valkey: used_memory per key is measured first on a
+server without a limit, and the simulator's byte formula is scaled by it; the baseline
+used_memory of the idle server (with the client connected) is read before the replay.
+
+    .venv/bin/python bench/mrc/check_real.py --json bench/mrc/check_real.json
+
+Servers on CPU 0, this client on CPU 1 (taskset); loopback only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+
+from kvtune.mrc import check, memcached, redis  # noqa: E402
+from kvtune.mrc.requests import Requests, from_model  # noqa: E402
+from kvtune.targets.base import free_port  # noqa: E402
+
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "skewed-small": {"keys": 100_000, "popularity": "zipf:0.99", "mix": "get:1",
+                     "key_size": 24, "value_size": "list:16:1,32:2,64:2,100:1"},
+    "mixed-ttl": {"keys": 40_000, "popularity": "zipf:0.9", "mix": "get:9,set:1",
+                  "key_size": 32,
+                  "value_size": "list:100:4,400:3,1500:2,6000:1,20000:0.3",
+                  "ttl": "list:0:2,8:1,20:1"},
+}
+SIZES_MB = {"skewed-small": {"memcached": [3, 5, 8, 12], "redis": [6, 9, 13, 18]},
+            "mixed-ttl": {"memcached": [8, 16, 32, 48], "redis": [6, 12, 24, 48]}}
+REQUESTS = {"skewed-small": 500_000, "mixed-ttl": 400_000}
+RATE = {"skewed-small": 18_000, "mixed-ttl": 16_000}
+
+
+def wait(port: int, proc: subprocess.Popen[bytes]) -> None:
+    for _ in range(200):
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited: {proc.stderr.read() if proc.stderr else ''}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit("server did not listen")
+
+
+def start(kind: str, mb: int | None) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    if kind == "memcached":
+        argv = [shutil.which("memcached") or "memcached", "-p", str(port), "-l", "127.0.0.1",
+                "-U", "0", "-u", "memcache", "-t", "2", "-m", str(mb or 1024)]
+    else:
+        binary = shutil.which("redis-server" if kind == "redis" else "valkey-server")
+        argv = [binary or kind, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--daemonize", "no", "--logfile", "", "--dir", "/tmp"]
+        if mb:
+            argv += ["--maxmemory", f"{mb}mb", "--maxmemory-policy", "allkeys-lru"]
+    proc = subprocess.Popen(["taskset", "-c", "0", *argv], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    wait(port, proc)
+    return proc, port
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    proc.wait(10)
+
+
+def used_memory(port: int) -> int:
+    c = check._Redis(port)
+    try:
+        c.c.send(check._resp(b"INFO", b"memory"))
+        text = c._reply() or b""
+    finally:
+        c.close()
+    st = dict(ln.split(b":", 1) for ln in text.split(b"\r\n") if b":" in ln)
+    return int(st[b"used_memory"])
+
+
+def run(name: str, kind: str, req: Requests, sizes: list[int], speed: float
+        ) -> list[dict[str, Any]]:
+    warm = len(req) // 2
+    rows = []
+    bytes_scale = 1.0
+    if kind != "memcached":
+        proc, port = start(kind, None)
+        try:
+            per_key, payload = check.per_key_bytes(port, req)
+        finally:
+            stop(proc)
+        _, first = np.unique(req.key, return_index=True)
+        f = redis.key_bytes(req.klen[first], req.vlen[first]).sum() + redis.buckets(len(first))
+        bytes_scale = per_key * len(first) / f
+        print(f"{kind} {name}: used_memory per key {per_key:.1f} B (payload {payload:.1f} B); "
+              f"formula x{bytes_scale:.3f}", flush=True)
+    for mb in sizes:
+        proc, port = start(kind, mb)
+        try:
+            base = used_memory(port) if kind != "memcached" else 0
+            m = check.replay(req, kind, port, warm, speed=speed)
+        finally:
+            stop(proc)
+        if kind == "memcached":
+            p = memcached.simulate(req, mb << 20, measure_from=warm).hit_ratio
+        else:
+            p = redis.simulate(req, mb << 20, measure_from=warm, baseline=base,
+                               bytes_scale=bytes_scale).hit_ratio
+        row = {"workload": name, "kind": kind, "memory_mb": mb, "predicted": round(p, 4),
+               "measured": round(m.hit_ratio, 4), "diff_pts": round(100 * (p - m.hit_ratio), 2),
+               "replay_s": round(m.seconds, 1), "behind_s": round(m.behind_s, 2)}
+        if kind != "memcached":
+            row["baseline_used_memory"] = base
+            row["bytes_scale"] = round(bytes_scale, 4)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--kinds", default="memcached,redis,valkey")
+    ap.add_argument("--requests", type=int, help="requests per stream (default: per workload)")
+    ap.add_argument("--rate", type=float, help="the stream's requests/s (default: per "
+                    "workload)")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    os.sched_setaffinity(0, {1})
+    rows: list[dict[str, Any]] = []
+    t0 = time.time()
+    for name in a.workloads.split(","):
+        req = from_model(WORKLOADS[name], requests=a.requests or REQUESTS[name],
+                         rate=a.rate or RATE[name], seed=7)
+        for kind in a.kinds.split(","):
+            sizes = SIZES_MB[name]["memcached" if kind == "memcached" else "redis"]
+            rows += run(name, kind, req, sizes, speed=1.0)
+    print(f"| workload | server | memory | predicted | measured | difference |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['workload']} | {r['kind']} | {r['memory_mb']} MiB | {r['predicted']:.3f} "
+              f"| {r['measured']:.3f} | {r['diff_pts']:+.1f} pt |")
+    worst = max(abs(r["diff_pts"]) for r in rows)
+    print(f"worst difference {worst:.1f} points; {time.time() - t0:.0f} s")
+    if a.json:
+        Path(a.json).write_text(json.dumps({"workloads": WORKLOADS, "requests": REQUESTS,
+                                            "rate": RATE, "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""Byte-LRU miss-ratio curves: exact stack distances (Mattson's algorithm over item bytes,
+with a Fenwick tree), and SHARDS spatial sampling (Waldspurger et al., FAST '15) in its
+fixed-rate and fixed-size forms.
+
+The stack distance of a get is the bytes of the distinct items touched since its key was
+last touched, its own item included: a byte-LRU cache of C bytes hits it iff the distance
+is at most C. A get of a key never stored, deleted since, or expired (its set's time plus
+TTL is past) misses at every size, and fills the cache (cache-aside). Written here rather
+than taken from libCacheSim: kvtune's traces hold hashed keys and per-request TTLs already
+in arrays, the curve needs the TTL rule above and per-kind item bytes, and the Python
+binding (libcachesim 0.3.5) pulls boto3 and pytest in as run-time dependencies of a tool
+that runs as root.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvtune.mrc.requests import DELETE, GET, SET, Requests, salted_hash
+
+ItemBytes = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def plain_bytes(klen: np.ndarray, vlen: np.ndarray) -> np.ndarray:
+    """Key plus value: the byte-LRU curve's item size, with no server's overhead."""
+    return klen.astype(np.int64) + vlen.astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Distances:
+    """Per counted get: its stack distance in bytes (inf: misses at every size) and its
+    weight (1, or 1/R of a sampled stream). `gets` is the weight of all gets counted (the
+    denominator of the hit ratio)."""
+
+    distance: np.ndarray
+    weight: np.ndarray
+    gets: float
+
+    def hit_ratio(self, sizes: np.ndarray) -> np.ndarray:
+        order = np.argsort(self.distance, kind="stable")
+        d = self.distance[order]
+        cw = np.concatenate([[0.0], np.cumsum(self.weight[order])])
+        idx = np.searchsorted(d, np.asarray(sizes, dtype=np.float64), side="right")
+        if self.gets <= 0:
+            return np.zeros(len(np.atleast_1d(sizes)))
+        return np.clip(cw[idx] / self.gets, 0.0, 1.0)
+
+
+class _Fenwick:
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.t = [0] * (n + 1)
+
+    def add(self, i: int, v: int) -> None:
+        i += 1
+        t, n = self.t, self.n
+        while i <= n:
+            t[i] += v
+            i += i & -i
+
+    def prefix(self, i: int) -> int:
+        """Sum of positions [0, i)."""
+        s, t = 0, self.t
+        while i > 0:
+            s += t[i]
+            i -= i & -i
+        return s
+
+
+def stack_distances(req: Requests, item_bytes: ItemBytes = plain_bytes,
+                    scale: float = 1.0, weight: float = 1.0) -> Distances:
+    """Exact byte-LRU stack distances of the gets of `req` (every request of it is
+    simulated), each distance multiplied by `scale` (1/R for a sampled stream)."""
+    n = len(req)
+    size = item_bytes(req.klen, req.vlen).tolist()
+    keys = req.key.tolist()
+    ops = req.op.tolist()
+    ttls = req.ttl.tolist()
+    ts = req.t.tolist()
+    fw = _Fenwick(n)
+    pos: dict[int, int] = {}  # key -> position of its last touch
+    cur: dict[int, int] = {}  # key -> its item's bytes
+    exp: dict[int, float] = {}  # key -> expiry time (inf: none)
+    key_ttl: dict[int, int] = {}
+    out: list[float] = []
+    inf = math.inf
+    for i in range(n):
+        k, op, t = keys[i], ops[i], ts[i]
+        if op == DELETE:
+            p = pos.pop(k, None)
+            if p is not None:
+                fw.add(p, -cur.pop(k))
+                exp.pop(k, None)
+            continue
+        p = pos.get(k)
+        if op == SET:
+            key_ttl[k] = ttls[i]
+        if op == GET:
+            if p is None or exp.get(k, inf) <= t:
+                out.append(inf)
+            else:
+                out.append((fw.prefix(i) - fw.prefix(p + 1) + cur[k]) * scale)
+        if p is not None:
+            fw.add(p, -cur[k])
+        s = size[i]
+        fw.add(i, s)
+        pos[k], cur[k] = i, s
+        if op == SET or p is None or exp.get(k, inf) <= t:
+            tt = key_ttl.get(k, ttls[i])
+            exp[k] = t + tt if tt > 0 else inf
+    d = np.array(out, dtype=np.float64)
+    return Distances(d, np.full(len(d), weight), float(len(d)) * weight)
+
+
+def shards_fixed_rate(req: Requests, rate: float, salt: int = 0,
+                      item_bytes: ItemBytes = plain_bytes) -> Distances:
+    """SHARDS at a fixed sampling rate R: the keys whose salted hash falls below R·2^64,
+    their distances scaled by 1/R; the count of sampled gets corrected to its expectation
+    (SHARDS_adj: the difference counts at distance 0)."""
+    if not 0 < rate <= 1:
+        raise ValueError("rate in (0, 1]")
+    if rate >= 1:
+        return stack_distances(req, item_bytes)
+    h = salted_hash(req.key, salt)
+    cut = np.uint64(min(int(rate * 2.0 ** 64), (1 << 64) - 1))
+    sub = req.take(h < cut)
+    d = stack_distances(sub, item_bytes, scale=1.0 / rate)
+    expected = req.gets * rate
+    diff = expected - len(d.distance)
+    dist = np.concatenate([d.distance, [0.0]])
+    w = np.concatenate([d.weight, [diff]])
+    return Distances(dist, w / rate, expected / rate)
+
+
+def shards_fixed_size(req: Requests, max_keys: int, salt: int = 0,
+                      item_bytes: ItemBytes = plain_bytes) -> Distances:
+    """SHARDS with at most `max_keys` keys tracked: the threshold falls (the key of the
+    largest hash leaves) whenever one more would be tracked; each get counts with weight
+    1/R at the rate of its time, its distance scaled by 1/R."""
+    h = salted_hash(req.key, salt).tolist()
+    size = item_bytes(req.klen, req.vlen).tolist()
+    keys, ops, ttls, ts = req.key.tolist(), req.op.tolist(), req.ttl.tolist(), req.t.tolist()
+    n = len(keys)
+    fw = _Fenwick(n)
+    two64 = float(2 ** 64)
+    thresh = 2 ** 64  # keys with hash < thresh are sampled
+    pos: dict[int, int] = {}
+    cur: dict[int, int] = {}
+    exp: dict[int, float] = {}
+    key_ttl: dict[int, int] = {}
+    heap: list[tuple[int, int]] = []  # (-hash, key) of tracked keys
+    dist: list[float] = []
+    wts: list[float] = []
+    total = 0.0
+    inf = math.inf
+    for i in range(n):
+        k, hk = keys[i], h[i]
+        if hk >= thresh:
+            continue
+        r = thresh / two64
+        op, t = ops[i], ts[i]
+        if op == DELETE:
+            p = pos.pop(k, None)
+            if p is not None:
+                fw.add(p, -cur.pop(k))
+                exp.pop(k, None)
+            continue
+        p = pos.get(k)
+        if op == SET:
+            key_ttl[k] = ttls[i]
+        if op == GET:
+            total += 1 / r
+            wts.append(1 / r)
+            if p is None or exp.get(k, inf) <= t:
+                dist.append(inf)
+            else:
+                dist.append((fw.prefix(i) - fw.prefix(p + 1) + cur[k]) / r)
+        if p is not None:
+            fw.add(p, -cur[k])
+        else:
+            heapq.heappush(heap, (-hk, k))
+        s = size[i]
+        fw.add(i, s)
+        pos[k], cur[k] = i, s
+        if op == SET or p is None or exp.get(k, inf) <= t:
+            tt = key_ttl.get(k, ttls[i])
+            exp[k] = t + tt if tt > 0 else inf
+        while len(pos) > max_keys:
+            nh, ek = heapq.heappop(heap)
+            if ek not in pos:
+                continue
+            thresh = -nh
+            fw.add(pos.pop(ek), -cur.pop(ek))
+            exp.pop(ek, None)
+            key_ttl.pop(ek, None)
+    return Distances(np.array(dist, dtype=np.float64), np.array(wts, dtype=np.float64),
+                     total)
+
+
+__all__ = ["GET", "SET", "Distances", "plain_bytes", "shards_fixed_rate",
+           "shards_fixed_size", "stack_distances"]

@@ -1,0 +1,223 @@
+"""Redis and Valkey under `maxmemory`: per-key bytes, and eviction as the server does it.
+
+- Bytes per key (Redis 7.0, jemalloc): a dict entry (24 B, allocated as 32), the key's sds
+  (1-byte header for keys under 32 bytes, 3 below 256, plus a NUL), the value (an embedded
+  string of at most 44 bytes shares one allocation with its 16-byte object header; a longer
+  one is a 16-byte object plus an sds with a 3-, 5- or 9-byte header), each rounded up to
+  jemalloc's size class; the main dict's buckets (8 B each, a power of two at least the key
+  count); a key with a TTL adds an entry in the expires dict and its bucket. The formula is
+  a starting point: `kvtune.mrc.check.per_key_bytes` measures the real server's
+  used_memory per key, and `scale` carries the ratio (Valkey 8.0 embeds the key in its
+  object, and measures lower).
+- `maxmemory` counts used_memory: the server's own baseline (about 1 MB with a few
+  clients) is not available to data.
+- Eviction (`allkeys-lru`, `allkeys-lfu`): before a write, while used memory exceeds the
+  limit, `maxmemory-samples` keys are drawn at random into a 16-entry pool ordered by idle
+  time (LRU, on the one-second LRU clock) or by 255 minus the LFU counter; the pool's best
+  candidate that still exists is evicted. The pool keeps candidates between rounds, with the
+  idle time they had when sampled. LFU: a new key's counter is 5; a hit increments it with
+  probability 1/((c-5)·lfu-log-factor+1); it decays by one per `lfu-decay-time` minutes.
+- Expired keys are removed when found or by the active expiry cycle; modelled as removed at
+  once (the cycle keeps fewer than 10% expired keys in its samples).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvtune.mrc.requests import DELETE, GET, SET, Requests
+
+POOL = 16
+BASELINE = 1_000_000  # used_memory of an idle server with a few clients, about
+
+
+def _jemalloc(n: np.ndarray) -> np.ndarray:
+    """jemalloc's size class of each request of n bytes (8, 16, then four classes per
+    doubling)."""
+    n = np.maximum(np.asarray(n, dtype=np.int64), 1)
+    out = np.where(n <= 8, 8, 0)
+    small = (n > 8) & (n <= 128)
+    out = np.where(small, (n + 15) // 16 * 16, out)
+    big = n > 128
+    lg = np.floor(np.log2(np.maximum(n - 1, 1))).astype(np.int64)
+    step = np.left_shift(1, np.maximum(lg - 2, 0))
+    out = np.where(big, (n + step - 1) // step * step, out)
+    return out
+
+
+def _sds(n: np.ndarray) -> np.ndarray:
+    hdr = np.where(n < 32, 1, np.where(n < 256, 3, np.where(n < 65536, 5, 9)))
+    return _jemalloc(hdr + n + 1)
+
+
+def _sds_value(n: np.ndarray) -> np.ndarray:
+    hdr = np.where(n < 256, 3, np.where(n < 65536, 5, 9))
+    return _jemalloc(hdr + n + 1)
+
+
+def key_bytes(klen: np.ndarray, vlen: np.ndarray, ttl: np.ndarray | None = None,
+              scale: float = 1.0) -> np.ndarray:
+    """Bytes of each key's entry, object and strings (not the dict buckets), times
+    `scale` (a measured correction)."""
+    klen = np.asarray(klen, dtype=np.int64)
+    vlen = np.asarray(vlen, dtype=np.int64)
+    value = np.where(vlen <= 44, _jemalloc(16 + 3 + vlen + 1), 16 + _sds_value(vlen))
+    out = 32 + _sds(klen) + value
+    if ttl is not None:
+        out = out + np.where(np.asarray(ttl) > 0, 32, 0)
+    return np.round(out * scale).astype(np.int64)
+
+
+def buckets(keys: int) -> int:
+    """Bytes of a dict's bucket array holding `keys` keys."""
+    return 8 * (1 << max(2, math.ceil(math.log2(max(keys, 1)))))
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str = "allkeys-lru"  # or allkeys-lfu
+    samples: int = 5  # maxmemory-samples
+    lfu_log_factor: int = 10
+    lfu_decay_time: int = 1  # minutes
+
+
+@dataclass(frozen=True)
+class SimResult:
+    memory: int
+    gets: int
+    hits: int
+    evictions: int
+
+    @property
+    def hit_ratio(self) -> float:
+        return self.hits / self.gets if self.gets else 0.0
+
+
+def simulate(req: Requests, maxmemory: int, policy: Policy = Policy(),
+             measure_from: int = 0, baseline: int = BASELINE, scale: float = 1.0,
+             bytes_scale: float = 1.0, seed: int = 1) -> SimResult:
+    """Redis or Valkey with `maxmemory` bytes over the requests (cache-aside), hit ratio
+    of the gets from `measure_from` on. `scale` < 1 is a miniature cache of a sampled
+    stream (the data's share of the limit scaled by R)."""
+    rng = random.Random(seed)
+    size = key_bytes(req.klen, req.vlen, req.ttl, bytes_scale).tolist()
+    keys, ops, ts, ttls = req.key.tolist(), req.op.tolist(), req.t.tolist(), req.ttl.tolist()
+    lfu = policy.name.endswith("lfu")
+    room = (maxmemory - baseline) * scale
+    slots: list[int] = []  # keys, for drawing at random
+    index: dict[int, int] = {}
+    cur: dict[int, int] = {}
+    last: dict[int, float] = {}  # LRU: access time (s); LFU: last decrement time (min)
+    counter: dict[int, int] = {}
+    exp: dict[int, float] = {}
+    key_ttl: dict[int, int] = {}
+    pool: list[tuple[float, int]] = []  # (score, key), ascending score
+    used = 0
+    gets = hits = evictions = 0
+    inf = math.inf
+
+    def remove(k: int) -> None:
+        nonlocal used
+        i = index.pop(k)
+        tail = slots.pop()
+        if tail != k:
+            slots[i] = tail
+            index[tail] = i
+        used -= cur.pop(k)
+        last.pop(k, None)
+        counter.pop(k, None)
+        exp.pop(k, None)
+
+    def score(k: int, now: float) -> float:
+        if lfu:
+            return 255 - _decayed(k, now)
+        return math.floor(now) - last[k]
+
+    def _decayed(k: int, now: float) -> int:
+        mins = int(now // 60)
+        periods = (mins - int(last[k])) // policy.lfu_decay_time if policy.lfu_decay_time \
+            else 0
+        return max(0, counter[k] - periods)
+
+    def total() -> float:
+        return used + buckets(len(slots)) * bytes_scale * scale
+
+    def evict(now: float) -> None:
+        nonlocal evictions
+        while total() > room and slots:
+            n = len(slots)
+            for _ in range(min(policy.samples, n)):
+                k = slots[rng.randrange(n)]
+                sc = score(k, now)
+                if len(pool) >= POOL and sc <= pool[0][0]:
+                    continue
+                j = 0
+                while j < len(pool) and pool[j][0] < sc:
+                    j += 1
+                pool.insert(j, (sc, k))
+                if len(pool) > POOL:
+                    pool.pop(0)
+            while pool:
+                _, k = pool.pop()
+                if k in index:
+                    remove(k)
+                    evictions += 1
+                    break
+
+    def touch(k: int, now: float) -> None:
+        if lfu:
+            c = _decayed(k, now)
+            if c < 255:
+                base = max(0, c - 5)
+                if rng.random() < 1.0 / (base * policy.lfu_log_factor + 1):
+                    c += 1
+            counter[k] = c
+            last[k] = now // 60
+        else:
+            last[k] = math.floor(now)
+
+    for i in range(len(keys)):
+        k, op, t = keys[i], ops[i], ts[i]
+        if k in exp and exp[k] <= t:
+            remove(k)
+        if op == DELETE:
+            if k in index:
+                remove(k)
+            continue
+        if op == SET:
+            key_ttl[k] = ttls[i]
+        if op == GET:
+            if i >= measure_from:
+                gets += 1
+            if k in index:
+                if i >= measure_from:
+                    hits += 1
+                touch(k, t)
+                continue
+        # a write: eviction runs before it, as processCommand does
+        evict(t)
+        if k in index:
+            used -= cur[k]
+        else:
+            index[k] = len(slots)
+            slots.append(k)
+            counter[k] = 5
+            last[k] = t // 60 if lfu else math.floor(t)
+        cur[k] = size[i]
+        used += size[i]
+        tt = key_ttl.get(k, ttls[i])
+        if tt > 0:
+            exp[k] = t + tt
+        else:
+            exp.pop(k, None)
+        if not lfu:
+            last[k] = math.floor(t)
+    _ = inf
+    return SimResult(maxmemory, gets, hits, evictions)
+
+
+__all__ = ["GET", "SET", "Policy", "SimResult", "buckets", "key_bytes", "simulate"]
