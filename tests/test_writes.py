@@ -139,7 +139,7 @@ def test_export_refuses_planted_links_and_takes_only_a_real_config_from(
     for src, why in ((shadow_like, "not a memcached.conf line"), (binary, "not UTF-8"),
                      (Path("/etc/shadow"), "memcached"), (Path("/proc/self/environ"),
                                                           "is under /proc"),
-                     (tmp_path / "missing.conf", "No such file")):
+                     (tmp_path / "missing.conf", "does not exist")):
         fresh = tmp_path / f"out-{src.name}"
         r = kvtune(tmp_path, "export", "wr", "--storage", url, "--format", "memcached",
                    "--from", str(src), "-o", str(fresh))

@@ -235,6 +235,8 @@ def open_input(path: str | Path, what: str) -> int:
         raise ReadRefused(f"{what}: not a file name")
     try:
         st = os.stat(name)
+    except FileNotFoundError:  # a mistyped path is said to be missing
+        raise ReadRefused(f"{what}: {name} does not exist") from None
     except OSError as e:
         raise ReadRefused(f"{what}: {name}: {e.strerror}") from None
     _judge_input(name, st, os.path.realpath(name), what)
