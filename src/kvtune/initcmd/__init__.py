@@ -64,10 +64,12 @@ def init_command(
     force: Annotated[bool, _flag(
         "--force", help="write over an existing study file")] = False,
 ) -> None:
-    """Write a commented study file for your own server: from the running server (--pid or
-    --port: its argv, its configuration file, its CPUs) or from its configuration file
-    alone (--config); the SLO and objective from the options or asked. The file passes
-    `kvtune check`; nothing is started or changed on the server."""
+    """Write a commented study file for your own server.
+
+    From the running server (--pid or --port: its argv, its configuration file, its CPUs
+    and NUMA node) or from its configuration file alone (--config); the SLO and objective
+    from the options, or asked on a terminal. The file passes `kvtune check`; nothing is
+    started or changed on the server."""
     from kvtune.initcmd.run import run
 
     answers = _ask(slo, objective)
