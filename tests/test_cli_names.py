@@ -169,3 +169,43 @@ def test_both_spellings_with_different_values_are_one_mistake(tmp_path: Any) -> 
             "--storage", f"sqlite:///{tmp_path / 'none.db'}")
     assert r.returncode == 2 and "--out is another name for --output" in r.stderr, r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+STUDY = """study: q
+target: {{kind: synthetic}}
+load: {{mode: open, rate: {rate}, workload: {{keys: {keys}}}}}
+knobs: [synthetic.x]
+objective: {{metric: ops_per_sec}}
+"""
+
+
+def test_quantities_in_a_study_file_take_the_command_lines_grammar(tmp_path: Any) -> None:
+    from kvtune.errors import UserError
+    from kvtune.study.loader import parse_study
+
+    spec = parse_study(STUDY.format(rate="50k", keys="100k"), "q.yaml").spec
+    assert spec.load is not None and spec.load.rate == 50_000
+    assert spec.load.workload.keys == 100_000
+    for rate in ("1.5M", "20000", "1e5", "'30000'"):
+        spec = parse_study(STUDY.format(rate=rate, keys=10), "q.yaml").spec
+        assert spec.load is not None and spec.load.rate in (1.5e6, 20_000, 1e5, 30_000)
+    cap = parse_study(STUDY.replace("rate: {rate}, ", "").format(keys=10).replace(
+        "{metric: ops_per_sec}", '{metric: capacity, slo: "p99_us <= 500", '
+        "rates: [20k, 1.5M]}"), "q.yaml").spec
+    assert cap.objective.rates == (20_000, 1_500_000)
+    for bad, field in (("rate=50x", "load.rate"), ("keys=1.5k5", "load.workload.keys")):
+        key, value = bad.split("=")
+        text = STUDY.format(**{"rate": "50k", "keys": 10, key: value})
+        with pytest.raises(UserError) as e:
+            parse_study(text, "q.yaml")
+        said = str(e.value)  # the message and its problems
+        assert field in said and "such as" in said, said
+        assert "Input should be a valid number" not in said, said
+    r = cli("check", str(_write(tmp_path, STUDY.format(rate="50kk", keys=10))))
+    assert r.returncode == 2 and "load.rate" in r.stdout and "50k or 1.5M" in r.stdout
+
+
+def _write(d: Any, text: str) -> Any:
+    p = d / "q.yaml"
+    p.write_text(text)
+    return p

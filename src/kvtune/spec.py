@@ -21,6 +21,7 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -39,7 +40,7 @@ from kvtune.durations import parse_duration
 from kvtune.errors import UserError
 from kvtune.metrics import OBJECTIVES, SLO_METRICS, Direction, unknown_objective
 from kvtune.metrics import direction as objective_direction
-from kvtune.quantities import MAX_RATE, NUMBER, plain
+from kvtune.quantities import MAX_RATE, NUMBER, RATE_FORMS, parse_rate, plain
 from kvtune.safety import args as scan
 from kvtune.safety import values as safe
 from kvtune.safety import yamlload
@@ -74,6 +75,44 @@ def _words(v: list[str]) -> list[str]:
         scan.word(w, i)
     return v
 
+
+def _number_text(v: str) -> bool:
+    """A number as YAML leaves some as text ('1e5'), which the field reads as before."""
+    try:
+        return math.isfinite(float(v))
+    except ValueError:
+        return False
+
+
+def _rate_text(v: Any) -> Any:
+    """A rate written as on the command line ('50k', '1.5M'): kvtune.quantities' grammar;
+    a number stays a number (its bounds are the field's)."""
+    if isinstance(v, str) and not _number_text(v):
+        try:
+            return parse_rate(v)
+        except ValueError:
+            raise ValueError(f"{v.strip()[:40]!r} is not {RATE_FORMS} (requests/s; k and M "
+                             "as on the command line)") from None
+    return v
+
+
+def _count_text(v: Any) -> Any:
+    """A count written with k or M as a rate is ('100k', '1M'): a whole number."""
+    if isinstance(v, str) and not _number_text(v):
+        try:
+            n = parse_rate(v)
+        except ValueError:
+            raise ValueError(f"{v.strip()[:40]!r} is not a count such as 10000, 100k or "
+                             "1M") from None
+        if n != int(n):
+            raise ValueError(f"{v.strip()[:40]!r} is not a whole number")
+        return int(n)
+    return v
+
+
+# Quantities take the command line's grammar in a study file too.
+Rate = Annotated[float, BeforeValidator(_rate_text)]
+Count = Annotated[int, BeforeValidator(_count_text)]
 
 # A CPU list (kvtune.cpulist's grammar), kept as written.
 CpuList = Annotated[str, AfterValidator(_cpu_list)]
@@ -111,7 +150,7 @@ class TargetSpec(_Model):
 
 class WorkloadSpec(_Model):
     # kvload's argv words: typed and bounded, so no value can add a flag.
-    keys: int = Field(default=10000, ge=1, le=10**10)
+    keys: Count = Field(default=10000, ge=1, le=10**10)
     key_size: Annotated[int, Field(ge=1, le=65536)] | Literal["etc"] = 16
     value_size: Annotated[int, Field(ge=1, le=1 << 30)] | Annotated[
         str, Field(pattern=r"^[0-9A-Za-z][0-9A-Za-z:.,\-]{0,255}$")] = 100
@@ -144,7 +183,7 @@ class LoadSpec(_Model):
     tool: str = Field(default="kvload", pattern=_NAME)  # a registered load driver (loader)
     protocol: Literal["memcache", "meta", "resp"] | None = None
     mode: Literal["open", "closed"] = "open"
-    rate: float | None = Field(default=None, gt=0, le=1e9)
+    rate: Rate | None = Field(default=None, gt=0, le=1e9)
     # Multiplies the rates of the workload file (a captured model at 2x: 2), kvload's
     # --rate-scale.
     rate_scale: float | None = Field(default=None, gt=0, le=1000)
@@ -378,7 +417,7 @@ class ObjectiveSpec(_Model):
     # range it searches (req/s; default: from a short closed-loop burst), its precision.
     # Parsed once, here: what travels is the Slo (its text is `str(slo)`, as stored).
     slo: Slo | None = None
-    rates: tuple[float, float] | None = None
+    rates: tuple[Rate, Rate] | None = None
     precision: float = Field(default=0.02, ge=0.005, le=0.25)
 
     @field_validator("slo", mode="before")
