@@ -30,9 +30,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from kvtune.mrc import check, memcached, redis  # noqa: E402
-from kvtune.mrc.requests import Requests, from_model  # noqa: E402
-from kvtune.targets.base import free_port  # noqa: E402
+from kvtune.mrc import check, memcached, redis
+from kvtune.mrc.requests import Requests, from_model
+from kvtune.targets.base import free_port
 
 WORKLOADS: dict[str, dict[str, Any]] = {
     "skewed-small": {"keys": 100_000, "popularity": "zipf:0.99", "mix": "get:1",
@@ -150,7 +150,7 @@ def main() -> None:
         for kind in a.kinds.split(","):
             sizes = SIZES_MB[name]["memcached" if kind == "memcached" else "redis"]
             rows += run(name, kind, req, sizes, speed=1.0)
-    print(f"| workload | server | memory | predicted | measured | difference |")
+    print("| workload | server | memory | predicted | measured | difference |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['workload']} | {r['kind']} | {r['memory_mb']} MiB | {r['predicted']:.3f} "

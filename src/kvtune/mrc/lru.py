@@ -73,9 +73,11 @@ class _Fenwick:
 
 
 def stack_distances(req: Requests, item_bytes: ItemBytes = plain_bytes,
-                    scale: float = 1.0, weight: float = 1.0) -> Distances:
+                    scale: float = 1.0, weight: float = 1.0,
+                    measure_from: float = 0.0) -> Distances:
     """Exact byte-LRU stack distances of the gets of `req` (every request of it is
-    simulated), each distance multiplied by `scale` (1/R for a sampled stream)."""
+    simulated), each distance multiplied by `scale` (1/R for a sampled stream); only the
+    gets at or after time `measure_from` are counted (the ones before warm up)."""
     n = len(req)
     size = item_bytes(req.klen, req.vlen).tolist()
     keys = req.key.tolist()
@@ -100,7 +102,7 @@ def stack_distances(req: Requests, item_bytes: ItemBytes = plain_bytes,
         p = pos.get(k)
         if op == SET:
             key_ttl[k] = ttls[i]
-        if op == GET:
+        if op == GET and t >= measure_from:
             if p is None or exp.get(k, inf) <= t:
                 out.append(inf)
             else:
@@ -118,19 +120,20 @@ def stack_distances(req: Requests, item_bytes: ItemBytes = plain_bytes,
 
 
 def shards_fixed_rate(req: Requests, rate: float, salt: int = 0,
-                      item_bytes: ItemBytes = plain_bytes) -> Distances:
+                      item_bytes: ItemBytes = plain_bytes,
+                      measure_from: float = 0.0) -> Distances:
     """SHARDS at a fixed sampling rate R: the keys whose salted hash falls below R·2^64,
     their distances scaled by 1/R; the count of sampled gets corrected to its expectation
     (SHARDS_adj: the difference counts at distance 0)."""
     if not 0 < rate <= 1:
         raise ValueError("rate in (0, 1]")
     if rate >= 1:
-        return stack_distances(req, item_bytes)
+        return stack_distances(req, item_bytes, measure_from=measure_from)
     h = salted_hash(req.key, salt)
     cut = np.uint64(min(int(rate * 2.0 ** 64), (1 << 64) - 1))
     sub = req.take(h < cut)
-    d = stack_distances(sub, item_bytes, scale=1.0 / rate)
-    expected = req.gets * rate
+    d = stack_distances(sub, item_bytes, scale=1.0 / rate, measure_from=measure_from)
+    expected = int(np.count_nonzero((req.op == GET) & (req.t >= measure_from))) * rate
     diff = expected - len(d.distance)
     dist = np.concatenate([d.distance, [0.0]])
     w = np.concatenate([d.weight, [diff]])
@@ -141,7 +144,8 @@ def shards_fixed_size(req: Requests, max_keys: int, salt: int = 0,
                       item_bytes: ItemBytes = plain_bytes) -> Distances:
     """SHARDS with at most `max_keys` keys tracked: the threshold falls (the key of the
     largest hash leaves) whenever one more would be tracked; each get counts with weight
-    1/R at the rate of its time, its distance scaled by 1/R."""
+    1/R at the rate of its time, its distance scaled by 1/R; the difference between the
+    gets of the stream and the sample's weight counts at distance 0 (SHARDS_adj)."""
     h = salted_hash(req.key, salt).tolist()
     size = item_bytes(req.klen, req.vlen).tolist()
     keys, ops, ttls, ts = req.key.tolist(), req.op.tolist(), req.ttl.tolist(), req.t.tolist()
@@ -198,8 +202,12 @@ def shards_fixed_size(req: Requests, max_keys: int, salt: int = 0,
             fw.add(pos.pop(ek), -cur.pop(ek))
             exp.pop(ek, None)
             key_ttl.pop(ek, None)
+    # SHARDS_adj: the gets the sample stands for, against the gets there were
+    gets = float(np.count_nonzero(req.op == GET))
+    dist.append(0.0)
+    wts.append(gets - total)
     return Distances(np.array(dist, dtype=np.float64), np.array(wts, dtype=np.float64),
-                     total)
+                     gets)
 
 
 __all__ = ["GET", "SET", "Distances", "plain_bytes", "shards_fixed_rate",

@@ -50,9 +50,9 @@ class Settings:
         """The chunk size of each slab class, smallest first (memcached's slabs_init)."""
         if self.growth_factor <= 1.0:
             raise ValueError("-f must be above 1")
-        sizes = []
+        sizes: list[int] = []
         size = HEADER + self.chunk_min
-        while len(sizes) < 63 and size <= self.slab_chunk_max / self.growth_factor:
+        while len(sizes) < 62 and size <= self.slab_chunk_max / self.growth_factor:
             if size % 8:
                 size += 8 - size % 8
             sizes.append(size)

@@ -331,7 +331,8 @@ def _mix(spec: str) -> dict[str, float]:
                 raise ValueError
             out[v.strip()] += float(w)
     except ValueError:
-        raise UserError(f"workload model: mix {spec[:40]!r}: get:W,mget:W,set:W,delete:W")
+        raise UserError(f"workload model: mix {spec[:40]!r}: get:W,mget:W,set:W,"
+                        "delete:W") from None
     tot = sum(out.values())
     if tot <= 0 or any(x < 0 for x in out.values()):
         raise UserError(f"workload model: mix {spec[:40]!r} has no positive weight")

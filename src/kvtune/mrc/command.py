@@ -1,0 +1,201 @@
+"""`kvtune workload mrc`: how much memory for a hit ratio, from the operator's traffic.
+
+Reads a normalized trace (`--keep-trace`), a public trace (`--format twitter|meta`) or a
+workload model; prints the curve as a table, the smallest memory for the target hit ratio
+with its range over the sampling's salts, and for memcached what the slab growth factor
+changes at the current memory; `--json` prints the same as JSON, `-o PAGE` plots it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from kvtune.cli_options import err, json_flag, out
+from kvtune.errors import UserError
+from kvtune.mrc import curve as curves
+from kvtune.mrc import requests as rq
+from kvtune.quantities import parse_size
+from kvtune.safety.files import ReadRefused, open_input, read_input
+from kvtune.safety.text import for_markup as escape
+
+FORMATS = ("auto", "trace", "model", "twitter", "meta")
+MAX_MEASURED = 1 << 20  # bytes of a --measured file
+
+
+def load(path: str, fmt: str = "auto", requests: int | None = None,
+         seed: int = 1) -> rq.Requests:
+    """The request stream of `path` in `fmt` (auto: a kvtune trace by its first line, a
+    model by its .json/.toml name)."""
+    if fmt not in FORMATS:
+        raise UserError(f"--format {fmt}: one of {', '.join(FORMATS)}")
+    if fmt == "auto":
+        if path.endswith((".json", ".toml")):
+            fmt = "model"
+        else:
+            try:
+                fd = open_input(path, "trace")
+            except ReadRefused as e:
+                raise UserError(str(e)) from None
+            try:
+                head = os.read(fd, 32)
+            finally:
+                os.close(fd)
+            if not head.startswith(rq.TRACE_HEADER.encode()):
+                raise UserError(f"{path}: neither a kvtune trace ('{rq.TRACE_HEADER}') nor a "
+                                "workload model (.json, .toml): give --format twitter or meta "
+                                "for a public trace")
+            fmt = "trace"
+    if fmt == "trace":
+        return rq.read_trace(path)
+    if fmt == "model":
+        from kvtune.workload.describe import load_model
+
+        return rq.from_model(load_model(path), requests=requests, seed=seed)
+    return rq.import_public(fmt, path)
+
+
+def _mib(n: float | None) -> str:
+    if n is None:
+        return "-"
+    return f"{n / (1 << 20):,.1f} MiB" if n >= 1 << 20 else f"{n / 1024:,.0f} KiB"
+
+
+def read_measured(path: str) -> list[dict[str, Any]]:
+    """Measured points (bench/mrc/check_real.py's --json: rows with memory_mb and
+    measured), to put on the plot."""
+    data = read_input(path, MAX_MEASURED, "--measured")
+    try:
+        doc = json.loads(data)
+        rows = doc["rows"] if isinstance(doc, dict) else doc
+        pts: list[dict[str, Any]] = [{"memory": int(float(r["memory_mb"]) * (1 << 20)),
+                "measured": float(r["measured"]), "kind": str(r.get("kind", "")),
+                "workload": str(r.get("workload", ""))} for r in rows]
+    except (ValueError, KeyError, TypeError):
+        raise UserError(f"--measured {path}: not the JSON of bench/mrc/check_real.py (rows "
+                        "with memory_mb and measured)") from None
+    if not all(0 <= float(p["measured"]) <= 1 for p in pts):
+        raise UserError(f"--measured {path}: a measured hit ratio outside [0, 1]")
+    return pts
+
+
+def plot(c: curves.Curve, path: Path, target: float | None,
+         measured: list[dict[str, Any]] | None = None) -> None:
+    import plotly.graph_objects as go
+
+    from kvtune.safety.files import write_file
+
+    mib = [s / (1 << 20) for s in c.sizes]
+    fig = go.Figure()
+    if c.low != c.high:
+        fig.add_trace(go.Scatter(x=mib + mib[::-1], y=c.high + c.low[::-1], fill="toself",
+                                 line={"width": 0}, fillcolor="rgba(31,119,180,0.2)",
+                                 name="range over salts", hoverinfo="skip"))
+    fig.add_trace(go.Scatter(x=mib, y=c.hit_ratio, mode="lines+markers",
+                             name=f"predicted ({c.kind})", line={"color": "#1f77b4"}))
+    if measured:
+        fig.add_trace(go.Scatter(x=[p["memory"] / (1 << 20) for p in measured],
+                                 y=[p["measured"] for p in measured], mode="markers",
+                                 marker={"symbol": "x", "size": 11, "color": "#d62728"},
+                                 name="measured on the server"))
+    if target is not None:
+        fig.add_hline(y=target, line={"dash": "dash", "color": "#9e9e9e"},
+                      annotation_text=f"target {target:g}")
+    fig.update_layout(template="plotly_white", title=f"hit ratio by memory: {c.source}",
+                      xaxis_title="memory (MiB)", yaxis_title="hit ratio (steady state)",
+                      yaxis={"range": [0, 1]}, height=480)
+    write_file(path, fig.to_html(include_plotlyjs=True, full_html=True), what="-o")
+
+
+def mrc_command(
+    workload: Annotated[str, typer.Argument(help="a trace (--keep-trace), a workload "
+                                                 "model, or a public trace with --format")],
+    kind: Annotated[str, typer.Option(help="memcached, redis, valkey, or lru (byte-LRU)")]
+    = "memcached",
+    target_hit_ratio: Annotated[float, typer.Option(
+        "--target-hit-ratio", help="the hit ratio to size memory for")] = 0.9,
+    memory: Annotated[str | None, typer.Option(
+        help="the current memory (-m, maxmemory), e.g. 64M: the slab settings are compared "
+             "there (default: the memory the target needs)")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="auto, trace, model, twitter, meta")]
+    = "auto",
+    requests: Annotated[int | None, typer.Option(
+        help="requests drawn from a workload model (default: 20 per key, at least 1M)")]
+    = None,
+    sample_rate: Annotated[float | None, typer.Option(
+        help="SHARDS sampling rate (default: exact for small streams, else chosen)")] = None,
+    measured: Annotated[str | None, typer.Option(
+        help="measured points to plot (bench/mrc/check_real.py --json)")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output",
+                                                help="write the plot (HTML) here")] = None,
+    as_json: Annotated[bool, json_flag()] = False,
+) -> None:
+    """Compute how much memory a hit ratio needs (a miss-ratio curve).
+
+    The hit ratio as a function of memory for the traffic given, for memcached as it
+    allocates (slab classes, per-class LRU, TTLs), Redis or Valkey (maxmemory, sampled
+    LRU), or a byte-LRU cache; the smallest memory for the target, with its range."""
+    if not 0 < target_hit_ratio < 1:
+        raise UserError(f"--target-hit-ratio {target_hit_ratio}: a fraction in (0, 1)")
+    if sample_rate is not None and not 0 < sample_rate <= 1:
+        raise UserError(f"--sample-rate {sample_rate}: a fraction in (0, 1]")
+    if requests is not None and not 1_000 <= requests <= rq.MAX_MODEL_REQUESTS:
+        raise UserError(f"--requests {requests}: 1,000 to {rq.MAX_MODEL_REQUESTS:,}")
+    current = None
+    if memory is not None:
+        try:
+            current = parse_size(memory)
+        except ValueError as e:
+            raise UserError(f"--memory: {e}") from None
+        if current <= 0:
+            raise UserError("--memory: above 0")
+    pts = read_measured(measured) if measured else None
+    req = load(workload, fmt, requests)
+    c = curves.build(req, kind, sample_rate=sample_rate)
+    est, lo, hi = c.smallest_memory(target_hit_ratio)
+    at = current or est
+    slabs = curves.slab_alternatives(req, at) if kind == "memcached" and at else []
+    doc = {"curve": c.to_json(), "target_hit_ratio": target_hit_ratio,
+           "smallest_memory": {"estimate": est, "low": lo, "high": hi},
+           "current_memory": current, "slab_growth_factors": slabs}
+    if as_json:
+        print(json.dumps(doc, indent=1))
+    else:
+        for line in lines(c, target_hit_ratio, (est, lo, hi), at, slabs):
+            out.print(line, highlight=False, markup=False)
+    if output is not None:
+        plot(c, output, target_hit_ratio, pts)
+        (err if as_json else out).print(f"wrote {escape(output)}", highlight=False)
+
+
+def lines(c: curves.Curve, target: float, smallest: tuple[int | None, int | None, int | None],
+          at: int | None, slabs: list[dict[str, Any]]) -> list[str]:
+    est, lo, hi = smallest
+    out_ = [f"{c.source}: {c.requests:,} requests, {c.gets_measured:,} gets measured "
+            "(the first half warms the cache up)",
+            f"{c.kind}: {c.method}", "", "     memory   hit ratio   (range)"]
+    for s, h, a, b in zip(c.sizes, c.hit_ratio, c.low, c.high, strict=True):
+        rng = f"({a:.3f}-{b:.3f})" if a != b else ""
+        out_.append(f"{_mib(s):>11}   {h:9.3f}   {rng}")
+    out_.append("")
+    if est is None:
+        out_.append(f"hit ratio {target:g}: not reached at {_mib(c.sizes[-1])} (the most the "
+                    f"traffic's keys fill); the largest computed gives "
+                    f"{max(c.hit_ratio):.3f} (misses on first requests and after expiry)")
+    else:
+        rng = "" if lo == hi else f" (range {_mib(lo)} to {_mib(hi)})"
+        out_.append(f"hit ratio {target:g} needs {_mib(est)}{rng}")
+    for n in c.notes:
+        out_.append(f"note: {n}")
+    if slabs and at:
+        out_.append("")
+        out_.append(f"slab growth factor (-f) at {_mib(at)}:")
+        for alt in slabs:
+            out_.append(f"  -f {alt['growth_factor']:<5} {alt['classes']:>3} classes   hit "
+                        f"ratio {alt['hit_ratio']:.3f}   {alt['waste_per_item']:.0f} B wasted "
+                        "per item")
+    return out_
