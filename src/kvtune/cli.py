@@ -496,8 +496,14 @@ def knobs(
     t = Table(title=f"kvtune knob catalog on {ctx.facts.kernel}"
                     + (f" ({versions})" if versions else "") + f": {len(data)} knobs, "
                     f"{sum(d['available'] for d in data)} available")
-    for c in ("knob", "range", "unit", "default", "current", "restart", "available"):
-        t.add_column(c)
+    # As wide as the terminal: cells wrap (long words fold); on a narrow one the knob's
+    # name keeps about a third of the width, the other columns share the rest.
+    longest = max((len(d["name"]) for d in data), default=4)
+    wide = out.width >= longest + 110
+    t.add_column("knob", overflow="fold",
+                 width=None if wide else min(longest, max(12, out.width * 3 // 10)))
+    for c in ("range", "unit", "default", "current", "restart", "available"):
+        t.add_column(c, overflow="fold")
     for d in data:
         avail = "[green]yes[/]" if d["available"] else f"[red]no[/]: {escape(d['reason'])}"
         if d["tags"]:
@@ -1029,6 +1035,10 @@ def workload_describe(
         write_html(doc, html)
         (err if as_json else out).print(f"wrote {escape(html)}", highlight=False)
 
+
+from kvtune.mrc.command import mrc_command  # noqa: E402
+
+workload_app.command("mrc")(mrc_command)  # kvtune workload mrc: memory for a hit ratio
 
 from kvtune.library_commands import library_app, predict_command, profiles_app  # noqa: E402
 
