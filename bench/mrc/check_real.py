@@ -4,7 +4,9 @@ For each workload and server kind, at each memory size: a fresh server (memcache
 Redis/Valkey `maxmemory` with `allkeys-lru`), the request stream replayed cache-aside by
 kvtune.mrc.check (paced at the stream's rate; the first half warms the cache up, the
 counters are reset, the second half is measured), and the simulator's prediction for the
-same stream and the same split. Redis/Valkey: used_memory per key is measured first on a
+same stream and the same split, the simulator fed each request at the time the replay
+sent it (the server's clock: TTLs, Redis's one-second LRU clock), and also at the stream's
+own times (`predicted_stream_times`, what `kvtune workload mrc` computes). Redis/Valkey: used_memory per key is measured first on a
 server without a limit, and the simulator's byte formula is scaled by it; the baseline
 used_memory of the idle server (with the client connected) is read before the replay.
 
@@ -16,9 +18,11 @@ Servers on CPU 0, this client on CPU 1 (taskset); loopback only.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -42,7 +46,7 @@ WORKLOADS: dict[str, dict[str, Any]] = {
                   "value_size": "list:100:4,400:3,1500:2,6000:1,20000:0.3",
                   "ttl": "list:0:2,8:1,20:1"},
 }
-SIZES_MB = {"skewed-small": {"memcached": [3, 5, 8, 12], "redis": [6, 9, 13, 18]},
+SIZES_MB = {"skewed-small": {"memcached": [2, 3, 5, 8], "redis": [4, 6, 9, 13]},
             "mixed-ttl": {"memcached": [8, 16, 32, 48], "redis": [6, 12, 24, 48]}}
 REQUESTS = {"skewed-small": 500_000, "mixed-ttl": 400_000}
 RATE = {"skewed-small": 18_000, "mixed-ttl": 16_000}
@@ -116,13 +120,22 @@ def run(name: str, kind: str, req: Requests, sizes: list[int], speed: float
             m = check.replay(req, kind, port, warm, speed=speed)
         finally:
             stop(proc)
+        # the simulator sees the clock the server saw: each request at its send time
+        seen = dataclasses.replace(req, t=m.times)
         if kind == "memcached":
-            p = memcached.simulate(req, mb << 20, measure_from=warm).hit_ratio
+            p = memcached.simulate(seen, mb << 20, measure_from=warm).hit_ratio
         else:
-            p = redis.simulate(req, mb << 20, measure_from=warm, baseline=base,
+            p = redis.simulate(seen, mb << 20, measure_from=warm, baseline=base,
                                bytes_scale=bytes_scale).hit_ratio
+        # and the prediction from the stream's own times, as kvtune workload mrc makes it
+        if kind == "memcached":
+            p0 = memcached.simulate(req, mb << 20, measure_from=warm).hit_ratio
+        else:
+            p0 = redis.simulate(req, mb << 20, measure_from=warm, baseline=base,
+                                bytes_scale=bytes_scale).hit_ratio
         row = {"workload": name, "kind": kind, "memory_mb": mb, "predicted": round(p, 4),
                "measured": round(m.hit_ratio, 4), "diff_pts": round(100 * (p - m.hit_ratio), 2),
+               "predicted_stream_times": round(p0, 4),
                "replay_s": round(m.seconds, 1), "behind_s": round(m.behind_s, 2)}
         if kind != "memcached":
             row["baseline_used_memory"] = base
@@ -141,6 +154,8 @@ def main() -> None:
                     "workload)")
     ap.add_argument("--json")
     a = ap.parse_args()
+    # a TERM stops the server in hand too (its `finally`), not only this process
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.sched_setaffinity(0, {1})
     rows: list[dict[str, Any]] = []
     t0 = time.time()

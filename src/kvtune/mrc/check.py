@@ -29,10 +29,15 @@ BATCH = 64
 
 @dataclass(frozen=True)
 class Measured:
+    """The server's hits and misses over the measured part; `times` the wall time of
+    each request of the stream (seconds from the replay's start) as it was sent, for the
+    simulator to see the clock the server saw (TTLs, Redis's LRU clock)."""
+
     hits: int
     misses: int
     seconds: float
     behind_s: float  # how far the replay fell behind the stream's times, at most
+    times: np.ndarray
 
     @property
     def hit_ratio(self) -> float:
@@ -181,6 +186,7 @@ def replay(req: Requests, kind: str, port: int, warm: int, speed: float = 1.0) -
     kl, vl, tl, ts = req.klen.tolist(), req.vlen.tolist(), req.ttl.tolist(), req.t.tolist()
     key_ttl: dict[int, int] = {}
     n = len(keys)
+    sent = np.zeros(n, dtype=np.float64)
     start = time.monotonic()
     behind = 0.0
     i = 0
@@ -208,6 +214,7 @@ def replay(req: Requests, kind: str, port: int, warm: int, speed: float = 1.0) -
                     time.sleep(due - now)
                 else:
                     behind = max(behind, now - due)
+            sent[i:j] = time.monotonic() - start
             names = [key_name(keys[x], kl[x]) for x in range(i, j)]
             get_idx = [x for x in range(i, j) if ops[x] == GET]
             found = dict(zip(get_idx, cli.gets([names[x - i] for x in get_idx]), strict=True)
@@ -228,7 +235,7 @@ def replay(req: Requests, kind: str, port: int, warm: int, speed: float = 1.0) -
         hits, misses = cli.counts()
     finally:
         cli.close()
-    return Measured(hits, misses, time.monotonic() - (measured_at or start), behind)
+    return Measured(hits, misses, time.monotonic() - (measured_at or start), behind, sent)
 
 
 def per_key_bytes(port: int, req: Requests) -> tuple[float, float]:
