@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -198,8 +199,8 @@ def run(*, pid: int | None, port: int | None, config: Path | None, kind: str | N
         _check_output(model, force, "the captured traffic")
         plan.workload_file = model.name
 
-    text = render(plan)
-    _parse(text, output)
+    # The study checked before the capture (its workload as a stand-in), and again with it.
+    _parse(render(replace(plan, workload_file=None)), output)
     if model is not None and seconds is not None:
         from kvtune.workload.capture import capture as run_capture
 
@@ -209,6 +210,8 @@ def run(*, pid: int | None, port: int | None, config: Path | None, kind: str | N
                     max_events=5_000_000, max_bytes=1 << 30, sample=False,
                     allow_remote=False, say=said.append)
         said.append(f"wrote {model} (the live traffic, {seconds:g} s)")
+    text = render(plan)
+    _parse(text, output)
     from kvtune.safety.files import write_file
 
     if argv_text is not None:
