@@ -90,7 +90,8 @@ def working_set(req: Requests, kind: str) -> int:
 def default_sizes(req: Requests, kind: str, points: int = POINTS) -> list[int]:
     top = working_set(req, kind)
     low = memcached.PAGE if kind == "memcached" else (
-        redis.BASELINE + (1 << 20) if kind != "lru" else max(1, top // 1000))
+        redis.BASELINE + max(64 << 10, (top - redis.BASELINE) // 200) if kind != "lru"
+        else max(1, top // 1000))
     top = max(top, low * 2)
     sizes = np.unique(np.geomspace(low, top * 1.1, points).astype(np.int64))
     if kind == "memcached":
