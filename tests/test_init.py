@@ -156,7 +156,7 @@ def test_a_study_from_a_configuration_file(tmp_path: Path, name: str, text: str,
     # Commented: where each choice came from.
     assert "# ^ the configuration file given (--config): the baseline" in study
     assert "never competes with the server" in study or "pinned" in study
-    assert f"wrote study.yaml: study '{kind}' of " in out
+    assert f"study '{kind}': " in out and "wrote study.yaml" in out
     from kvtune.study.loader import parse_study
 
     parse_study(study, "study.yaml", base_dir=tmp_path)  # what kvtune check parses first

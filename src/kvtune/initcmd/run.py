@@ -221,13 +221,22 @@ def run(*, pid: int | None, port: int | None, config: Path | None, kind: str | N
                    what="the server's configuration", mode=0o600)
         said.append(f"wrote {s.config} (the running server's options)")
     write_file(output, text, what="-o")
-    said += [f"wrote {output}: study {study_name!r} of {k.label}"
-             + (f" pid {s.pid}" if s.pid is not None else "")
-             + f", server on CPUs {cpu_choice.cpu_list(placement.server)}, load on CPUs "
-             f"{cpu_choice.cpu_list(placement.load)}",
+    knob_names = [ln.split("#")[0].strip(" -{}").split(",")[0].removeprefix("name: ")
+                  for ln in plan.knobs]
+    said += [f"study {study_name!r}: {k.label} "
+             + (f"pid {s.pid}" + (f" (user {s.user}, TCP port {s.port})" if s.user and s.port
+                                  else "") if s.pid is not None
+                else "(no running server read: its configuration file alone)"),
+             f"  baseline: {plan.config or 'the server defaults'}"
+             + (f" ({s.config_how})" if plan.config else ""),
+             f"  server on CPUs {cpu_choice.cpu_list(placement.server)}, load on CPUs "
+             f"{cpu_choice.cpu_list(placement.load)}: {placement.why[0]}",
+             f"  knobs: {', '.join(knob_names)}",
              f"  objective: {objective}" + (f" at {slo}" if slo and objective == "capacity"
                                             else (f", {slo}" if slo else "")),
-             f"next: kvtune check {output} && kvtune run {output}"]
+             f"wrote {output}" + (" (--quick: a rehearsal of the steps, not an answer)"
+                                  if quick else ""),
+             f"next: kvtune check {output}, then kvtune run {output} (its capacity now)"]
     return said
 
 
