@@ -31,9 +31,21 @@ from kvtune.metrics import unit as metric_unit
 
 MINUS = "\u2212"  # −, not the hyphen
 
+
+def as_number(x: Any) -> float | None:
+    """`x` as a float, or None when it is not a measured number (None, NaN, a bool, text:
+    what a stored result can hold in place of a figure). Every formatter reads through it,
+    so a figure storage could not keep prints as "-", never as an error."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    v = float(x)
+    return None if math.isnan(v) else v
+
+
 def pct(x: float | None, digits: int = 1) -> str:
     """A signed percentage with a real minus sign ("−82.6%", "+4.0%"); "-" when unknown."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
+    x = as_number(x)
+    if x is None:
         return "-"
     if math.isinf(x):
         return ("+" if x > 0 else MINUS) + "∞%"
@@ -44,7 +56,8 @@ def pct(x: float | None, digits: int = 1) -> str:
 def share(x: Any, digits: int = 0) -> str:
     """A fraction as a percentage, unsigned unless negative ("40%", "12.5%", "−3%"): shares
     of a gain, of CPU time, of the requests; "-" when unknown."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
+    x = as_number(x)
+    if x is None:
         return "-"
     if math.isinf(x):
         return ("" if x > 0 else MINUS) + "∞%"
@@ -54,11 +67,18 @@ def share(x: Any, digits: int = 0) -> str:
 def figure(x: Any, digits: int = 0) -> str:
     """A figure with thousands separators and `digits` decimals ("52,340", "1,234.5"),
     a real minus; "-" when unknown."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
+    x = as_number(x)
+    if x is None:
         return "-"
-    if isinstance(x, float) and math.isinf(x):
+    if math.isinf(x):
         return "∞" if x > 0 else MINUS + "∞"
     return f"{x:,.{digits}f}".replace("-", MINUS)
+
+
+def p_value(x: Any, digits: int = 3) -> str:
+    """A p-value to `digits` significant digits ("0.0123", "1.2e-05"); "-" when unknown."""
+    x = as_number(x)
+    return "-" if x is None else f"{x:.{digits}g}"
 
 
 def change_fraction(baseline: float | None, new: float | None) -> float | None:
@@ -81,12 +101,12 @@ NO_SIGNIFICANT_CHANGE = "no significant change"
 def _finite_ci(ci: Sequence[float | None] | None) -> tuple[float, float] | None:
     if not ci or len(ci) != 2:
         return None
-    lo, hi = ci
-    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
+    lo, hi = as_number(ci[0]), as_number(ci[1])
+    if lo is None or hi is None:
         return None
     # An interval's ends in order whichever way a caller mapped them (a minimized
     # metric's change swaps the ends of its improvement's interval).
-    return min(float(lo), float(hi)), max(float(lo), float(hi))
+    return min(lo, hi), max(lo, hi)
 
 
 def judge(change: float | None, direction: str | None, significant: bool | None = None,
@@ -96,7 +116,8 @@ def judge(change: float | None, direction: str | None, significant: bool | None 
     decides: wholly above or below zero is better or worse by the direction, spanning zero
     is "no significant change". Without one, `significant` False says "no significant
     change", else the sign decides."""
-    if change is None or (isinstance(change, float) and math.isnan(change)):
+    change = as_number(change)
+    if change is None:
         return None
     interval = _finite_ci(ci)
     if interval is not None:
@@ -117,10 +138,10 @@ def judge(change: float | None, direction: str | None, significant: bool | None 
 
 
 def _ci_text(ci: Sequence[float | None] | None, level: float = 0.95) -> str:
-    if not ci or len(ci) != 2 or any(
-            v is None or (isinstance(v, float) and math.isnan(v)) for v in ci):
+    interval = _finite_ci(ci)
+    if interval is None:
         return ""
-    lo, hi = sorted((float(ci[0]), float(ci[1])))  # type: ignore[arg-type]
+    lo, hi = interval
     return f" ({level:.0%} CI {pct(lo)} … {pct(hi)})"
 
 
@@ -147,9 +168,9 @@ def change_record(metric: str, change_fraction: float | None, direction: str | N
     """The same change for JSON: {"metric", "change" (new/baseline − 1), "ci" ([low, high]
     of the change, or None), "direction", "verdict" (`judge`'s words, or None), "text"
     (describe_change's)}."""
-    c = None if change_fraction is None or math.isnan(change_fraction) else change_fraction
-    return {"metric": metric, "change": c,
-            "ci": list(ci) if ci and len(ci) == 2 else None, "direction": direction,
+    c = as_number(change_fraction)
+    return {"metric": metric, "change": c, "ci": list(_finite_ci(ci) or ()) or None,
+            "direction": direction,
             "verdict": judge(change_fraction, direction, significant, ci),
             "text": describe_change(metric, change_fraction, direction, ci, significant,
                                     level)}

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 import sqlalchemy as sa
 
+from kvtune import present
 from kvtune.errors import UserError
 
 if TYPE_CHECKING:
@@ -111,8 +112,10 @@ class Store:
         out = []
         for r in rows:
             d = dict(r)
+            where = f"study {study!r} in {self.url}, repetition #{d.get('id')}"
             for k in ("params", "metrics", "raw"):
-                d[k] = json.loads(d[k])
+                d[k] = _loads(d[k], where)
+            check_document({"metrics": d["metrics"]}, where)
             out.append(d)
         return out
 
@@ -136,11 +139,30 @@ class Store:
 
 
 def results_in(engine: sa.Engine, study: str, key: str) -> list[Any]:
-    """Every result `key` of `study` in the database of `engine`, oldest first."""
-    q = (sa.select(RESULTS.c.data).where(RESULTS.c.study == study)
+    """Every result `key` of `study` in the database of `engine`, oldest first, each
+    checked as input (`kvtune.study.stored.check_document`: a field of the wrong type is
+    refused, UserError, naming the study, the result and the field)."""
+    from kvtune.safety.storage import mask
+
+    q = (sa.select(RESULTS.c.id, RESULTS.c.data).where(RESULTS.c.study == study)
          .where(RESULTS.c.key == key).order_by(RESULTS.c.id))
     with engine.connect() as c:
-        return [json.loads(r[0]) for r in c.execute(q)]
+        rows = list(c.execute(q))
+    url = mask(engine.url.render_as_string(hide_password=True))
+    out = []
+    for rid, data in rows:
+        where = f"study {study!r} in {url}, result {key!r} #{rid}"
+        out.append(check_document(_loads(data, where), where))
+    return out
+
+
+def _loads(text: Any, where: str) -> Any:
+    """A stored JSON text, or UserError naming `where` (storage is input)."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        raise UserError(f"{where}: the stored document is not JSON (the results database "
+                        "was changed?); nothing was written") from None
 
 
 def latest(results: list[Any], fingerprint: str | None = None) -> Any | None:
@@ -173,3 +195,92 @@ def open_store(spec: StudySpec, base: Path | None = None, heartbeat: bool = Fals
     if spec.storage is None:
         (base or Path.cwd()).joinpath("results").mkdir(parents=True, exist_ok=True)
     return Store(spec.storage_url(base or Path.cwd()), heartbeat=heartbeat)
+
+
+# -- stored documents are input -------------------------------------------------------------
+#
+# What kvtune stores of a study's phases (the `kvtune_results` rows: confirmation, ablation,
+# noise floor, drift, sweeps, host profile...) and of a trial (its `eval`) is read back by
+# every screen. A stored document is JSON that kvtune wrote, so each field name carries one
+# type wherever it appears: the rules below are that type system, applied to every document
+# read back (`check_document`), older layouts included (they use the same names). A number
+# storage could not keep (NaN, ±inf) is stored as null and reads as "not measured"; a field
+# of the wrong type, or text with control characters (a screen would print them), refuses
+# the study (UserError, exit 2) naming the storage, the document and the field.
+
+# Fields that hold a figure (or null) wherever they appear.
+NUMBER_FIELDS = frozenset({
+    "achieved_rate", "alpha", "cpu", "pid", "bound", "bound_us", "burst_rate", "capacity", "change",
+    "change_ci_high", "change_ci_low", "ci_high", "ci_level", "ci_low",
+    "ci_simultaneous_over", "client_late", "client_utilization", "cost_us_per_request",
+    "detectable_improvement", "drift_cov", "first_rounds", "good_windows",
+    "improvement", "latency_us", "limit_rate", "max_rounds", "measurements", "median",
+    "n", "n_baseline", "n_candidate", "noise_sd", "offered_rate", "others", "p50_us",
+    "p_adjusted", "p_value", "planned_rounds", "quantile", "rounds", "schedule_lag_p99_us",
+    "search_value", "seconds", "share", "shares_sum", "steal", "trial", "window_s",
+    "windows", "after_trial",
+})
+# Fields that hold a list of figures (or nulls).
+NUMBER_LISTS = frozenset({"samples", "values", "ci", "share_ci", "looks", "levels",
+                          "baseline_samples", "recommended_samples"})
+# Fields that map names to figures (or nulls; a repetition's metrics also hold its verdict
+# in words).
+NUMBER_MAPS = frozenset({"metrics", "cov", "robust_cov"})
+# Fields that hold a configuration's values (knob → value): any scalar; `export` checks
+# each against the knob catalog before it writes one.
+CONFIG_FIELDS = frozenset({"config", "changes", "minimal_changes", "minimal_config",
+                           "baseline_value", "value", "baseline", "recommended"})
+MAX_DEPTH = 32
+MAX_STRING = 20_000
+
+
+def _is_number(v: Any) -> bool:
+    return v is None or (isinstance(v, int | float) and not isinstance(v, bool))
+
+
+def check_document(doc: Any, where: str) -> Any:
+    """`doc` (a stored result or a trial's stored evaluation) when every field has its
+    type (the rules above); UserError naming `where` and the field otherwise."""
+    _check(doc, where, "", None, 0)
+    return doc
+
+
+def _check(v: Any, where: str, path: str, name: str | None, depth: int) -> None:
+    def refuse(what: str) -> UserError:
+        return UserError(f"{where}: the stored field {path or '(the document)'} {what} (the "
+                         "results database was changed?); nothing was written")
+
+    if depth > MAX_DEPTH:
+        raise refuse(f"is nested deeper than {MAX_DEPTH} levels")
+    if isinstance(v, str):
+        if len(v) > MAX_STRING or any(ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 for c in v):
+            raise refuse("is not plain text (control characters, or longer than "
+                         f"{present.figure(MAX_STRING)} characters)")
+        if name in NUMBER_FIELDS and name not in CONFIG_FIELDS:
+            raise refuse(f"is {_short(v)}, not a number")
+        return
+    if name in NUMBER_FIELDS and not _is_number(v) and not isinstance(v, dict | list):
+        raise refuse(f"is {_short(v)}, not a number")
+    if isinstance(v, list):
+        if name in NUMBER_LISTS and not all(_is_number(x) for x in v):
+            bad = next(x for x in v if not _is_number(x))
+            raise refuse(f"holds {_short(bad)}, not a number")
+        for i, x in enumerate(v):
+            _check(x, where, f"{path}[{i}]", name, depth + 1)
+        return
+    if isinstance(v, dict):
+        if name in NUMBER_MAPS:  # figures, and a repetition's verdict words
+            for k, x in v.items():
+                if not (_is_number(x) or isinstance(x, str)):
+                    raise refuse(f"maps {_short(k)} to {_short(x)}, not a number")
+        for k, x in v.items():
+            if not isinstance(k, str):
+                raise refuse("has a key that is not text")
+            _check(x, where, f"{path}.{k}" if path else k, None if name in CONFIG_FIELDS
+                   and name not in ("baseline", "recommended") else k, depth + 1)
+        return
+
+
+def _short(v: Any) -> str:
+    s = repr(v)
+    return s if len(s) <= 40 else s[:37] + "..."

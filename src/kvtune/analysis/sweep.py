@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from kvtune import stats
+from kvtune import present, stats
 from kvtune.metrics import Direction
 from kvtune.present import number
 
@@ -185,7 +185,7 @@ def summary_lines(view: SweepView) -> list[str]:
         txt = describe_change(view.metric, ch["change"], view.direction,
                               (ch["change_ci_low"], ch["change_ci_high"]), sig)
         out.append(f"vs the default {view.knob} = {d.value} (median {number(d.median)}, n={d.n}): "
-                   f"{txt} (p={ch['p_value']:.3g})")
+                   f"{txt} (p={present.p_value(ch.get('p_value'))})")
     if len(view.plateau) > 1:
         out.append(f"plateau: {view.knob} in {view.plateau[0]} … {view.plateau[-1]} "
                    f"({len(view.plateau)} values) stay within noise of the best")

@@ -51,10 +51,10 @@ def checks(facts: dict[str, Any], steal_threshold: float = 0.05) -> list[dict[st
     irq = facts.get("irqbalance")
     add("irqbalance", "running" if irq else "not running", "noise" if irq else "none",
         "moves interrupts between CPUs during the study" if irq else "")
-    steal = facts.get("steal")
+    steal = present.as_number(facts.get("steal"))
     if steal is not None:
         high = steal > steal_threshold
-        add("steal", f"{present.share(steal, 1)} over {facts.get('window_s', 0):g} s",
+        add("steal", f"{present.share(steal, 1)} over {present.number(facts.get('window_s'))} s",
             "verdict" if high else "none",
             f"above the study's steal threshold ({present.share(steal_threshold)}): repetitions "
             f"are "
@@ -70,10 +70,11 @@ def checks(facts: dict[str, Any], steal_threshold: float = 0.05) -> list[dict[st
             f"some repetitions saw more than the study's steal threshold "
             f"({present.share(steal_threshold)}): the host's neighbours were busy while it measured"
             if high else "")
-    busy = [b for b in facts.get("busy_processes") or [] if b.get("cpu", 0) >= 0.05]
-    heavy = [b for b in busy if b["cpu"] >= BUSY]
+    busy = [b for b in facts.get("busy_processes") or []
+            if isinstance(b, dict) and (present.as_number(b.get("cpu")) or 0) >= 0.05]
+    heavy = [b for b in busy if (present.as_number(b.get("cpu")) or 0) >= BUSY]
     add("other busy processes",
-        ", ".join(f"{b['comm']} ({b['pid']}) {present.share(b['cpu'])} of a CPU"
+        ", ".join(f"{b.get('comm')} ({b.get('pid')}) {present.share(b.get('cpu'))} of a CPU"
                   for b in busy) or "none",
         "verdict" if heavy else "noise" if busy else "none",
         "they compete with the server or the load for CPU: this can change the verdict"

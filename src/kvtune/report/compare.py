@@ -15,10 +15,16 @@ from kvtune.study.record import stored_eval
 
 
 def change_of(comp: dict[str, Any], key: str) -> float:
-    """The metric's relative change from a stored comparison (older records: improvement)."""
-    v = comp.get(key)
-    if v is None:
-        v = comp.get(key.replace("change_", "").replace("change", "improvement"), math.nan)
+    """The metric's relative change from a stored comparison (older records: improvement).
+    Storage is input: a bound it could not hold (NaN and ±inf are stored as null: a
+    candidate whose every round failed has no interval) or a value that is not a number
+    reads as NaN, "not measured", never as an error."""
+    if key in comp:
+        v = comp.get(key)
+    else:
+        v = comp.get(key.replace("change_", "").replace("change", "improvement"))
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return math.nan
     return float(v)
 
 

@@ -199,9 +199,9 @@ def _verdict(data: StudyData, cmp: dict[str, Any]) -> str:
         text = describe_change(data.metric, change_of(c, "change"), data.direction, ci, True)
         return (f'<div class="verdict good"><b>Recommendation:</b> {_e(cmp["label"])}: '
                 f"<b>{_e(text)}</b> (a significant improvement; Holm-adjusted "
-                f"p={cmp.get('p', math.nan):.3g}, {c['n_candidate']} against "
-                f"{c['n_baseline']} interleaved repetitions).{_e(_confirmed_changes(conf))}"
-                "</div>")
+                f"p={present.p_value(cmp.get('p'))}, {present.number(c.get('n_candidate'))} "
+                f"against {present.number(c.get('n_baseline'))} interleaved repetitions)."
+                f"{_e(_confirmed_changes(conf))}</div>")
     if conf:
         extra = ""
         if c:
@@ -404,7 +404,7 @@ def _ablation(data: StudyData, a: Analysis) -> str:
         cls = {"carries": "better", "hurts": "worse"}.get(r["effect"], "")
         rows.append(f"<tr><td>{_e(r['knob'])}: {_f(r['baseline'])} → {_f(r['recommended'])}"
                     f"</td><td>{_e(share)}</td><td>{_e(r['revert']['text'])}</td>"
-                    f"<td>{r.get('p_adjusted', math.nan):.3g}</td>"
+                    f"<td>{present.p_value(r.get('p_adjusted'))}</td>"
                     f'<td class="{cls}">{_e(r["effect"])}</td></tr>')
     rows.append("</table>")
     choice = res.get("choice") or {}

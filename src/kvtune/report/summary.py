@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvtune import present
-from kvtune.present import NO_SIGNIFICANT_CHANGE, describe_change, judge, number, pct
+from kvtune.present import NO_SIGNIFICANT_CHANGE, describe_change, judge, number, p_value, pct
 from kvtune.safety.text import for_markup as esc
 from kvtune.store import Store
 from kvtune.study import result
@@ -299,7 +299,8 @@ def _render_verdict(data: dict[str, Any], conf: dict[str, Any] | None,
             comp = c["comparison"]
             line = (f"{c['name']}: {data['metric']} {_chg(comp, 'change')} (95% CI "
                     f"{_chg(comp, 'change_ci_low')} … {_chg(comp, 'change_ci_high')}), "
-                    f"p={comp['p_value']:.3g}, Holm-adjusted p={c['p_adjusted']:.3g}"
+                    f"p={p_value(comp.get('p_value'))}, "
+                    f"Holm-adjusted p={p_value(c.get('p_adjusted'))}"
                     + (f", failed: {c['failed']}" if c.get("failed") else ""))
         if line.strip() != verdict.strip():
             console.print(f"  {esc(line)}", highlight=False)

@@ -473,7 +473,7 @@ def candidate_text(row: dict[str, Any], metric: str, changes: Mapping[str, Metri
         head = f"{label.rstrip(',')}: {NO_SIGNIFICANT_CHANGE}"
     text = f"{row['name']}: {head}"
     if row["objective_significant"]:
-        text += f" (Holm-adjusted p={row['p_adjusted']:.3g})"
+        text += f" (Holm-adjusted p={present.p_value(row.get('p_adjusted'))})"
     costs = [changes[m].text() for m in row["tradeoffs"]]
     if costs:
         text += ", at the cost of " + ", ".join(costs)

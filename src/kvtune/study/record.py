@@ -46,7 +46,16 @@ def tell(study: optuna.Study, trial: optuna.Trial, e: Evaluation, kind: str,
 def stored_eval(t: optuna.trial.FrozenTrial) -> dict[str, Any]:
     """What `tell` stored of a trial's evaluation (its summary: value, CI, metrics, flags),
     {} for a trial without one. The one reader of the trial's `eval` attribute."""
-    return t.user_attrs.get("eval", {}) or {}
+    from kvtune.errors import UserError
+    from kvtune.store import check_document
+
+    ev = t.user_attrs.get("eval", {}) or {}
+    where = f"trial {t.number}'s stored evaluation"
+    if not isinstance(ev, dict):
+        raise UserError(f"{where} is not a mapping (the results database was changed?); "
+                        "nothing was written")
+    check_document(ev, where)
+    return ev
 
 
 def evaluation_of(t: optuna.trial.FrozenTrial, metric: str) -> Evaluation:

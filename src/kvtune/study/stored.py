@@ -74,4 +74,3 @@ def sweep_knob(key: str, study: str, storage: str) -> str:
                         "knob's name (the results database was changed?); nothing was "
                         "written")
     return knob
-
