@@ -5,8 +5,9 @@ Every curve is the steady state: the stream's first half warms the cache up, the
 counts the gets of its second half (as the real-server check measures it).
 
 - `lru`: byte-LRU (key plus value bytes), exact for at most EXACT_REQUESTS requests, else
-  SHARDS at a fixed rate (R such that about SAMPLED_KEYS keys are kept) under SALTS hash
-  salts: the curve is their mean, the band their range.
+  SHARDS keeping SAMPLED_KEYS keys (fixed size; bench/mrc/accuracy.py: mean absolute error
+  0.004 against exact at 32,000 keys) under SALTS hash salts: the curve is their mean, the
+  band their range. An explicit sample rate uses fixed-rate SHARDS.
 - `memcached`, `redis`, `valkey`: the simulators of kvtune.mrc.memcached and
   kvtune.mrc.redis at each size, on the whole stream or, past SIM_REQUESTS requests, on a
   SHARDS sample as a miniature cache (Waldspurger et al., ATC '17: a cache of R·C fed the
@@ -27,7 +28,7 @@ from kvtune.mrc.requests import Requests, salted_hash
 KINDS = ("memcached", "redis", "valkey", "lru")
 EXACT_REQUESTS = 300_000
 SIM_REQUESTS = 150_000
-SAMPLED_KEYS = 20_000
+SAMPLED_KEYS = 32_000
 SALTS = 3
 POINTS = 16
 
@@ -114,14 +115,20 @@ def build(req: Requests, kind: str = "memcached", sizes: list[int] | None = None
     keys = len(np.unique(req.key))
     notes: list[str] = []
     if kind == "lru":
-        if sample_rate is None:
-            sample_rate = 1.0 if len(req) <= EXACT_REQUESTS else min(1.0, SAMPLED_KEYS / keys)
-        n_salts = 1 if sample_rate >= 1 else salts
-        curves = np.array([
-            lru.shards_fixed_rate(req, sample_rate, salt=s, measure_from=half_t)
-            .hit_ratio(np.array(sizes)) for s in range(n_salts)])
-        method = "exact stack distances" if sample_rate >= 1 else \
-            f"SHARDS fixed rate R={sample_rate:.4g}, {n_salts} salts"
+        if sample_rate is None and len(req) > EXACT_REQUESTS and keys > SAMPLED_KEYS:
+            curves = np.array([
+                lru.shards_fixed_size(req, SAMPLED_KEYS, salt=s, measure_from=half_t)
+                .hit_ratio(np.array(sizes)) for s in range(salts)])
+            method = f"SHARDS fixed size, {SAMPLED_KEYS:,} keys, {salts} salts"
+            sample_rate = SAMPLED_KEYS / keys
+        else:
+            sample_rate = sample_rate or 1.0
+            n_salts = 1 if sample_rate >= 1 else salts
+            curves = np.array([
+                lru.shards_fixed_rate(req, sample_rate, salt=s, measure_from=half_t)
+                .hit_ratio(np.array(sizes)) for s in range(n_salts)])
+            method = "exact stack distances" if sample_rate >= 1 else \
+                f"SHARDS fixed rate R={sample_rate:.4g}, {n_salts} salts"
     else:
         if sample_rate is None:
             sample_rate = 1.0 if len(req) <= SIM_REQUESTS else max(

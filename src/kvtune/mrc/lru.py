@@ -141,15 +141,15 @@ def shards_fixed_rate(req: Requests, rate: float, salt: int = 0,
 
 
 def shards_fixed_size(req: Requests, max_keys: int, salt: int = 0,
-                      item_bytes: ItemBytes = plain_bytes) -> Distances:
+                      item_bytes: ItemBytes = plain_bytes,
+                      measure_from: float = 0.0) -> Distances:
     """SHARDS with at most `max_keys` keys tracked: the threshold falls (the key of the
     largest hash leaves) whenever one more would be tracked; each get counts with weight
     1/R at the rate of its time, its distance scaled by 1/R; the difference between the
     gets of the stream and the sample's weight counts at distance 0 (SHARDS_adj)."""
-    h = salted_hash(req.key, salt).tolist()
-    size = item_bytes(req.klen, req.vlen).tolist()
-    keys, ops, ttls, ts = req.key.tolist(), req.op.tolist(), req.ttl.tolist(), req.t.tolist()
-    n = len(keys)
+    hashes = salted_hash(req.key, salt)
+    sizes = item_bytes(req.klen, req.vlen)
+    n = len(req)
     fw = _Fenwick(n)
     two64 = float(2 ** 64)
     thresh = 2 ** 64  # keys with hash < thresh are sampled
@@ -161,53 +161,78 @@ def shards_fixed_size(req: Requests, max_keys: int, salt: int = 0,
     dist: list[float] = []
     wts: list[float] = []
     total = 0.0
-    inf = math.inf
-    for i in range(n):
-        k, hk = keys[i], h[i]
-        if hk >= thresh:
-            continue
-        r = thresh / two64
-        op, t = ops[i], ts[i]
-        if op == DELETE:
-            p = pos.pop(k, None)
-            if p is not None:
-                fw.add(p, -cur.pop(k))
-                exp.pop(k, None)
-            continue
-        p = pos.get(k)
-        if op == SET:
-            key_ttl[k] = ttls[i]
-        if op == GET:
-            total += 1 / r
-            wts.append(1 / r)
-            if p is None or exp.get(k, inf) <= t:
-                dist.append(inf)
-            else:
-                dist.append((fw.prefix(i) - fw.prefix(p + 1) + cur[k]) / r)
-        if p is not None:
-            fw.add(p, -cur[k])
-        else:
-            heapq.heappush(heap, (-hk, k))
-        s = size[i]
-        fw.add(i, s)
-        pos[k], cur[k] = i, s
-        if op == SET or p is None or exp.get(k, inf) <= t:
-            tt = key_ttl.get(k, ttls[i])
-            exp[k] = t + tt if tt > 0 else inf
-        while len(pos) > max_keys:
-            nh, ek = heapq.heappop(heap)
-            if ek not in pos:
+    # The threshold only falls: each chunk is cut by the threshold at its start (numpy),
+    # and only the requests left are walked.
+    chunk = 1 << 16
+    for a in range(0, n, chunk):
+        hh = hashes[a:a + chunk]
+        sel = np.flatnonzero(hh < np.uint64(min(thresh, (1 << 64) - 1))) if thresh < 2 ** 64 \
+            else np.arange(len(hh))
+        idx = (sel + a).tolist()
+        h_c = hh[sel].tolist()
+        k_c = req.key[a:a + chunk][sel].tolist()
+        op_c = req.op[a:a + chunk][sel].tolist()
+        t_c = req.t[a:a + chunk][sel].tolist()
+        ttl_c = req.ttl[a:a + chunk][sel].tolist()
+        s_c = sizes[a:a + chunk][sel].tolist()
+        for j, i in enumerate(idx):
+            k, hk = k_c[j], h_c[j]
+            if hk >= thresh:
                 continue
-            thresh = -nh
-            fw.add(pos.pop(ek), -cur.pop(ek))
-            exp.pop(ek, None)
-            key_ttl.pop(ek, None)
+            thresh, total = _fixed_size_step(
+                i, k, hk, op_c[j], t_c[j], ttl_c[j], s_c[j], thresh, total, two64, fw, pos,
+                cur, exp, key_ttl, heap, dist, wts, max_keys, measure_from)
     # SHARDS_adj: the gets the sample stands for, against the gets there were
-    gets = float(np.count_nonzero(req.op == GET))
+    gets = float(np.count_nonzero((req.op == GET) & (req.t >= measure_from)))
     dist.append(0.0)
     wts.append(gets - total)
     return Distances(np.array(dist, dtype=np.float64), np.array(wts, dtype=np.float64),
                      gets)
+
+
+def _fixed_size_step(i: int, k: int, hk: int, op: int, t: float, ttl: int, s: int,
+                     thresh: int, total: float, two64: float, fw: _Fenwick,
+                     pos: dict[int, int], cur: dict[int, int], exp: dict[int, float],
+                     key_ttl: dict[int, int], heap: list[tuple[int, int]],
+                     dist: list[float], wts: list[float], max_keys: int,
+                     measure_from: float) -> tuple[int, float]:
+    """One sampled request of shards_fixed_size: (the threshold, the gets' weight)."""
+    inf = math.inf
+    r = thresh / two64
+    if op == DELETE:
+        p = pos.pop(k, None)
+        if p is not None:
+            fw.add(p, -cur.pop(k))
+            exp.pop(k, None)
+        return thresh, total
+    p = pos.get(k)
+    if op == SET:
+        key_ttl[k] = ttl
+    if op == GET and t >= measure_from:
+        total += 1 / r
+        wts.append(1 / r)
+        if p is None or exp.get(k, inf) <= t:
+            dist.append(inf)
+        else:
+            dist.append((fw.prefix(i) - fw.prefix(p + 1) + cur[k]) / r)
+    if p is not None:
+        fw.add(p, -cur[k])
+    else:
+        heapq.heappush(heap, (-hk, k))
+    fw.add(i, s)
+    pos[k], cur[k] = i, s
+    if op == SET or p is None or exp.get(k, inf) <= t:
+        tt = key_ttl.get(k, ttl)
+        exp[k] = t + tt if tt > 0 else inf
+    while len(pos) > max_keys:
+        nh, ek = heapq.heappop(heap)
+        if ek not in pos:
+            continue
+        thresh = -nh
+        fw.add(pos.pop(ek), -cur.pop(ek))
+        exp.pop(ek, None)
+        key_ttl.pop(ek, None)
+    return thresh, total
 
 
 __all__ = ["GET", "SET", "Distances", "plain_bytes", "shards_fixed_rate",
