@@ -270,3 +270,38 @@ def test_redis_bytes_per_key_are_measured(redis_bin: str, tmp_path: Path) -> Non
                + redis.buckets(len(first))) / len(first)
     assert payload > 0 and per_key > payload
     assert per_key == pytest.approx(formula, rel=0.15)
+
+
+def _kvtune(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    from kvtune.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(list(args))
+        raise SystemExit(0)
+    got = capsys.readouterr()
+    return int(e.value.code or 0), got.out, got.err
+
+
+def test_the_command_prints_plots_and_refuses(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "m.json"
+    model.write_text(json.dumps({"keys": 5_000, "popularity": "zipf:0.9", "mix": "get:1",
+                                 "value_size": 100, "key_size": 20}))
+    measured = tmp_path / "measured.json"
+    measured.write_text(json.dumps({"rows": [{"memory_mb": 1, "measured": 0.7}]}))
+    page = tmp_path / "curve.html"
+    rc, out, _ = _kvtune(capsys, "workload", "mrc", str(model), "--kind", "lru",
+                         "--requests", "20000", "--target-hit-ratio", "0.5", "--json",
+                         "--measured", str(measured), "-o", str(page))
+    assert rc == 0
+    doc = json.loads(out)
+    est = doc["smallest_memory"]["estimate"]
+    assert doc["curve"]["method"] == "exact stack distances" and est > 0
+    assert "measured on the server" in page.read_text()
+    rc, out, _ = _kvtune(capsys, "workload", "mrc", str(model), "--kind", "memcached",
+                         "--requests", "20000", "--memory", "2M")
+    assert rc == 0 and "slab growth factor (-f) at 2.0 MiB" in out
+    rc, _, err = _kvtune(capsys, "workload", "mrc", str(model), "--target-hit-ratio", "1.5")
+    assert rc == 2 and "--target-hit-ratio" in err
+    rc, _, err = _kvtune(capsys, "workload", "mrc", str(tmp_path / "none.json"))
+    assert rc == 2 and "none.json" in err and "Traceback" not in err
