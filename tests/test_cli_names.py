@@ -133,6 +133,27 @@ def test_old_spellings_are_hidden_aliases() -> None:
         text = cli(*name.split(), "--help", env={"COLUMNS": "200"}).stdout
         assert "-o, --output" in text, (name, text)
         assert not re.search(r"--out\b|--out-dir", text), (name, text)
+        usage = text.splitlines()[0]
+        assert not re.search(r"\[(json_)?file\]", usage), usage  # hidden stays hidden
+
+
+def test_old_spellings_still_work(tmp_path: Any) -> None:
+    from kvtune.library.store import Library
+
+    lib = tmp_path / "lib.db"
+    Library(f"sqlite:///{lib}")  # an empty library
+    for args in (["library", "export", str(tmp_path / "old.json")],
+                 ["library", "export", "-o", str(tmp_path / "new.json")]):
+        r = cli(*args, "--library", str(lib))
+        assert r.returncode == 0 and "wrote 0 entries" in r.stdout, r.stderr
+    assert (tmp_path / "old.json").exists() and (tmp_path / "new.json").exists()
+    r = cli("profiles", "export", "c1", "--out-dir", str(tmp_path / "p"), "--library",
+            str(lib))
+    assert r.returncode == 2 and "no category 'c1'" in r.stderr, r.stderr
+    r = cli("profiles", "--library", str(lib), "export", "c1", "--library", str(lib))
+    assert r.returncode == 2 and "no category 'c1'" in r.stderr, r.stderr
+    r = cli("library", "export", "--library", str(lib))
+    assert r.returncode == 2 and "-o FILE" in r.stderr, r.stderr
 
 
 GROUPS = sorted({""} | {n for n, c in COMMANDS.items() if hasattr(c, "commands")})

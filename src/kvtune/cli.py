@@ -705,7 +705,7 @@ def verify(
         out.print(f"all {len(checks)} checks hold: the recommendation is in effect")
 
 
-@app.command()
+@app.command(cls=cli_options.WithHiddenArguments)
 def canary(
     kind: Annotated[str, typer.Option("--kind", help=f"the servers' kind: {_KINDS}")],
     canary_: Annotated[list[str], typer.Option(

@@ -13,7 +13,7 @@ import sys
 from typing import Any, TypeVar
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from kvtune.errors import UserError
 from kvtune.safety.text import Console
@@ -88,6 +88,18 @@ def summary(cmd: Any) -> str:
     text = " ".join(inspect.cleandoc(cmd.help or "").split("\n\n", 1)[0].split())
     end = re.search(r"[.?!](\s|$)", text)
     return text[:end.end()].strip() if end else text
+
+
+class WithHiddenArguments(TyperCommand):
+    """A command whose hidden arguments (an older spelling, such as a positional file now
+    given with -o) stay out of its usage line as out of its help."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        rv = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if not getattr(param, "hidden", False):
+                rv.extend(param.get_usage_pieces(ctx))
+        return rv
 
 
 class Commands(TyperGroup):

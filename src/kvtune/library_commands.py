@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvtune import cli_options, present
-from kvtune.cli_options import Commands, alias, json_flag, merged
+from kvtune.cli_options import Commands, WithHiddenArguments, alias, json_flag, merged
 from kvtune.errors import KvtuneError, UserError
 
 if TYPE_CHECKING:
@@ -202,7 +202,7 @@ def library_forget(entry: Annotated[str, typer.Argument(help="an entry id (or it
     out.print(f"forgot {rid[:8]}", highlight=False)
 
 
-@library_app.command("export")
+@library_app.command("export", cls=WithHiddenArguments)
 def library_export(
     output: Annotated[Path | None, typer.Option(*cli_options.OUTPUT,
                                                 help="the JSON file to write")] = None,
