@@ -137,7 +137,10 @@ def test_reading_stored_results_leaves_them_as_they_were(tmp_path: Path,
     lib.mkdir()
     (lib / "library.db").write_bytes(b"")  # an empty file: no library table, no entry
     before, before_lib = tree(data), tree(lib)
+    pages = tmp_path / "pages"
+    pages.mkdir()
     lines = [*reads("syn", ["--storage", url]),
+             ["report", "syn", "--storage", url, "-o", str(pages / "r.html")],
              ["predict", "syn", "--storage", url, "--library", str(lib / "library.db")],
              ["library", "list", "--library", str(lib / "library.db")],
              ["profiles", "--library", str(lib / "library.db")]]
@@ -147,5 +150,6 @@ def test_reading_stored_results_leaves_them_as_they_were(tmp_path: Path,
         assert tree(empty) == {}, (args, tree(empty))
         assert tree(data) == before, args
         assert tree(lib) == before_lib, args
+    assert [p.name for p in pages.iterdir()] == ["r.html"]  # report's -o, and only it
     shown = json.loads(run(empty, "show", "syn", "--storage", url, "--json").stdout)
     assert isinstance(shown, dict) and shown, shown
