@@ -118,7 +118,7 @@ def test_a_search_without_confirmation_claims_nothing_on_either_screen(
     assert table is not None and "NOT confirmed" in table.header[2]
     for row in table.rows:  # a search has no interval of a change: no word, no colour
         assert word(row[3].text) is None and row[3].colour is None, row
-    assert "Not confirmed" in Page(html).verdict["text"]
+    assert Page(html).verdict["text"].startswith("Not decided: nothing is confirmed yet")
 
 
 # -- the stored real results ---------------------------------------------------------------

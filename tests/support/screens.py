@@ -388,6 +388,20 @@ def compare_trials(agree: Agreement, term: TermTable | None, page: Page) -> None
                    norm(cells[r_col]["text"]))
 
 
+HEADLINE = re.compile(r"^(Ship |Keep the defaults: |Not decided: |Pick from the confirmed "
+                      r"front|The study failed: )")
+
+
+def compare_headline(agree: Agreement, raw: str, page: Page) -> None:
+    """The study's headline (what to ship or keep): the terminal's last verdict line is the
+    report's verdict, word for word, and a study says it once on each screen."""
+    said = [norm(t) for t, _ in term_lines(raw) if HEADLINE.match(norm(t))]
+    agree.same("headline: said once in the terminal", 1, len(said))
+    text = norm(page.verdict["text"])
+    if said:
+        agree.same("headline: the report's verdict", said[0], text[:len(said[0])])
+
+
 def compare_ablation(agree: Agreement, raw: str, page: Page) -> None:
     """Each change the ablation reverted: what reverting it did, the words, its share."""
     joined = norm(" ".join(t for t, _ in term_lines(raw)))
@@ -437,6 +451,7 @@ def agreement(raw: str, html: str) -> Agreement:
     compared = _trial_of(comparison.header[2]) if comparison else None
     compare_verdicts(agree, raw, page, table_words, metric, compared)
     compare_trials(agree, term_table(raw, "Trials"), page)
+    compare_headline(agree, raw, page)
     compare_ablation(agree, raw, page)
     compare_sweeps(agree, raw, page)
     return agree

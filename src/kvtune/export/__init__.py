@@ -146,15 +146,20 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
         config, source = dict(rec["config"]), _gain(conf, rec)
         abl = store.last_result(name, "ablation") or {}
         choice = abl.get("choice") if not abl.get("skipped") else None
-        if choice and choice.get("chosen") == "minimal" and not full and not minimal:
+        head = data.get("headline") or {}
+        # The study's headline decides what ships by default (kvtune.study.headline): the
+        # smaller change only when its own comparison with the defaults was significant.
+        if choice and head.get("chosen") == "minimal" and not full and not minimal:
             config = {**baseline, **dict(choice["config"])}
             left = "; ".join(
                 f"{x['knob']} {x['recommended']} (share "
                 + present.share(x.get("share")) + ")"
                 for x in choice.get("left_out") or [])
-            source = (f"the changes that carry the gain only, measured against the full "
-                      f"recommendation: {choice['text']}"
+            source = (f"{head.get('text')} (the ablation measured these changes alone "
+                      "against the defaults and the whole)"
                       + (f". Left out: {left}" if left else ""))
+        elif head.get("action") == "ship" and head.get("why") and not minimal:
+            source = f"{source}. {head['why']}"
         if minimal:
             abl = store.last_result(name, "ablation")
             if not abl or abl.get("skipped") or "minimal_config" not in abl:
@@ -176,6 +181,9 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
            "the study has no confirmation yet (`kvtune tune` runs it at the end)")
     if not best_in_search:
         done = "Nothing was exported" if verb == "export" else f"Nothing to {verb}"
+        head = str((data.get("headline") or {}).get("text") or "")
+        if conf and head:  # the headline says what to do: keep the defaults, or measure more
+            raise NoRecommendation(f"study {name!r}: {head} {done}.")
         raise NoRecommendation(f"study {name!r} has no significant recommendation: {why}. "
                                f"{done}; with --best-in-search, {verb} works on the best "
                                "feasible trial of the search instead (unconfirmed).")

@@ -28,7 +28,6 @@ from kvtune.metrics import guess_direction
 from kvtune.present import (
     change_fraction,
     change_text,
-    describe_change,
     number,
     pct,
     unit,
@@ -38,7 +37,6 @@ from kvtune.report import sweep as sweep_view
 from kvtune.report.capacity import figure as capacity_curve
 from kvtune.report.compare import (
     VERB_KEYS,
-    change_of,
     comparison,
     latency_by_verb,
     load_raw,
@@ -47,6 +45,7 @@ from kvtune.report.compare import (
 from kvtune.report.summary import change_cell, change_word
 from kvtune.report.workers import html_section as workers_section
 from kvtune.store import config_key
+from kvtune.study.headline import Headline, decide
 from kvtune.study.record import stored_eval
 
 _CSS = """
@@ -184,48 +183,32 @@ def _pareto(conf: dict[str, Any]) -> str:
             + f"<ul>{rows_html}</ul>")
 
 
-def _verdict(data: StudyData, cmp: dict[str, Any]) -> str:
-    c = cmp.get("comparison")
+def headline_of(data: StudyData) -> Headline:
+    """The study's headline from what it stored (kvtune.study.headline.decide)."""
+    base = next((t for t in data.trials if t.user_attrs.get("kind") == "baseline"), None)
+    failed = None
+    if base is not None and base.value is None:
+        failed = str(base.user_attrs.get("failed") or "its repetitions failed")
+    measured = any(t.user_attrs.get("kind") == "trial" and t.value is not None
+                   for t in data.trials)
+    return decide(data.confirmation, data.ablation, metric=data.metric,
+                  direction=data.direction, study=data.name, baseline_failed=failed,
+                  measured=measured)
+
+
+def _verdict(data: StudyData) -> str:
     conf = data.confirmation or {}
     if conf.get("multi"):  # a Pareto study: the user picks from the confirmed front
         cls = "good" if conf.get("front") else "none"
         return (f'<div class="verdict {cls}"><b>Pareto study:</b> '
                 f"{_e(conf.get('verdict', ''))}.</div>")
-    if cmp["status"] == "recommended" and not c:
-        return (f'<div class="verdict good"><b>Recommendation:</b> {_e(cmp["label"])}: '
-                f"{_e(conf.get('verdict', ''))}</div>")
-    if cmp["status"] == "recommended" and c:
-        ci = (change_of(c, "change_ci_low"), change_of(c, "change_ci_high"))
-        text = describe_change(data.metric, change_of(c, "change"), data.direction, ci, True)
-        return (f'<div class="verdict good"><b>Recommendation:</b> {_e(cmp["label"])}: '
-                f"<b>{_e(text)}</b> (a significant improvement; Holm-adjusted "
-                f"p={present.p_value(cmp.get('p'))}, {present.number(c.get('n_candidate'))} "
-                f"against {present.number(c.get('n_baseline'))} interleaved repetitions)."
-                f"{_e(_confirmed_changes(conf))}</div>")
-    if conf:
-        extra = ""
-        if c:
-            ci = (change_of(c, "change_ci_low"), change_of(c, "change_ci_high"))
-            text = describe_change(data.metric, change_of(c, "change"), data.direction, ci,
-                                   False)
-            extra = (f" The best candidate measured {_e(text)}: its Holm-adjusted test across "
-                     "the candidates is not significant, so it is not recommended.")
-        extra += _e(_confirmed_changes(conf))
-        return ('<div class="verdict none"><b>No significant improvement</b> over the '
-                f"defaults was confirmed.{extra} Keep the defaults.</div>")
-    base = next((t for t in data.trials if t.user_attrs.get("kind") == "baseline"), None)
-    if base is not None and base.value is None:
-        why = base.user_attrs.get("failed") or "its repetitions failed"
-        return ('<div class="verdict bad"><b>The study failed:</b> the baseline (the '
-                f"defaults) has no value: {_e(str(why))}. Nothing was searched or "
-                "confirmed.</div>")
-    if cmp["status"] == "none" or not any(
-            t.user_attrs.get("kind") == "trial" and t.value is not None for t in data.trials):
-        return ('<div class="verdict none"><b>Nothing measured yet:</b> no trial of the '
-                "search finished, so there is nothing to compare with the defaults.</div>")
-    return ('<div class="verdict none"><b>Not confirmed yet.</b> The best trial of the '
-            "search is one noisy estimate; <code>kvtune tune</code> runs the interleaved "
-            "confirmation against the defaults at the end.</div>")
+    # The study's headline (kvtune.study.headline), the same words as every screen.
+    head = headline_of(data)
+    cls = {"ship": "good", "ship_smaller": "good", "failed": "bad"}.get(head.action, "none")
+    more = "".join(f" <span class=\"muted\">{label}: {_e(v)}.</span>"
+                   for label, v in (("Why", head.why), ("Next", head.settle)) if v)
+    return (f'<div class="verdict {cls}"><b>{_e(head.text)}</b>{more}'
+            f"{_e(_confirmed_changes(conf)) if conf else ''}</div>")
 
 
 def _load_tool(data: StudyData) -> str:
@@ -410,11 +393,13 @@ def _ablation(data: StudyData, a: Analysis) -> str:
     choice = res.get("choice") or {}
     if choice:
         left = choice.get("left_out") or []
-        mini = (f'<p><b>Recommendation:</b> {_e(choice.get("text", ""))}</p>'
+        headline = headline_of(data)
+        mini = (f"<p><b>{_e(headline.text)}</b></p>"
                 + ("<p>Left out of it: " + "; ".join(
                     f"{_e(x['knob'])} {_f(x['baseline'])} → {_f(x['recommended'])} (share "
                     + (present.share(x['share']) if _finite(x.get("share")) else "–")
-                    + f", {_e(x['effect'])})" for x in left) + "</p>" if left else ""))
+                    + f", {_e(x['effect'])})" for x in left) + "</p>"
+                if left and headline.chosen == "minimal" else ""))
     else:
         minimal = res.get("minimal_changes") or {}
         mini = ("<p>Minimal configuration (only the changes that carry the gain): <code>"
@@ -626,7 +611,7 @@ def render(data: StudyData, a: Analysis | None = None, within: float = 0.05) -> 
         "<a href=#telemetry>telemetry</a>" + ("<a href=#slabs>slabs</a>" if slabs else "")
         + "<a href=#trials>trials</a><a href=#workers>workers</a>"
         "<a href=#reproduce>reproduce</a></nav>",
-        _verdict(data, cmp), _pareto(data.confirmation or {}),
+        _verdict(data), _pareto(data.confirmation or {}),
         "<h2 id=before-after>Before and after</h2>", _before_after(data, cmp), cap_html,
         _host_noise(data),
         "<h2 id=ablation>Which change made the gain</h2>", _ablation(data, a),

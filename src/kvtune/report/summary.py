@@ -135,15 +135,32 @@ def next_steps(data: dict[str, Any], study: str) -> list[str]:
     if "trials" not in data:
         return [f"kvtune report {study} -o report.html   writes {Path.cwd() / 'report.html'}"]
     conf = data.get("confirmation") or {}
+    head = data.get("headline") or {}
     out = [f"kvtune report {study} -o report.html   writes {Path.cwd() / 'report.html'}"]
     export_dir = Path.cwd() / "export" / data["study"]
-    if conf.get("recommended"):
-        out.append(f"kvtune export {study}   writes the recommendation's files into "
-                   f"{export_dir}/ (with rollback/)")
-    elif data.get("best") is not None:
+    # What comes next follows the headline: nothing suggests shipping what it keeps out.
+    if head.get("action") in ("ship", "ship_smaller"):
+        what = "the smaller change's" if head.get("chosen") == "minimal" else \
+            "the confirmed configuration's"
+        out.append(f"kvtune export {study}   writes {what} files into {export_dir}/ "
+                   "(with rollback/)")
+    elif not conf and _search_best_is_better(data):
         out.append(f"kvtune export {study} --best-in-search   writes the best search trial's "
                    f"files (unconfirmed) into {export_dir}/")
     return out
+
+
+def _search_best_is_better(data: dict[str, Any]) -> bool:
+    """Whether the search's best trial measured better than the baseline (no claim: the
+    search has no interval of a change; a worse one is never offered for export)."""
+    from kvtune.metrics import Direction
+
+    best, base = data.get("best"), data.get("baseline")
+    b = present.as_number((best or {}).get("value"))
+    a = present.as_number((base or {}).get("value"))
+    if b is None or a is None or data.get("direction") not in tuple(Direction):
+        return False
+    return Direction(data["direction"]).better(b, a)
 
 
 def render(data: dict[str, Any], console: Console, next_commands: list[str] | None = None
@@ -255,12 +272,12 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
             change = ""
         cmp_t.add_row(f"[bold]{m}[/]", _f(b), _f(n), change)
     console.print(cmp_t)
-    choice = _choice(data)
-    if conf and conf.get("recommended") and choice and choice.get("chosen") == "minimal":
+    head = data.get("headline") or {}
+    if head.get("chosen") == "minimal":
         console.print(f"[bold]Of these changes kvtune recommends only "
-                      f"{esc(', '.join(choice['changes']))}[/] (the ablation measured them "
-                      "alone against the whole; its line closes this summary)",
-                      highlight=False)
+                      f"{esc(', '.join(head.get('changes') or {}))}[/] (the ablation measured "
+                      "them alone against the defaults and the whole; the headline closes "
+                      "this summary)", highlight=False)
     if conf and conf.get("recommended"):  # what production must share (export says it too)
         from kvtune.export.base import placement_conditions
 
@@ -287,9 +304,7 @@ def _render_verdict(data: dict[str, Any], conf: dict[str, Any] | None,
                     console: Console) -> None:
     """The confirmation: every other candidate's line, then the verdict, once each."""
     if not conf:
-        console.print("[yellow]Not confirmed: the search's best is one noisy estimate. "
-                      "`kvtune tune` confirms it against the baseline at the end unless "
-                      "--no-confirm was given.[/]")
+        render_headline(data.get("headline"), console)
         return
     verdict = str(conf.get("verdict") or "")
     for c in conf.get("candidates", []):
@@ -307,19 +322,25 @@ def _render_verdict(data: dict[str, Any], conf: dict[str, Any] | None,
     style = "green" if conf.get("recommended") else "yellow"
     how = f" ({conf['rounds']} interleaved rounds)" if conf.get("rounds") else ""
     console.print(f"[{style}]Confirmation{how}: {esc(verdict)}[/]", highlight=False)
-    choice = _choice(data)
-    if conf.get("recommended") and choice:
-        console.print(f"[bold green]Recommendation: {esc(choice['text'])}[/]",
-                      highlight=False)
+    render_headline(data.get("headline"), console)
 
 
-def _choice(data: dict[str, Any]) -> dict[str, Any] | None:
-    """What the ablation chose to recommend (`ablation.choose`), when it ran."""
-    ab = (data.get("analysis") or {}).get("ablation") or data.get("ablation") or {}
-    if ab.get("skipped"):
-        return None
-    c = ab.get("choice")
-    return c if isinstance(c, dict) and c.get("text") else None
+HEADLINE_STYLE = {"ship": "bold green", "ship_smaller": "bold green",
+                  "keep_defaults": "bold yellow", "not_decided": "bold yellow",
+                  "pick": "bold", "failed": "bold red"}
+
+
+def render_headline(head: dict[str, Any] | None, console: Console) -> None:
+    """The study's headline (kvtune.study.headline), the last word of the summary: what to
+    do, why, and what would settle it."""
+    if not head or not head.get("text"):
+        return
+    style = HEADLINE_STYLE.get(str(head.get("action")), "bold")
+    console.print(f"[{style}]{esc(str(head['text']))}[/]", highlight=False)
+    if head.get("why"):
+        console.print(f"  why: {esc(str(head['why']))}", highlight=False)
+    if head.get("settle"):
+        console.print(f"  next: {esc(str(head['settle']))}", highlight=False)
 
 
 def _render_next(commands: list[str] | None, console: Console) -> None:

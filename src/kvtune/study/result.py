@@ -5,6 +5,7 @@ confirmation, workers and hosts of a fleet, and sweeps. The report adds its anal
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import optuna
@@ -72,19 +73,51 @@ def collect(store: Store, name: str) -> dict[str, Any]:
             tr["change"] = change_record(spec.get("objective", {}).get("metric") or "value",
                                          change_fraction(tr["baseline_ref"], tr["value"]),
                                          direction)
+    confirmation = store.last_result(name, "confirmation")
+    ablation = store.last_result(name, "ablation")
+    metric = spec.get("objective", {}).get("metric")
+    failed_base = next((t for t in trials if t["kind"] == "baseline"
+                        and t["state"] != "COMPLETE" and t["failed"]), None)
+    from kvtune.study.headline import decide
+
+    headline = decide(confirmation, ablation, metric=str(metric or "value"),
+                      direction=direction, study=name,
+                      baseline_failed=None if base is not None or failed_base is None
+                      else str(failed_base["failed"]),
+                      measured=any(t["kind"] == "trial" and t["value"] is not None
+                                   for t in trials),
+                      seconds_per_rep=_seconds_per_rep(store, name))
     return {
         "study": name, "storage": store.url, "direction": direction,
-        "metric": spec.get("objective", {}).get("metric"), "host": study.user_attrs.get("host"),
+        "headline": headline.as_dict(),
+        "metric": metric, "host": study.user_attrs.get("host"),
         "objectives": study.user_attrs.get("objectives"),
         "trials": trials, "baseline": base, "best": best,
         "noise_floor": store.last_result(name, "noise_floor"),
         "drift": drift,
-        "confirmation": store.last_result(name, "confirmation"),
+        "confirmation": confirmation,
+        "ablation": ablation,
         "workers": (workers := _workers(store, name, study)),
         "hosts": _hosts(store, name, trials, workers, direction),
         "sweeps": sweeps,
         "spec": spec,
     }
+
+
+def _seconds_per_rep(store: Store, name: str) -> float | None:
+    """How long one repetition of the study took, start to start (the median gap between
+    stored repetitions, gaps of more than ten minutes left out: a pause, not a
+    repetition); None without two."""
+    import sqlalchemy as sa
+
+    from kvtune.store import REPETITIONS
+
+    q = (sa.select(REPETITIONS.c.created).where(REPETITIONS.c.study == name)
+         .order_by(REPETITIONS.c.id))
+    with store.engine.connect() as c:
+        ts = [r[0] for r in c.execute(q) if isinstance(r[0], int | float)]
+    gaps = sorted(b - a for a, b in itertools.pairwise(ts) if 0 < b - a < 600)
+    return gaps[len(gaps) // 2] if gaps else None
 
 
 def _workers(store: Store, name: str, study: optuna.Study) -> list[dict[str, Any]]:

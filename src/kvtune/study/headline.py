@@ -1,0 +1,213 @@
+"""The study's headline: the one thing a person can act on, decided once, from the stored
+confirmation and ablation, and rendered by every screen (the terminal after `tune` and
+`show`, `show --json`, the HTML report, `export`'s default choice and its header, and the
+"Next:" commands). Screens render it; none decides its own words.
+
+One of:
+
+- **ship**: the confirmed configuration, whose comparison with the defaults is
+  significant (its change and interval are quoted);
+- **ship_smaller**: only the changes that carry the gain (the ablation measured them alone
+  against the defaults: significant, and the rest added nothing measurable);
+- **keep_defaults**: nothing was confirmed better than the defaults, and a change large
+  enough to matter would have shown;
+- **not_decided**: the best candidate leans better but its interval still spans no change,
+  or nothing was confirmed yet: what more measuring would settle it, and about how long;
+- **pick** (a Pareto study: the person picks from the confirmed front), **failed** (the
+  defaults themselves could not be measured).
+
+The rule that removes the contradiction of earlier screens: a smaller change is headlined
+only when its own comparison with the defaults is significant. When the ablation chose it
+but its own rounds could not show it better than the defaults, the headline ships the
+confirmed configuration (which was shown better) and says in one sentence why the smaller
+one is not shipped yet.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from kvtune import present
+
+Action = Literal["ship", "ship_smaller", "keep_defaults", "not_decided", "pick", "failed"]
+
+# A best candidate whose interval spans no change is "not decided" while the rounds that
+# would settle it stay within this many per arm; beyond, the defaults are kept (a change
+# that small is not worth shipping on this host's noise).
+MAX_ROUNDS_TO_SETTLE = 40
+
+
+@dataclass(frozen=True)
+class Headline:
+    """What to do, in one sentence (`text`), with what backs it."""
+
+    action: Action
+    text: str
+    # knob → value to ship (only what differs from the defaults); empty when nothing is
+    # shipped.
+    changes: dict[str, Any] = field(default_factory=dict)
+    # "full" (the confirmed configuration), "minimal" (the ablation's), or None.
+    chosen: Literal["full", "minimal"] | None = None
+    # The comparison with the defaults that backs it (present.change_record's fields).
+    comparison: dict[str, Any] | None = None
+    why: str = ""
+    # What more measuring would settle it, and about how long (not_decided).
+    settle: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _record(comp: Mapping[str, Any] | None, metric: str, direction: str | None,
+            ) -> dict[str, Any] | None:
+    """A stored comparison (stats.Comparison.as_dict, or an ablation's change record) as
+    one change record: metric, change, interval, the word the interval decides."""
+    if not isinstance(comp, Mapping):
+        return None
+    if "text" in comp and "verdict" in comp:  # already a change record
+        return dict(comp)
+    ch = present.as_number(comp.get("change"))
+    ci = (present.as_number(comp.get("change_ci_low")),
+          present.as_number(comp.get("change_ci_high")))
+    return present.change_record(metric, ch, direction, ci if None not in ci else None)
+
+
+def _changes(config: Mapping[str, Any], baseline: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if baseline.get(k) != v}
+
+
+def _names(changes: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} {present.fmt(baseline.get(k))} → {present.fmt(v)}"
+                     for k, v in changes.items()) or "no change"
+
+
+def _duration(rounds: int, arms: int, seconds_per_rep: float | None) -> str:
+    if not seconds_per_rep or seconds_per_rep <= 0:
+        return f"about {rounds} more rounds of {arms} arms"
+    return (f"about {rounds} more rounds of {arms} arms, "
+            f"{present.duration(rounds * arms * seconds_per_rep)}")
+
+
+def decide(confirmation: Mapping[str, Any] | None, ablation: Mapping[str, Any] | None,
+           *, metric: str, direction: str | None, study: str,
+           baseline_failed: str | None = None, measured: bool = True,
+           seconds_per_rep: float | None = None) -> Headline:
+    """The headline of a study from its stored confirmation and ablation (module
+    docstring). `measured`: whether any trial of the search finished; `seconds_per_rep`:
+    how long one repetition took (for "about how long")."""
+    conf = confirmation if isinstance(confirmation, Mapping) else {}
+    if baseline_failed:
+        return Headline("failed", "The study failed: the defaults could not be measured "
+                        f"({baseline_failed}); nothing was compared.",
+                        why=str(baseline_failed))
+    if not conf and not measured:
+        return Headline("not_decided", "Not decided: no trial of the search finished, so "
+                        "nothing was compared with the defaults.",
+                        why="a study decides only by comparing with the defaults",
+                        settle="running `kvtune tune` on the study file again resumes it")
+    if not conf:
+        return Headline("not_decided", "Not decided: nothing is confirmed yet; the search's "
+                        "best is one noisy estimate.",
+                        why="only the interleaved confirmation against the defaults decides",
+                        settle="`kvtune tune` on the study file (without --no-confirm) "
+                               "confirms the best candidates against the defaults")
+    if conf.get("multi"):
+        front = conf.get("front") or []
+        trials = ", ".join(str(r.get("trial")) for r in front if isinstance(r, Mapping))
+        return Headline("pick", ("Pick from the confirmed front: trials " + trials
+                                 + f" (`kvtune export {study} --trial N`)." if trials else
+                                 "Keep the defaults: no candidate of the front was "
+                                 "confirmed against them."),
+                        why="a study of several objectives has no single best")
+    base_cfg = dict((conf.get("baseline") or {}).get("config") or {})
+    rec = conf.get("recommended")
+    if isinstance(rec, Mapping) and rec.get("config") is not None:
+        full = _changes(dict(rec["config"]), base_cfg)
+        full_cmp = _record(rec.get("comparison"), metric, direction)
+        if rec.get("text"):  # trade-offs and constraints named by the confirmation
+            full_cmp = {**(full_cmp or {}), "text": str(rec["text"])}
+        choice = None
+        if isinstance(ablation, Mapping) and not ablation.get("skipped"):
+            c = ablation.get("choice")
+            choice = c if isinstance(c, Mapping) else None
+        full_text = (full_cmp or {}).get("text") or str(conf.get("verdict") or "")
+        if choice and choice.get("chosen") == "minimal":
+            small = _changes(dict(choice.get("changes") or {}), {})
+            gain = choice.get("minimal_gain")
+            gain = gain if isinstance(gain, Mapping) else None
+            if gain and gain.get("verdict") == "better":
+                left = [x.get("knob") for x in choice.get("left_out") or []
+                        if isinstance(x, Mapping)]
+                extra = choice.get("extra") if isinstance(choice.get("extra"), Mapping) else {}
+                return Headline(
+                    "ship_smaller",
+                    f"Ship only {_names(small, base_cfg)}: {gain.get('text')} against the "
+                    f"defaults; the rest ({', '.join(map(str, left)) or 'none'}) adds "
+                    "nothing measurable.",
+                    changes=small, chosen="minimal", comparison=dict(gain),
+                    why=("the ablation measured these changes alone, in their own rounds "
+                         "against the defaults and the whole: the whole was not better "
+                         f"({(extra or {}).get('text', 'no significant change')})"))
+            rounds = int(present.as_number(choice.get("rounds")) or 0)
+            gtxt = (gain or {}).get("text", "not measured")
+            return Headline(
+                "ship",
+                f"Ship {_names(full, base_cfg)}: {full_text}.",
+                changes=full, chosen="full", comparison=full_cmp,
+                why=(f"the ablation found that {', '.join(small)} carries most of the gain, "
+                     f"but alone it was not shown better than the defaults in its "
+                     f"{rounds} rounds ({gtxt}); the whole configuration was"),
+                settle=f"`kvtune export {study} --minimal` writes the smaller change "
+                       "(unconfirmed alone)")
+        return Headline("ship", f"Ship {_names(full, base_cfg)}: {full_text}.",
+                        changes=full, chosen="full", comparison=full_cmp,
+                        why="confirmed against the defaults in interleaved rounds, "
+                            "Holm-adjusted across the candidates")
+    # Nothing recommended: the best candidate's lean and the rounds that would settle it.
+    cands = [c for c in conf.get("candidates") or [] if isinstance(c, Mapping)]
+    best, best_gain = None, -math.inf
+    for c in cands:
+        comp = c.get("comparison") if isinstance(c.get("comparison"), Mapping) else {}
+        g = present.as_number((comp or {}).get("improvement"))
+        if g is not None and g > best_gain:
+            best, best_gain = c, g
+    if best is None or best_gain <= 0:
+        return Headline("keep_defaults", "Keep the defaults: no candidate measured better "
+                        "than them in the confirmation.",
+                        comparison=_record((best or {}).get("comparison"), metric, direction),
+                        why="every confirmed candidate measured the same or worse")
+    comp = dict(best.get("comparison") or {})
+    rec_c = _record(comp, metric, direction)
+    lo = present.as_number(comp.get("ci_low"))
+    hi = present.as_number(comp.get("ci_high"))
+    n = int(present.as_number(comp.get("n_candidate")) or 0)
+    name = str(best.get("name") or f"trial {best.get('trial')}")
+    text = (rec_c or {}).get("text", "")
+    if lo is None or hi is None or n < 2:
+        return Headline("keep_defaults", f"Keep the defaults: {name} was not measured in "
+                        "enough rounds to compare.", comparison=rec_c,
+                        why="its confirmation rounds failed")
+    half = (hi - lo) / 2
+    # Rounds at which the interval's half-width falls below the measured gain (it scales
+    # as 1/√n): what more measuring would take to show this gain, if it is real.
+    need = math.ceil(n * (half / best_gain) ** 2) if best_gain > 0 else math.inf
+    more = max(1, int(need) - n) if need != math.inf else None
+    if more is None or more > MAX_ROUNDS_TO_SETTLE:
+        return Headline("keep_defaults",
+                        f"Keep the defaults: the best candidate, {name}, measured {text}; a "
+                        "gain that small is below what this host's noise can show.",
+                        comparison=rec_c,
+                        why=f"showing it would take about {need} rounds per arm",
+                        settle=None)
+    arms = 1 + len(cands)
+    return Headline("not_decided",
+                    f"Not decided: the best candidate, {name}, measured {text}; more rounds "
+                    "would settle it.",
+                    comparison=rec_c,
+                    why="its interval still spans no change",
+                    settle=(f"{_duration(more, arms, seconds_per_rep)}: a confirmation of "
+                            f"{n + more} rounds (evaluation.confirm_rounds) would show this "
+                            "gain if it is real"))

@@ -1,0 +1,123 @@
+"""The study's headline (issue 44): one decision, from the stored confirmation and
+ablation, that every screen renders. Each case of the issue that contradicted itself is one
+case here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvtune.present import change_record
+from kvtune.report.summary import next_steps
+from kvtune.stats import Comparison
+from kvtune.study.headline import decide
+
+BASE = {"memcached.threads": 4, "memcached.reqs_per_event": 20}
+FULL = {"memcached.threads": 1, "memcached.reqs_per_event": 119}
+
+
+def _comp(improvement: float, lo: float, hi: float, n: int = 4) -> dict[str, Any]:
+    return Comparison(improvement, lo, hi, 0.01, n, n, "minimize").as_dict()
+
+
+def _conf(recommended: bool, improvement: float = 0.5, lo: float = 0.2,
+          hi: float = 0.9) -> dict[str, Any]:
+    cand = {"trial": 3, "name": "trial 3", "config": FULL,
+            "comparison": _comp(improvement, lo, hi), "significant": recommended}
+    out: dict[str, Any] = {"metric": "p99_us", "direction": "minimize", "rounds": 4,
+                           "baseline": {"config": BASE}, "candidates": [cand],
+                           "verdict": "trial 3: p99_us ..."}
+    if recommended:
+        out["recommended"] = cand
+    return out
+
+
+def _ablation(minimal_better: bool) -> dict[str, Any]:
+    lo, hi = ((-0.8, -0.2) if minimal_better else (-0.82, 0.18))
+    gain = change_record("p99_us", -0.54, "minimize", ci=(lo, hi))
+    extra = change_record("p99_us", -0.02, "minimize", ci=(-0.3, 0.2))
+    return {"knobs": [], "choice": {
+        "chosen": "minimal", "config": {**BASE, "memcached.threads": 1},
+        "changes": {"memcached.threads": 1}, "rounds": 4, "measured": True,
+        "left_out": [{"knob": "memcached.reqs_per_event", "baseline": 20,
+                      "recommended": 119, "share": 0.1, "effect": "does not carry"}],
+        "minimal_gain": gain, "extra": extra,
+        "text": "recommends only memcached.threads 4 → 1 (...)"}}
+
+
+def _decide(conf: Any, abl: Any = None) -> Any:
+    return decide(conf, abl, metric="p99_us", direction="minimize", study="demo",
+                  seconds_per_rep=3.0)
+
+
+def test_a_smaller_change_shown_better_than_the_defaults_is_what_ships() -> None:
+    h = _decide(_conf(True), _ablation(minimal_better=True))
+    assert h.action == "ship_smaller" and h.chosen == "minimal"
+    assert h.changes == {"memcached.threads": 1}
+    assert h.text.startswith("Ship only memcached.threads 4 → 1: p99_us −54.0%")
+    assert "better against the defaults" in h.text
+    assert "memcached.reqs_per_event" in h.text  # the rest, named
+
+
+def test_a_smaller_change_not_shown_better_alone_is_not_headlined() -> None:
+    """The demo's contradiction: "recommends only threads 4 → 1 (… no significant change
+    against the defaults)". The headline ships what was shown better, and says why the
+    smaller change is not shipped."""
+    h = _decide(_conf(True), _ablation(minimal_better=False))
+    assert h.action == "ship" and h.chosen == "full"
+    assert h.changes == FULL
+    assert "no significant change" not in h.text
+    assert h.comparison and h.comparison["verdict"] == "better"
+    assert "not shown better than the defaults" in h.why
+    assert "--minimal" in (h.settle or "")
+
+
+def test_nothing_better_keeps_the_defaults_and_offers_nothing_to_ship() -> None:
+    worse = _conf(False, improvement=-0.39, lo=-0.6, hi=-0.1)
+    h = _decide(worse)
+    assert h.action == "keep_defaults" and not h.changes
+    assert h.text.startswith("Keep the defaults")
+    data = {"study": "demo", "trials": [], "confirmation": worse, "headline": h.as_dict(),
+            "best": {"number": 3, "value": 139.0}, "baseline": {"value": 100.0},
+            "direction": "minimize"}
+    assert not any("export" in c for c in next_steps(data, "demo"))
+
+
+def test_a_lean_that_more_rounds_would_settle_is_not_decided_with_its_cost() -> None:
+    h = _decide(_conf(False, improvement=0.2, lo=-0.05, hi=0.45))
+    assert h.action == "not_decided"
+    # 4 rounds gave ±25%; ±20% needs 4 × (25/20)² → 7 rounds, 3 more of 2 arms at 3 s each.
+    assert h.settle and h.settle.startswith("about 3 more rounds of 2 arms, 18 s: "), h.settle
+    assert "a confirmation of 7 rounds (evaluation.confirm_rounds)" in h.settle
+
+
+def test_a_lean_far_below_the_noise_keeps_the_defaults() -> None:
+    h = _decide(_conf(False, improvement=0.01, lo=-0.2, hi=0.25))
+    assert h.action == "keep_defaults"
+    assert "below what this host's noise can show" in h.text
+
+
+def test_unconfirmed_and_failed_studies_say_so() -> None:
+    assert _decide(None).action == "not_decided"
+    assert decide(None, None, metric="m", direction="maximize", study="s",
+                  measured=False).text.startswith("Not decided: no trial of the search")
+    f = decide(None, None, metric="m", direction="maximize", study="s",
+               baseline_failed="server did not start")
+    assert f.action == "failed" and "server did not start" in f.text
+
+
+def test_a_search_best_that_is_worse_is_never_offered_for_export() -> None:
+    h = _decide(None)
+    worse = {"study": "demo", "trials": [], "confirmation": None, "headline": h.as_dict(),
+             "best": {"number": 3, "value": 139.0}, "baseline": {"value": 100.0},
+             "direction": "minimize"}
+    assert not any("--best-in-search" in c for c in next_steps(worse, "demo"))
+    better = {**worse, "best": {"number": 3, "value": 80.0}}
+    assert any("--best-in-search" in c for c in next_steps(better, "demo"))
+
+
+def test_stored_documents_of_the_wrong_shape_decide_nothing_odd() -> None:
+    """Storage is input: a headline from damaged documents is still a headline."""
+    for conf in ({"recommended": "x"}, {"candidates": [None, 3, {"comparison": "x"}]},
+                 {"multi": True, "front": [None]}):
+        h = _decide(conf, {"choice": "x"})
+        assert h.text
