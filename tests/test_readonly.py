@@ -153,3 +153,29 @@ def test_reading_stored_results_leaves_them_as_they_were(tmp_path: Path,
     assert [p.name for p in pages.iterdir()] == ["r.html"]  # report's -o, and only it
     shown = json.loads(run(empty, "show", "syn", "--storage", url, "--json").stdout)
     assert isinstance(shown, dict) and shown, shown
+
+
+def test_an_empty_database_is_not_given_a_schema(tmp_path: Path, empty: Path) -> None:
+    db = tmp_path / "empty.db"
+    db.write_bytes(b"")
+    for args in (["show", "s"], ["report", "s", "-o", "r.html"], ["verify", "s"],
+                 ["export", "s", "-o", "exp"], ["predict", "s"]):
+        r = run(empty, *args, "--storage", f"sqlite:///{db}")
+        assert r.returncode == 2 and "holds no results" in r.stderr, (args, r.stderr)
+        assert db.stat().st_size == 0 and tree(empty) == {}, args
+
+
+def test_an_empty_postgresql_database_is_not_given_a_schema(pg_url: str,
+                                                            empty: Path) -> None:
+    import sqlalchemy as sa
+
+    for args in (["show", "s"], ["report", "s", "-o", "r.html"], ["verify", "s"],
+                 ["predict", "s"]):
+        r = run(empty, *args, "--storage", pg_url)
+        assert r.returncode == 2 and "holds no results" in r.stderr, (args, r.stderr)
+        assert tree(empty) == {}, args
+    engine = sa.create_engine(pg_url, poolclass=sa.pool.NullPool)
+    try:
+        assert sa.inspect(engine).get_table_names() == []
+    finally:
+        engine.dispose()

@@ -80,6 +80,8 @@ class Store:
             prepare(url, create=create)
         except ValueError as e:
             raise UserError(f"storage {self.url!r}: {e}") from None
+        if not create:  # opening creates the schema: a reader opens only a filled database
+            _holds_results(url, self.url)
         self.storage = open_storage(url, heartbeat=heartbeat, extra_tables=_META)
         self.engine = self.storage.engine
         if url.startswith("sqlite:///"):  # no report or export may replace it
@@ -180,6 +182,27 @@ def config_key(params: dict[str, Any]) -> str:
 
     text = json.dumps(_clean(params), sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def _holds_results(url: str, shown: str) -> None:
+    """UserError unless the database at `url` holds Optuna's tables: opening one without
+    them (an empty SQLite file, an empty PostgreSQL database) would create them."""
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        there = sa.inspect(engine).has_table("studies")
+    except sa.exc.SQLAlchemyError as e:
+        from sqlalchemy.engine import make_url
+
+        why = str(getattr(e, "orig", None) or e).splitlines()[0][:300]
+        password = make_url(url).password
+        if password:
+            why = why.replace(str(password), "***")
+        raise UserError(f"storage {shown!r} cannot be opened: {why}") from None
+    finally:
+        engine.dispose()
+    if not there:
+        raise UserError(f"storage {shown!r} holds no results (no study was ever stored "
+                        "there); this command reads results and creates none")
 
 
 def results_store(url: str) -> Store:
