@@ -28,6 +28,12 @@ CONCEPTS: dict[str, tuple[set[str], set[str]]] = {
     "json": ({"--json"}, {"--as-json", "--json-out", "--print-json", "--json-output"}),
 }
 
+# A visible option whose name looks like a concept's but is not its canonical spelling.
+LOOKALIKE = {"output path": r"^--out(put)?([-_]\w+|dir|file)?$",
+             "results database": r"^--(storage\S+|db\S*|database\S*|results?[-_]?db)$",
+             "library": r"^--lib(rary)?\S+$|^--lib$",
+             "json": r"^--\S*json\S*$"}
+
 # Commands that print results (what was measured, analysed, checked or found): each has
 # --json. The others write a file (-o), act on the host or a store, or serve.
 PRINTS_RESULTS = {
@@ -82,7 +88,8 @@ def test_one_visible_spelling_per_concept(name: str) -> None:
     cmd = COMMANDS[name]
     shown = visible_names(cmd)
     for concept, (canonical, others) in CONCEPTS.items():
-        wrong = shown & others
+        wrong = (shown & others) | {n for n in shown - canonical
+                                    if re.match(LOOKALIKE[concept], n)}
         assert not wrong, f"kvtune {name}: {concept} spelt {sorted(wrong)}; say " \
                           f"{'/'.join(sorted(canonical))} (an older name may stay as a " \
                           "hidden alias)"
