@@ -366,7 +366,7 @@ def test_report_of_an_unconfirmed_synthetic_study(tmp_path: Path) -> None:
     run = StudyRun(load_study(spec), Console(quiet=True), base_dir=tmp_path)
     run.run(confirm=False)
     page = render(load(run.store, "syn"))
-    assert "Not confirmed yet" in page and "best in search (trial" in page
+    assert "Not decided: nothing is confirmed yet" in page and "best in search (trial" in page
     assert "Slab classes" not in page
     # convergence, importance and two curves; the synthetic target has no telemetry, so
     # no telemetry plots (its load metrics are in the table only)
