@@ -345,6 +345,11 @@ def test_a_second_alike_study_starts_from_the_first_ones_answer(
     assert "PREDICTION" in r.stdout and "nothing measured" in r.stdout
     assert "synthetic.x=" in r.stdout
     r = kvtune("predict", str(c), env={"KVTUNE_LIBRARY": str(tmp_path / "empty.db")},
+               cwd=tmp_path)  # a library that is not there: missing, not created
+    assert r.returncode == 2 and "empty.db does not exist" in r.stderr, r.stderr
+    assert not (tmp_path / "empty.db").exists()
+    Library(f"sqlite:///{tmp_path / 'empty.db'}")  # an empty one: nothing near
+    r = kvtune("predict", str(c), env={"KVTUNE_LIBRARY": str(tmp_path / "empty.db")},
                cwd=tmp_path)
     assert r.returncode == 1 and "no prediction" in r.stdout
 
