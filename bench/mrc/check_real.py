@@ -46,10 +46,29 @@ WORKLOADS: dict[str, dict[str, Any]] = {
                   "value_size": "list:100:4,400:3,1500:2,6000:1,20000:0.3",
                   "ttl": "list:0:2,8:1,20:1"},
 }
+# The size mix shifts half-way: small items first (they take every page), then larger ones
+# in another slab class; only the rebalancer (slab_automove=1) gives that class pages.
+SHIFT = ({"keys": 80_000, "popularity": "zipf:0.9", "mix": "get:1", "key_size": 24,
+          "value_size": 100},
+         {"keys": 20_000, "popularity": "zipf:0.9", "mix": "get:1", "key_size": 24,
+          "value_size": 1500})
 SIZES_MB = {"skewed-small": {"memcached": [2, 3, 5, 8], "redis": [4, 6, 9, 13]},
-            "mixed-ttl": {"memcached": [8, 16, 32, 48], "redis": [6, 12, 24, 48]}}
-REQUESTS = {"skewed-small": 500_000, "mixed-ttl": 400_000}
-RATE = {"skewed-small": 18_000, "mixed-ttl": 16_000}
+            "mixed-ttl": {"memcached": [8, 16, 32, 48], "redis": [6, 12, 24, 48]},
+            "size-shift": {"memcached": [8, 12, 16], "redis": []}}
+REQUESTS = {"skewed-small": 500_000, "mixed-ttl": 400_000, "size-shift": 900_000}
+RATE = {"skewed-small": 18_000, "mixed-ttl": 16_000, "size-shift": 15_000}
+
+
+def size_shift(rate: float) -> tuple[Requests, int]:
+    """A third of the requests on small items, then two thirds on larger ones; the
+    measured part is the second phase."""
+    a = from_model(SHIFT[0], requests=REQUESTS["size-shift"] // 3, rate=rate, seed=7)
+    b = from_model(SHIFT[1], requests=REQUESTS["size-shift"] * 2 // 3, rate=rate, seed=8)
+    t = np.concatenate([a.t, b.t + a.t[-1] + 1 / rate])
+    req = Requests(np.concatenate([a.key, b.key]), np.concatenate([a.op, b.op]),
+                   np.concatenate([a.klen, b.klen]), np.concatenate([a.vlen, b.vlen]),
+                   np.concatenate([a.ttl, b.ttl]), t, "size shift")
+    return req, len(a)
 
 
 def wait(port: int, proc: subprocess.Popen[bytes]) -> None:
@@ -97,9 +116,9 @@ def used_memory(port: int) -> int:
     return int(st[b"used_memory"])
 
 
-def run(name: str, kind: str, req: Requests, sizes: list[int], speed: float
-        ) -> list[dict[str, Any]]:
-    warm = len(req) // 2
+def run(name: str, kind: str, req: Requests, sizes: list[int], speed: float,
+        warm: int | None = None) -> list[dict[str, Any]]:
+    warm = len(req) // 2 if warm is None else warm
     rows = []
     bytes_scale = 1.0
     if kind != "memcached":
@@ -133,10 +152,14 @@ def run(name: str, kind: str, req: Requests, sizes: list[int], speed: float
         else:
             p0 = redis.simulate(req, mb << 20, measure_from=warm, baseline=base,
                                 bytes_scale=bytes_scale).hit_ratio
-        row = {"workload": name, "kind": kind, "memory_mb": mb, "predicted": round(p, 4),
+        row: dict[str, Any] = {"workload": name, "kind": kind, "memory_mb": mb,
+                               "predicted": round(p, 4),
                "measured": round(m.hit_ratio, 4), "diff_pts": round(100 * (p - m.hit_ratio), 2),
                "predicted_stream_times": round(p0, 4),
                "replay_s": round(m.seconds, 1), "behind_s": round(m.behind_s, 2)}
+        if kind == "memcached" and name == "size-shift":
+            mv = memcached.simulate(seen, mb << 20, measure_from=warm, automove=True)
+            row["predicted_automove"] = round(mv.hit_ratio, 4)
         if kind != "memcached":
             row["baseline_used_memory"] = base
             row["bytes_scale"] = round(bytes_scale, 4)
@@ -147,7 +170,8 @@ def run(name: str, kind: str, req: Requests, sizes: list[int], speed: float
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--workloads", default=",".join(WORKLOADS),
+                    help="skewed-small, mixed-ttl (the default), size-shift")
     ap.add_argument("--kinds", default="memcached,redis,valkey")
     ap.add_argument("--requests", type=int, help="requests per stream (default: per workload)")
     ap.add_argument("--rate", type=float, help="the stream's requests/s (default: per "
@@ -160,20 +184,28 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     t0 = time.time()
     for name in a.workloads.split(","):
-        req = from_model(WORKLOADS[name], requests=a.requests or REQUESTS[name],
-                         rate=a.rate or RATE[name], seed=7)
+        warm = None
+        if name == "size-shift":
+            req, warm = size_shift(a.rate or RATE[name])
+        else:
+            req = from_model(WORKLOADS[name], requests=a.requests or REQUESTS[name],
+                             rate=a.rate or RATE[name], seed=7)
         for kind in a.kinds.split(","):
             sizes = SIZES_MB[name]["memcached" if kind == "memcached" else "redis"]
-            rows += run(name, kind, req, sizes, speed=1.0)
+            if sizes:
+                rows += run(name, kind, req, sizes, speed=1.0, warm=warm)
     print("| workload | server | memory | predicted | measured | difference |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['workload']} | {r['kind']} | {r['memory_mb']} MiB | {r['predicted']:.3f} "
-              f"| {r['measured']:.3f} | {r['diff_pts']:+.1f} pt |")
+        auto = (f" (with the rebalancer: {r['predicted_automove']:.3f})"
+                if "predicted_automove" in r else "")
+        print(f"| {r['workload']} | {r['kind']} | {r['memory_mb']} MiB | {r['predicted']:.3f}"
+              f"{auto} | {r['measured']:.3f} | {r['diff_pts']:+.1f} pt |")
     worst = max(abs(r["diff_pts"]) for r in rows)
     print(f"worst difference {worst:.1f} points; {time.time() - t0:.0f} s")
     if a.json:
-        Path(a.json).write_text(json.dumps({"workloads": WORKLOADS, "requests": REQUESTS,
+        Path(a.json).write_text(json.dumps({"workloads": WORKLOADS | {"size-shift": list(SHIFT)},
+                                            "requests": REQUESTS,
                                             "rate": RATE, "rows": rows}, indent=1) + "\n")
 
 

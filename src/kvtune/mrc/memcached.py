@@ -9,9 +9,10 @@ classes as they fill, a segmented LRU per class, TTL expiry.
   `stats slabs`). An item larger than `slab_chunk_max` is chained over chunks of it.
 - Pages: `-m` MiB of 1 MiB pages, given to a class when it has no free chunk; a class with no
   page takes its first one even past the limit. Once the pages are gone, a class evicts from
-  its own LRU: the rebalancer (slab_automove=1) moves at most a page a second, and only
-  when ages differ widely, so pages stay where the fill put them (`automove` simulates the
-  mover's rule at that pace; off by default).
+  its own LRU. The rebalancer (slab_automove=1, on by default) moves at most a page a
+  second, after a 30-second window, and only when ages differ widely (`automove=True`
+  simulates its rule, see `_automove`; off by default: under a steady size mix it does not
+  move, and the simulation is faster without it).
 - LRU: HOT (new items, at most 20% of the class's items), WARM (at most 40%), COLD. An item
   fetched a second time is active; an active item leaving HOT's tail goes to WARM, an
   inactive one to COLD; an active COLD item is bumped to WARM when fetched; WARM's tail
@@ -87,8 +88,10 @@ class _Class:
     warm: OrderedDict[int, bool] = field(default_factory=OrderedDict)
     cold: OrderedDict[int, bool] = field(default_factory=OrderedDict)
     evictions: int = 0
-    last_evict: float = -math.inf
-    touched: dict[int, float] = field(default_factory=dict)
+    # the automover's view: evictions and pages at its last look, its window
+    evicted_before: int = 0
+    pages_before: int = 0
+    window: list[tuple[float, int, int]] = field(default_factory=list)  # (age, dirty, evicted)
 
 
 @dataclass(frozen=True)
@@ -171,15 +174,39 @@ def simulate(req: Requests, memory: int, settings: Settings = Settings(),
             if not expired:
                 evictions += 1
                 sc.evictions += 1
-                sc.last_evict = t
         return True
 
-    last_move = 0.0
+    next_look = 1.0
+    looks = 0
+    atime: dict[int, float] = {}  # each item's last access (memcached's it->time)
+
+    def move_page(src: int, dst: int) -> None:
+        nonlocal pages_left, evictions
+        sc = classes[src]
+        # the page's items go: what the class's free chunks cannot hold is evicted
+        drop = max(0, sc.per_page - (sc.pages * sc.per_page - sc.used))
+        while drop > 0:
+            q = sc.cold if sc.cold else (sc.hot if sc.hot else sc.warm)
+            if not q:
+                break
+            k = next(iter(q))
+            drop -= where[k][1]
+            unlink(k)
+            evictions += 1
+        sc.pages -= 1
+        if dst < 0:
+            pages_left += 1
+        else:
+            classes[dst].pages += 1
+
     for i in range(len(keys)):
         k, op, t = keys[i], ops[i], ts[i]
-        if automove and t - last_move >= 1.0:
-            last_move = t
-            _automove(classes, t)
+        while automove and t >= next_look:
+            looks += 1
+            mv = _automove(classes, next_look, atime, looks)
+            if mv is not None:
+                move_page(*mv)
+            next_look += 1.0
         if op == DELETE:
             if k in where:
                 unlink(k)
@@ -193,6 +220,7 @@ def simulate(req: Requests, memory: int, settings: Settings = Settings(),
             if w is not None and w[2] > t:
                 if i >= measure_from:
                     hits += 1
+                atime[k] = t
                 sc = classes[w[0]]
                 if k in fetched:
                     if k in sc.cold:
@@ -215,6 +243,7 @@ def simulate(req: Requests, memory: int, settings: Settings = Settings(),
         tt = key_ttl.get(k, ttls[i])
         sc = classes[c]
         sc.hot[k] = False
+        atime[k] = t
         sc.used += n
         where[k] = (c, n, t + tt if tt > 0 else inf)
         juggle(sc)
@@ -222,33 +251,52 @@ def simulate(req: Requests, memory: int, settings: Settings = Settings(),
                      {i + 1: sc.pages for i, sc in enumerate(classes) if sc.pages})
 
 
-def _automove(classes: list[_Class], t: float) -> None:
-    """slab_automove=1's rule, once a second: a page from the class whose LRU tail is
-    oldest (with more than 2 pages) to the class that evicted most recently, when the
-    youngest evicting class's tail age is below 0.8 of the oldest's."""
+AUTOMOVE_WINDOW = 30  # slab_automove_window
+AUTOMOVE_RATIO = 0.8  # slab_automove_ratio
 
-    def tail_age(sc: _Class) -> float:
-        return 0.0 if not sc.used else sc.last_evict
 
-    evicting = [sc for sc in classes if t - sc.last_evict <= 1.0]
-    donors = [sc for sc in classes if sc.pages > 2]
-    if not evicting or not donors:
-        return
-    young = max(evicting, key=lambda sc: sc.last_evict)
-    old = min(donors, key=lambda sc: sc.last_evict)
-    if old is young or t - old.last_evict <= 1.25 * max(t - young.last_evict, 1e-9):
-        return
-    # the page's items leave the donor (the mover evicts what it cannot rescue)
-    free = old.pages * old.per_page - old.used
-    drop = max(0, old.per_page - free)
-    for q in (old.cold, old.hot, old.warm):
-        while drop > 0 and q:
-            q.popitem(last=False)
-            old.used -= 1
-            drop -= 1
-    old.pages -= 1
-    young.pages += 1
-    _ = tail_age
+def _automove(classes: list[_Class], t: float, atime: dict[int, float],
+              looks: int) -> tuple[int, int] | None:
+    """memcached 1.6's slab_automove=1 (slab_automove.c), run once a second: per class a
+    window of 30 looks (the age of its COLD tail, whether it evicted, whether it gained
+    a page); a class with more than 2.5 pages of free chunks and a clean window gives a
+    page back (destination 0); else, once the window has filled, a page moves from the
+    oldest class (window-average age, more than 2 pages) to the youngest class that
+    evicted in more than half the window (or did a quarter of this second's evictions)
+    and evicted in this second, when the youngest's age is below 0.8 of the oldest's.
+    Returns (source, destination) as class indexes (destination -1: the global pool)."""
+    total = sum(sc.evictions - sc.evicted_before for sc in classes)
+    oldest = youngest = None
+    oldest_age, youngest_age = -1.0, math.inf
+    youngest_evicting = False
+    move: tuple[int, int] | None = None
+    for n, sc in enumerate(classes):
+        ev = sc.evictions - sc.evicted_before
+        dirty = 1 if ev > 0 or sc.pages > sc.pages_before else 0
+        tail = next(iter(sc.cold), None) if sc.cold else None
+        age = t - atime[tail] if tail is not None else 0.0
+        sc.window.append((age, dirty, 1 if ev > 0 else 0))
+        if len(sc.window) > AUTOMOVE_WINDOW:
+            sc.window.pop(0)
+        w_age = sum(a for a, _, _ in sc.window) / AUTOMOVE_WINDOW
+        w_dirty = sum(d for _, d, _ in sc.window)
+        w_evicted = sum(e for _, _, e in sc.window)
+        sc.evicted_before, sc.pages_before = sc.evictions, sc.pages
+        if move is None and sc.pages * sc.per_page - sc.used > sc.per_page * 2.5 \
+                and w_dirty == 0:
+            move = (n, -1)
+        if w_age > oldest_age and sc.pages > 2:
+            oldest, oldest_age = n, w_age
+        if w_age < youngest_age and (w_evicted > AUTOMOVE_WINDOW / 2 or ev > total / 4):
+            youngest, youngest_age = n, w_age
+            youngest_evicting = ev > 0
+    if move is not None:
+        return move
+    if youngest is not None and oldest is not None and looks > AUTOMOVE_WINDOW \
+            and youngest != oldest and youngest_age < oldest_age * AUTOMOVE_RATIO \
+            and youngest_evicting:
+        return oldest, youngest
+    return None
 
 
 def memory_floor(settings: Settings = Settings()) -> int:
