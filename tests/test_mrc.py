@@ -306,3 +306,29 @@ def test_the_command_prints_plots_and_refuses(tmp_path: Path,
     assert rc == 2 and "--target-hit-ratio" in err
     rc, _, err = _kvtune(capsys, "workload", "mrc", str(tmp_path / "none.json"))
     assert rc == 2 and "none.json" in err and "Traceback" not in err
+
+
+def test_the_rebalancer_moves_a_page_a_second_after_its_window() -> None:
+    """Small items fill every page, then only large items are asked for: without the
+    rebalancer their class keeps its one page; with slab_automove=1's rule pages move to
+    it, at most one per second of the second phase, none before the 30-second window."""
+    rate = 2_000
+    a = rq.from_model({"keys": 40_000, "popularity": "uniform", "mix": "get:1",
+                       "key_size": 20, "value_size": 100}, requests=40 * rate, rate=rate)
+    b = rq.from_model({"keys": 5_000, "popularity": "uniform", "mix": "get:1",
+                       "key_size": 20, "value_size": 1500}, requests=10 * rate, rate=rate,
+                      seed=2)
+    req = rq.Requests(np.concatenate([a.key, b.key]), np.concatenate([a.op, b.op]),
+                      np.concatenate([a.klen, b.klen]), np.concatenate([a.vlen, b.vlen]),
+                      np.concatenate([a.ttl, b.ttl]), np.concatenate([a.t, b.t + 40]), "shift")
+    still = memcached.simulate(req, 4 << 20, measure_from=len(a))
+    moved = memcached.simulate(req, 4 << 20, measure_from=len(a), automove=True)
+    big = int(memcached.classes_of(memcached.Settings(), memcached.Settings().item_bytes(
+        np.array([20]), np.array([1500])))[0][0]) + 1
+    assert still.pages[big] == 1
+    assert 2 <= moved.pages[big] <= 1 + 10
+    assert moved.hit_ratio > still.hit_ratio + 0.1
+    early = rq.Requests(req.key, req.op, req.klen, req.vlen, req.ttl, req.t / 2, "early")
+    # the same stream in half the time: the second phase starts at 20 s, the window fills
+    # at 31 s: at most 1 + (25 - 31) moves, i.e. none
+    assert memcached.simulate(early, 4 << 20, automove=True).pages[big] == 1
