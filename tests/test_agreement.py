@@ -10,6 +10,7 @@ examples/case-studies/ (opened on copies, as tests/test_case_studies.py does).""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -85,7 +86,14 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     assert show.returncode == 0, show.stderr[-3000:]
     rep = kvtune("report", "s.yaml", "-o", "r.html", cwd=d, env=env)
     assert rep.returncode == 0, rep.stderr[-3000:]
-    return {"tune": tune.stdout, "show": show.stdout, "html": (d / "r.html").read_text()}
+    return {"tune": tune.stdout, "show": show.stdout, "html": (d / "r.html").read_text(),
+            "dir": str(d)}
+
+
+def test_a_recommendations_headline_is_one_on_every_screen(
+        synthetic: dict[str, str]) -> None:
+    d = Path(synthetic["dir"])
+    _headline_agrees_everywhere(d / "s.yaml", synthetic["show"], d, _env(d))
 
 
 @pytest.mark.parametrize("screen", ["tune", "show"])
@@ -97,7 +105,7 @@ def test_a_recommendation_reads_the_same_in_the_terminal_and_the_report(
     assert colour_of(page.verdict["class"]) == "green", page.verdict  # it recommends
     agree = agreement(raw, synthetic["html"])
     _assert_agree(agree, "word", "change", "figure", "verdict colour", "trial",
-                  "ablation")
+                  "ablation", "headline")
     # The objective's better is green in the report, its verdict green in the terminal.
     assert "better" in page.verdict["text"]
 
@@ -155,5 +163,32 @@ def test_stored_results_read_the_same_in_show_and_the_report(path: Path,
     rep = kvtune("report", str(study), "-o", "r.html", cwd=tmp_path, env=env)
     assert rep.returncode == 0, rep.stderr[-3000:]
     agree = agreement(show.stdout, (tmp_path / "r.html").read_text())
-    _assert_agree(agree, *(("word", "change", "verdict colour", "trial") if confirmed
-                           else ("sweep",)))
+    _assert_agree(agree, *(("word", "change", "verdict colour", "trial", "headline")
+                           if confirmed else ("sweep",)))
+    if confirmed:
+        _headline_agrees_everywhere(study, show.stdout, tmp_path, env)
+
+
+def _headline_agrees_everywhere(study: Path, shown: str, cwd: Path,
+                                env: dict[str, str]) -> None:
+    """One headline (issue 44): `show --json` carries the words the terminal printed, and
+    export ships what it says (exit 0 with its changes) or says it back (exit 1)."""
+    js = kvtune("show", str(study), "--json", cwd=cwd, env=env)
+    assert js.returncode == 0, js.stderr[-3000:]
+    head = json.loads(js.stdout)["headline"]
+    joined = " ".join(" ".join(t.split()) for t, _ in term_lines(shown))
+    assert " ".join(head["text"].split()) in joined, (head["text"], joined[-2000:])
+    out = kvtune("export", str(study), "-o", str(cwd / "x"), cwd=cwd, env=env)
+    if head["action"] in ("ship", "ship_smaller") and out.returncode == 1:
+        # The synthetic target's knobs have no file format: said, and nothing else.
+        assert "changes nothing any format exports" in out.stderr, out.stderr[-3000:]
+    elif head["action"] in ("ship", "ship_smaller"):
+        assert out.returncode == 0, out.stderr[-3000:]
+        written = " ".join(p.read_text() for p in (cwd / "x").rglob("*") if p.is_file()
+                           and "rollback" not in p.parts)
+        for knob, value in head["changes"].items():
+            assert knob.split(".", 1)[-1] in written or str(value) in written, knob
+    else:
+        assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
+        assert " ".join(head["text"].split()) in " ".join(out.stderr.split()), out.stderr
+        assert not (cwd / "x").exists()
