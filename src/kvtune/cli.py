@@ -257,9 +257,9 @@ def run(
             raise typer.Exit(1)
 
     t = Table(title="Measured configuration")
-    t.add_column("metric")
-    t.add_column("median")
-    t.add_column("interval")  # a 95% CI from 6 repetitions on, else the range
+    t.add_column("metric", overflow="fold")  # narrow terminals: folded, never cut
+    t.add_column("median", overflow="fold")
+    t.add_column("interval", overflow="fold")  # a 95% CI from 6 repetitions on, else the range
     kind = res.get("ci_kind", "range")
     for k, v in res["metrics"].items():
         if v is None:
@@ -357,7 +357,7 @@ def sweep(
     by_rate = knob == "load.rate"  # the latency–throughput curve: what was achieved too
     for c in ("value", "median", "interval", "n", *(("achieved req/s",) if by_rate else ()),
               ""):
-        t.add_column(c)
+        t.add_column(c, overflow="fold")  # narrow terminals: folded, never cut
     for r in res["rows"]:
         ci = r["ci"]
         achieved = r["metrics"].get("ops_per_sec") if by_rate else None

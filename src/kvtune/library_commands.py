@@ -122,8 +122,9 @@ def library_list(library: LibraryOpt = None, as_json: JsonFlag = False) -> None:
                   "adds its study", highlight=False)
         return
     t = Table(title=f"kvtune library {lib.url} ({len(entries)} entries)")
-    for col in ("id", "date", "study", "target", "objective", "workload", "result", "host"):
-        t.add_column(col)
+    t.add_column("id", width=8)  # a short id is whole on any terminal
+    for col in ("date", "study", "target", "objective", "workload", "result", "host"):
+        t.add_column(col, overflow="fold")  # narrow terminals: folded, never cut
     for e in entries:
         obj = e.objective.metric + (f" at {e.objective.slo}" if e.objective.slo else "")
         t.add_row(e.short_id, time.strftime("%Y-%m-%d %H:%M", time.gmtime(e.created)),
