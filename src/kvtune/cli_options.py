@@ -20,9 +20,9 @@ from kvtune.safety.text import Console
 
 T = TypeVar("T")
 
-# Canonical spellings; tests/test_cli_names.py holds every command to them.
+# Canonical spellings (and `--storage`, the parameter's own name); tests/test_cli_names.py
+# holds every command to them.
 OUTPUT = ("-o", "--output")
-STORAGE = "--storage"
 LIBRARY = "--library"
 JSON = "--json"
 
