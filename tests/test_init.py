@@ -220,3 +220,21 @@ def test_quick_is_a_short_study(tmp_path: Path) -> None:
     doc = yaml.safe_load((tmp_path / "study.yaml").read_text())
     assert doc["budget"] == {"trials": 1} and doc["repetitions"] == 1
     assert doc["evaluation"]["ablation"] is False
+
+
+def test_on_a_terminal_the_slo_and_objective_are_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import sys
+
+    from kvtune.initcmd import _ask
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Terminal("\np99_us <= 2ms\n"))
+    assert _ask(None, None) == ("p99_us <= 2ms", "capacity")  # capacity by default
+    monkeypatch.setattr(sys, "stdin", Terminal("p99_us\n\n"))
+    assert _ask(None, None) == (None, "p99_us")  # a latency objective: the SLO optional
+    monkeypatch.setattr(sys, "stdin", Terminal(""))
+    assert _ask("p99_us <= 1ms", None) == ("p99_us <= 1ms", "capacity")  # nothing asked
