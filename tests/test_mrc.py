@@ -321,7 +321,7 @@ def test_the_rebalancer_moves_a_page_a_second_after_its_window() -> None:
     req = rq.Requests(np.concatenate([a.key, b.key]), np.concatenate([a.op, b.op]),
                       np.concatenate([a.klen, b.klen]), np.concatenate([a.vlen, b.vlen]),
                       np.concatenate([a.ttl, b.ttl]), np.concatenate([a.t, b.t + 40]), "shift")
-    still = memcached.simulate(req, 4 << 20, measure_from=len(a))
+    still = memcached.simulate(req, 4 << 20, measure_from=len(a), automove=False)
     moved = memcached.simulate(req, 4 << 20, measure_from=len(a), automove=True)
     big = int(memcached.classes_of(memcached.Settings(), memcached.Settings().item_bytes(
         np.array([20]), np.array([1500])))[0][0]) + 1

@@ -10,9 +10,8 @@ classes as they fill, a segmented LRU per class, TTL expiry.
 - Pages: `-m` MiB of 1 MiB pages, given to a class when it has no free chunk; a class with no
   page takes its first one even past the limit. Once the pages are gone, a class evicts from
   its own LRU. The rebalancer (slab_automove=1, on by default) moves at most a page a
-  second, after a 30-second window, and only when ages differ widely (`automove=True`
-  simulates its rule, see `_automove`; off by default: under a steady size mix it does not
-  move, and the simulation is faster without it).
+  second, after a 30-second window, and only when ages differ widely; `_automove` follows
+  its rule (on, as in memcached; `Settings(automove=False)` for `slab_automove=0`).
 - LRU: HOT (new items, at most 20% of the class's items), WARM (at most 40%), COLD. An item
   fetched a second time is active; an active item leaving HOT's tail goes to WARM, an
   inactive one to COLD; an active COLD item is bumped to WARM when fetched; WARM's tail
@@ -46,6 +45,7 @@ class Settings:
     cas: bool = True  # -C turns it off
     hot_pct: float = 0.20
     warm_pct: float = 0.40
+    automove: bool = True  # slab_automove=1, memcached's default
 
     def chunk_sizes(self) -> list[int]:
         """The chunk size of each slab class, smallest first (memcached's slabs_init)."""
@@ -108,11 +108,15 @@ class SimResult:
 
 
 def simulate(req: Requests, memory: int, settings: Settings = Settings(),
-             measure_from: int = 0, scale: float = 1.0, automove: bool = False
+             measure_from: int = 0, scale: float = 1.0, automove: bool | None = None
              ) -> SimResult:
     """memcached with `memory` bytes of `-m` over the requests; the hit ratio counts the
     gets from index `measure_from` on (the ones before warm the cache up). `scale` < 1
-    simulates a miniature cache (a sampled stream at rate R: pages of R·page_size)."""
+    simulates a miniature cache (a sampled stream at rate R: pages of R·page_size).
+    `automove` (default: the settings') runs the rebalancer's rule once a second of the
+    stream's time."""
+    if automove is None:
+        automove = settings.automove
     page = max(1, int(settings.page_size * scale))
     sizes = settings.chunk_sizes()
     chunk_scaled = sizes
