@@ -301,7 +301,7 @@ def test_the_command_prints_plots_and_refuses(tmp_path: Path,
     assert "measured on the server" in page.read_text()
     rc, out, _ = _kvtune(capsys, "workload", "mrc", str(model), "--kind", "memcached",
                          "--requests", "20000", "--memory", "2M")
-    assert rc == 0 and "slab growth factor (-f) at 2.0 MiB" in out
+    assert rc == 0 and "slab settings at 2.0 MiB" in out and "slab_automove=0" in out
     rc, _, err = _kvtune(capsys, "workload", "mrc", str(model), "--target-hit-ratio", "1.5")
     assert rc == 2 and "--target-hit-ratio" in err
     rc, _, err = _kvtune(capsys, "workload", "mrc", str(tmp_path / "none.json"))

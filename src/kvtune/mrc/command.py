@@ -193,9 +193,12 @@ def lines(c: curves.Curve, target: float, smallest: tuple[int | None, int | None
         out_.append(f"note: {n}")
     if slabs and at:
         out_.append("")
-        out_.append(f"slab growth factor (-f) at {_mib(at)}:")
+        out_.append(f"slab settings at {_mib(at)} (memcached's defaults: -f 1.25, "
+                    "slab_automove=1):")
         for alt in slabs:
-            out_.append(f"  -f {alt['growth_factor']:<5} {alt['classes']:>3} classes   hit "
-                        f"ratio {alt['hit_ratio']:.3f}   {alt['waste_per_item']:.0f} B wasted "
+            name = (f"-f {alt['growth_factor']}" if alt["slab_automove"] else
+                    "-o slab_automove=0")
+            out_.append(f"  {name:<20} {alt['classes']:>3} classes   hit ratio "
+                        f"{alt['hit_ratio']:.3f}   {alt['waste_per_item']:.0f} B wasted "
                         "per item")
     return out_

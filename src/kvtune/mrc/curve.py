@@ -172,22 +172,24 @@ def build(req: Requests, kind: str = "memcached", sizes: list[int] | None = None
 def slab_alternatives(req: Requests, memory: int,
                       factors: tuple[float, ...] = (1.08, 1.15, 1.25, 1.5, 2.0),
                       sample_rate: float | None = None) -> list[dict[str, Any]]:
-    """memcached's hit ratio at `memory` under other growth factors (-f), and the bytes
-    its chunks waste per item (chunk minus item), on the same stream."""
+    """memcached's hit ratio at `memory` under other growth factors (-f), and without the
+    rebalancer (slab_automove=0), with the bytes its chunks waste per item (chunk minus
+    item), on the same stream."""
     if sample_rate is None:
         sample_rate = 1.0 if len(req) <= SIM_REQUESTS else max(0.02, SIM_REQUESTS / len(req))
     sub = req
     if sample_rate < 1:
         sub = req.take(salted_hash(req.key, 0) < np.uint64(int(sample_rate * 2.0 ** 64)))
     out = []
-    for f in factors:
-        st = memcached.Settings(growth_factor=f)
+    for f, automove in [(f, True) for f in factors] + [(1.25, False)]:
+        st = memcached.Settings(growth_factor=f, automove=automove)
         r = memcached.simulate(sub, memory, st, measure_from=len(sub) // 2,
                                scale=sample_rate)
         item = st.item_bytes(sub.klen, sub.vlen)
         chunks = np.array(st.chunk_sizes())
         idx = np.minimum(np.searchsorted(chunks, item), len(chunks) - 1)
         waste = float(np.mean(np.maximum(chunks[idx] - item, 0)))
-        out.append({"growth_factor": f, "classes": len(chunks),
+        out.append({"growth_factor": f, "slab_automove": 1 if automove else 0,
+                    "classes": len(chunks),
                     "hit_ratio": round(r.hit_ratio, 4), "waste_per_item": round(waste, 1)})
     return out
