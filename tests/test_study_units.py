@@ -55,6 +55,21 @@ def test_a_mostly_client_bound_baseline_stops_the_study() -> None:
     check_not_client_bound(one_of_three)  # a minority is re-run, not fatal
 
 
+def test_a_baseline_flagged_for_steal_names_the_neighbour_not_the_client() -> None:
+    """Issue 44: steal time on the baseline was reported as "this workload measures the
+    client … give kvload more client CPUs": the cause named must be the one measured."""
+    stolen = _eval([1.0, 1.0], "flagged", ["steal 7.9%"])
+    with pytest.raises(UserError) as e:
+        check_not_client_bound(stolen)
+    said = str(e.value)
+    assert "stolen" in said and "steal 7.9%" in said and "another tenant" in said
+    assert "client" not in said and "pipelin" not in said and "load.cpus" not in said
+    both = _eval([1.0, 1.0], "flagged", ["client_bound", "steal 9.0%"])
+    with pytest.raises(UserError, match="load generator was the limit") as e2:
+        check_not_client_bound(both)
+    assert "stolen" in str(e2.value)
+
+
 # -- drift ---------------------------------------------------------------------------------
 
 

@@ -27,7 +27,6 @@ from kvtune.metrics import NAMES as METRICS
 from kvtune.metrics import guess_direction
 from kvtune.present import (
     change_fraction,
-    change_text,
     number,
     pct,
     unit,
@@ -44,6 +43,7 @@ from kvtune.report.compare import (
 )
 from kvtune.report.summary import change_cell, change_word
 from kvtune.report.workers import html_section as workers_section
+from kvtune.stats import ci_kind
 from kvtune.store import config_key
 from kvtune.study.headline import Headline, decide
 from kvtune.study.record import stored_eval
@@ -470,7 +470,7 @@ def _trials(data: StudyData) -> str:
     base = next((t.value for t in data.trials if t.user_attrs.get("kind") == "baseline"
                  and t.value is not None), None)
     out = ["<table><tr><th>#</th><th>kind</th><th>state</th><th>"
-           f"{_e(data.metric)}</th><th>95% CI</th><th>n</th><th>{_e(data.metric)} vs "
+           f"{_e(data.metric)}</th><th>interval</th><th>n</th><th>{_e(data.metric)} vs "
            "baseline</th><th>configuration</th></tr>"]
     for t in data.trials:
         ev = stored_eval(t)
@@ -482,11 +482,14 @@ def _trials(data: StudyData) -> str:
             state = "infeasible"
         cfg = ", ".join(f"{k.split('.', 1)[-1]}={_f(v)}" for k, v in
                         (t.user_attrs.get("config") or t.params).items())
-        cis = f"{_f(ci[0])} … {_f(ci[1])}" if ci[0] is not None else "–"
+        # Each trial's interval says what it is, as the terminal does: a 95% CI from
+        # enough repetitions, else the range of the few there are (stats.ci_kind).
+        kind = ev.get("ci_kind") or ci_kind(int(present.as_number(ev.get("n")) or 0))
+        cis = f"{_e(kind)} {_f(ci[0])} … {_f(ci[1])}" if ci[0] is not None else "–"
         out.append(f"<tr><td>{t.number}</td><td>{_e(t.user_attrs.get('kind', ''))}</td>"
                    f"<td>{_e(state)}</td><td>{_f(t.value)}</td><td>{cis}</td>"
                    f"<td>{_f(ev.get('n'))}</td>"
-                   f"<td>{_e(change_text(change_fraction(base, t.value), data.direction))}"
+                   f"<td>{_e(present.pct(change_fraction(base, t.value)))}"
                    f"</td><td class=cfg>{_e(cfg)}</td></tr>")
     out.append("</table>")
     return "".join(out)

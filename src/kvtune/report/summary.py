@@ -194,9 +194,11 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
             state = "infeasible"
         vs = ""
         if tr.get("baseline_ref") is not None:  # the metric's own change (present.py)
-            from kvtune.present import change_fraction, change_text
-            vs = change_text(change_fraction(tr["baseline_ref"], tr["value"]),
-                             data["direction"])
+            # A search trial is one noisy estimate, with no interval of its change: a
+            # figure with no claim (better and worse are said only where a
+            # confirmation measured an interval).
+            from kvtune.present import change_fraction
+            vs = pct(change_fraction(tr["baseline_ref"], tr["value"]))
         t.add_row(str(tr["number"]), tr["kind"] or "", state, _f(tr["value"]),
                   f"{tr.get('ci_kind') or ci_kind(int(tr['n'] or 0))} {_f(ci[0])} … "
                   f"{_f(ci[1])}" if ci[0] is not None else "-", _f(tr["n"]), vs,

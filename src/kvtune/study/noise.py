@@ -96,15 +96,43 @@ class NoiseFloor:
                 f"{need} (or lengthen load.duration, or quiet the host)")
 
 
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def check_not_client_bound(e: Evaluation) -> None:
-    """Raise UserError when most of the baseline's repetitions are flagged (client-bound,
-    saturated, steal): the study would measure the client, not the configuration."""
+    """Raise UserError when most of the baseline's repetitions are flagged: the study would
+    measure something other than the configuration. The message names what was measured
+    (the load generator at its limit, an overloaded server, or CPU time stolen by another
+    tenant of the host) and only advice that can help against that cause."""
     bad = [r for r in e.reps if r.status == "flagged"]
-    if bad and len(bad) * 2 > len(e.reps):
-        why = sorted({f for r in bad for f in r.flags})
-        raise UserError(
-            f"the baseline is {', '.join(why)} on this host: this workload measures the "
-            "client (or an overloaded server), not the configuration. Change the load: "
-            "use pipelining (load.pipeline), give kvload more client CPUs (load.cpus), or "
-            "measure latency at a fixed open-loop rate below capacity (load.mode: open, "
-            "a lower load.rate).")
+    if not bad or len(bad) * 2 <= len(e.reps):
+        return
+    flags = [f for r in bad for f in r.flags]
+    steal = sorted({f for f in flags if f.startswith("steal")})
+    load = sorted({f for f in flags if not f.startswith("steal")})
+    causes, advice = [], []
+    if steal:
+        causes.append(f"CPU time was stolen from this virtual machine ({', '.join(steal)} in "
+                      "flagged repetitions): another tenant of the host was busy, and the "
+                      "figures measure it, not the configuration")
+        advice.append("run again when the host is quiet, on a dedicated or larger instance, "
+                      "or raise evaluation.steal_threshold if this much steal is normal "
+                      "where the server runs")
+    if "client_bound" in load:
+        causes.append("the load generator was the limit (client_bound): the figures "
+                      "measure the client, not the server")
+        advice.append("use pipelining (load.pipeline), give kvload more client CPUs "
+                      "(load.cpus), or a lower open-loop rate (load.mode: open, load.rate)")
+    if "saturated" in load:
+        causes.append("the server was overloaded (saturated): it could not keep up with "
+                      "the offered rate, so latency measures the queue")
+        advice.append("measure latency at a fixed open-loop rate below capacity (a lower "
+                      "load.rate), or ask for capacity at an SLO (objective.slo)")
+    other = [f for f in load if f not in ("client_bound", "saturated")]
+    if other:
+        causes.append(f"its repetitions were flagged ({', '.join(other)})")
+    raise UserError(f"most of the baseline's repetitions ({len(bad)} of {len(e.reps)}) were "
+                    f"flagged on this host: {'; '.join(causes)}. The study stops before "
+                    f"searching. {_sentence('; or '.join(advice))}"
+                    .rstrip() + ("." if advice else ""))
