@@ -304,3 +304,13 @@ def test_one_sign_convention() -> None:
                     (3.14159, "3.142"), (42, "42")):
         assert number(v) == text
     assert "e" not in number(1e-7) and "e" not in number(999_999.0)
+
+
+def test_the_importance_says_how_many_trials_it_left_out_and_why() -> None:
+    """Issue 44: "main-effects, 4 trials" for a 57-trial study dropped 53 without a word."""
+    from kvtune.analysis.importance import Importance
+
+    imp = Importance("main-effects", n_trials=4, n_searched=57)
+    assert imp.trials_text().startswith("4 of 57 trials; 53 left out: a knob at a special")
+    assert imp.as_dict()["trials_text"] == imp.trials_text()
+    assert Importance("main-effects", n_trials=1, n_searched=1).trials_text() == "1 trial"

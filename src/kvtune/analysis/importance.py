@@ -51,6 +51,9 @@ class Importance:
     method: str
     values: dict[str, float] = field(default_factory=dict)  # knob -> share, sums to 1
     n_trials: int = 0
+    # The study's finished feasible search trials; those left out of the importance (a knob
+    # at a special value, or with no value in its range) are `n_searched - n_trials`.
+    n_searched: int = 0
     note: str = ""
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # 95% bootstrap
     q_values: dict[str, float] = field(default_factory=dict)  # BH-adjusted F-test p
@@ -64,10 +67,20 @@ class Importance:
 
     def as_dict(self) -> dict[str, Any]:
         return {"method": self.method, "values": self.values, "n_trials": self.n_trials,
+                "n_searched": self.n_searched, "trials_text": self.trials_text(),
                 "note": self.note,
                 "intervals": {k: list(v) for k, v in self.intervals.items()},
                 "q_values": self.q_values, "ranking": self.ranking, "ranked": self.ranked,
                 "first": self.first, "tiers": self.tiers, "ties": self.tie_notes()}
+
+    def trials_text(self) -> str:
+        """How many trials the importance rests on, and how many it left out and why
+        ("4 of 57 trials; 53 set a knob to a special value or outside its range")."""
+        left = self.n_searched - self.n_trials
+        if left <= 0:
+            return f"{self.n_trials} trial{'' if self.n_trials == 1 else 's'}"
+        return (f"{self.n_trials} of {self.n_searched} trials; {left} left out: a knob at a "
+                "special value or outside its range is not a point of its range")
 
     def tie_notes(self) -> list[str]:
         """Why knobs share a tier, in the leader note's words."""
@@ -247,7 +260,7 @@ def tiers(ranking: list[str], above: dict[tuple[str, str], float],
 def importance(data: StudyData, method: str = "main-effects", seed: int = 0,
                resamples: int = RESAMPLES) -> Importance:
     trials = data.search_trials()
-    out = Importance(method, n_trials=len(trials))
+    out = Importance(method, n_trials=len(trials), n_searched=len(trials))
     names = [k.name for k in data.knobs]
     if not names:
         out.note = "the study has no knobs"

@@ -97,9 +97,11 @@ def importance(imp: Importance) -> go.Figure | None:
     sub = ("ranked: the blue knobs' effects stand out of the noise (grey: no measurable "
            "effect)" if imp.ranked else "not enough trials to rank: the bars are not a "
                                         "ranking")
+    of = (f"{imp.n_trials} of {imp.n_searched}" if imp.n_searched > imp.n_trials
+          else str(imp.n_trials))
     fig.update_layout(**{**_LAYOUT, "height": max(240, 90 + 40 * len(names)),
                          "margin": {"l": 200, "r": 30, "t": 80, "b": 60}},
-                      title=f"Knob importance ({imp.method}, {imp.n_trials} trials, bootstrap "
+                      title=f"Knob importance ({imp.method}, {of} trials, bootstrap "
                             f"95% intervals)<br><sup>{sub}</sup>",
                       xaxis_title="share of importance", xaxis_tickformat=".0%",
                       xaxis_range=[0, 1.05])

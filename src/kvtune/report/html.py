@@ -591,7 +591,7 @@ def render(data: StudyData, a: Analysis | None = None, within: float = 0.05) -> 
     imp_txt = ""
     if a.importance.values:
         imp_txt = (f"<p><b>{_e(a.importance.verdict())}</b> ({_e(a.importance.method)}, "
-                   f"{a.importance.n_trials} trials).</p>")
+                   f"{_e(a.importance.trials_text())}).</p>")
         if a.importance.note and a.importance.ranked:
             imp_txt += f'<p class="note">{_e(a.importance.note)}.</p>'
     elif a.importance.note:

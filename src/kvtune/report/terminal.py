@@ -32,7 +32,8 @@ def render_analysis(an: dict[str, Any] | None, console: Console) -> None:
     if imp["values"]:
         ranked = imp.get("ranked")
         t = Table(title=f"What mattered: knob importance ({imp['method']}, "
-                        f"{imp['n_trials']} trials, bootstrap 95% intervals) and optimizable "
+                        f"{imp.get('trials_text') or str(imp['n_trials']) + ' trials'}, "
+                        "bootstrap 95% intervals) and optimizable "
                         "zones")
         t.add_column("knob")
         t.add_column("importance (95% interval)")
