@@ -18,6 +18,7 @@ store, deletes remove.
 from __future__ import annotations
 
 import os
+from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +27,8 @@ from kvtune.errors import UserError
 from kvtune.safety.files import ReadRefused, note_input, open_input
 
 GET, SET, DELETE = 0, 1, 2
-MAX_TRACE_REQUESTS = 50_000_000  # what kvload --trace loads
+MAX_TRACE_REQUESTS = 20_000_000  # about 1 GB of arrays and simulator state; cut or sample
+# a longer trace (kvload --trace itself loads at most 50 million)
 MAX_MODEL_REQUESTS = 20_000_000
 TRACE_HEADER = "# kvtune-trace/1"
 
@@ -106,12 +108,9 @@ def read_trace(path: str, limit: int = MAX_TRACE_REQUESTS) -> Requests:
         raise UserError(str(e)) from None
     f = os.fdopen(fd, "rb")
     note_input(f.fileno())
-    keys: list[int] = []
-    ops: list[int] = []
-    kl: list[int] = []
-    vl: list[int] = []
-    tl: list[int] = []
-    ts: list[int] = []
+    # typed arrays: 8 bytes a field, not a Python int's 28
+    keys, ops, kl = array("Q"), array("B"), array("q")
+    vl, tl, ts = array("q"), array("q"), array("q")
     verbs = {b"g": GET, b"s": SET, b"d": DELETE}
     with f:
         first = f.readline(64)
@@ -143,7 +142,8 @@ def read_trace(path: str, limit: int = MAX_TRACE_REQUESTS) -> Requests:
                 raise UserError(f"{path}:{n}: a field is out of range (key a 64-bit hex "
                                 "hash, key_len 1-65535, value_len < 4 GiB, ttl and t_us ≥ 0)")
             if len(keys) >= limit:
-                raise UserError(f"{path}: more than {limit:,} requests")
+                raise UserError(f"{path}: more than {limit:,} requests: cut the trace "
+                                "(a time window) before computing its curve")
             keys.append(k)
             ops.append(v)
             kl.append(klen)
@@ -152,8 +152,10 @@ def read_trace(path: str, limit: int = MAX_TRACE_REQUESTS) -> Requests:
             ts.append(t_us)
     if not keys:
         raise UserError(f"{path}: no request in the trace")
-    return from_arrays(np.array(keys, dtype=np.uint64), np.array(ops), np.array(kl),
-                       np.array(vl), np.array(tl), np.array(ts, dtype=np.float64) / 1e6,
+    return from_arrays(np.frombuffer(keys, dtype=np.uint64), np.frombuffer(ops, np.uint8),
+                       np.frombuffer(kl, np.int64), np.frombuffer(vl, np.int64),
+                       np.frombuffer(tl, np.int64),
+                       np.frombuffer(ts, np.int64).astype(np.float64) / 1e6,
                        f"trace {os.path.basename(path)}")
 
 
@@ -272,8 +274,8 @@ def from_model(doc: dict[str, object], requests: int | None = None, seed: int = 
         keys = int(doc.get("keys", 10_000))  # type: ignore[call-overload]
     except (TypeError, ValueError):
         raise UserError("workload model: keys is not a count") from None
-    if not 1 <= keys <= 50_000_000:
-        raise UserError(f"workload model: keys {keys}: 1 to 50,000,000 to compute a curve")
+    if not 1 <= keys <= 20_000_000:
+        raise UserError(f"workload model: keys {keys}: 1 to 20,000,000 to compute a curve")
     w = popularity_weights(str(doc.get("popularity", "uniform")), keys)
     keys = len(w)
     n = requests or min(MAX_MODEL_REQUESTS, max(1_000_000, 20 * keys))
