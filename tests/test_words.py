@@ -86,3 +86,14 @@ def test_an_interval_given_high_end_first_is_said_low_end_first_and_judged_right
     assert "(95% CI −20.8% … +11.0%)" in r["text"], r["text"]
     r = change_record("p99_us", -0.62, "minimize", ci=(-0.509, -0.706), significant=True)
     assert r["verdict"] == "better" and "(95% CI −70.6% … −50.9%)" in r["text"], r["text"]
+
+
+def test_every_figure_formatter_writes_one_minus_sign() -> None:
+    """Issue 44, item 5: `present`'s formatters disagreed on the minus sign (number() wrote
+    "-5", figure() "−5")."""
+    from kvtune import present
+
+    for text in (present.number(-5), present.number(-1234.5), present.number(-0.00012),
+                 present.figure(-5), present.pct(-0.05), present.share(-0.05)):
+        assert text.startswith(present.MINUS) and "-" not in text, text
+    assert present.number(-0.0) == "0" and present.p_value(None) == "-"

@@ -189,11 +189,15 @@ def fmt(v: Any) -> str:
 def number(v: Any) -> str:
     """A figure for people: thousands separators, no exponent notation below a million
     (0.000123 → "0.000123", 123456 → "123,456"), 4 significant digits for fractions;
-    booleans as yes/no; None and NaN as "-"."""
+    booleans as yes/no; None and NaN as "-"; a negative figure with a real minus (−)."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     if isinstance(v, bool):
         return "yes" if v else "no"
+    if isinstance(v, int | float) and v < 0:  # one minus sign everywhere: −, not -
+        return MINUS + number(-v)
+    if v == 0:
+        return "0"  # −0.0 too
     if isinstance(v, int):
         return f"{v:,}"
     if isinstance(v, float):
