@@ -12,7 +12,9 @@ import pytest
 from support.servers import mc_stats, running
 
 from kvtune.errors import UserError
-from kvtune.mrc import check, curve, lru, memcached, redis
+from kvtune.kinds.memcached import mrc as memcached
+from kvtune.kinds.redis import mrc as redis
+from kvtune.mrc import check, curve, lru
 from kvtune.mrc import requests as rq
 from kvtune.mrc.command import load, read_measured
 
@@ -234,7 +236,7 @@ def test_bad_model_and_measured_files(tmp_path: Path) -> None:
 def test_memcached_item_bytes_on_the_server(memcached_bin: str) -> None:
     """A 10-byte key with a 27-byte value is 96 bytes: class 1; with 28, class 2."""
     with running("memcached", ["-m", "8"], binary=memcached_bin) as s:
-        c = check._Memcached(s.port)
+        c = memcached.Client(s.port)
         try:
             c.sets([(b"k" * 10, 27, 0), (b"j" * 10, 28, 0)])
         finally:
@@ -265,7 +267,7 @@ def test_redis_bytes_per_key_are_measured(redis_bin: str, tmp_path: Path) -> Non
                          "value_size": "list:20:1,100:1,700:1", "key_size": 24},
                         requests=20_000)
     with running("redis", cwd=tmp_path, binary=redis_bin) as s:
-        per_key, payload = check.per_key_bytes(s.port, req)
+        per_key, payload = redis.per_key_bytes(s.port, req)
     _, first = np.unique(req.key, return_index=True)
     formula = (redis.key_bytes(req.klen[first], req.vlen[first]).sum()
                + redis.buckets(len(first))) / len(first)
@@ -301,7 +303,8 @@ def test_the_command_prints_plots_and_refuses(tmp_path: Path,
     assert "measured on the server" in page.read_text()
     rc, out, _ = _kvtune(capsys, "workload", "mrc", str(model), "--kind", "memcached",
                          "--requests", "20000", "--memory", "2M")
-    assert rc == 0 and "slab settings at 2.0 MiB" in out and "slab_automove=0" in out
+    assert rc == 0 and "slab settings (defaults: -f 1.25, slab_automove=1) at 2.0 MiB" in out
+    assert "-o slab_automove=0" in out
     rc, _, err = _kvtune(capsys, "workload", "mrc", str(model), "--target-hit-ratio", "1.5")
     assert rc == 2 and "--target-hit-ratio" in err
     rc, _, err = _kvtune(capsys, "workload", "mrc", str(tmp_path / "none.json"))

@@ -106,14 +106,11 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def used_memory(port: int) -> int:
-    c = check._Redis(port)
+    c = redis.Client(port)
     try:
-        c.c.send(check._resp(b"INFO", b"memory"))
-        text = c._reply() or b""
+        return c.used_memory()
     finally:
         c.close()
-    st = dict(ln.split(b":", 1) for ln in text.split(b"\r\n") if b":" in ln)
-    return int(st[b"used_memory"])
 
 
 def run(name: str, kind: str, req: Requests, sizes: list[int], speed: float,
@@ -124,7 +121,7 @@ def run(name: str, kind: str, req: Requests, sizes: list[int], speed: float,
     if kind != "memcached":
         proc, port = start(kind, None)
         try:
-            per_key, payload = check.per_key_bytes(port, req)
+            per_key, payload = redis.per_key_bytes(port, req)
         finally:
             stop(proc)
         _, first = np.unique(req.key, return_index=True)

@@ -74,3 +74,6 @@ class Kind:
     # its packaged config lives, its config from a running server, the knobs a first
     # study searches; None: `kvtune init` does not write studies of this kind
     init: str | None = None
+    # "module:MODEL" of how it holds items in memory (kinds/<kind>/mrc.py: a
+    # kvtune.mrc.model.MemoryModel): `kvtune workload mrc`; None: no miss-ratio curve
+    mrc: str | None = None

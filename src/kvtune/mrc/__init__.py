@@ -5,7 +5,8 @@ Redis and Valkey under `maxmemory` (sampled LRU/LFU eviction, per-key bytes).
 
 - `requests`: the request stream, read from untrusted files by kvtune's readers;
 - `lru`: exact stack distances and SHARDS sampling (fixed rate, fixed size);
-- `memcached`, `redis`: the servers' allocation and eviction, simulated;
+- `model`: what a server kind gives (kinds/<kind>/mrc.py: its allocation and eviction,
+  simulated, and its protocol for the check);
 - `curve`: the curve record, the smallest memory for a target hit ratio;
 - `check`: the same stream replayed to a real server on loopback, its hit ratio measured;
 - `command`: `kvtune workload mrc`.

@@ -1,16 +1,15 @@
 """The curve checked on the real server: the same request stream replayed, cache-aside,
-to a memcached, Redis or Valkey on loopback, and the hit ratio read from the server's own
-counters (memcached `get_hits`/`get_misses`, Redis and Valkey `keyspace_hits`/
-`keyspace_misses`).
+to a server on loopback in its own protocol (the kind's `MemoryModel.client`), and the
+hit ratio read from the server's own counters.
 
 kvload replays a trace request by request (`kvload --trace`), but a get that misses is not
 followed by a set: its hit ratio is that of the recorded sets, not of a cache filled on
 demand. This client is: each get that misses is followed by the set of that item (its
 key's length, its value's length, its TTL), as the application behind the cache does.
 Requests go out in pipelined batches of distinct keys (a batch ends before a key repeats),
-paced to the stream's timestamps (TTLs and Redis's one-second LRU clock run on wall time).
-The first `warm` requests fill the cache; the counters are reset (`stats reset`,
-`CONFIG RESETSTAT`) and the rest are measured.
+paced to the stream's timestamps (TTLs and LRU clocks run on wall time), and the time each
+was sent is kept for the simulator. The first `warm` requests fill the cache; the
+counters are reset and the rest are measured.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvtune.errors import UserError
+from kvtune.mrc.model import model_of
 from kvtune.mrc.requests import DELETE, GET, SET, Requests
 
 BATCH = 64
@@ -31,7 +31,7 @@ BATCH = 64
 class Measured:
     """The server's hits and misses over the measured part; `times` the wall time of
     each request of the stream (seconds from the replay's start) as it was sent, for the
-    simulator to see the clock the server saw (TTLs, Redis's LRU clock)."""
+    simulator to see the clock the server saw (TTLs, LRU clocks)."""
 
     hits: int
     misses: int
@@ -51,7 +51,9 @@ def key_name(k: int, klen: int) -> bytes:
     return h + b"k" * (klen - 16) if klen > 16 else h
 
 
-class _Conn:
+class Conn:
+    """A TCP connection to 127.0.0.1 (only): lines and exact byte counts."""
+
     def __init__(self, port: int) -> None:
         self.s = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -82,106 +84,11 @@ class _Conn:
         self.s.close()
 
 
-def _resp(*args: bytes) -> bytes:
-    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
-
-
-class _Memcached:
-    def __init__(self, port: int) -> None:
-        self.c = _Conn(port)
-
-    def gets(self, keys: list[bytes]) -> list[bool]:
-        self.c.send(b"get " + b" ".join(keys) + b"\r\n")
-        found: set[bytes] = set()
-        while True:
-            ln = self.c.line()
-            if ln == b"END":
-                break
-            if not ln.startswith(b"VALUE "):
-                raise UserError(f"memcached answered {ln[:60]!r} to a get")
-            parts = ln.split()
-            self.c.exact(int(parts[3]) + 2)
-            found.add(parts[1])
-        return [k in found for k in keys]
-
-    def sets(self, items: list[tuple[bytes, int, int]]) -> None:
-        out = []
-        for k, v, ttl in items:
-            out.append(b"set %s 0 %d %d noreply\r\n%s\r\n" % (k, ttl, v, b"x" * v))
-        out.append(b"mn\r\n")
-        self.c.send(b"".join(out))
-        ln = self.c.line()
-        if ln != b"MN":
-            raise UserError(f"memcached answered {ln[:60]!r} to a set")
-
-    def deletes(self, keys: list[bytes]) -> None:
-        self.c.send(b"".join(b"delete %s noreply\r\n" % k for k in keys) + b"mn\r\n")
-        self.c.line()
-
-    def reset(self) -> None:
-        self.c.send(b"stats reset\r\n")
-        self.c.line()
-
-    def counts(self) -> tuple[int, int]:
-        self.c.send(b"stats\r\n")
-        st = {}
-        while (ln := self.c.line()) != b"END":
-            p = ln.split()
-            st[p[1]] = p[2]
-        return int(st[b"get_hits"]), int(st[b"get_misses"])  # expired gets included
-
-    def close(self) -> None:
-        self.c.close()
-
-
-class _Redis:
-    def __init__(self, port: int) -> None:
-        self.c = _Conn(port)
-
-    def _reply(self) -> bytes | None:
-        ln = self.c.line()
-        if ln[:1] == b"$":
-            n = int(ln[1:])
-            return None if n < 0 else self.c.exact(n + 2)[:-2]
-        if ln[:1] == b"-":
-            raise UserError(f"the server answered {ln[:80]!r}")
-        return ln
-
-    def gets(self, keys: list[bytes]) -> list[bool]:
-        self.c.send(b"".join(_resp(b"GET", k) for k in keys))
-        return [self._reply() is not None for _ in keys]
-
-    def sets(self, items: list[tuple[bytes, int, int]]) -> None:
-        self.c.send(b"".join(
-            _resp(b"SET", k, b"x" * v, b"EX", b"%d" % ttl) if ttl > 0 else
-            _resp(b"SET", k, b"x" * v) for k, v, ttl in items))
-        for _ in items:
-            self._reply()
-
-    def deletes(self, keys: list[bytes]) -> None:
-        self.c.send(b"".join(_resp(b"DEL", k) for k in keys))
-        for _ in keys:
-            self._reply()
-
-    def reset(self) -> None:
-        self.c.send(_resp(b"CONFIG", b"RESETSTAT"))
-        self._reply()
-
-    def counts(self) -> tuple[int, int]:
-        self.c.send(_resp(b"INFO", b"stats"))
-        text = self._reply() or b""
-        st = dict(ln.split(b":", 1) for ln in text.split(b"\r\n") if b":" in ln)
-        return int(st[b"keyspace_hits"]), int(st[b"keyspace_misses"])
-
-    def close(self) -> None:
-        self.c.close()
-
-
 def replay(req: Requests, kind: str, port: int, warm: int, speed: float = 1.0) -> Measured:
     """Replays `req` cache-aside to the server of `kind` on 127.0.0.1:`port` at `speed`
     times the stream's pace (0: as fast as it goes); the hit ratio of the gets after the
     first `warm` requests, from the server's counters."""
-    cli: _Memcached | _Redis = _Memcached(port) if kind == "memcached" else _Redis(port)
+    cli = model_of(kind).client(port)
     keys, ops = req.key.tolist(), req.op.tolist()
     kl, vl, tl, ts = req.klen.tolist(), req.vlen.tolist(), req.ttl.tolist(), req.t.tolist()
     key_ttl: dict[int, int] = {}
@@ -236,28 +143,3 @@ def replay(req: Requests, kind: str, port: int, warm: int, speed: float = 1.0) -
     finally:
         cli.close()
     return Measured(hits, misses, time.monotonic() - (measured_at or start), behind, sent)
-
-
-def per_key_bytes(port: int, req: Requests) -> tuple[float, float]:
-    """(used_memory per key, bytes of key plus value per key) of a Redis or Valkey server
-    with no maxmemory, once every distinct key of `req` is stored (measured, not guessed:
-    `INFO memory`'s used_memory before and after)."""
-    cli = _Redis(port)
-    try:
-        def used() -> int:
-            cli.c.send(_resp(b"INFO", b"memory"))
-            text = cli._reply() or b""
-            st = dict(ln.split(b":", 1) for ln in text.split(b"\r\n") if b":" in ln)
-            return int(st[b"used_memory"])
-
-        before = used()
-        _, first = np.unique(req.key, return_index=True)
-        items = [(key_name(int(req.key[x]), int(req.klen[x])), int(req.vlen[x]), 0)
-                 for x in first.tolist()]
-        for a in range(0, len(items), 256):
-            cli.sets(items[a:a + 256])
-        after = used()
-        payload = float(np.mean([len(k) + v for k, v, _ in items]))
-        return (after - before) / len(items), payload
-    finally:
-        cli.close()

@@ -2,8 +2,9 @@
 
 Reads a normalized trace (`--keep-trace`), a public trace (`--format twitter|meta`) or a
 workload model; prints the curve as a table, the smallest memory for the target hit ratio
-with its range over the sampling's salts, and for memcached what the slab growth factor
-changes at the current memory; `--json` prints the same as JSON, `-o PAGE` plots it.
+with its range over the sampling's salts, and what the kind's other settings (memcached's
+slab growth factor and rebalancer) change at the current memory; `--json` prints the same
+as JSON, `-o PAGE` plots it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
+from kvtune import present
 from kvtune.cli_options import err, json_flag, out
 from kvtune.errors import UserError
 from kvtune.mrc import curve as curves
@@ -62,7 +64,8 @@ def load(path: str, fmt: str = "auto", requests: int | None = None,
 def _mib(n: float | None) -> str:
     if n is None:
         return "-"
-    return f"{n / (1 << 20):,.1f} MiB" if n >= 1 << 20 else f"{n / 1024:,.0f} KiB"
+    return f"{present.figure(n / (1 << 20), 1)} MiB" if n >= 1 << 20 else \
+        f"{present.figure(n / 1024)} KiB"
 
 
 def read_measured(path: str) -> list[dict[str, Any]]:
@@ -114,12 +117,12 @@ def plot(c: curves.Curve, path: Path, target: float | None,
 def mrc_command(
     workload: Annotated[str, typer.Argument(help="a trace (--keep-trace), a workload "
                                                  "model, or a public trace with --format")],
-    kind: Annotated[str, typer.Option(help="memcached, redis, valkey, or lru (byte-LRU)")]
-    = "memcached",
+    kind: Annotated[str, typer.Option(help="a server kind (as a study's target.kind), or "
+                                           "lru (a byte-LRU cache)")] = "lru",
     target_hit_ratio: Annotated[float, typer.Option(
         "--target-hit-ratio", help="the hit ratio to size memory for")] = 0.9,
     memory: Annotated[str | None, typer.Option(
-        help="the current memory (-m, maxmemory), e.g. 64M: the slab settings are compared "
+        help="the current memory setting, e.g. 64M: the kind's other settings are compared "
              "there (default: the memory the target needs)")] = None,
     fmt: Annotated[str, typer.Option("--format", help="auto, trace, model, twitter, meta")]
     = "auto",
@@ -136,15 +139,16 @@ def mrc_command(
 ) -> None:
     """Compute how much memory a hit ratio needs (a miss-ratio curve).
 
-    The hit ratio as a function of memory for the traffic given, for memcached as it
-    allocates (slab classes, per-class LRU, TTLs), Redis or Valkey (maxmemory, sampled
-    LRU), or a byte-LRU cache; the smallest memory for the target, with its range."""
+    The hit ratio as a function of memory for the traffic given, for a server kind as it
+    holds items (its memory setting, allocation, eviction, TTLs; docs/workloads.md) or a
+    byte-LRU cache; the smallest memory for the target, with its range."""
     if not 0 < target_hit_ratio < 1:
         raise UserError(f"--target-hit-ratio {target_hit_ratio}: a fraction in (0, 1)")
     if sample_rate is not None and not 0 < sample_rate <= 1:
         raise UserError(f"--sample-rate {sample_rate}: a fraction in (0, 1]")
     if requests is not None and not 1_000 <= requests <= rq.MAX_MODEL_REQUESTS:
-        raise UserError(f"--requests {requests}: 1,000 to {rq.MAX_MODEL_REQUESTS:,}")
+        raise UserError(f"--requests {requests}: 1,000 to "
+                        f"{present.figure(rq.MAX_MODEL_REQUESTS)}")
     current = None
     if memory is not None:
         try:
@@ -158,14 +162,14 @@ def mrc_command(
     c = curves.build(req, kind, sample_rate=sample_rate)
     est, lo, hi = c.smallest_memory(target_hit_ratio)
     at = current or est
-    slabs = curves.slab_alternatives(req, at) if kind == "memcached" and at else []
+    title, alts = curves.alternatives(req, kind, at) if at else ("", [])
     doc = {"curve": c.to_json(), "target_hit_ratio": target_hit_ratio,
            "smallest_memory": {"estimate": est, "low": lo, "high": hi},
-           "current_memory": current, "slab_growth_factors": slabs}
+           "current_memory": current, "other_settings": alts}
     if as_json:
-        print(json.dumps(doc, indent=1))
+        print(json.dumps(doc, indent=1, default=str))
     else:
-        for line in lines(c, target_hit_ratio, (est, lo, hi), at, slabs):
+        for line in lines(c, target_hit_ratio, (est, lo, hi), at, title, alts):
             out.print(line, highlight=False, markup=False)
     if output is not None:
         plot(c, output, target_hit_ratio, pts)
@@ -173,9 +177,10 @@ def mrc_command(
 
 
 def lines(c: curves.Curve, target: float, smallest: tuple[int | None, int | None, int | None],
-          at: int | None, slabs: list[dict[str, Any]]) -> list[str]:
+          at: int | None, title: str, alts: list[dict[str, Any]]) -> list[str]:
     est, lo, hi = smallest
-    out_ = [f"{c.source}: {c.requests:,} requests, {c.gets_measured:,} gets measured "
+    out_ = [f"{c.source}: {present.figure(c.requests)} requests, "
+            f"{present.figure(c.gets_measured)} gets measured "
             "(the first half warms the cache up)",
             f"{c.kind}: {c.method}", "", "     memory   hit ratio   (range)"]
     for s, h, a, b in zip(c.sizes, c.hit_ratio, c.low, c.high, strict=True):
@@ -191,14 +196,11 @@ def lines(c: curves.Curve, target: float, smallest: tuple[int | None, int | None
         out_.append(f"hit ratio {target:g} needs {_mib(est)}{rng}")
     for n in c.notes:
         out_.append(f"note: {n}")
-    if slabs and at:
+    if alts and at:
         out_.append("")
-        out_.append(f"slab settings at {_mib(at)} (memcached's defaults: -f 1.25, "
-                    "slab_automove=1):")
-        for alt in slabs:
-            name = (f"-f {alt['growth_factor']}" if alt["slab_automove"] else
-                    "-o slab_automove=0")
-            out_.append(f"  {name:<20} {alt['classes']:>3} classes   hit ratio "
-                        f"{alt['hit_ratio']:.3f}   {alt['waste_per_item']:.0f} B wasted "
-                        "per item")
+        out_.append(f"{title} at {_mib(at)}:")
+        for alt in alts:
+            extra = "   ".join(f"{k.replace('_', ' ')} {v}" for k, v in alt.items()
+                               if k not in ("setting", "hit_ratio"))
+            out_.append(f"  {alt['setting']:<20} hit ratio {alt['hit_ratio']:.3f}   {extra}")
     return out_

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvtune import present
 from kvtune.errors import UserError
 from kvtune.safety.files import ReadRefused, note_input, open_input
 
@@ -142,8 +143,8 @@ def read_trace(path: str, limit: int = MAX_TRACE_REQUESTS) -> Requests:
                 raise UserError(f"{path}:{n}: a field is out of range (key a 64-bit hex "
                                 "hash, key_len 1-65535, value_len < 4 GiB, ttl and t_us ≥ 0)")
             if len(keys) >= limit:
-                raise UserError(f"{path}: more than {limit:,} requests: cut the trace "
-                                "(a time window) before computing its curve")
+                raise UserError(f"{path}: more than {present.figure(limit)} requests: cut "
+                                "the trace (a time window) before computing its curve")
             keys.append(k)
             ops.append(v)
             kl.append(klen)
@@ -250,8 +251,9 @@ def popularity_weights(spec: str, keys: int) -> np.ndarray:
             counts = [int(a) for a, _ in parts]
             masses = [float(b) for _, b in parts]
             if sum(counts) > MAX_MODEL_REQUESTS * 5:
-                raise UserError(f"workload model: popularity table of {sum(counts):,} keys "
-                                "is too large to draw from")
+                raise UserError("workload model: popularity table of "
+                                f"{present.figure(sum(counts))} keys is too large to draw "
+                                "from")
             w = np.concatenate([np.full(c, m / c) for c, m in zip(counts, masses, strict=True)
                                 if c > 0])
         else:
@@ -280,7 +282,7 @@ def from_model(doc: dict[str, object], requests: int | None = None, seed: int = 
     keys = len(w)
     n = requests or min(MAX_MODEL_REQUESTS, max(1_000_000, 20 * keys))
     if not 1 <= n <= MAX_MODEL_REQUESTS:
-        raise UserError(f"requests {n}: 1 to {MAX_MODEL_REQUESTS:,}")
+        raise UserError(f"requests {n}: 1 to {present.figure(MAX_MODEL_REQUESTS)}")
     # each key's own sizes and TTL
     klen_v, klen_p = _weighted(doc.get("key_size", 16), "key_size")
     key_len = rng.choice(klen_v, size=keys, p=klen_p).astype(np.int32)
@@ -321,7 +323,7 @@ def from_model(doc: dict[str, object], requests: int | None = None, seed: int = 
     r = float(rate or doc.get("rate") or 10_000)  # type: ignore[arg-type]
     t = np.arange(n, dtype=np.float64) / max(r, 1e-9)
     return Requests(key, op, key_len[ranks], val[ranks], ttl[ranks], t,
-                    f"model {doc.get('popularity', 'uniform')}, {keys:,} keys")
+                    f"model {doc.get('popularity', 'uniform')}, {present.figure(keys)} keys")
 
 
 def _mix(spec: str) -> dict[str, float]:

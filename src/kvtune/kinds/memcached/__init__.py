@@ -31,4 +31,5 @@ KIND = Kind(
     capture="kvtune.kinds.memcached.capture:CAPTURER",
     canary="kvtune.kinds.memcached.canary:READER",
     init="kvtune.kinds.memcached.init:INIT",
+    mrc="kvtune.kinds.memcached.mrc:MODEL",
 )

@@ -24,4 +24,5 @@ KIND = Kind(
     capture="kvtune.kinds.redis.capture:CAPTURER",
     canary="kvtune.kinds.redis.canary:READER",
     init="kvtune.kinds.redis.init:INIT",
+    mrc="kvtune.kinds.redis.mrc:MODEL",
 )

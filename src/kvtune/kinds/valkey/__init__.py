@@ -26,4 +26,5 @@ KIND = Kind(
     capture="kvtune.kinds.valkey.capture:CAPTURER",
     canary="kvtune.kinds.redis.canary:READER",
     init="kvtune.kinds.valkey.init:INIT",
+    mrc="kvtune.kinds.valkey.mrc:MODEL",
 )

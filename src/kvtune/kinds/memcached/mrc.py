@@ -27,7 +27,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvtune.mrc.requests import DELETE, GET, SET, Requests
+from kvtune.errors import UserError
+from kvtune.mrc.check import Conn
+from kvtune.mrc.model import MemoryModel
+from kvtune.mrc.requests import DELETE, GET, SET, Requests, salted_hash
 
 PAGE = 1 << 20
 HEADER = 48
@@ -303,10 +306,104 @@ def _automove(classes: list[_Class], t: float, atime: dict[int, float],
     return None
 
 
-def memory_floor(settings: Settings = Settings()) -> int:
-    """The smallest -m memcached accepts is not what limits a prediction: classes may
-    take a first page past it. Returned: one page."""
-    return settings.page_size
+class Client:
+    """memcached's text protocol, as the real-server check speaks it: pipelined gets,
+    sets with noreply closed by `mn`, `stats reset`, `get_hits`/`get_misses` (expired gets
+    are among the misses)."""
+
+    def __init__(self, port: int) -> None:
+        self.c = Conn(port)
+
+    def gets(self, keys: list[bytes]) -> list[bool]:
+        self.c.send(b"get " + b" ".join(keys) + b"\r\n")
+        found: set[bytes] = set()
+        while True:
+            ln = self.c.line()
+            if ln == b"END":
+                break
+            if not ln.startswith(b"VALUE "):
+                raise UserError(f"the server answered {ln[:60]!r} to a get")
+            parts = ln.split()
+            self.c.exact(int(parts[3]) + 2)
+            found.add(parts[1])
+        return [k in found for k in keys]
+
+    def sets(self, items: list[tuple[bytes, int, int]]) -> None:
+        out = [b"set %s 0 %d %d noreply\r\n%s\r\n" % (k, ttl, v, b"x" * v)
+               for k, v, ttl in items]
+        out.append(b"mn\r\n")
+        self.c.send(b"".join(out))
+        ln = self.c.line()
+        if ln != b"MN":
+            raise UserError(f"the server answered {ln[:60]!r} to a set")
+
+    def deletes(self, keys: list[bytes]) -> None:
+        self.c.send(b"".join(b"delete %s noreply\r\n" % k for k in keys) + b"mn\r\n")
+        self.c.line()
+
+    def reset(self) -> None:
+        self.c.send(b"stats reset\r\n")
+        self.c.line()
+
+    def counts(self) -> tuple[int, int]:
+        self.c.send(b"stats\r\n")
+        st = {}
+        while (ln := self.c.line()) != b"END":
+            p = ln.split()
+            st[p[1]] = p[2]
+        return int(st[b"get_hits"]), int(st[b"get_misses"])
+
+    def close(self) -> None:
+        self.c.close()
 
 
-__all__ = ["GET", "SET", "Settings", "SimResult", "classes_of", "memory_floor", "simulate"]
+def working_set(req: Requests, settings: Settings = Settings()) -> int:
+    """The chunks the stream's distinct keys take at once (each at its first size), plus a
+    page per class."""
+    _, first = np.unique(req.key, return_index=True)
+    sizes = np.array(settings.chunk_sizes())
+    item = settings.item_bytes(req.klen[first], req.vlen[first])
+    idx = np.minimum(np.searchsorted(sizes, item), len(sizes) - 1)
+    return int(sizes[idx].sum() + len(sizes) * settings.page_size)
+
+
+def alternatives(req: Requests, memory: int, sample_rate: float,
+                 factors: tuple[float, ...] = (1.08, 1.15, 1.25, 1.5, 2.0)
+                 ) -> list[dict[str, object]]:
+    """The hit ratio at `memory` under other growth factors (-f), and without the
+    rebalancer (slab_automove=0), with the bytes the chunks waste per item (chunk minus
+    item), on the same stream (a sample at `sample_rate`, as a miniature cache)."""
+    sub = req
+    if sample_rate < 1:
+        sub = req.take(salted_hash(req.key, 0) < np.uint64(int(sample_rate * 2.0 ** 64)))
+    out: list[dict[str, object]] = []
+    for f, automove in [(f, True) for f in factors] + [(1.25, False)]:
+        st = Settings(growth_factor=f, automove=automove)
+        r = simulate(sub, memory, st, measure_from=len(sub) // 2, scale=sample_rate)
+        item = st.item_bytes(sub.klen, sub.vlen)
+        chunks = np.array(st.chunk_sizes())
+        idx = np.minimum(np.searchsorted(chunks, item), len(chunks) - 1)
+        waste = float(np.mean(np.maximum(chunks[idx] - item, 0)))
+        out.append({"setting": f"-f {f}" if automove else "-o slab_automove=0",
+                    "growth_factor": f, "slab_automove": 1 if automove else 0,
+                    "classes": len(chunks), "hit_ratio": round(r.hit_ratio, 4),
+                    "waste_per_item": round(waste, 1)})
+    return out
+
+
+MODEL = MemoryModel(
+    name="memcached",
+    simulate=lambda req, memory, measure_from, scale: simulate(
+        req, memory, measure_from=measure_from, scale=scale).hit_ratio,
+    working_set=working_set,
+    smallest=lambda top: PAGE,
+    client=Client,
+    round_sizes=lambda sizes: sorted({max(1, round(s / PAGE)) * PAGE for s in sizes}),
+    alternatives=alternatives,
+    alternatives_title="slab settings (defaults: -f 1.25, slab_automove=1)",
+    notes=lambda rate: ["a miniature memcached has pages of R MiB: at small R the page "
+                        "split over slab classes is coarse"] if rate < 0.1 else [],
+)
+
+__all__ = ["MODEL", "Client", "Settings", "SimResult", "alternatives", "classes_of",
+           "simulate", "working_set"]

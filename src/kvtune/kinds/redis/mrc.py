@@ -29,6 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvtune.errors import UserError
+from kvtune.mrc.check import Conn, key_name
+from kvtune.mrc.model import MemoryModel
 from kvtune.mrc.requests import DELETE, GET, SET, Requests
 
 POOL = 16
@@ -220,4 +223,103 @@ def simulate(req: Requests, maxmemory: int, policy: Policy = Policy(),
     return SimResult(maxmemory, gets, hits, evictions)
 
 
-__all__ = ["GET", "SET", "Policy", "SimResult", "buckets", "key_bytes", "simulate"]
+def _resp(*args: bytes) -> bytes:
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+
+class Client:
+    """RESP as the real-server check speaks it: pipelined GET, SET (EX for a TTL), DEL,
+    CONFIG RESETSTAT, INFO's keyspace_hits/keyspace_misses."""
+
+    def __init__(self, port: int) -> None:
+        self.c = Conn(port)
+
+    def _reply(self) -> bytes | None:
+        ln = self.c.line()
+        if ln[:1] == b"$":
+            n = int(ln[1:])
+            return None if n < 0 else self.c.exact(n + 2)[:-2]
+        if ln[:1] == b"-":
+            raise UserError(f"the server answered {ln[:80]!r}")
+        return ln
+
+    def gets(self, keys: list[bytes]) -> list[bool]:
+        self.c.send(b"".join(_resp(b"GET", k) for k in keys))
+        return [self._reply() is not None for _ in keys]
+
+    def sets(self, items: list[tuple[bytes, int, int]]) -> None:
+        self.c.send(b"".join(
+            _resp(b"SET", k, b"x" * v, b"EX", b"%d" % ttl) if ttl > 0 else
+            _resp(b"SET", k, b"x" * v) for k, v, ttl in items))
+        for _ in items:
+            self._reply()
+
+    def deletes(self, keys: list[bytes]) -> None:
+        self.c.send(b"".join(_resp(b"DEL", k) for k in keys))
+        for _ in keys:
+            self._reply()
+
+    def reset(self) -> None:
+        self.c.send(_resp(b"CONFIG", b"RESETSTAT"))
+        self._reply()
+
+    def info(self, section: bytes) -> dict[bytes, bytes]:
+        self.c.send(_resp(b"INFO", section))
+        text = self._reply() or b""
+        return dict(ln.split(b":", 1) for ln in text.split(b"\r\n") if b":" in ln)
+
+    def counts(self) -> tuple[int, int]:
+        st = self.info(b"stats")
+        return int(st[b"keyspace_hits"]), int(st[b"keyspace_misses"])
+
+    def used_memory(self) -> int:
+        return int(self.info(b"memory")[b"used_memory"])
+
+    def close(self) -> None:
+        self.c.close()
+
+
+def per_key_bytes(port: int, req: Requests) -> tuple[float, float]:
+    """(used_memory per key, bytes of key plus value per key) of a server with no
+    maxmemory, once every distinct key of `req` is stored (measured, not guessed:
+    `INFO memory`'s used_memory before and after)."""
+    cli = Client(port)
+    try:
+        before = cli.used_memory()
+        _, first = np.unique(req.key, return_index=True)
+        items = [(key_name(int(req.key[x]), int(req.klen[x])), int(req.vlen[x]), 0)
+                 for x in first.tolist()]
+        for a in range(0, len(items), 256):
+            cli.sets(items[a:a + 256])
+        after = cli.used_memory()
+        payload = float(np.mean([len(k) + v for k, v, _ in items]))
+        return (after - before) / len(items), payload
+    finally:
+        cli.close()
+
+
+def working_set(req: Requests) -> int:
+    _, first = np.unique(req.key, return_index=True)
+    return int(key_bytes(req.klen[first], req.vlen[first], req.ttl[first]).sum()
+               + buckets(len(first)) + BASELINE)
+
+
+def model(name: str, bytes_scale: float = 1.0, notes: tuple[str, ...] = ()) -> MemoryModel:
+    """The memory model of this kind (or a fork of it: `bytes_scale` corrects the
+    per-key bytes)."""
+    return MemoryModel(
+        name=name,
+        simulate=lambda req, memory, measure_from, scale: simulate(
+            req, memory, measure_from=measure_from, scale=scale,
+            bytes_scale=bytes_scale).hit_ratio,
+        working_set=working_set,
+        smallest=lambda top: BASELINE + max(64 << 10, (top - BASELINE) // 200),
+        client=Client,
+        notes=lambda rate: list(notes),
+    )
+
+
+MODEL = model("redis")
+
+__all__ = ["MODEL", "Client", "Policy", "SimResult", "buckets", "key_bytes", "model",
+           "per_key_bytes", "simulate", "working_set"]
