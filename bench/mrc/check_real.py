@@ -34,7 +34,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from kvtune.mrc import check, memcached, redis
+from kvtune.kinds.memcached import mrc as memcached
+from kvtune.kinds.redis import mrc as redis
+from kvtune.mrc import check
 from kvtune.mrc.requests import Requests, from_model
 from kvtune.targets.base import free_port
 
