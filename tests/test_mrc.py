@@ -291,7 +291,9 @@ def test_the_command_prints_plots_and_refuses(tmp_path: Path,
     model.write_text(json.dumps({"keys": 5_000, "popularity": "zipf:0.9", "mix": "get:1",
                                  "value_size": 100, "key_size": 20}))
     measured = tmp_path / "measured.json"
-    measured.write_text(json.dumps({"rows": [{"memory_mb": 1, "measured": 0.7}]}))
+    measured.write_text(json.dumps({"rows": [{"memory_mb": 1, "measured": 0.7},
+                                             {"memory_mb": 2, "measured": 0.123456,
+                                              "kind": "redis"}]}))
     page = tmp_path / "curve.html"
     rc, out, _ = _kvtune(capsys, "workload", "mrc", str(model), "--kind", "lru",
                          "--requests", "20000", "--target-hit-ratio", "0.5", "--json",
@@ -301,6 +303,7 @@ def test_the_command_prints_plots_and_refuses(tmp_path: Path,
     est = doc["smallest_memory"]["estimate"]
     assert doc["curve"]["method"] == "exact stack distances" and est > 0
     assert "measured on the server" in page.read_text()
+    assert "0.123456" not in page.read_text()  # another kind's point
     rc, out, _ = _kvtune(capsys, "workload", "mrc", str(model), "--kind", "memcached",
                          "--requests", "20000", "--memory", "2M")
     assert rc == 0 and "slab settings (defaults: -f 1.25, slab_automove=1) at 2.0 MiB" in out

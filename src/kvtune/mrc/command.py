@@ -70,7 +70,7 @@ def _mib(n: float | None) -> str:
 
 def read_measured(path: str) -> list[dict[str, Any]]:
     """Measured points (bench/mrc/check_real.py's --json: rows with memory_mb and
-    measured), to put on the plot."""
+    measured, and the server kind), to put on the plot of the curve of their kind."""
     data = read_input(path, MAX_MEASURED, "--measured")
     try:
         doc = json.loads(data)
@@ -158,6 +158,8 @@ def mrc_command(
         if current <= 0:
             raise UserError("--memory: above 0")
     pts = read_measured(measured) if measured else None
+    if pts:  # the points of this kind, when the file says which
+        pts = [p for p in pts if p["kind"] in ("", kind)]
     req = load(workload, fmt, requests)
     c = curves.build(req, kind, sample_rate=sample_rate)
     est, lo, hi = c.smallest_memory(target_hit_ratio)
