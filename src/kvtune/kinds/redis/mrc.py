@@ -121,7 +121,6 @@ def simulate(req: Requests, maxmemory: int, policy: Policy = Policy(),
     pool: list[tuple[float, int]] = []  # (score, key), ascending score
     used = 0
     gets = hits = evictions = 0
-    inf = math.inf
 
     def remove(k: int) -> None:
         nonlocal used
@@ -219,7 +218,6 @@ def simulate(req: Requests, maxmemory: int, policy: Policy = Policy(),
             exp.pop(k, None)
         if not lfu:
             last[k] = math.floor(t)
-    _ = inf
     return SimResult(maxmemory, gets, hits, evictions)
 
 
