@@ -338,3 +338,30 @@ def test_the_rebalancer_moves_a_page_a_second_after_its_window() -> None:
     # the same stream in half the time: the second phase starts at 20 s, the window fills
     # at 31 s: at most 1 + (25 - 31) moves, i.e. none
     assert memcached.simulate(early, 4 << 20, automove=True).pages[big] == 1
+
+
+def test_a_public_trace_and_its_kept_trace_give_the_same_curve(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Twitter-format trace read directly (--format twitter) and the normalized trace its
+    import keeps (--keep-trace) are the same requests: the same exact curve."""
+    rng = np.random.default_rng(8)
+    lines = []
+    for i, k in enumerate(rng.zipf(1.1, size=8_000) % 5_000):
+        op = "get" if rng.random() < 0.9 else "set"
+        lines.append(f"{i // 500},key{k},{12},{1000 + int(k) % 3000},1,{op},"
+                     f"{0 if k % 3 else 5}\n")
+    csv = tmp_path / "tw.csv"
+    csv.write_text("".join(lines))
+    rc, _, _ = _kvtune(capsys, "workload", "import", "twitter", str(csv), "-o",
+                       str(tmp_path / "m.json"), "--keep-trace", str(tmp_path / "t.trace"))
+    assert rc == 0
+    curves = []
+    for args in ([str(csv), "--format", "twitter"], [str(tmp_path / "t.trace")]):
+        rc, out, _ = _kvtune(capsys, "workload", "mrc", *args, "--kind", "memcached",
+                             "--json")
+        assert rc == 0
+        curves.append(json.loads(out)["curve"])
+    assert curves[0]["method"] == "simulated, whole stream"
+    assert curves[0]["sizes"] == curves[1]["sizes"]
+    assert curves[0]["hit_ratio"] == curves[1]["hit_ratio"]
+    assert curves[0]["hit_ratio"][0] < curves[0]["hit_ratio"][-1]

@@ -195,9 +195,22 @@ def import_public(fmt: str, path: str, limit: int = MAX_TRACE_REQUESTS,
         raise UserError(f"{path}: no request to compute a curve from")
     a = np.array(c.rows, dtype=np.float64)
     return from_arrays(np.array([r[2] for r in c.rows], dtype=np.uint64),
-                       a[:, 1], a[:, 3], a[:, 4], a[:, 5], a[:, 0],
+                       a[:, 1], a[:, 3], a[:, 4], a[:, 5], spread_seconds(a[:, 0]),
                        f"{fmt} trace {os.path.basename(path)}"
                        + (" (truncated)" if c.truncated else ""))
+
+
+def spread_seconds(t: np.ndarray) -> np.ndarray:
+    """Whole-second stamps spread evenly over their second, in microseconds from the
+    first request, as the normalized trace writes them (kvtune.workload.trace): a public
+    trace and the trace its import keeps give the same stream."""
+    us = np.maximum(np.round((t - t[0]) * 1e6).astype(np.int64), 0)
+    sec = us // 1_000_000
+    starts = np.r_[0, np.flatnonzero(sec[1:] != sec[:-1]) + 1]
+    sizes = np.diff(np.r_[starts, len(sec)])
+    grp = np.repeat(np.arange(len(starts)), sizes)
+    pos = np.arange(len(sec)) - starts[grp]
+    return (sec * 1_000_000 + pos * 1_000_000 // sizes[grp]) / 1e6
 
 
 # ---- a request stream drawn from a workload model ----
