@@ -365,3 +365,11 @@ def test_a_public_trace_and_its_kept_trace_give_the_same_curve(
     assert curves[0]["sizes"] == curves[1]["sizes"]
     assert curves[0]["hit_ratio"] == curves[1]["hit_ratio"]
     assert curves[0]["hit_ratio"][0] < curves[0]["hit_ratio"][-1]
+
+
+def test_a_multiget_is_a_get_per_key() -> None:
+    r = rq.from_model({"keys": 1_000, "mix": "mget:1", "mget_size": 4}, requests=4_000)
+    assert len(r) == 4_000 and r.gets == 4_000
+    assert len(np.unique(r.t)) == 1_000  # four keys at each request's time
+    with pytest.raises(UserError, match="mget_size"):
+        rq.from_model({"keys": 10, "mget_size": 0})

@@ -282,8 +282,9 @@ def popularity_weights(spec: str, keys: int) -> np.ndarray:
 def from_model(doc: dict[str, object], requests: int | None = None, seed: int = 1,
                rate: float | None = None) -> Requests:
     """A request stream drawn from a workload model (or any kvload workload file with
-    `keys`/`popularity`): `requests` requests (default: 20 per key, at least 1 million, at
-    most MAX_MODEL_REQUESTS), at `rate` requests/s (default: the model's, else 10,000)."""
+    `keys`/`popularity`): `requests` key operations (default: 20 per key, at least 1
+    million, at most MAX_MODEL_REQUESTS; a multiget counts `mget_size` of them, one get per
+    key at the same time), at `rate` requests/s (default: the model's, else 10,000)."""
     rng = np.random.default_rng(seed)
     try:
         keys = int(doc.get("keys", 10_000))  # type: ignore[call-overload]
@@ -326,15 +327,23 @@ def from_model(doc: dict[str, object], requests: int | None = None, seed: int = 
         ttl[:] = rng.choice(tv, size=keys, p=tp)
     # the request stream: ranks by popularity, verbs by the mix
     mix = _mix(str(doc.get("mix", "get:9,set:1")))
-    ranks = rng.choice(keys, size=n, p=w)
-    op = rng.choice(np.array([GET, GET, SET, DELETE], dtype=np.uint8), size=n,
-                    p=[mix["get"], mix["mget"], mix["set"], mix["delete"]])
+    ranks = rng.choice(keys, size=n, p=w)  # drawn first: the streams of bench/mrc stay
+    verb = rng.choice(4, size=n, p=[mix["get"], mix["mget"], mix["set"], mix["delete"]])
+    # a multiget asks for mget_size keys at once: one get per key, at the same time
+    try:
+        fan = int(doc.get("mget_size", 10))  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        raise UserError("workload model: mget_size is not a count") from None
+    if not 1 <= fan <= 1024:
+        raise UserError(f"workload model: mget_size {fan}: 1 to 1024")
+    per = np.where(verb == 1, fan, 1)
+    op = np.repeat(np.array([GET, GET, SET, DELETE], dtype=np.uint8)[verb], per)[:n]
+    r = float(rate or doc.get("rate") or 10_000)  # type: ignore[arg-type]
+    t = np.repeat(np.arange(n, dtype=np.float64) / max(r, 1e-9), per)[:n]
     # hashes of ranks: a fixed scramble (what a hash of the key name would give)
     with np.errstate(over="ignore"):
         key = _mix64(ranks.astype(np.uint64)
                      + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15))
-    r = float(rate or doc.get("rate") or 10_000)  # type: ignore[arg-type]
-    t = np.arange(n, dtype=np.float64) / max(r, 1e-9)
     return Requests(key, op, key_len[ranks], val[ranks], ttl[ranks], t,
                     f"model {doc.get('popularity', 'uniform')}, {present.figure(keys)} keys")
 
