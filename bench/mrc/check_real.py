@@ -57,6 +57,7 @@ SHIFT = ({"keys": 80_000, "popularity": "zipf:0.9", "mix": "get:1", "key_size": 
 SIZES_MB = {"skewed-small": {"memcached": [2, 3, 5, 8], "redis": [4, 6, 9, 13]},
             "mixed-ttl": {"memcached": [8, 16, 32, 48], "redis": [6, 12, 24, 48]},
             "size-shift": {"memcached": [8, 12, 16], "redis": []}}
+POLICY = redis.Policy()  # Redis/Valkey eviction (--policy)
 REQUESTS = {"skewed-small": 500_000, "mixed-ttl": 400_000, "size-shift": 900_000}
 RATE = {"skewed-small": 18_000, "mixed-ttl": 16_000, "size-shift": 15_000}
 
@@ -95,7 +96,8 @@ def start(kind: str, mb: int | None) -> tuple[subprocess.Popen[bytes], int]:
         argv = [binary or kind, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                 "--appendonly", "no", "--daemonize", "no", "--logfile", "", "--dir", "/tmp"]
         if mb:
-            argv += ["--maxmemory", f"{mb}mb", "--maxmemory-policy", "allkeys-lru"]
+            argv += ["--maxmemory", f"{mb}mb", "--maxmemory-policy", POLICY.name,
+                     "--maxmemory-samples", str(POLICY.samples)]
     proc = subprocess.Popen(["taskset", "-c", "0", *argv], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     wait(port, proc)
@@ -143,13 +145,13 @@ def run(name: str, kind: str, req: Requests, sizes: list[int], speed: float,
         if kind == "memcached":
             p = memcached.simulate(seen, mb << 20, measure_from=warm).hit_ratio
         else:
-            p = redis.simulate(seen, mb << 20, measure_from=warm, baseline=base,
+            p = redis.simulate(seen, mb << 20, POLICY, measure_from=warm, baseline=base,
                                bytes_scale=bytes_scale).hit_ratio
         # and the prediction from the stream's own times, as kvtune workload mrc makes it
         if kind == "memcached":
             p0 = memcached.simulate(req, mb << 20, measure_from=warm).hit_ratio
         else:
-            p0 = redis.simulate(req, mb << 20, measure_from=warm, baseline=base,
+            p0 = redis.simulate(req, mb << 20, POLICY, measure_from=warm, baseline=base,
                                 bytes_scale=bytes_scale).hit_ratio
         row: dict[str, Any] = {"workload": name, "kind": kind, "memory_mb": mb,
                                "predicted": round(p, 4),
@@ -160,6 +162,7 @@ def run(name: str, kind: str, req: Requests, sizes: list[int], speed: float,
             mv = memcached.simulate(seen, mb << 20, measure_from=warm, automove=False)
             row["predicted_without_rebalancer"] = round(mv.hit_ratio, 4)
         if kind != "memcached":
+            row["policy"] = POLICY.name
             row["baseline_used_memory"] = base
             row["bytes_scale"] = round(bytes_scale, 4)
         print(json.dumps(row), flush=True)
@@ -175,8 +178,12 @@ def main() -> None:
     ap.add_argument("--requests", type=int, help="requests per stream (default: per workload)")
     ap.add_argument("--rate", type=float, help="the stream's requests/s (default: per "
                     "workload)")
+    ap.add_argument("--policy", default="allkeys-lru",
+                    help="Redis/Valkey maxmemory-policy: allkeys-lru or allkeys-lfu")
     ap.add_argument("--json")
     a = ap.parse_args()
+    global POLICY
+    POLICY = redis.Policy(a.policy)
     # a TERM stops the server in hand too (its `finally`), not only this process
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.sched_setaffinity(0, {1})

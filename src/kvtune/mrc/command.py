@@ -201,8 +201,10 @@ def lines(c: curves.Curve, target: float, smallest: tuple[int | None, int | None
     if alts and at:
         out_.append("")
         out_.append(f"{title} at {_mib(at)}:")
+        width = max(len(str(a["setting"])) for a in alts)
         for alt in alts:
-            extra = "   ".join(f"{k.replace('_', ' ')} {v}" for k, v in alt.items()
-                               if k not in ("setting", "hit_ratio"))
-            out_.append(f"  {alt['setting']:<20} hit ratio {alt['hit_ratio']:.3f}   {extra}")
+            extra = "".join(f"   {k.replace('_', ' ')} {v}" for k, v in alt.items()
+                            if k not in ("setting", "hit_ratio"))
+            out_.append(f"  {alt['setting']:<{width}}   hit ratio {alt['hit_ratio']:.3f}"
+                        f"{extra}")
     return out_

@@ -32,7 +32,7 @@ import numpy as np
 from kvtune.errors import UserError
 from kvtune.mrc.check import Conn, key_name
 from kvtune.mrc.model import MemoryModel
-from kvtune.mrc.requests import DELETE, GET, SET, Requests
+from kvtune.mrc.requests import DELETE, GET, SET, Requests, salted_hash
 
 POOL = 16
 BASELINE = 1_000_000  # used_memory of an idle server with a few clients, about
@@ -302,6 +302,23 @@ def working_set(req: Requests) -> int:
                + buckets(len(first)) + BASELINE)
 
 
+POLICIES = (Policy("allkeys-lru", 5), Policy("allkeys-lru", 10), Policy("allkeys-lfu", 5))
+
+
+def alternatives(req: Requests, memory: int, sample_rate: float,
+                 bytes_scale: float = 1.0) -> list[dict[str, object]]:
+    """The hit ratio at `memory` under each eviction setting of POLICIES, on the same
+    stream (a sample at `sample_rate`, as a miniature cache)."""
+    sub = req
+    if sample_rate < 1:
+        sub = req.take(salted_hash(req.key, 0) < np.uint64(int(sample_rate * 2.0 ** 64)))
+    mf = len(sub) // 2
+    return [{"setting": f"{p.name}, maxmemory-samples {p.samples}",
+             "hit_ratio": round(simulate(sub, memory, p, measure_from=mf, scale=sample_rate,
+                                         bytes_scale=bytes_scale).hit_ratio, 4)}
+            for p in POLICIES]
+
+
 def model(name: str, bytes_scale: float = 1.0, notes: tuple[str, ...] = ()) -> MemoryModel:
     """The memory model of this kind (or a fork of it: `bytes_scale` corrects the
     per-key bytes)."""
@@ -313,6 +330,9 @@ def model(name: str, bytes_scale: float = 1.0, notes: tuple[str, ...] = ()) -> M
         working_set=working_set,
         smallest=lambda top: BASELINE + max(64 << 10, (top - BASELINE) // 200),
         client=Client,
+        alternatives=lambda req, memory, rate: alternatives(req, memory, rate, bytes_scale),
+        alternatives_title="eviction (maxmemory-policy; the curve is allkeys-lru with 5 "
+                           "samples)",
         notes=lambda rate: list(notes),
     )
 
