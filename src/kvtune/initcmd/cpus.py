@@ -173,7 +173,8 @@ def choose(top: Topology, allowed: tuple[int, ...] | None = None,
                "on the production host the server also has the other CPUs: pin it there "
                "(the export's systemd drop-in) or tune on a host of the same size"]
     if not load:
-        raise ValueError(f"the server has every CPU of this host ({cpu_list(server)}): no "
-                         "CPU is left for the load; give the server fewer CPUs, or run the "
-                         "load from its own host (load.host)")
+        raise ValueError(f"no CPU is left for the load beside the server's CPUs "
+                         f"({cpu_list(server)}) and their hyperthread siblings, of "
+                         f"{len(online)} CPU(s): give the server fewer CPUs, or run the load "
+                         "from its own host (load.host)")
     return Placement(server, load, tuple(why))
