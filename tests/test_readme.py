@@ -8,9 +8,11 @@ The README's commands are run as they are written, but for the test's own server
 and configuration file replace 11211/6379 and /etc/…, and `kvtune init` gets `--quick` (a
 study of about a minute: the steps, not an answer). Lines of output with figures are
 matched by pattern (a figure is any number); a line the README shortens with `…` is
-matched up to it. Whether the short study confirms a change is the host's to decide: a
-study without a confirmed change follows kvtune's own "Next:" line (`--best-in-search`),
-and a host that spoiled the measurement (said as such) ends the walk where it happened."""
+matched up to it. Whether the host lets kvtune measure, and whether the short study confirms
+a change, is the host's to decide: the README shows one outcome of each measuring step (a
+capacity measured; no change confirmed, then `--best-in-search`), and a run whose outcome
+differs ends the walk at that step, said (on a shared 2-CPU host the capacity search is
+often spoiled by other tasks: the walk then checks init and that the run says so)."""
 
 from __future__ import annotations
 
