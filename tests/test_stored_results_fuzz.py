@@ -125,3 +125,16 @@ def test_every_screen_reads_a_database_whose_numbers_are_not_numbers(
         for w in refused:
             assert "not a number" in runs[w].stderr or "is not" in runs[w].stderr, \
                 f"{w}: {runs[w].stderr[-2000:]}"
+
+
+def test_what_kvtune_stores_passes_what_it_reads() -> None:
+    """A server's stderr is stored with a study (a failed trial's evaluation): its newlines
+    are kept, an escape sequence becomes U+FFFD, and the document passes the reading check
+    (a Valkey study's export was refused: "the stored field stderr is not plain text")."""
+    from kvtune.store import check_document, dumps
+
+    doc = json.loads(dumps({"stderr": "Server started\n\x1b[31mWARNING\x1b[0m\r\n",
+                            "ci": [float("nan"), 1.0], "metrics": {"p99_us": float("inf")}}))
+    check_document(doc, "round trip")
+    assert doc["stderr"].count("\n") == 2 and "\x1b" not in doc["stderr"]
+    assert doc["ci"] == [None, 1.0] and doc["metrics"] == {"p99_us": None}

@@ -47,10 +47,17 @@ RESULTS = sa.Table(
 )
 
 
+_CONTROLS = {c: "\ufffd" for c in (*range(0x20), *range(0x7f, 0xa0)) if chr(c) not in "\n\t"}
+
+
 def _clean(obj: Any) -> Any:
-    """JSON without NaN/Infinity (they become null), so every reader can parse it."""
+    """JSON without NaN/Infinity (they become null), so every reader can parse it, and
+    text without control characters other than a newline or a tab (a server's stderr can
+    hold escape sequences: stored as U+FFFD, it passes `check_document` when read back)."""
     if isinstance(obj, float):
         return None if math.isnan(obj) or math.isinf(obj) else obj
+    if isinstance(obj, str):
+        return obj.translate(_CONTROLS)
     if isinstance(obj, dict):
         return {str(k): _clean(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
@@ -228,7 +235,8 @@ def open_store(spec: StudySpec, base: Path | None = None, heartbeat: bool = Fals
 # type wherever it appears: the rules below are that type system, applied to every document
 # read back (`check_document`), older layouts included (they use the same names). A number
 # storage could not keep (NaN, ±inf) is stored as null and reads as "not measured"; a field
-# of the wrong type, or text with control characters (a screen would print them), refuses
+# of the wrong type, or text with control characters other than a newline or a tab (an
+# escape sequence a terminal would obey), refuses
 # the study (UserError, exit 2) naming the storage, the document and the field.
 
 # Fields that hold a figure (or null) wherever they appear.
@@ -276,7 +284,8 @@ def _check(v: Any, where: str, path: str, name: str | None, depth: int) -> None:
     if depth > MAX_DEPTH:
         raise refuse(f"is nested deeper than {MAX_DEPTH} levels")
     if isinstance(v, str):
-        if len(v) > MAX_STRING or any(ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 for c in v):
+        if len(v) > MAX_STRING or any((ord(c) < 0x20 and c not in "\n\t")
+                                      or 0x7f <= ord(c) < 0xa0 for c in v):
             raise refuse("is not plain text (control characters, or longer than "
                          f"{present.figure(MAX_STRING)} characters)")
         if name in NUMBER_FIELDS and name not in CONFIG_FIELDS:
