@@ -200,10 +200,14 @@ def test_the_slo_and_objective_are_checked_and_asked_for(tmp_path: Path) -> None
     code, _, err = _init(tmp_path, "--config", "memcached.conf", "--objective", "p99_us")
     assert code == 2 and "--rate" in err
     code, _, err = _init(tmp_path, "--config", "memcached.conf", "--objective", "p99_us",
-                         "--rate", "20000", "--slo", "p99_us <= 2ms", "-o", "lat.yaml")
-    assert code == 0, err
+                         "--rate", "20k", "--slo", "p99_us <= 2ms", "-o", "lat.yaml")
+    assert code == 0, err  # a rate in the grammar of a study file (issue 41)
     doc = yaml.safe_load((tmp_path / "lat.yaml").read_text())
     assert doc["objective"] == "p99_us" and doc["load"]["rate"] == 20000
+    code, _, err = _init(tmp_path, "--config", "memcached.conf", "--objective", "p99_us",
+                         "--rate", "20x", "--slo", "p99_us <= 2ms", "-o", "bad.yaml")
+    assert code == 2 and "--rate: '20x' is not" in err and "50k" in err, err
+    assert not (tmp_path / "bad.yaml").exists()
     assert "p99_us <= 2000" in doc["constraints"]
     code, _, err = _init(tmp_path, "--capture", "60s", "--config", "memcached.conf",
                          "--slo", "p99_us <= 1ms")

@@ -48,9 +48,9 @@ def init_command(
         "--objective", help="what to improve: capacity (requests/s within the SLO; the "
                             "default) or a metric such as p99_us (then --rate, or "
                             "--capture's rate)")] = None,
-    rate: Annotated[float | None, typer.Option(
+    rate: Annotated[str | None, typer.Option(
         "--rate", help="requests/s of the open-loop load, for an objective other than "
-                       "capacity")] = None,
+                       "capacity (50000, 50k or 1.5M, as in a study file)")] = None,
     capture: Annotated[str | None, typer.Option(
         "--capture", help="capture this long of the server's live traffic (e.g. 60s) as "
                           "the study's workload (read-only; loopback)")] = None,
@@ -71,10 +71,15 @@ def init_command(
     from the options, or asked on a terminal. The file passes `kvtune check`; nothing is
     started or changed on the server."""
     from kvtune.initcmd.run import run
+    from kvtune.quantities import parse_rate
 
+    try:  # one grammar for a rate, on the command line and in a study file
+        rps = None if rate is None else parse_rate(rate)
+    except ValueError as e:
+        raise UserError(f"--rate: {e}") from None
     answers = _ask(slo, objective)
     for line in run(pid=pid, port=port, config=config, kind=kind, slo=answers[0],
-                    objective=answers[1], rate=rate, capture=capture, output=output,
+                    objective=answers[1], rate=rps, capture=capture, output=output,
                     name=name, quick=quick, force=force):
         print(line)
 
