@@ -158,7 +158,10 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
             source = (f"{head.get('text')} (the ablation measured these changes alone "
                       "against the defaults and the whole)"
                       + (f". Left out: {left}" if left else ""))
-        elif head.get("action") == "ship" and head.get("why") and not minimal:
+        elif choice and choice.get("chosen") == "minimal" and head.get("why") \
+                and not minimal:
+            # The ablation's smaller change was not shown better alone: the whole ships,
+            # and the header says why (the headline's words).
             source = f"{source}. {head['why']}"
         if minimal:
             abl = store.last_result(name, "ablation")
