@@ -361,7 +361,7 @@ def _setup_tampered_stores(cwd: Path, stores: Path) -> None:
                                   "'confirmation' ORDER BY id DESC").fetchone()[0])
     con.close()
     inject = "\n[Service]\nExecStartPre=/bin/sh -c 'touch /tmp/kvtune-bad-pwned'\n"
-    for name in ("mix", "text", "args", "value", "value-newline"):
+    for name in ("mix", "text", "args", "value", "value-escape"):
         shutil.copy(rec, cwd / "results" / f"{name}.db")
     mix = json.loads(json.dumps(spec))
     mix["load"]["workload"]["mix"] = "get:9,set:1" + inject
@@ -375,8 +375,8 @@ def _setup_tampered_stores(cwd: Path, stores: Path) -> None:
         "2m -o ext_path=/tmp/kvtune-bad-ext:64m")
     _tamper(cwd / "results" / "value.db", result=("confirmation", value))
     value["recommended"]["config"]["memcached.max_item_size"] = (
-        "2m\n-o ext_path=/tmp/kvtune-bad-ext:64m")
-    _tamper(cwd / "results" / "value-newline.db", result=("confirmation", value))
+        "2m\x1b[2K\r-o ext_path=/tmp/kvtune-bad-ext:64m")
+    _tamper(cwd / "results" / "value-escape.db", result=("confirmation", value))
     sweep = cwd / "results" / "sweep.db"
     shutil.copy(stores / "sweep.db", sweep)
     con = sqlite3.connect(sweep)
