@@ -28,6 +28,22 @@ class Client(Protocol):
 
 
 @dataclass(frozen=True)
+class SimResult:
+    """A simulated server at one memory size: its gets, hits, evictions and (memcached)
+    the slab pages each class holds at the end."""
+
+    memory: int
+    gets: int
+    hits: int
+    evictions: int
+    pages: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def hit_ratio(self) -> float:
+        return self.hits / self.gets if self.gets else 0.0
+
+
+@dataclass(frozen=True)
 class MemoryModel:
     """A kind's memory: `simulate(req, memory, measure_from, scale)` the hit ratio of the
     gets from index `measure_from` on, with `memory` bytes (scale < 1: a miniature cache

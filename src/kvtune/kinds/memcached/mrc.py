@@ -29,7 +29,7 @@ import numpy as np
 
 from kvtune.errors import UserError
 from kvtune.mrc.check import Conn
-from kvtune.mrc.model import MemoryModel
+from kvtune.mrc.model import MemoryModel, SimResult
 from kvtune.mrc.requests import DELETE, GET, SET, Requests, salted_hash
 
 PAGE = 1 << 20
@@ -95,19 +95,6 @@ class _Class:
     evicted_before: int = 0
     pages_before: int = 0
     window: list[tuple[float, int, int]] = field(default_factory=list)  # (age, dirty, evicted)
-
-
-@dataclass(frozen=True)
-class SimResult:
-    memory: int
-    gets: int
-    hits: int
-    evictions: int
-    pages: dict[int, int]
-
-    @property
-    def hit_ratio(self) -> float:
-        return self.hits / self.gets if self.gets else 0.0
 
 
 def simulate(req: Requests, memory: int, settings: Settings = Settings(),

@@ -31,7 +31,7 @@ import numpy as np
 
 from kvtune.errors import UserError
 from kvtune.mrc.check import Conn, key_name
-from kvtune.mrc.model import MemoryModel
+from kvtune.mrc.model import MemoryModel, SimResult
 from kvtune.mrc.requests import DELETE, GET, SET, Requests, salted_hash
 
 POOL = 16
@@ -86,18 +86,6 @@ class Policy:
     samples: int = 5  # maxmemory-samples
     lfu_log_factor: int = 10
     lfu_decay_time: int = 1  # minutes
-
-
-@dataclass(frozen=True)
-class SimResult:
-    memory: int
-    gets: int
-    hits: int
-    evictions: int
-
-    @property
-    def hit_ratio(self) -> float:
-        return self.hits / self.gets if self.gets else 0.0
 
 
 def simulate(req: Requests, maxmemory: int, policy: Policy = Policy(),
