@@ -224,9 +224,15 @@ def test_the_readme_from_capture_to_verify(tmp_path: Path, memcached_bin: str,
     _, out, _ = user.run("check", "study.yaml")
     assert "kvtune check study.yaml: study walkthrough (memcached): runnable" in \
         one_line(out)
-    code, tune_out, err = user.run("tune", "study.yaml", codes=(0, 1))
-    recommended = code == 0
+    code, tune_out, err = user.run("tune", "study.yaml", codes=(0, 1, 2))
     err = one_line(err)
+    if code == 2:
+        # The host spoiled the baseline (another tenant's steal time, a loaded client):
+        # an outcome this host may give. It is said with its cause, before any search.
+        assert re.search(r"most of the baseline's repetitions \(\d+ of \d+\) were flagged "
+                         r"on this host: .+ The study stops before searching\.", err), err
+        return
+    recommended = code == 0
     assert "Baseline (trial 0, the defaults): 2 repetitions to measure the noise floor" \
         in err
     assert "noise floor: ops_per_sec CoV" in err

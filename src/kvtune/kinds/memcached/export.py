@@ -124,8 +124,12 @@ class MemcachedExporter(Exporter):
             # replaces the operator's lines; the study's scaffolding (target.args: memory,
             # ports, listen addresses...) is never written over them.
             notes += kept_lines(prev, fixed, tuned, str(rec.previous))
-        how = ("Install: replace /etc/memcached.conf with this file (it is "
-               f"{rec.previous} with only the recommended changes merged in)"
+        # The operator's own file is replaced where it lives (a path given relative to
+        # where kvtune ran says nothing of where the server reads it: Debian's then).
+        dest = (str(rec.previous) if prev is not None and rec.previous is not None
+                and rec.previous.is_absolute() else "/etc/memcached.conf")
+        how = (f"Install: replace {dest} with this file (it is the operator's file "
+               "with only the recommended changes merged in)"
                if prev is not None else
                "Install: merge into /etc/memcached.conf (the service lines are Debian's "
                "defaults)") + " and restart memcached (every option needs a restart)."
@@ -150,5 +154,5 @@ class MemcachedExporter(Exporter):
                 f"{ln}\n" for ln in SERVICE_LINES)
         back = rollback_path("memcached/memcached.conf")
         return [ExportFile("memcached/memcached.conf", head + body, back, rb,
-                           "install memcached/memcached.conf as /etc/memcached.conf and "
-                           f"restart memcached; roll back: install {back} ({restores})")]
+                           f"install memcached/memcached.conf as {dest} and restart "
+                           f"memcached; roll back: install {back} ({restores})")]
