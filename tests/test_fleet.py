@@ -44,7 +44,11 @@ TrialState = optuna.trial.TrialState
 
 def _study_file(tmp: Path, url: str, trials: int = 8, name: str = "fleet",
                 hosts: str | None = None) -> Path:
-    return fleet_study(tmp, url, name, trials, 3, hosts, confirm_top=1, confirm_rounds=5)
+    # ablation_max_rounds = confirm_rounds: the confirmer's ablation runs its first look only
+    # (a fixed design; its sequential looks are tested in test_ablation.py), so a confirming
+    # worker's time stays bounded (30 rounds a changed knob: about 120 repetitions more).
+    return fleet_study(tmp, url, name, trials, 3, hosts, confirm_top=1, confirm_rounds=5,
+                       ablation_max_rounds=5)
 
 
 def _env() -> dict[str, str]:
@@ -162,6 +166,8 @@ def test_two_workers_share_one_study(pg_url: str, tmp_path: Path) -> None:
     assert outs[other]["result"]["confirmed_by"] == confirmer
     assert outs[confirmer]["result"]["confirmed_by"] == confirmer
     assert outs[confirmer]["result"]["candidates"], outs[confirmer]
+    # The confirmer, and only it, ran the ablation after the confirmation.
+    assert len(_results(pg_url, "ablation")) == 1
     eng = sa.create_engine(pg_url)
     ws = {w["worker"]: w for w in workers_of(eng, "fleet")}
     eng.dispose()
@@ -377,6 +383,8 @@ def test_heterogeneous_hosts_get_their_own_baseline_and_confirmation(
             assert by_number[cand["trial"]].user_attrs["fingerprint"] == c["fingerprint"]
     for w, o in outs.items():
         assert o["result"]["confirmed_by"] == w
+    # Each host's confirmer ran its own ablation.
+    assert len(_results(pg_url, "ablation")) == 2
     shown = run_kvtune("show", "fleet", "--storage", pg_url, "--json", env=_env(), timeout=120)
     assert shown.returncode == 0, shown.stderr
     hosts = {h["fingerprint"]: h for h in json.loads(shown.stdout)["hosts"]}
