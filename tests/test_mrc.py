@@ -373,3 +373,46 @@ def test_a_multiget_is_a_get_per_key() -> None:
     assert len(np.unique(r.t)) == 1_000  # four keys at each request's time
     with pytest.raises(UserError, match="mget_size"):
         rq.from_model({"keys": 10, "mget_size": 0})
+
+
+def test_describe_shows_the_curve_with_the_measured_points_of_its_workload(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    w = {"keys": 4_000, "popularity": "zipf:0.9", "mix": "get:1", "value_size": 100,
+         "key_size": 20}
+    model = tmp_path / "m.json"
+    model.write_text(json.dumps(w))
+    measured = tmp_path / "measured.json"
+    measured.write_text(json.dumps({
+        "workloads": {"this": w, "other": {**w, "keys": 9}},
+        "rows": [{"workload": "this", "kind": "lru", "memory_mb": 0.25, "measured": 0.61},
+                 {"workload": "other", "kind": "lru", "memory_mb": 0.5, "measured": 0.123457},
+                 {"workload": "this", "kind": "redis", "memory_mb": 1, "measured": 0.44}]}))
+    page = tmp_path / "d.html"
+    rc, out, _ = _kvtune(capsys, "workload", "describe", str(model), "--measured",
+                         str(measured), "--html", str(page))
+    assert rc == 0
+    assert "miss-ratio curve (lru, exact stack distances; 100,000 requests" in out
+    # only this workload's point of this kind, beside the prediction at its size
+    assert "measured (this) at 256 KiB: 0.610 (predicted" in out
+    assert "0.123" not in out and "0.440" not in out
+    html = page.read_text()
+    assert 'id="plot-mrc"' in html and "measured (this)" in html and "0.123457" not in html
+    rc, out, _ = _kvtune(capsys, "workload", "describe", str(model), "--no-curve")
+    assert rc == 0 and "miss-ratio curve" not in out
+    rc, _, err = _kvtune(capsys, "workload", "describe", str(model), "--kind", "nosuch")
+    assert rc == 2 and "--kind nosuch" in err
+
+
+def test_the_quick_curve_computes_the_marked_sizes_and_the_figure_marks_them() -> None:
+    from kvtune.mrc import view
+
+    doc = {"keys": 3_000, "popularity": "zipf:0.99", "mix": "get:9,set:1",
+           "value_size": "list:100:6,1K:3,8K:1"}
+    c = view.quick_curve(doc, "memcached", extra_sizes=[6 << 20])
+    assert 6 << 20 in c.sizes and c.requests == 100_000
+    fig = view.figure(c, measured=[view.Point(6 << 20, 0.9, "measured")],
+                      marks=[view.Mark(6 << 20, "the study ran at 6.0 MiB")])
+    assert [t.name for t in fig.data] == ["predicted (memcached)", "measured"]
+    assert fig.layout.shapes[0].x0 == 6.0  # MiB, on a log axis
+    assert fig.layout.annotations[0].x == pytest.approx(np.log10(6.0))
+    assert view.predicted_at(c, 6 << 20) == c.hit_ratio[c.sizes.index(6 << 20)]

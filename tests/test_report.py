@@ -119,7 +119,7 @@ def test_report_renders_in_chromium(study: tuple[str, Path]) -> None:
     plots = {p["id"]: p for p in res["plots"]}
     expected = {"plot-convergence", "plot-importance", "plot-sensitivity-0",
                 "plot-sensitivity-1", "plot-sensitivity-2", "plot-correlations",
-                "plot-telemetry-scatter", "plot-slab-pages"}
+                "plot-telemetry-scatter", "plot-slab-pages", "plot-mrc"}
     assert expected <= set(plots), sorted(plots)
     for p in plots.values():
         assert p["svg"] and p["traces"] > 0 and p["marks"] > 0 and p["width"] > 300, p
@@ -127,10 +127,36 @@ def test_report_renders_in_chromium(study: tuple[str, Path]) -> None:
     assert sum(len(p["defaults"]) for p in plots.values()) >= 2  # threads, growth_factor
     for needle in ("Which change made the gain", "Latency by request type", "BH q",
                    "Noise floor and host noise facts", "counters: memcached stats",
-                   "as written"):
+                   "as written", "Memory and hit ratio", "the study ran at 64.0 MiB",
+                   "measured in this study (kvload, median of its repetitions) at 64.0 MiB"):
         assert needle in page, needle
+    # the curve of the study's workload (memcached's model), its measured point on it
+    mrc = plots["plot-mrc"]
+    assert mrc["traces"] == 2 and mrc["marks"] >= 10, mrc
     assert "<details><summary>counters" in page  # collapsed by default
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+
+
+def test_describe_page_shows_the_curve_with_its_measured_points(tmp_path: Path) -> None:
+    """`kvtune workload describe --html`: the model's plots and its miss-ratio curve with
+    the points measured on a server, drawn in Chromium."""
+    w = {"keys": 40000, "popularity": "zipf:0.9", "mix": "get:9,set:1", "key_size": 32,
+         "value_size": "list:100:4,400:3,1500:2,6000:1,20000:0.3",
+         "ttl": "list:0:2,8:1,20:1"}
+    model = tmp_path / "mixed-ttl.json"
+    model.write_text(json.dumps(w))
+    out = tmp_path / "describe.html"
+    r = run_kvtune("workload", "describe", str(model), "--kind", "memcached", "--measured",
+                   str(REPO / "bench" / "mrc" / "check_real.json"), "--html", str(out),
+                   cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "measured (mixed-ttl) at 8.0 MiB: 0.688" in r.stdout  # bench/mrc/check_real.json
+    res = render_in_chromium(out, ARTIFACTS / "describe.png")
+    assert not res["errors"], res["errors"]
+    assert {u.split(":", 1)[0] for u in res["requests"]} == {"file"}, res["requests"]
+    plots = {p["id"]: p for p in res["plots"]}
+    mrc = plots["plot-mrc"]
+    assert mrc["svg"] and mrc["traces"] >= 2 and mrc["marks"] >= 10 + 4, mrc
 
 
 def test_show_summarises_importance_and_telemetry(study: tuple[str, Path]) -> None:

@@ -738,9 +738,18 @@ def canary(
     export_dir: Annotated[Path | None, typer.Option(
         "--export", help="the directory `kvtune export -o` wrote: its rollback file is "
                          "the rollback")] = None,
+    config_file: Annotated[Path | None, typer.Option(
+        "--config", help="the canary's config file (the operator's own, instead of a "
+                         "study's export): the change is what it sets differently from "
+                         "--current-config, read back from the canary before watching")]
+    = None,
+    current_config: Annotated[Path | None, typer.Option(
+        "--current-config", help="the control's config file: the current configuration, "
+                                 "what the canary goes back to on a breach")] = None,
     rollback_on_breach: Annotated[bool, flag(
-        "--rollback-on-breach", help="on 'roll back', apply the export's rollback file to "
-                                     "the canary (journalled) and read it back")] = False,
+        "--rollback-on-breach", help="on 'roll back', apply the export's rollback file (or "
+                                     "--current-config) to the canary, journalled, and "
+                                     "verify the old configuration is back")] = False,
     probe_rate: Annotated[float | None, typer.Option(
         "--probe-rate", help="also probe each server with kvload at this many requests/s "
                              "on keys of its own: the probe's p99 (probe_p99), for servers "
@@ -763,7 +772,7 @@ def canary(
     interval valid at every look. Ends with promote (exit 0), roll back (1), or inconclusive
     at the time limit (1); --aa checks a pair on one configuration first."""
     from kvtune.canary import command as cc
-    from kvtune.canary import page, session
+    from kvtune.canary import page, session, watch
 
     if json_file is not None:  # `--json FILE`: an older spelling of `-o FILE`
         if not as_json:
@@ -778,10 +787,18 @@ def canary(
     o = cc.Options(kind, list(canary_), list(control), goal, list(guardrail or []), interval,
                    max_time, warmup, alpha, aa, study, storage, export_dir,
                    rollback_on_breach, json_out, report_out, probe_rate=probe_rate,
-                   study_rules=cc.study_rules(rec) if rec is not None else None)
+                   study_rules=cc.study_rules(rec) if rec is not None else None,
+                   config_file=config_file, current_config=current_config)
     plan = cc.plan_from(o)
-    if study is not None and rec is not None:
-        ok, lines = cc.verify_canaries(plan, study, rec)
+    if (study is not None and rec is not None) or plan.change is not None:
+        if plan.change is not None:
+            ok, lines = cc.check_settings(
+                plan, watch.reader_of(kind),
+                {n: a for n, (a, _) in plan.change.settings.items()},
+                f"in {plan.change.file.name}")
+        else:
+            assert study is not None and rec is not None
+            ok, lines = cc.verify_canaries(plan, study, rec)
         plan.verified = lines
         for ln in lines:
             say.print(ln, highlight=False, markup=False)
@@ -789,13 +806,21 @@ def canary(
             say.print("the canary does not run the change (kvtune verify): not watched")
             raise typer.Exit(1)
     else:
-        plan.verified = ["not verified: no --study given"]
+        plan.verified = ["not verified: no --study or --config given"]
     who = ", ".join(f"{c.address} against {b.address}" for c, b in
                     zip(plan.canaries, plan.controls, strict=True))
     say.print(f"{'A/A ' if aa else ''}canary {who} ({kind}), a look every {interval} up "
               f"to {max_time}; "
               f"rules: {'; '.join(r.text for r in plan.rules)}", highlight=False, markup=False)
     record = session.run(plan, lambda ln: say.print(ln, highlight=False, markup=False))
+    if "rollback" in record:
+        ok, lines = cc.verify_rollback(plan, watch.reader_of(kind), rec)
+        record["rollback"]["verify"] = {"ok": ok, "lines": lines}
+        for ln in lines:
+            say.print(ln, highlight=False, markup=False)
+        say.print("verify: the old configuration is back on the canary" if ok else
+                  "verify: the old configuration is NOT (all) back on the canary",
+                  highlight=False, markup=False)
     if json_out is not None:
         session.write_record(record, json_out)
     if report_out is not None:
@@ -810,6 +835,8 @@ def canary(
                "apply the export's rollback file (under rollback/ in its directory)")
         say.print(f"not rolled back by kvtune (no --rollback-on-breach): {how} to the "
                   "canary", highlight=False, markup=False)
+    if "rollback" in record and not record["rollback"]["verify"]["ok"]:
+        raise typer.Exit(3)
     if outcome not in ("promote", session.AA_AGREES):
         raise typer.Exit(1)
 
@@ -1015,24 +1042,55 @@ def workload_describe(
     model: Annotated[Path, typer.Argument(help="a workload model (or any kvload workload "
                                                "file)")],
     html: Annotated[Path | None, typer.Option(
-        "--html", help="also write its plots (popularity, sizes, rate) to this page")] = None,
+        "--html", help="also write its plots (popularity, sizes, rate, miss-ratio curve) to "
+                       "this page")] = None,
+    kind: Annotated[str | None, typer.Option(
+        help="the miss-ratio curve's server kind, or lru (default: the captured server's "
+             "kind, else lru)")] = None,
+    measured: Annotated[str | None, typer.Option(
+        help="hit ratios measured on servers, to put on the curve "
+             "(bench/mrc/check_real.py --json)")] = None,
+    curve: Annotated[bool, flag("--curve/--no-curve", help="the miss-ratio curve (a few "
+                                                           "seconds)")] = True,
     as_json: Annotated[bool, json_flag("print the model itself as JSON")] = False,
 ) -> None:
     """Describe what a workload model holds.
 
     Its mix, rate and arrivals, popularity and its fit, sizes,
-    TTLs, connections, and how it was captured or imported."""
+    TTLs, connections, how it was captured or imported, and its miss-ratio curve (the hit
+    ratio by memory, with measured points)."""
+    from kvtune.mrc.view import Point, default_kind, describe_curve, page_block
     from kvtune.workload.describe import html as write_html
     from kvtune.workload.describe import lines, load_model
 
     doc = load_model(str(model))
+    pts: list[Point] = []
+    mrc, why = None, ""
+    if curve:
+        from kvtune.mrc.command import read_measured
+        from kvtune.mrc.model import model_of
+
+        k = kind or default_kind(doc)
+        if k != "lru":
+            model_of(k)  # UserError naming the kinds with a model
+        rows = read_measured(measured, doc) if measured else []
+        pts = [Point(int(r["memory"]), float(r["measured"]),
+                     f"measured ({r['workload']})" if r["workload"] else "measured")
+               for r in rows if r["kind"] in ("", k)]
+        mrc, why = describe_curve(doc, k, [p.memory for p in pts])
     if as_json:
         print(json.dumps(doc, indent=1, default=str))
     else:
-        for line in lines(doc):
+        from kvtune.mrc.view import summary
+
+        text = lines(doc)
+        if curve:
+            text += summary(mrc, measured=pts) if mrc is not None else [
+                f"miss-ratio curve: not drawn ({why})"]
+        for line in text:
             out.print(line, highlight=False, markup=False)
     if html is not None:
-        write_html(doc, html)
+        write_html(doc, html, page_block(mrc, pts) if mrc is not None else "")
         (err if as_json else out).print(f"wrote {escape(html)}", highlight=False)
 
 

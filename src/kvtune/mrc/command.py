@@ -21,6 +21,7 @@ from kvtune.cli_options import err, json_flag, out
 from kvtune.errors import UserError
 from kvtune.mrc import curve as curves
 from kvtune.mrc import requests as rq
+from kvtune.mrc import view
 from kvtune.quantities import parse_size
 from kvtune.safety.files import ReadRefused, open_input, read_input
 from kvtune.safety.text import for_markup as escape
@@ -62,15 +63,14 @@ def load(path: str, fmt: str = "auto", requests: int | None = None,
 
 
 def _mib(n: float | None) -> str:
-    if n is None:
-        return "-"
-    return f"{present.figure(n / (1 << 20), 1)} MiB" if n >= 1 << 20 else \
-        f"{present.figure(n / 1024)} KiB"
+    return view.mib(n)
 
 
-def read_measured(path: str) -> list[dict[str, Any]]:
+def read_measured(path: str, model: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Measured points (bench/mrc/check_real.py's --json: rows with memory_mb and
-    measured, and the server kind), to put on the plot of the curve of their kind."""
+    measured, and the server kind), to put on the plot of the curve of their kind. With
+    `model`, only the rows of the file's workloads that `model` is (each key the file's
+    `workloads` gives it has the same value in `model`)."""
     data = read_input(path, MAX_MEASURED, "--measured")
     try:
         doc = json.loads(data)
@@ -78,39 +78,25 @@ def read_measured(path: str) -> list[dict[str, Any]]:
         pts: list[dict[str, Any]] = [{"memory": int(float(r["memory_mb"]) * (1 << 20)),
                 "measured": float(r["measured"]), "kind": str(r.get("kind", "")),
                 "workload": str(r.get("workload", ""))} for r in rows]
-    except (ValueError, KeyError, TypeError):
+        named = doc.get("workloads") if isinstance(doc, dict) else None
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise UserError(f"--measured {path}: not the JSON of bench/mrc/check_real.py (rows "
                         "with memory_mb and measured)") from None
     if not all(0 <= float(p["measured"]) <= 1 for p in pts):
         raise UserError(f"--measured {path}: a measured hit ratio outside [0, 1]")
+    if model is not None and isinstance(named, dict):
+        same = {n for n, w in named.items()
+                if isinstance(w, dict) and all(model.get(k) == v for k, v in w.items())}
+        pts = [p for p in pts if p["workload"] in same]
     return pts
 
 
 def plot(c: curves.Curve, path: Path, target: float | None,
          measured: list[dict[str, Any]] | None = None) -> None:
-    import plotly.graph_objects as go
-
     from kvtune.safety.files import write_file
 
-    mib = [s / (1 << 20) for s in c.sizes]
-    fig = go.Figure()
-    if c.low != c.high:
-        fig.add_trace(go.Scatter(x=mib + mib[::-1], y=c.high + c.low[::-1], fill="toself",
-                                 line={"width": 0}, fillcolor="rgba(31,119,180,0.2)",
-                                 name="range over salts", hoverinfo="skip"))
-    fig.add_trace(go.Scatter(x=mib, y=c.hit_ratio, mode="lines+markers",
-                             name=f"predicted ({c.kind})", line={"color": "#1f77b4"}))
-    if measured:
-        fig.add_trace(go.Scatter(x=[p["memory"] / (1 << 20) for p in measured],
-                                 y=[p["measured"] for p in measured], mode="markers",
-                                 marker={"symbol": "x", "size": 11, "color": "#d62728"},
-                                 name="measured on the server"))
-    if target is not None:
-        fig.add_hline(y=target, line={"dash": "dash", "color": "#9e9e9e"},
-                      annotation_text=f"target {target:g}")
-    fig.update_layout(template="plotly_white", title=f"hit ratio by memory: {c.source}",
-                      xaxis_title="memory (MiB)", yaxis_title="hit ratio (steady state)",
-                      yaxis={"range": [0, 1]}, height=480)
+    pts = [view.Point(int(p["memory"]), float(p["measured"])) for p in measured or []]
+    fig = view.figure(c, target, pts)
     write_file(path, fig.to_html(include_plotlyjs=True, full_html=True), what="-o")
 
 

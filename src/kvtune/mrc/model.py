@@ -51,7 +51,10 @@ class MemoryModel:
     once; `smallest(top)` the smallest memory worth showing; `round_sizes` what the
     server's memory setting can be; `alternatives(req, memory, rate)` the hit ratio at
     `memory` under other settings of the kind (rows with `setting`, `hit_ratio`);
-    `client(port)` its protocol on 127.0.0.1; `notes(rate)` caveats of the curve."""
+    `client(port)` its protocol on 127.0.0.1; `notes(rate)` caveats of the curve;
+    `configured(stats)` the memory setting in bytes read from the server's stats as a study
+    stores them (None: not there, or no limit); `memory_knob` the catalog knob (in MB)
+    that sets it."""
 
     name: str
     simulate: Callable[[Requests, int, int, float], float]
@@ -62,6 +65,8 @@ class MemoryModel:
     alternatives: Callable[[Requests, int, float], list[dict[str, Any]]] | None = None
     alternatives_title: str = "other settings"
     notes: Callable[[float], list[str]] = field(default=lambda rate: [])
+    configured: Callable[[dict[str, Any]], int | None] = field(default=lambda stats: None)
+    memory_knob: str | None = None
 
 
 def model_of(kind: str) -> MemoryModel:

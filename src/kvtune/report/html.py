@@ -41,6 +41,7 @@ from kvtune.report.compare import (
     load_raw,
     slab_tables,
 )
+from kvtune.report.memory import section as memory_section
 from kvtune.report.summary import change_cell, change_word
 from kvtune.report.workers import html_section as workers_section
 from kvtune.stats import ci_kind
@@ -602,6 +603,7 @@ def render(data: StudyData, a: Analysis | None = None, within: float = 0.05) -> 
                 f"<p class=note>{_e(cap_note)}</p>" + _plot(cap_fig, "plot-capacity")
                 if cap_fig is not None else "")
     spec_fig = figures.spectrum(verbs)
+    mem_html = memory_section(data, _plot)
     sens = "".join(_plot(figs.get(f"sensitivity-{c.knob}"), f"plot-sensitivity-{i}")
                    for i, c in enumerate(a.curves))
     parts = [
@@ -612,6 +614,7 @@ def render(data: StudyData, a: Analysis | None = None, within: float = 0.05) -> 
         "<a href=#latency>latency</a><a href=#convergence>convergence</a>"
         "<a href=#importance>importance</a><a href=#sensitivity>sensitivity</a>"
         "<a href=#telemetry>telemetry</a>" + ("<a href=#slabs>slabs</a>" if slabs else "")
+        + ("<a href=#memory>memory</a>" if mem_html else "")
         + "<a href=#trials>trials</a><a href=#workers>workers</a>"
         "<a href=#reproduce>reproduce</a></nav>",
         _verdict(data), _pareto(data.confirmation or {}),
@@ -633,6 +636,7 @@ def render(data: StudyData, a: Analysis | None = None, within: float = 0.05) -> 
         _plot(figs["correlations"], "plot-correlations"),
         _plot(figs["telemetry-scatter"], "plot-telemetry-scatter"), _corr_table(a),
         _slabs(data, slabs, cmp), _plot(figs.get("slab-pages"), "plot-slab-pages"),
+        mem_html,
         sweep_view.html_section(data),  # sweeps; server stats by phase and over time
         "<h2 id=trials>Trials</h2>", _trials(data),
         workers_section(data),  # fleet workers and hosts (report/workers.py)

@@ -1,4 +1,5 @@
-"""`kvtune workload describe FILE`: a workload model in words, and as plots (HTML)."""
+"""`kvtune workload describe FILE`: a workload model in words, and as plots (HTML); the
+command adds its miss-ratio curve (kvtune.mrc.view)."""
 
 from __future__ import annotations
 
@@ -131,8 +132,9 @@ def harmonic(n: int, s: float) -> float:
     return h
 
 
-def html(doc: dict[str, Any], path: Path) -> None:
-    """Popularity (rank-frequency), sizes and rate, one self-contained page."""
+def html(doc: dict[str, Any], path: Path, extra: str = "") -> None:
+    """Popularity (rank-frequency), sizes and rate, then `extra` (the miss-ratio curve's
+    block, kvtune.mrc.view.page_block): one self-contained page."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -186,6 +188,9 @@ def html(doc: dict[str, Any], path: Path) -> None:
     text = "<br>".join(lines(doc))
     page = fig.to_html(include_plotlyjs=True, full_html=True)
     page = page.replace("<body>", f"<body><pre style='font-size:13px'>{_esc(text)}</pre>", 1)
+    if extra:
+        page = page.replace("</body>", extra + "</body>", 1)
+    page = page.replace("<body>", "<body><main>", 1).replace("</body>", "</main></body>", 1)
     from kvtune.safety.files import write_file
 
     write_file(path, page, what="--html")

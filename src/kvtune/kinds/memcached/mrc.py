@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -344,6 +345,12 @@ class Client:
         self.c.close()
 
 
+def configured(stats: dict[str, Any]) -> int | None:
+    """`-m` in bytes, from the stats a study stores (`stats`'s limit_maxbytes)."""
+    v = (stats.get("stats") or {}).get("limit_maxbytes") if isinstance(stats, dict) else None
+    return int(v) if isinstance(v, int | float) and v > 0 else None
+
+
 def working_set(req: Requests, settings: Settings = Settings()) -> int:
     """The chunks the stream's distinct keys take at once (each at its first size), plus a
     page per class."""
@@ -390,6 +397,8 @@ MODEL = MemoryModel(
     alternatives_title="slab settings (defaults: -f 1.25, slab_automove=1)",
     notes=lambda rate: ["a miniature memcached has pages of R MiB: at small R the page "
                         "split over slab classes is coarse"] if rate < 0.1 else [],
+    configured=configured,
+    memory_knob="memcached.memory_mb",
 )
 
 __all__ = ["MODEL", "Client", "Settings", "SimResult", "alternatives", "classes_of",

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -307,6 +308,12 @@ def alternatives(req: Requests, memory: int, sample_rate: float,
             for p in POLICIES]
 
 
+def configured(stats: dict[str, Any]) -> int | None:
+    """`maxmemory` in bytes, from the INFO a study stores (None when 0: no limit)."""
+    v = stats.get("maxmemory") if isinstance(stats, dict) else None
+    return int(v) if isinstance(v, int | float) and v > 0 else None
+
+
 def model(name: str, bytes_scale: float = 1.0, notes: tuple[str, ...] = ()) -> MemoryModel:
     """The memory model of this kind (or a fork of it: `bytes_scale` corrects the
     per-key bytes)."""
@@ -322,6 +329,8 @@ def model(name: str, bytes_scale: float = 1.0, notes: tuple[str, ...] = ()) -> M
         alternatives_title="eviction (maxmemory-policy; the curve is allkeys-lru with 5 "
                            "samples)",
         notes=lambda rate: list(notes),
+        configured=configured,
+        memory_knob=f"{name}.maxmemory_mb",
     )
 
 
