@@ -189,6 +189,10 @@ def test_rollback_on_breach_applies_the_exports_rollback_and_reads_it_back(
         assert any(f"ok      {kind} maxmemory: recommended 16mb" in ln
                    for ln in rec["verified"]), rec["verified"]
         assert rec["rollback"]["ok"] and "rolled back" in r.stdout, r.stdout
+        check = rec["rollback"]["verify"]
+        assert check["ok"] and "verify: the old configuration is back" in r.stdout, check
+        assert any(f"ok      {kind} maxmemory: old configuration" in ln
+                   for ln in check["lines"]), check
         assert "16777216" not in redis_call(c.port, "CONFIG", "GET", "maxmemory")
         assert "noeviction" in redis_call(c.port, "CONFIG", "GET", "maxmemory-policy")
         assert "allkeys-lru" in redis_call(b.port, "CONFIG", "GET", "maxmemory-policy") or \
@@ -205,6 +209,63 @@ def test_a_canary_not_running_the_change_is_not_watched(redis_bin: str, in_tmp: 
                 str(b.port), "--study", "mem", "--storage", url, *FAST, cwd=in_tmp)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "DIFFERS redis maxmemory: recommended 16mb, found 0" in r.stdout, r.stdout
+    assert "not watched" in r.stdout and "look 1" not in r.stdout
+
+
+CONFIGS = {  # the operator's own files: the canary's (the change) and the control's
+    "memcached": ("-m 16\n-p 11311\n-c 1024\n", "-m 128\n-p 11211\n-c 1024\n"),
+    "redis": ("port 6380\nmaxmemory 16mb\nmaxmemory-policy allkeys-lru\n",
+              "port 6379\nmaxmemory 0\nmaxmemory-policy noeviction\n"),
+}
+CONFIGS["valkey"] = CONFIGS["redis"]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("kind", ["memcached", "redis", "valkey"])
+def test_the_operators_config_file_is_the_change_rolled_back_and_verified(
+        kind: str, kvload_bin: str, in_tmp: Path) -> None:
+    """The change from the operator's own config files (--config the canary's, --current-
+    config the control's; their ports differ and are not a change): read back from the
+    canary before watching, it breaches, --rollback-on-breach puts each changed setting
+    back to the current file's value (journalled), and the old configuration is read back
+    from the server; the journal is left empty."""
+    new, old = in_tmp / f"canary-{kind}.conf", in_tmp / f"current-{kind}.conf"
+    new.write_text(CONFIGS[kind][0])
+    old.write_text(CONFIGS[kind][1])
+    with ExitStack() as stack:
+        c, b = _pair(stack, kind, SMALL[kind], BIG[kind])
+        with replayed(kvload_bin, kind, [c, b]):
+            r, rec = _canary(kind, c, b, in_tmp, "--config", str(new), "--current-config",
+                             str(old), "--rollback-on-breach")
+        assert r.returncode == 1 and rec["outcome"] == "roll back", r.stdout + r.stderr
+        setting = "-m" if kind == "memcached" else "maxmemory"
+        assert sorted(rec["change"]["settings"]) == (
+            ["-m"] if kind == "memcached" else ["maxmemory", "maxmemory-policy"])
+        assert any(f"ok      {kind} {setting}: in {new.name}" in ln
+                   for ln in rec["verified"]), rec["verified"]
+        assert rec["rollback"]["ok"] and rec["rollback"]["verify"]["ok"], r.stdout
+        assert any(f"ok      {kind} {setting}: in {old.name}" in ln
+                   for ln in rec["rollback"]["verify"]["lines"]), rec["rollback"]
+        assert "verify: the old configuration is back on the canary" in r.stdout
+        if kind == "memcached":
+            assert mc_settings(c.port)["maxbytes"] == str(128 << 20)
+        else:
+            assert "noeviction" in redis_call(c.port, "CONFIG", "GET", "maxmemory-policy")
+            assert "\n0\r" in redis_call(c.port, "CONFIG", "GET", "maxmemory")
+    assert not Path(os.environ["KVTUNE_JOURNAL"]).exists()
+
+
+@pytest.mark.integration
+def test_a_canary_not_running_the_config_file_is_not_watched(redis_bin: str,
+                                                            in_tmp: Path) -> None:
+    new = in_tmp / "canary.conf"
+    new.write_text(CONFIGS["redis"][0])
+    with running("redis", [], binary=redis_bin) as c, \
+            running("redis", [], binary=redis_bin) as b:
+        r = cli("canary", "--kind", "redis", "--canary", str(c.port), "--control",
+                str(b.port), "--config", str(new), *FAST, cwd=in_tmp)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "DIFFERS redis maxmemory: in canary.conf 16mb, found 0" in r.stdout, r.stdout
     assert "not watched" in r.stdout and "look 1" not in r.stdout
 
 
@@ -294,9 +355,22 @@ def test_a_session_killed_while_watching_leaves_nothing_to_restore(
     (["--canary", "11211", "--control", "11212", "--alpha", "2"], "--alpha"),
     (["--canary", "11211", "--control", "11212", "--probe-rate", "0"], "--probe-rate"),
     (["--canary", "11211", "--control", "11212", "--aa", "--study", "x"], "--study with --aa"),
+    (["--canary", "11211", "--control", "11212", "--current-config", "a.conf"],
+     "needs --config"),
+    (["--canary", "11211", "--control", "11212", "--config", "nowhere.conf"], "cannot read"),
+    (["--canary", "11211", "--control", "11212", "--config", "same.conf", "--current-config",
+      "same.conf"], "sets nothing differently"),
+    (["--canary", "11211", "--control", "11212", "--config", "same.conf",
+      "--rollback-on-breach"], "needs --current-config"),
+    (["--canary", "11211", "--control", "11212", "--config", "same.conf", "--export", "x"],
+     "one source"),
+    (["--canary", "11211", "--control", "11212", "--config", "threads.conf",
+      "--current-config", "same.conf", "--rollback-on-breach"], "need a restart"),
 ])
 def test_bad_input_is_one_line_and_exit_2_before_anything(in_tmp: Path, args: list[str],
                                                           says: str) -> None:
+    (in_tmp / "same.conf").write_text("-m 64\n-p 11211\n-t 4\n")
+    (in_tmp / "threads.conf").write_text("-m 64\n-t 2\n")
     r = cli("canary", "--kind", "memcached", *args, cwd=in_tmp)
     assert r.returncode == 2, r.stdout + r.stderr
     assert says in r.stderr and "Traceback" not in r.stderr, r.stderr
@@ -399,6 +473,9 @@ def test_a_memcached_memory_limit_is_rolled_back_live(kvload_bin: str, in_tmp: P
             rec["verified"]
         assert rec["rollback"]["ok"], r.stdout
         assert rec["rollback"]["servers"][0]["before"] == {"-m": "16"}
+        check = rec["rollback"]["verify"]
+        assert check["ok"] and any("ok      memcached -m: in memcached.conf 64, found 64" in ln
+                                   for ln in check["lines"]), check
         assert mc_settings(c.port)["maxbytes"] == str(64 << 20)
         assert mc_settings(b.port)["maxbytes"] == str(128 << 20)
     assert not Path(os.environ["KVTUNE_JOURNAL"]).exists()

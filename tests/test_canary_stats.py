@@ -1,7 +1,9 @@
-"""The canary's anytime-valid statistics (kvtune.stats.confidence_sequence and
-kvtune/canary/verdict.py) on simulated series: coverage at every look, the A/A false-alarm
-rate of the verdict, and the outcomes of a harmful and a helpful change. Pure Python; the
-figures quoted in docs/evaluation.md come from these tests (pytest -s prints them)."""
+"""The canary's anytime-valid statistics (kvtune/canary/sequence.py and
+kvtune/canary/verdict.py) on simulated and recorded series: coverage at every look (of
+independent and autocorrelated series), the A/A false-alarm rate of the verdict with the
+default guardrails and with zero margins, and the outcomes of a harmful and a helpful
+change. Pure Python; bench/canary/aa_rates.py prints the tables of docs/evaluation.md from
+the same functions."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvtune import stats
+from kvtune.canary import sequence as sq
 from kvtune.canary import verdict as v
 from kvtune.canary.watch import METRICS, difference
 from kvtune.errors import UserError
@@ -40,28 +42,63 @@ def test_interval_covers_the_mean_at_every_look(law: str, alpha: float) -> None:
     else:  # paired log-ratios of two skewed per-interval figures with a true ratio e^0.3
         x = np.log(rng.lognormal(truth, 0.4, (RUNS, LOOKS))
                    / rng.lognormal(0.0, 0.4, (RUNS, LOOKS)))
-    misses = stats.cs_coverage_misses(x, truth, alpha, t_opt=30).mean()
+    misses = sq.coverage_misses(x, truth, alpha, t_opt=30).mean()
     print(f"\n{law} alpha={alpha}: missed at some look in {misses:.3%} of {RUNS} runs "
           f"({LOOKS} looks)")
     assert misses <= alpha + _slack(alpha, RUNS)
-    assert misses > 0  # not vacuous: the interval is not wider than anything could reach
+    if alpha == 0.05:
+        assert misses > 0  # not vacuous: the interval is not wider than anything reaches
+    _, r = sq.prefixes(x[:100], alpha, t_opt=30)
+    assert np.median(r[:, -1]) < 0.6  # and informative: at 200 looks, under 0.6 SD wide
 
 
-@pytest.mark.parametrize(("phi", "at_most"), [(0.3, 0.15), (0.6, 0.35)])
-def test_autocorrelated_intervals_cover_less_and_the_widening_halves_it(
-        phi: float, at_most: float) -> None:
-    """An AR(1) series of differences (intervals too short for the traffic's drifts): the
-    interval misses more often than alpha, the figure docs/evaluation.md states; the bound
-    asserted is what the long-run widening achieves (about half the misses without it)."""
-    rng = np.random.default_rng(11)
-    e = rng.normal(0, 1, (RUNS, LOOKS))
+def _ar1(rng: np.random.Generator, phi: float, runs: int = RUNS, looks: int = LOOKS
+         ) -> np.ndarray:
+    """Stationary AR(1) series of unit innovations (runs x looks)."""
+    e = rng.normal(0, 1, (runs, looks))
     x = np.empty_like(e)
     x[:, 0] = e[:, 0] / math.sqrt(1 - phi * phi)
-    for i in range(1, LOOKS):
+    for i in range(1, looks):
         x[:, i] = phi * x[:, i - 1] + e[:, i]
-    misses = stats.cs_coverage_misses(x, 0.0, 0.05, 30).mean()
-    print(f"\nAR(1) {phi}: missed at some look in {misses:.1%} of {RUNS} runs")
+    return x
+
+
+@pytest.mark.parametrize(("phi", "alpha"), [(0.3, 0.05), (0.3, 0.01), (0.6, 0.01)])
+def test_autocorrelated_series_are_covered_at_every_look(phi: float, alpha: float) -> None:
+    """An AR(1) series of differences (intervals short against the traffic's drifts): the
+    long-run variance keeps the misses at any look within alpha (+3 binomial SE); the
+    plain variance would miss in 24% (AR 0.3) and 64% (AR 0.6) of runs at alpha 0.05."""
+    x = _ar1(np.random.default_rng(11), phi)
+    misses = sq.coverage_misses(x, 0.0, alpha, 30).mean()
+    print(f"\nAR(1) {phi} alpha={alpha}: missed at some look in {misses:.1%} of {RUNS} runs")
+    assert misses <= alpha + _slack(alpha, RUNS)
+
+
+@pytest.mark.parametrize(("phi", "at_most"), [(0.6, 0.15), (0.8, 0.3)])
+def test_a_strongly_autocorrelated_series_is_covered_less_and_said(phi: float,
+                                                                   at_most: float) -> None:
+    """The limit docs/evaluation.md states: at alpha 0.05 and a lag-1 autocorrelation of
+    0.6 or 0.8 (200 looks) the sequence misses more often than alpha, though far less than
+    the plain one (64%, 93%); a session warns from sequence.STRONG_LAG1 up."""
+    x = _ar1(np.random.default_rng(12), phi)
+    misses = sq.coverage_misses(x, 0.0, 0.05, 30).mean()
+    print(f"\nAR(1) {phi} alpha=0.05: missed at some look in {misses:.1%} of {RUNS} runs")
     assert 0.05 < misses <= at_most
+    assert phi > sq.STRONG_LAG1
+
+
+def test_the_long_run_variance_costs_looks_on_independent_series() -> None:
+    """What the allowance for correlated looks costs (docs/evaluation.md): a shift of half
+    a standard deviation is told from 0 later than the plain sequence would, and still
+    told in nearly every run of 200 looks."""
+    x = np.random.default_rng(13).normal(0.5, 1, (300, LOOKS))
+    m, r = sq.prefixes(x, 0.05, 30)
+    hit = (m - r > 0)[:, 4:]
+    first = np.where(hit.any(axis=1), hit.argmax(axis=1) + 5, LOOKS + 1)
+    print(f"\nshift of 0.5 SD: excluded 0 at look {np.median(first):g} (median), "
+          f"within {LOOKS} looks in {hit.any(axis=1).mean():.1%} of runs")
+    assert hit.any(axis=1).mean() >= 0.95
+    assert 30 < np.median(first) < 120
 
 
 def test_a_fixed_n_interval_rechecked_at_every_look_does_not_cover() -> None:
@@ -77,36 +114,50 @@ def test_a_fixed_n_interval_rechecked_at_every_look_does_not_cover() -> None:
     half = sps.t.ppf(0.975, np.maximum(t - 1, 1)) * sd / np.sqrt(t)
     naive = (np.abs(m) > half)[:, 4:].any(axis=1).mean()
     assert naive > 0.2
-    assert stats.cs_coverage_misses(x, 0.0, 0.05, 30).mean() < 0.05 + _slack(0.05, RUNS)
+    assert sq.coverage_misses(x, 0.0, 0.05, 30).mean() < 0.05 + _slack(0.05, RUNS)
 
 
 def test_the_interval_at_every_look_is_the_vectorised_one() -> None:
-    """confidence_sequence (what the canary uses) and cs_prefixes (what the coverage tests
-    use) are the same interval at every look, the autocorrelation widening included."""
+    """confidence_sequence (what the canary uses) and prefixes (what the coverage tests
+    use) are the same interval at every look, the long-run variance included."""
     rng = np.random.default_rng(1)
-    x = rng.normal(0.1, 1, (3, 40))
+    x = rng.normal(0.1, 1, (3, 60))
     x[1] = np.cumsum(x[1]) / 5  # strongly autocorrelated
-    m, r = stats.cs_prefixes(x, 0.05, 30)
+    m, r = sq.prefixes(x, 0.05, 30)
     for row in range(3):
-        for n in range(5, 41):
-            cs = stats.confidence_sequence(x[row, :n], 0.05, 30)
+        for n in range(5, 61):
+            cs = sq.confidence_sequence(x[row, :n], 0.05, 30)
             assert cs.estimate == pytest.approx(m[row, n - 1])
             assert cs.high - cs.estimate == pytest.approx(r[row, n - 1])
-    last = stats.confidence_sequence(x[1], 0.05, 30)
-    plain = stats.cs_radius(40, float(np.std(x[1], ddof=1)) * stats._t_widening(40, 0.05),
-                            0.05, 30)
-    assert last.lag1 > 0.5 and last.high - last.estimate > 1.5 * plain  # widened
-    assert not stats.confidence_sequence(x[0, :4], 0.05, 30).ready  # before min_looks
-    assert stats.confidence_sequence([], 0.05).looks == 0
+    last = sq.confidence_sequence(x[1], 0.05, 30)
+    plain = float(np.std(x[1], ddof=1))
+    assert last.lag1 > 0.5 and last.sd > 1.5 * plain  # the long-run SD, wider
+    iid = sq.confidence_sequence(x[0], 0.05, 30)
+    assert 0.5 * np.std(x[0], ddof=1) < iid.sd < 1.5 * np.std(x[0], ddof=1)
+    assert not sq.confidence_sequence(x[0, :4], 0.05, 30).ready  # before min_looks
+    assert sq.confidence_sequence([], 0.05).looks == 0
+
+
+def test_the_long_run_variance_is_newey_wests() -> None:
+    """Against a direct sum of the Bartlett-weighted autocovariances."""
+    x = np.random.default_rng(4).normal(0, 1, 50).cumsum()
+    n, lags = len(x), sq.bandwidth(50)
+    assert lags == 14
+    c = x - x.mean()
+    gam = [float(c[k:] @ c[:n - k]) / n for k in range(lags + 1)]
+    b = (lags + 1) / n
+    want = (gam[0] + 2 * sum((1 - k / (lags + 1)) * gam[k] for k in range(1, lags + 1))) \
+        / (1 - b + b * b / 3) * n / (n - 1)
+    assert sq.long_run_variance(x) == pytest.approx(want)
+    assert sq.bandwidth(3) == 1 and sq.bandwidth(1) == 0
 
 
 def test_looks_to_exclude_is_where_the_radius_falls_below_the_gap() -> None:
-    n = stats.cs_looks_to_exclude(0.2, 1.0, 0.05, 30)
+    n = sq.looks_to_exclude(0.2, 1.0, 0.05, 30)
     assert n is not None
-    w = stats._t_widening
-    assert stats.cs_radius(n, w(n, 0.05), 0.05, 30) < 0.2
-    assert stats.cs_radius(n - 1, w(n - 1, 0.05), 0.05, 30) >= 0.2
-    assert stats.cs_looks_to_exclude(0.0, 1.0, 0.05, 30) is None
+    assert sq.radius(n, 1.0, 0.05, 30) < 0.2
+    assert sq.radius(n - 1, 1.0, 0.05, 30) >= 0.2
+    assert sq.looks_to_exclude(0.0, 1.0, 0.05, 30) is None
 
 
 # -- the verdict on simulated canary / control series ------------------------------------------
@@ -114,16 +165,25 @@ def test_looks_to_exclude_is_where_the_radius_falls_below_the_gap() -> None:
 METRIC_NAMES = ["cpu_per_request", "hit_ratio", "errors", "refused", "p99"]
 
 
+def _noise(rng: np.random.Generator, looks: int, sd: float, phi: float) -> np.ndarray:
+    """Per-interval noise of SD `sd`, AR(1) with lag-1 autocorrelation `phi` (a drift
+    that outlasts an interval)."""
+    return sd * _ar1(rng, phi, 1, looks)[0] * math.sqrt(1 - phi * phi) if phi else \
+        rng.normal(0, sd, looks)
+
+
 def _series(rng: np.random.Generator, looks: int, cpu: float = 1.0, hits: float = 0.9,
-            evict: float = 0.0) -> dict[str, list[float]]:
+            evict: float = 0.0, phi: float = 0.0) -> dict[str, list[float]]:
     """One server's per-interval figures: CPU per request with 5% noise, hit ratio of ~5,000
-    gets, rare errors, no refused connections, a p99 with 10% noise."""
+    gets, rare errors, no refused connections, a p99 with 10% noise; with `phi`, the CPU,
+    p99 and hit-ratio noise is AR(1) from look to look (each server its own)."""
     gets = rng.poisson(5000, looks)
-    return {"cpu_per_request": list(12.0 * cpu * rng.lognormal(0, 0.05, looks)),
-            "hit_ratio": list(rng.binomial(gets, max(hits - evict, 0.0)) / gets),
+    hit = np.clip(hits - evict + _noise(rng, looks, 0.002, phi), 0, 1)
+    return {"cpu_per_request": list(12.0 * cpu * np.exp(_noise(rng, looks, 0.05, phi))),
+            "hit_ratio": list(rng.binomial(gets, hit) / gets),
             "errors": list(rng.poisson(0.02, looks) / 5.0),
             "refused": [0.0] * looks,
-            "p99": list(180.0 * rng.lognormal(0, 0.10, looks))}
+            "p99": list(180.0 * np.exp(_noise(rng, looks, 0.10, phi)))}
 
 
 def _diffs(canary: dict[str, list[float]], control: dict[str, list[float]]
@@ -133,11 +193,11 @@ def _diffs(canary: dict[str, list[float]], control: dict[str, list[float]]
             for k in canary}
 
 
-def _run(rng: np.random.Generator, looks: int, rules: list[v.Rule], **change: float
-         ) -> list[v.Verdict]:
+def _run(rng: np.random.Generator, looks: int, rules: list[v.Rule], phi: float = 0.0,
+         **change: float) -> list[v.Verdict]:
     """Verdicts at every look of one simulated session, up to the first decision (the
     rules' states only: the forecast of looks to a decision is left out, for speed)."""
-    d = _diffs(_series(rng, looks, **change), _series(rng, looks))
+    d = _diffs(_series(rng, looks, phi=phi, **change), _series(rng, looks, phi=phi))
     out = []
     for n in range(1, looks + 1):
         verdict = v.judge({k: x[:n] for k, x in d.items()}, rules, final=n == looks,
@@ -148,15 +208,27 @@ def _run(rng: np.random.Generator, looks: int, rules: list[v.Rule], **change: fl
     return out
 
 
-def test_a_a_false_alarms_at_most_alpha_over_200_simulated_runs() -> None:
-    """The same configuration on both sides, 200 sessions of 60 looks, the default
-    guardrails and a goal: a false "better" (goal met) or "worse" (a guardrail breached,
-    the goal worse) at any look in at most 5% of them."""
+ZERO_MARGINS = ["cpu_per_request not worse than +0%", "hit_ratio not worse than 0",
+                "p99 not worse than +0%", "errors not worse than 0.1"]
+
+
+@pytest.mark.parametrize(("guardrails", "goal"), [
+    ([], "cpu_per_request better"),  # the defaults and a goal of zero margin
+    (ZERO_MARGINS, None),  # guardrails of zero margin: any worsening at all
+])
+@pytest.mark.parametrize("phi", [0.0, 0.5])
+def test_a_a_false_alarms_at_most_alpha_over_200_simulated_runs(
+        guardrails: list[str], goal: str | None, phi: float) -> None:
+    """The same configuration on both sides, 200 sessions of 60 looks, each server's
+    per-interval noise independent (phi 0) or drifting from look to look (AR(1) 0.5): a
+    false "better" (goal met) or "worse" (a guardrail breached, the goal worse) at any look
+    in at most 5% of them, zero margins included."""
     rng = np.random.default_rng(2026)
-    rules = v.rules_for([], "cpu_per_request better", METRIC_NAMES, latency=True)
-    runs = [_run(rng, 60, rules) for _ in range(200)]
+    rules = v.rules_for(guardrails, goal, METRIC_NAMES, latency=True)
+    runs = [_run(rng, 60, rules, phi=phi) for _ in range(200)]
     rate = sum(v.false_alarm(r) for r in runs) / len(runs)
-    print(f"\nA/A: a false verdict in {rate:.1%} of {len(runs)} simulated sessions")
+    print(f"\nA/A (AR {phi}, {goal or 'zero-margin guardrails'}): a false verdict in "
+          f"{rate:.1%} of {len(runs)} simulated sessions")
     assert rate <= 0.05
 
 
@@ -164,7 +236,7 @@ def test_a_harmful_change_is_rolled_back_and_a_helpful_one_promoted() -> None:
     rng = np.random.default_rng(3)
     rules = v.rules_for([], "cpu_per_request better", METRIC_NAMES, latency=True)
     harm = [_run(rng, 60, rules, evict=0.05) for _ in range(40)]  # hit ratio -5 points
-    help_ = [_run(rng, 100, rules, cpu=0.85) for _ in range(40)]  # 15% less CPU per request
+    help_ = [_run(rng, 160, rules, cpu=0.85) for _ in range(40)]  # 15% less CPU per request
     rolled = [r[-1] for r in harm if r[-1].outcome == v.ROLL_BACK]
     promoted = [r[-1] for r in help_ if r[-1].outcome == v.PROMOTE]
     print(f"\nharmful: rolled back in {len(rolled)}/40, at look "
@@ -246,7 +318,7 @@ def _any_decision(sessions: dict[str, np.ndarray], rules: list[v.Rule], alpha: f
     out = np.zeros(next(iter(sessions.values())).shape[0], dtype=bool)
     for r in rules:
         x = sessions[r.metric.name]
-        m, rad = stats.cs_prefixes(x, each, t_opt)
+        m, rad = sq.prefixes(x, each, t_opt)
         worse = 1.0 if r.metric.direction.sign < 0 else -1.0
         lo, hi = np.minimum(worse * (m - rad), worse * (m + rad)), \
             np.maximum(worse * (m - rad), worse * (m + rad))
@@ -260,43 +332,78 @@ def test_the_vectorised_false_alarm_is_the_verdicts() -> None:
     d = _recorded("valkey")
     names = [n for n in METRIC_NAMES if n in d]
     rules = v.rules_for([], "cpu_per_request better", names, latency=True)
+    # centred, then CPU per request shifted by -15% in half the sessions: some decided
     sessions = {m: _block_sessions(rng, x - np.nanmean(x), 30, 40) for m, x in d.items()}
+    sessions["cpu_per_request"][::2] -= 0.15
     fast = _any_decision(sessions, rules)
     for i in range(30):
         verdicts = [v.judge({m: s[i, :n] for m, s in sessions.items()}, rules,
                             forecast=False) for n in range(1, 41)]
         assert v.false_alarm(verdicts) == fast[i], i
-    assert fast.any()  # the check compared both answers, not two Falses
+    assert 0 < fast.sum() < 30  # the check compared both answers
+
+
+def _recorded_rules(names: list[str]) -> dict[str, list[v.Rule]]:
+    """The rule sets the recorded A/A runs are judged with: the defaults, the defaults with
+    a goal of zero margin, and every guardrail of zero margin (canary.py's words: any
+    worsening at all)."""
+    latency = "p99" in names
+    zero = [g for g in ZERO_MARGINS if g.split()[0] in names]
+    return {"default guardrails": v.rules_for([], None, names, latency),
+            "with the goal cpu_per_request better":
+                v.rules_for([], "cpu_per_request better", names, latency),
+            "zero-margin guardrails": v.rules_for(zero, None, names, latency)}
 
 
 @pytest.mark.parametrize("kind", ["memcached", "redis", "valkey"])
 def test_recorded_a_a_runs(kind: str) -> None:
     """Each recorded A/A run (two servers on one configuration, kvload replaying the same
-    traffic to both, 200 looks of 0.5 s on this 2-CPU VM): judged in order, as a session
-    would, nothing is decided. Drawn into 200 sessions of 60 looks (circular blocks of 10,
-    each metric centred on its own mean: the same configuration, this host's noise and
-    drifts): with the default guardrails a false "worse" in at most 5% of them. With a goal
-    of zero margin on CPU per request the rate is higher (printed for docs/evaluation.md,
-    bounded as measured): that difference drifts over tens of seconds here, more than 0.5 s
-    intervals show within a session, and its interval covers less than 95%."""
+    traffic to both, 200 looks of 0.5 s on this 2-CPU VM). Drawn into 200 sessions of 60
+    looks (circular blocks of 10, each metric centred on its own mean: the same
+    configuration, this host's noise and drifts), a false "better" or "worse" in at most 5%
+    of them, with the default guardrails, a goal of zero margin, and guardrails of zero
+    margin. Coverage of 0 at every look: the interval a session of 4 rules uses (98.75%)
+    covers in at least 95% of sessions for every metric; the 95% one does for the metrics
+    whose looks are little correlated (lag-1 up to 0.3). CPU per request's difference, with
+    a lag-1 of 0.55-0.74 at these 0.5 s looks, is covered less by the 95% interval (83-97%,
+    printed for docs/evaluation.md): the limit sequence.py states, and the session warns."""
     d = _recorded(kind)
     names = [n for n in METRIC_NAMES if n in d]
-    guards = v.rules_for([], None, names, latency="p99" in names)
-    with_goal = v.rules_for([], "cpu_per_request better", names, latency="p99" in names)
-    for rules in (guards, with_goal):
-        in_order = [v.judge({m: x[:n] for m, x in d.items()}, rules, forecast=False)
-                    for n in range(1, len(d["hit_ratio"]) + 1)]
-        assert not v.false_alarm(in_order), in_order[-1].deciding
     rng = np.random.default_rng(2026)
     centred = {m: x - np.nanmean(x) for m, x in d.items()}
     sessions = {m: _block_sessions(rng, x, 200, 60) for m, x in centred.items()}
-    rate = _any_decision(sessions, guards).mean()
-    goal_rate = _any_decision(sessions, with_goal).mean()
-    cover = {m: 1 - stats.cs_coverage_misses(sessions[m], 0.0, 0.05, 30).mean()
-             for m in names if np.nanstd(centred[m]) > 0}
-    print(f"\n{kind}: A/A false alarms, default guardrails {rate:.1%}, with the goal "
-          f"cpu_per_request better {goal_rate:.1%} of 200 drawn sessions; coverage "
-          + ", ".join(f"{m} {c:.1%}" for m, c in cover.items()))
-    assert rate <= 0.05
-    assert goal_rate <= 0.40
-    assert cover["hit_ratio"] >= 0.80
+    rates = {what: _any_decision(sessions, rules).mean()
+             for what, rules in _recorded_rules(names).items()}
+    watched = [m for m in names if np.nanstd(centred[m]) > 0]
+    cover = {m: 1 - sq.coverage_misses(sessions[m], 0.0, 0.05, 30).mean() for m in watched}
+    cover4 = {m: 1 - sq.coverage_misses(sessions[m], 0.0, 0.05 / 4, 30).mean()
+              for m in watched}
+    lag1 = {m: sq.confidence_sequence(centred[m]).lag1 for m in watched}
+    print(f"\n{kind}: A/A false alarms in 200 drawn sessions: "
+          + ", ".join(f"{w} {r:.1%}" for w, r in rates.items()) + "; coverage 95% / 98.75% "
+          + ", ".join(f"{m} (lag-1 {lag1[m]:.2f}) {cover[m]:.1%} / {cover4[m]:.1%}"
+                      for m in watched))
+    assert all(r <= 0.05 for r in rates.values()), rates
+    assert all(c >= 0.95 - _slack(0.05, 200) for c in cover4.values()), cover4
+    assert all(cover[m] >= 0.95 - _slack(0.05, 200) for m in watched if lag1[m] <= 0.3), \
+        (cover, lag1)
+
+
+@pytest.mark.parametrize("kind", ["memcached", "redis", "valkey"])
+def test_recorded_a_a_runs_judged_in_order(kind: str) -> None:
+    """Each recorded run judged in order, as a session would (200 looks): with the default
+    guardrails nothing is decided. A rule of zero margin may decide on the whole run: the
+    two servers differ by a little for real (memcached's CPU per request by about 9% on this
+    VM, its hit ratio by 0.2 point), which is what an A/A check is for; what is printed here
+    is what a session would have said."""
+    d = _recorded(kind)
+    names = [n for n in METRIC_NAMES if n in d]
+    looks = len(d["hit_ratio"])
+    said = {}
+    for what, rules in _recorded_rules(names).items():
+        in_order = [v.judge({m: x[:n] for m, x in d.items()}, rules, forecast=False)
+                    for n in range(1, looks + 1)]
+        said[what] = next((f"look {x.looks}: {x.deciding}" for x in in_order
+                           if v.false_alarm([x])), "nothing decided")
+    print(f"\n{kind} in order: " + "; ".join(f"{w}: {s}" for w, s in said.items()))
+    assert said["default guardrails"] == "nothing decided"

@@ -29,8 +29,8 @@ import numpy as np
 
 from kvtune import kind_registry as kinds
 from kvtune import present
+from kvtune.canary import sequence, watch
 from kvtune.canary import verdict as vd
-from kvtune.canary import watch
 from kvtune.errors import HarnessError, UserError
 
 Say = Callable[[str], None]
@@ -74,6 +74,17 @@ def rollback_from_export(export_dir: Path, kind: str, reader: watch.Reader) -> R
     return Rollback(changes[0], backs[0], settings)
 
 
+@dataclass(frozen=True)
+class Change:
+    """A change from the operator's own config files: the canary's file, the control's (the
+    current configuration; None when not given) and each setting they give differently:
+    name -> (the canary's value, the current one or None)."""
+
+    file: Path
+    current: Path | None
+    settings: dict[str, tuple[str, str | None]]
+
+
 @dataclass
 class Plan:
     """What a session watches and how it decides."""
@@ -88,10 +99,11 @@ class Plan:
     alpha: float = 0.05
     min_looks: int = 5
     aa: bool = False
-    rollback: Rollback | None = None  # the export's (--export)
+    rollback: Rollback | None = None  # the export's (--export) or --current-config's
     rollback_on_breach: bool = False  # apply it on "roll back"
     verified: list[str] = field(default_factory=list)  # the verify lines, for the record
     probe_rate: float | None = None  # requests/s of the probe against each server (probe.py)
+    change: Change | None = None  # the operator's config file as the change (--config)
 
     @property
     def planned_looks(self) -> int:
@@ -171,10 +183,12 @@ def run(plan: Plan, say: Say, sleep: Callable[[float], None] = time.sleep) -> di
         "kind": plan.kind, "aa": plan.aa, "alpha": plan.alpha, "interval_s": plan.interval_s,
         "max_time_s": plan.max_time_s, "canaries": [s.address for s in plan.canaries],
         "controls": [s.address for s in plan.controls],
-        "rules": [r.text for r in plan.rules], "method": (
-            "asymptotic confidence sequence (Waudby-Smith et al. 2021) on the per-interval "
-            "paired differences, Bonferroni over the rules"),
+        "rules": [r.text for r in plan.rules], "method": sequence.METHOD,
         "verified": plan.verified, "looks": looks, "dropped": [],
+        "change": ({"config": str(plan.change.file), "current": str(plan.change.current)
+                    if plan.change.current else None,
+                    "settings": {n: list(v) for n, v in plan.change.settings.items()}}
+                   if plan.change is not None else None),
         "probe_rate": plan.probe_rate}
     start = time.monotonic()
     try:
@@ -258,11 +272,11 @@ def run(plan: Plan, say: Say, sleep: Callable[[float], None] = time.sleep) -> di
         say(f"the probe sent {present.number(plan.probe_rate)} requests/s to each server: "
             f"{present.share(share, 1)} of its requests")
     lag = [s.lag1 for s in verdict.rules if s.lag1 is not None and s.looks >= 20
-           and s.lag1 > 0.3]
+           and s.lag1 > sequence.STRONG_LAG1]
     if lag:
-        record["warning"] = (f"lag-1 autocorrelation up to {max(lag):.2f} between looks: "
-                             "the intervals assume independent intervals and cover less; "
-                             "use a longer --interval")
+        record["warning"] = (f"lag-1 autocorrelation up to {present.number(round(max(lag), 2))} "
+                             "between looks: the intervals allow for correlated looks but "
+                             "cover less than stated this strongly; use a longer --interval")
         say(f"warning: {record['warning']}")
     if record["outcome"] == vd.ROLL_BACK and plan.rollback is not None \
             and plan.rollback_on_breach and not plan.aa:

@@ -1,6 +1,7 @@
 """The canary's verdict at one look: the goal and the guardrails, each judged on its
 metric's paired per-interval differences (canary - control, watch.difference) with an
-interval valid at every look (`kvtune.stats.confidence_sequence`, Bonferroni over the
+interval valid at every look (canary/sequence.py: an asymptotic confidence sequence with
+the series' long-run variance, for looks correlated with each other; Bonferroni over the
 rules: each at alpha / rules, so the chance that any rule is wrongly decided at any look
 stays at most alpha).
 
@@ -22,7 +23,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kvtune import present, stats
+from kvtune import present
+from kvtune.canary import sequence
 from kvtune.canary.watch import METRICS, Metric
 from kvtune.errors import UserError
 
@@ -164,7 +166,7 @@ def judge_rule(rule: Rule, diffs: Sequence[float], alpha: float, t_opt: float,
                min_looks: int, forecast: bool = True) -> RuleState:
     """One rule on its paired differences (judged scale, canary - control)."""
     m = rule.metric
-    cs = stats.confidence_sequence(diffs, alpha, t_opt, min_looks)
+    cs = sequence.confidence_sequence(diffs, alpha, t_opt, min_looks)
     worse = 1.0 if m.direction.sign < 0 else -1.0  # the judged difference's worse side
     if not math.isfinite(cs.estimate):
         return RuleState(rule, cs.looks, None, None, None, "open", None, None)
@@ -183,7 +185,7 @@ def judge_rule(rule: Rule, diffs: Sequence[float], alpha: float, t_opt: float,
             "held" if hi_w < threshold or (flat and hi_w <= threshold) else "open"
     need = None
     if state == "open" and forecast:
-        at = stats.cs_looks_to_exclude(est_w - threshold, cs.sd, alpha, t_opt)
+        at = sequence.looks_to_exclude(est_w - threshold, cs.sd, alpha, t_opt)
         need = None if at is None else max(at - cs.looks, 1)
     return RuleState(rule, cs.looks, _display(m, cs.estimate), _display(m, cs.low),
                      _display(m, cs.high), state, need, lag1)

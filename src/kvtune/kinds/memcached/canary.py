@@ -61,12 +61,16 @@ class Reader:
                 "memory_bytes": _num(s, "bytes"), "latency": {}}
 
     def settings(self, conn: StatsConn, names: list[str]) -> dict[str, str]:
-        """The live settings named ("-m": the memory limit in MB, from `stats settings`)."""
+        """The live settings named, from `stats settings` ("-m": the memory limit in MB;
+        -t, -c, -R, -b, -n, -f as given); the others are not reported."""
         conn.s.sendall(b"stats settings\r\n")
         s = _lines(conn.until(b"END\r\n"))
         out = {}
         if "-m" in names and isinstance(s.get("maxbytes"), int):
             out["-m"] = str(int(s["maxbytes"]) // MB)
+        for flag, key in _LIVE.items():
+            if flag in names and key in s:
+                out[flag] = str(s[key])
         return out
 
     def set_setting(self, conn: StatsConn, name: str, value: str) -> None:
@@ -77,7 +81,11 @@ class Reader:
             raise UserError(f"memcached cache_memlimit {mb} refused: {reply[:80]!r}")
 
     def same(self, expected: str, found: str) -> bool:
-        return expected.strip() == found.strip()
+        a, b = expected.strip(), found.strip()
+        try:
+            return a == b or float(a) == float(b)
+        except ValueError:
+            return False
 
     def rollback_settings(self, change: str, rollback: str) -> dict[str, str]:
         """{"-m": MB} when the export changed memcached's memory limit alone (the one
@@ -95,6 +103,31 @@ class Reader:
         value = back.get("-m", DEFAULT_MEMORY_MB)
         _memory_mb("-m", value)
         return {"-m": value}
+
+    def changes(self, change: str, current: str) -> dict[str, tuple[str, str | None]]:
+        """option -> (its words in `change`, in `current`, None when that file does not
+        give it): each option the two memcached.conf files give differently, the ones that
+        name an instance's own port, address, user or files left out."""
+        new, old = _conf(change), _conf(current)
+        out: dict[str, tuple[str, str | None]] = {}
+        for f in sorted(set(new) | set(old)):
+            if f in _INSTANCE:
+                continue
+            a, b = new.get(f), old.get(f)
+            if f == "-m":  # memcached's 64 MB when a file does not say
+                a, b = a or DEFAULT_MEMORY_MB, b or DEFAULT_MEMORY_MB
+            if a is None:
+                continue
+            if a != b:
+                out[f] = (a, b)
+        return out
+
+
+# options that name one instance (two servers on one host differ there): not a change
+_INSTANCE = frozenset({"-p", "-U", "-l", "-s", "-a", "-u", "-P", "-d", "-v", "-vv", "-vvv"})
+# options `stats settings` reports as they were given (a read-back for kvtune canary)
+_LIVE = {"-t": "num_threads", "-c": "maxconns", "-R": "reqs_per_event", "-b": "tcp_backlog",
+         "-n": "chunk_size", "-f": "growth_factor"}
 
 
 def _conf(text: str) -> dict[str, str]:

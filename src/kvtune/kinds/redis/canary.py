@@ -179,6 +179,23 @@ class Reader:
                 raise UserError(f"the export's file: {e}") from None
         return {d: back[d] for d in changed}
 
+    def changes(self, change: str, current: str) -> dict[str, tuple[str, str | None]]:
+        """directive -> (its value in `change`, in `current`, None when that file does not
+        set it): each directive the two config files set differently, the ones that name
+        an instance's own files, port or address (two servers on one host differ there)
+        left out."""
+        new, old = read_conf(change), read_conf(current)
+        out: dict[str, tuple[str, str | None]] = {}
+        for d in sorted(set(new) | set(old)):
+            if d in NEVER or d.startswith("tls-") or not _NAME.match(d):
+                continue
+            a, b = new.get(d), old.get(d)
+            if a is None:
+                continue  # the change's file leaves it at the server's default
+            if b is None or normal(a) != normal(b):
+                out[d] = (a, b)
+        return out
+
 
 READER = Reader()
 
