@@ -270,11 +270,11 @@ def test_a_canary_not_running_the_config_file_is_not_watched(redis_bin: str,
 
 
 CHILD = """
-import sys, time
+import json, sys, time
 from pathlib import Path
 from kvtune.canary import session as ses, watch
-port = int(sys.argv[1])
-reader = watch.reader_of("redis")
+port, kind, settings = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+reader = watch.reader_of(kind)
 class Slow:
     latency = reader.latency
     live_settings = reader.live_settings
@@ -285,47 +285,73 @@ class Slow:
         reader.set_setting(conn, name, value)
         print("set", name, flush=True)
         time.sleep(60)
-plan = ses.Plan("redis", [watch.parse_server(str(port), "canary")], [], [],
-                rollback=ses.Rollback(Path("c"), Path("r"), {"maxmemory": "0",
-                                                             "maxmemory-policy": "noeviction"}),
+plan = ses.Plan(kind, [watch.parse_server(str(port), "canary")], [], [],
+                rollback=ses.Rollback(Path("c"), Path("r"), settings),
                 rollback_on_breach=True)
 ses.apply_rollback(plan, Slow(), print)
 """
+ROLLBACK = {"memcached": {"-m": "64"},
+            "redis": {"maxmemory": "0", "maxmemory-policy": "noeviction"}}
+ROLLBACK["valkey"] = ROLLBACK["redis"]
+
+
+def _memory(kind: str, port: int) -> str:
+    if kind == "memcached":
+        return str(int(mc_settings(port)["maxbytes"]) >> 20)
+    return redis_call(port, "CONFIG", "GET", "maxmemory").split()[-1]
 
 
 @pytest.mark.integration
-def test_a_rollback_killed_midway_is_put_back_by_kvtune_restore(redis_bin: str,
+@pytest.mark.parametrize("kind", ["memcached", "redis", "valkey"])
+def test_a_rollback_killed_midway_is_put_back_by_kvtune_restore(kind: str,
                                                                 in_tmp: Path) -> None:
-    """SIGKILL after the first directive of the rollback was set: the journal holds the
+    """SIGKILL after the first setting of the rollback was set: the journal holds the
     value the canary had, and `kvtune restore` puts it back (nothing applied that restore
     does not undo)."""
-    with running("redis", SMALL["redis"], binary=redis_bin) as c:
-        child = subprocess.Popen([sys.executable, "-I", "-c", CHILD, str(c.port)],
+    from support.servers import require
+
+    exe = require({"memcached": "memcached", "redis": "redis-server",
+                   "valkey": "valkey-server"}[kind])
+    first = next(iter(ROLLBACK[kind]))
+    with running(kind, SMALL[kind], binary=exe) as c:
+        before = _memory(kind, c.port)
+        child = subprocess.Popen([sys.executable, "-I", "-c", CHILD, str(c.port), kind,
+                                  json.dumps(ROLLBACK[kind])],
                                  cwd=in_tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True)
         try:
             assert child.stdout is not None
             lines = [child.stdout.readline() for _ in range(2)]
             assert lines[0].startswith("rolling back 1 canary"), lines
-            assert lines[1].startswith("set maxmemory"), lines
-            assert "\n0\r" in redis_call(c.port, "CONFIG", "GET", "maxmemory")
+            assert lines[1].startswith(f"set {first}"), lines
+            assert _memory(kind, c.port) != before  # the rollback's value is in
         finally:
             child.send_signal(signal.SIGKILL)
             child.wait()
         journal = json.loads(Path(os.environ["KVTUNE_JOURNAL"]).read_text())
-        assert journal["entries"][0]["undo"] == "canary-config"
+        assert journal["entries"][0]["undo"] == watch_undo(kind)
         r = cli("restore", cwd=in_tmp)
         assert r.returncode == 0, r.stdout + r.stderr
-        assert "16777216" in redis_call(c.port, "CONFIG", "GET", "maxmemory")
+        assert _memory(kind, c.port) == before
     assert not Path(os.environ["KVTUNE_JOURNAL"]).exists()
 
 
+def watch_undo(kind: str) -> str:
+    from kvtune.canary import watch
+
+    return watch.reader_of(kind).undo_kind
+
+
 @pytest.mark.integration
+@pytest.mark.parametrize("kind", ["memcached", "redis", "valkey"])
 def test_a_session_killed_while_watching_leaves_nothing_to_restore(
-        memcached_bin: str, in_tmp: Path) -> None:
-    with running("memcached", [], binary=memcached_bin) as c, \
-            running("memcached", [], binary=memcached_bin) as b:
-        p = subprocess.Popen([sys.executable, "-I", "-m", "kvtune", "canary", "--kind", "memcached",
+        kind: str, in_tmp: Path) -> None:
+    from support.servers import require
+
+    exe = require({"memcached": "memcached", "redis": "redis-server",
+                   "valkey": "valkey-server"}[kind])
+    with running(kind, [], binary=exe) as c, running(kind, [], binary=exe) as b:
+        p = subprocess.Popen([sys.executable, "-I", "-m", "kvtune", "canary", "--kind", kind,
                               "--canary", str(c.port), "--control", str(b.port),
                               "--interval", "0.2s"], cwd=in_tmp,
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
