@@ -9,9 +9,13 @@ PY=${PYTHON:-python3}
 work=$(mktemp -d /tmp/kvtune-install.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 t0=$(date +%s)
-"$PY" -m venv "$work/venv"
-"$work/venv/bin/pip" install -q --disable-pip-version-check "$repo"/dist/kvload-*.whl \
-  "$repo"/dist/kvtune-*.whl
+# The fresh environment gets its packages from the checkout's pip (`pip --python`), the
+# install people do with pip, without setting up a pip of its own in it (ensurepip), and
+# without compiling every installed module up front (--no-compile: Python compiles what
+# kvtune imports when it first runs); on this 2-CPU class that is 50 s -> 18 s.
+"$PY" -m venv --without-pip "$work/venv"
+"$repo/.venv/bin/pip" --python "$work/venv/bin/python" install -q --no-compile \
+  --disable-pip-version-check "$repo"/dist/kvload-*.whl "$repo"/dist/kvtune-*.whl
 mkdir "$work/elsewhere"
 cd "$work/elsewhere"
 run() { env -u KVLOAD -u PYTHONPATH PATH="$work/venv/bin:/usr/sbin:/usr/bin:/sbin:/bin" "$@"; }
