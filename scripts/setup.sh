@@ -79,12 +79,15 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ kvload/pyproject.to
   # kvtune depends on the kvload package (kvload/pyproject.toml: the binary in a platform
   # wheel, built here with maturin); the checkout's own cargo build is what runs from the
   # checkout (kvtune.load.kvload.find_kvload), the wheel satisfies the dependency.
+  # --no-compile: the thousands of modules of the dependencies kvtune never imports (most
+  # of plotly's) are not compiled; what the tests import is compiled once, when first run.
   if ! { .venv/bin/pip install -q --disable-pip-version-check -U pip 'maturin>=1.5,<2' &&
          rm -rf build/kvload-wheel &&
          .venv/bin/maturin build --release -m kvload/Cargo.toml --out build/kvload-wheel &&
          .venv/bin/pip install -q --disable-pip-version-check --force-reinstall --no-deps \
            build/kvload-wheel/kvload-*.whl &&
-         .venv/bin/pip install -q --disable-pip-version-check -e '.[dev,dashboard]'; } >"$log" 2>&1; then
+         .venv/bin/pip install -q --disable-pip-version-check --no-compile -e '.[dev,dashboard]'
+       } >"$log" 2>&1; then
     cat "$log" >&2
     rm -f "$log"
     exit 1
