@@ -16,7 +16,7 @@ from rich.console import Console
 
 from kvtune.report.summary import change_cell, collect, render
 from kvtune.spec import EvaluationSpec, parse_constraint
-from kvtune.stats import compare
+from kvtune.stats import compare_rounds
 from kvtune.study import confirm as cf
 from kvtune.study.loader import load_study, parse_study
 from kvtune.study.run import StudyRun
@@ -247,8 +247,8 @@ def test_the_objectives_ci_is_simultaneous_over_the_candidates() -> None:
         comp = row["comparison"]
         assert comp["ci_level"] == pytest.approx(1 - 0.05 / 3)
         assert comp["ci_simultaneous_over"] == 3
-        marginal = compare(cands[row["trial"]][1].series("p99_us"), BASE.series("p99_us"),
-                           "minimize")
+        marginal = compare_rounds(cands[row["trial"]][1].by_round("p99_us"),
+                                  BASE.by_round("p99_us"), "minimize")
         assert comp["ci_low"] < marginal.ci_low and comp["ci_high"] > marginal.ci_high
         # The comparison table states the objective with the same interval.
         assert row["changes"]["p99_us"]["ci"] == pytest.approx(
@@ -257,7 +257,7 @@ def test_the_objectives_ci_is_simultaneous_over_the_candidates() -> None:
     alone = cf.verdict(BASE, cands[:1], "p99_us", "minimize", EV, 0)
     comp = alone["candidates"][0]["comparison"]
     assert comp["ci_level"] == pytest.approx(0.95)
-    single = compare(cands[0][1].series("p99_us"), BASE.series("p99_us"), "minimize")
+    single = compare_rounds(cands[0][1].by_round("p99_us"), BASE.by_round("p99_us"), "minimize")
     assert [comp["ci_low"], comp["ci_high"]] == pytest.approx([single.ci_low, single.ci_high])
     # The verdict line states the simultaneous interval.
     ch = res["recommended"]["comparison"]

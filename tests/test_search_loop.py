@@ -287,17 +287,17 @@ def test_a_repeated_configuration_is_not_a_new_trial(in_tmp: Path) -> None:
 
 
 def test_a_confirmation_that_can_never_pass_is_refused(in_tmp: Path) -> None:
-    """4 rounds against 4 give a smallest one-sided p of 1/70; Holm over 4 candidates makes
-    it 0.057, never below 0.05: the study is refused before anything is measured."""
+    """One confirmation round has no spread for the paired t: the study is refused
+    before anything is measured."""
     from kvtune.errors import UserError
 
     p = in_tmp / "cp.yaml"
     p.write_text(STUDY.format(name="cp", trials=4, noise=0.05, sampler="random", seed=1)
-                 .replace("confirm_top: 2, confirm_rounds: 5", "confirm_top: 4, confirm_rounds: 4"))
+                 .replace("confirm_top: 2, confirm_rounds: 5", "confirm_top: 4, confirm_rounds: 1"))
     with pytest.raises(UserError) as err:
         StudyRun(load(p), base_dir=in_tmp).run()
     text = str(err.value) + " ".join(getattr(err.value, "problems", []) or [])
-    assert "0.0571" in text and "confirm_rounds >= 5" in text
+    assert "a spread needs at least 2 rounds" in text and "confirm_rounds >= 4" in text
     assert not (in_tmp / "results" / "cp.db").exists() or not StudyRun(
         load(p), base_dir=in_tmp).store.repetitions("cp")
     r = cli("tune", str(p), cwd=in_tmp)

@@ -280,7 +280,7 @@ class WarmStart:
         return dataclasses.replace(
             noise, cov={**noise.cov, metric: c}, robust_cov={**noise.robust_cov, metric: c},
             detectable_improvement=detectable_improvement(
-                c, ev.confirm_rounds, ev.alpha, ev.confirm_top, two_sided=True))
+                c, ev.confirm_rounds, ev.alpha, ev.confirm_top, two_sided=True, paired=True))
 
     # -- after the baseline ----------------------------------------------------------------
 

@@ -28,6 +28,26 @@ def change_of(comp: dict[str, Any], key: str) -> float:
     return float(v)
 
 
+def figures_of(base_metrics: dict[str, Any], new_metrics: dict[str, Any],
+               changes: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two arms' figures as every screen shows them: where the confirmation compared a
+    metric, the figures its change is the ratio of (`MetricChange.baseline/candidate`: the
+    geometric means of the rounds both measured); elsewhere each arm's median."""
+    b, n = dict(base_metrics or {}), dict(new_metrics or {})
+    for m, ch in (changes or {}).items():
+        if not isinstance(ch, dict):
+            continue
+        cb, cn = ch.get("baseline"), ch.get("candidate")
+        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in (cb, cn)):
+            b[m], n[m] = cb, cn
+    return b, n
+
+
+CONFIRMED_SOURCE = ("interleaved confirmation rounds (each compared metric: the geometric "
+                    "means of the rounds both arms measured, the figures its change is the "
+                    "ratio of; other figures: medians)")
+
+
 def comparison(data: StudyData) -> dict[str, Any]:
     """The baseline beside the recommendation (or the best candidate): configs, metric
     medians, the objective's improvement with its CI, and where the numbers come from."""
@@ -43,13 +63,12 @@ def comparison(data: StudyData) -> dict[str, Any]:
     rec = conf.get("recommended")
     cands = conf.get("candidates") or []
     if rec:
-        out.update(status="recommended", new_config=rec["config"],
-                   new_metrics=rec.get("metrics", {}),
-                   base_metrics=conf.get("baseline", {}).get("metrics", {}),
-                   label=f"recommended ({rec.get('name', 'best')})",
+        b, n = figures_of(conf.get("baseline", {}).get("metrics", {}), rec.get("metrics", {}),
+                          rec.get("changes") or {})
+        out.update(status="recommended", new_config=rec["config"], new_metrics=n,
+                   base_metrics=b, label=f"recommended ({rec.get('name', 'best')})",
                    comparison=rec.get("comparison"), changes=rec.get("changes") or {},
-                   p=rec.get("p_adjusted"), source=f"{conf.get('rounds')} interleaved "
-                   "confirmation rounds (medians)")
+                   p=rec.get("p_adjusted"), source=f"{conf.get('rounds')} {CONFIRMED_SOURCE}")
         return out
     if cands:
         def gain(c: dict[str, Any]) -> float:
@@ -57,13 +76,14 @@ def comparison(data: StudyData) -> dict[str, Any]:
             return float(g) if isinstance(g, int | float) else -1e9
 
         c = max(cands, key=gain)
+        b, n = figures_of(conf.get("baseline", {}).get("metrics", {}), c.get("metrics", {}),
+                          c.get("changes") or {})
         out.update(status="not significant", new_config=c.get("config", {}),
-                   new_metrics=c.get("metrics", {}),
-                   base_metrics=conf.get("baseline", {}).get("metrics", {}),
+                   new_metrics=n, base_metrics=b,
                    label=f"best candidate ({c.get('name', '?')}, not significant)",
                    comparison=c.get("comparison"), changes=c.get("changes") or {},
                    p=c.get("p_adjusted"),
-                   source=f"{conf.get('rounds')} interleaved confirmation rounds (medians)")
+                   source=f"{conf.get('rounds')} {CONFIRMED_SOURCE}")
         return out
     best = None
     for t in data.search_trials():

@@ -278,10 +278,13 @@ def _before_after(data: StudyData, cmp: dict[str, Any]) -> str:
                         "<tr><th></th><th>unit</th><th>baseline</th><th>"
                         f"{_e(cmp['label'])}</th><th>change</th></tr>"
                         + "".join(row(m) for m in ms) + "</table></details>")
-    return (f'<p class="note">Medians from {_e(cmp["source"])}. Changes are the metric\'s '
+    test = ((cmp.get("comparison") or {}).get("test") if isinstance(
+        cmp.get("comparison"), dict) else None)
+    return (f'<p class="note">Figures from {_e(cmp["source"])}. Changes are the metric\'s '
             "own (new / baseline − 1); better, worse or no significant change is said only "
-            "where the confirmation measured the change's 95% CI (the verdict's interval)."
-            "</p>" + "".join(rows).replace("<th></th><th>baseline", "<th></th><th>unit</th>"
+            "where the confirmation measured the change's 95% CI (the verdict's interval"
+            + (f"; {_e(test)}" if isinstance(test, str) else "") + ").</p>"
+            + "".join(rows).replace("<th></th><th>baseline", "<th></th><th>unit</th>"
                                            "<th>baseline", 1) + "".join(counters))
 
 

@@ -257,12 +257,13 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
         nv = best_cfg.get(k)
         cmp_t.add_row(k, _f(v), _f(nv), "" if nv == v else "changed")
     metrics = list(conf.get("shown") or SHOWN) if changes and conf else list(SHOWN)
+    from kvtune.report.compare import figures_of
+
+    # Where the confirmation compared a metric, the figures its change is the ratio of.
+    base_m, best_m = figures_of(base_m, best_m, changes)
     for m in metrics:
         b, n = base_m.get(m), best_m.get(m)
         ch = changes.get(m) if changes else None
-        if ch and isinstance(ch.get("baseline"), int | float) \
-                and isinstance(ch.get("candidate"), int | float):
-            b, n = ch["baseline"], ch["candidate"]  # the figures the change compares
         if changes:
             change = change_cell(ch)
         elif shown_row is None and isinstance(b, int | float) and isinstance(n, int | float) \

@@ -5,8 +5,10 @@ baseline and beside one variant per changed knob — the recommendation with tha
 put back to its baseline value — in interleaved rounds (the confirmation's `interleave`).
 For each changed knob:
 
-- what it is worth: one interval of (mean log recommended − mean log without it) over the
-  same rounds (Welch), at the look's level over the changes still open (Bonferroni); its
+- what it is worth: one interval of mean log(recommended / without it) over the rounds
+  both ran, paired by round as the confirmation pairs its arms (`stats.compare_rounds`:
+  the t interval of the rounds' log ratios), at the look's level over the changes still
+  open (Bonferroni); its
   share of the gain (that interval over the recommendation's log gain), what reverting it
   does (the same interval on the metric's scale) and its verdict all come from it: it
   "carries" the gain when the interval is wholly above zero, "hurts" when wholly below,
@@ -51,10 +53,9 @@ from kvtune.metrics import Direction
 from kvtune.present import change_fraction, change_record, number
 from kvtune.spec import EvaluationSpec
 from kvtune.stats import (
+    compare_rounds,
     detectable_improvement,
     log_mean_diff,
-    log_welch_ci,
-    log_welch_p,
     logs,
     pooled_log_sd,
     rounds_needed,
@@ -138,12 +139,13 @@ def levels(alpha: float, n_looks: int) -> list[float]:
 
 def plan(sd: float, effect: float, alpha: float, m: int, first: int, cap: int) -> int:
     """Rounds per arm for 80% power against a revert effect of `effect` at this noise (the
-    final look's level, two-sided t on the logarithms, Holm over `m`), between `first`
+    final look's level, two-sided paired t on the rounds' log ratios, Holm over `m`),
+    between `first`
     and `cap`. Without a cap above `first`, `first`: one fixed look."""
     if cap <= first or math.isnan(sd):
         return first
     final = levels(alpha, 2)[-1]
-    need = rounds_needed(sd, math.log1p(effect), final, m, two_sided=True, rank=False)
+    need = rounds_needed(sd, math.log1p(effect), final, m, two_sided=True, paired=True)
     return max(first, min(cap, need))
 
 
@@ -163,22 +165,24 @@ class Decision:
     gain: float = math.nan
 
 
-def _paired(rec: Arm, arm: Arm) -> list[float]:
-    """The recommendation's samples of the rounds `arm` ran (drift hits both alike)."""
-    return rec.samples[:len(arm.samples)] if arm.samples else rec.samples
+def _rounds(arm: Arm) -> dict[int, float]:
+    """The arm's objective by round (numbered in order for an arm stored without rounds)."""
+    if len(arm.rounds) == len(arm.samples):
+        return dict(zip(arm.rounds, arm.samples, strict=True))
+    return dict(enumerate(arm.samples))
 
 
-def _worth(rec: list[float], arm: list[float], sign: float,
-           level: float) -> tuple[float, float, float]:
-    """What a change is worth: sign × (mean log recommendation − mean log without it),
-    with its Welch CI at confidence `level` (> 0: the change helps the objective)."""
-    d = log_mean_diff(rec, arm)
-    if math.isnan(d):
-        return math.nan, math.nan, math.nan
-    lo, hi = log_welch_ci(rec, arm, level)
-    if sign < 0:
-        d, lo, hi = -d, -hi, -lo
-    return d, lo, hi
+def _paired_worth(rec: Arm, arm: Arm, direction: str,
+                  level: float) -> tuple[float, float, float, float]:
+    """What a change is worth on the log scale, paired by round as the confirmation pairs
+    its arms (`stats.compare_rounds`: the recommendation against the arm without the
+    change, in each round both ran): sign × mean log(rec / without) with its t interval at
+    `level`, and the two-sided paired t p-value."""
+    c = compare_rounds(_rounds(rec), _rounds(arm), direction, level=level, two_sided=True)
+    if math.isnan(c.improvement):
+        return math.nan, math.nan, math.nan, 1.0
+    return (math.log1p(c.improvement), math.log1p(c.ci_low), math.log1p(c.ci_high),
+            c.p_value)
 
 
 def _gain_log(rec: list[float], base: list[float], sign: float) -> float:
@@ -195,13 +199,12 @@ def look_at(rec: Arm, arms: list[tuple[str, Arm]], level: float, share: float,
     from this one interval."""
     m = max(len(arms), 1)
     conf = 1 - level / m
+    direction = "maximize" if sign > 0 else "minimize"
     out: dict[str, Decision] = {}
     for knob, arm in arms:
         n = len(arm.samples)
-        paired = _paired(rec, arm)
-        p = log_welch_p(arm.samples, paired)
-        w = _worth(paired, arm.samples, sign, conf)
-        _, lo, hi = w
+        worth, lo, hi, p = _paired_worth(rec, arm, direction, conf)
+        w = (worth, lo, hi)
         if arm.failed is not None:
             out[knob] = Decision(p, min(1.0, p * m), level, "failed", n, w, gain)
         elif hi < 0:
@@ -299,7 +302,7 @@ def resolution(samples: list[list[float]], m: int, alpha: float, power: float = 
     if math.isnan(sd):
         return None
     n = rounds or min(len(logs(xs)) for xs in samples if len(logs(xs)) >= 2)
-    d = detectable_improvement(sd, n, alpha, m, power, two_sided=True, rank=False)
+    d = detectable_improvement(sd, n, alpha, m, power, two_sided=True, paired=True)
     return None if math.isnan(d) else float(math.expm1(d))
 
 
@@ -583,11 +586,12 @@ def choose(res: dict[str, Any], rec_arm: Arm, base_arm: Arm, recommended: dict[s
                         f"failed ({min_arm.failed})"}
     base_s, rec_s = base_arm.samples[nb:], rec_arm.samples[nr:]
     mins = min_arm.samples
-    # The full recommendation against the minimal one: what the left-out changes add.
-    worth, lo, hi = _worth(rec_s, mins, sign, 1 - ev.alpha)
+    # The full recommendation against the minimal one: what the left-out changes add
+    # (paired in the new rounds, the only ones the minimal arm ran).
+    worth, lo, hi, _ = _paired_worth(rec_arm, min_arm, direction, 1 - ev.alpha)
     extra = change_record(metric, math.expm1(sign * worth) if not math.isnan(worth) else None,
                           direction, ci=_change_ci(sign, lo, hi), significant=lo > 0)
-    g, glo, ghi = _worth(mins, base_s, sign, 1 - ev.alpha)
+    g, glo, ghi, _ = _paired_worth(min_arm, base_arm, direction, 1 - ev.alpha)
     gain = change_record(metric, math.expm1(sign * g) if not math.isnan(g) else None,
                          direction, ci=_change_ci(sign, glo, ghi), significant=glo > 0)
     names = ", ".join(f"{k} {changes[k]['baseline']} → {changes[k]['recommended']}"

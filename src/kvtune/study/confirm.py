@@ -3,14 +3,17 @@ re-run interleaved (each round runs every arm once, in a fresh random order, so 
 hits all arms alike). Every shown metric of each candidate is compared with the baseline on
 these fresh samples only:
 
-- the objective: one-sided Mann–Whitney, Holm-adjusted across the candidates, with a
-  bootstrap CI of the change, simultaneous over the candidates (each at 1 − 0.05/k, so
-  the recommended one, picked for its large measured gain, still covers its true change
-  in 95% of confirmations); the candidate must improve it significantly;
-- every other shown metric: a two-sided test and a 95% CI of its change from the same
-  rounds. Its words follow the CI (`present.judge`: "better"/"worse" when the CI excludes
-  zero, else no significant change); it counts as a trade-off only when the two-sided
-  test agrees at α too. No correction across
+- the objective: each round's candidate against the baseline of the same round
+  (`stats.compare_rounds`: the geometric mean of the rounds' ratios, its Student t interval
+  and the paired t test's one-sided p), Holm-adjusted across the candidates, the interval
+  simultaneous over the candidates (each at 1 − 0.05/k, so the recommended one, picked for
+  its large measured gain, still covers its true change in 95% of confirmations); the
+  candidate must improve it significantly. A capacity, whose rounds each carry their
+  search's interval, is pooled with them (`pooled_comparison`);
+- every other shown metric: the same paired statistic, two-sided, a 95% CI of its change
+  from the same rounds. Its words follow the CI (`present.judge`: "better"/"worse" when
+  the CI excludes zero, else no significant change); it counts as a trade-off only when
+  the two-sided test agrees at α too. No correction across
   metrics: each secondary change is a separate claim whose wrong-sign rate the CI bounds by
   α/2 (bench/tradeoff measures it), and widening the CIs would hide real trade-offs, the
   costlier error;
@@ -46,9 +49,9 @@ from kvtune.stats import (
     Comparison,
     bootstrap_ci,
     centre,
-    compare,
     compare_paired,
     compare_pooled,
+    compare_rounds,
     holm,
     pool_intervals,
 )
@@ -117,6 +120,20 @@ class Arm:
     # the numbering, so a candidate's value pairs with the baseline's of the same round).
     rounds: list[int] = field(default_factory=list)
 
+    def by_round(self, metric: str) -> dict[int, float]:
+        """This arm's value of `metric` in each round it measured (round → value), the
+        pairing the comparisons use; arms stored without their rounds are numbered in
+        order."""
+        rounds = self.rounds if len(self.rounds) == len(self.metrics) \
+            else range(len(self.metrics))
+        out = {}
+        for r, m in zip(rounds, self.metrics, strict=True):
+            v = m.get(metric)
+            if isinstance(v, int | float) and not isinstance(v, bool) \
+                    and not math.isnan(float(v)):
+                out[r] = float(v)
+        return out
+
     def series(self, metric: str) -> list[float]:
         """This arm's samples of `metric`, one per measured round."""
         return [float(m[metric]) for m in self.metrics
@@ -176,6 +193,15 @@ def run_interleaved(configs: Mapping[str, dict[str, Any]], rounds: int, measure:
 # -- one metric, one constraint ------------------------------------------------------------
 
 
+def _by_round(arm: Arm, metric: str, objective: str | None) -> dict[int, float]:
+    """`Arm.by_round`, or the objective's samples numbered in order for an arm that holds
+    only those."""
+    out = arm.by_round(metric)
+    if not out and metric == objective and arm.samples:
+        return dict(enumerate(arm.samples))
+    return out
+
+
 def _series(arm: Arm, metric: str, objective: str | None) -> list[float]:
     if metric == objective and arm.samples:
         return list(arm.samples)
@@ -228,12 +254,20 @@ class MetricChange:
                 "text": self.text()}
 
 
-def metric_change(metric: str, cand: Sequence[float], base: Sequence[float], alpha: float,
-                  seed: int = 0) -> MetricChange:
-    """`metric`'s change between two sets of samples from the same interleaved rounds."""
-    c = [v for v in cand if not math.isnan(v)]
-    b = [v for v in base if not math.isnan(v)]
+def metric_change(metric: str, cand: Mapping[int, float], base: Mapping[int, float],
+                  alpha: float, seed: int = 0) -> MetricChange:
+    """`metric`'s change between two arms measured in the same interleaved rounds (round →
+    value), paired by round (`stats.compare_rounds`). The arms' figures are the geometric
+    means of the rounds both measured, so that the change is their ratio exactly; the
+    median of each arm's values where a value is not positive (no ratio: unpaired)."""
+    c = [v for v in cand.values() if not math.isnan(v)]
+    b = [v for v in base.values() if not math.isnan(v)]
     cm, bm = centre(c), centre(b)
+    both = [r for r in cand if r in base]
+    if len(both) >= 2 and all(cand[r] > 0 and base[r] > 0 for r in both) and \
+            all(v > 0 for v in (*c, *b)):
+        cm = float(np.exp(np.mean(np.log([cand[r] for r in both]))))
+        bm = float(np.exp(np.mean(np.log([base[r] for r in both]))))
     direction = guess_direction(metric)
     n = (len(c), len(b))
     cm_ = None if math.isnan(cm) else cm
@@ -245,7 +279,7 @@ def metric_change(metric: str, cand: Sequence[float], base: Sequence[float], alp
         same = np.allclose(c, 0) and np.allclose(b, 0)
         return MetricChange(metric, direction, bm_, cm_, 0.0 if same else None, None, 1.0,
                             False, n)
-    comp = compare(c, b, "maximize", seed=seed, two_sided=True)
+    comp = compare_rounds(cand, base, "maximize", seed=seed, two_sided=True)
     ci = (comp.ci_low, comp.ci_high)
     sig = (comp.p_value < alpha and not any(math.isnan(v) for v in ci)
            and (ci[0] > 0 or ci[1] < 0))
@@ -254,7 +288,7 @@ def metric_change(metric: str, cand: Sequence[float], base: Sequence[float], alp
 
 def metric_changes(base: Arm, arm: Arm, metrics: Sequence[str], alpha: float, seed: int = 0,
                    objective: str | None = None) -> dict[str, MetricChange]:
-    return {m: metric_change(m, _series(arm, m, objective), _series(base, m, objective),
+    return {m: metric_change(m, _by_round(arm, m, objective), _by_round(base, m, objective),
                              alpha, seed)
             for m in metrics}
 
@@ -299,7 +333,8 @@ def check_constraint(c: Constraint, base: Arm, arm: Arm, seed: int = 0,
         b = _series(base, c.metric, objective)
         if len(cand) < 2 or len(b) < 2 or centre(b) == 0:
             return ConstraintCheck(str(c), "inconclusive", None, None, c.bound, True)
-        comp = compare(cand, b, "maximize", seed=seed)
+        comp = compare_rounds(_by_round(arm, c.metric, objective),
+                              _by_round(base, c.metric, objective), "maximize", seed=seed)
         value, lo, hi = 1 + comp.improvement, 1 + comp.ci_low, 1 + comp.ci_high
     else:
         if len(cand) < 2:
@@ -337,7 +372,7 @@ def pooled_comparison(arm: Arm, base: Arm, metric: str, direction: str,
     """A capacity's comparison from each round's search with its own 95% interval
     (`stats.compare_pooled`): the searches' intervals say how precise each knee is, which
     the rounds' spread alone cannot with a few rounds. None for another metric, or when a
-    round's search has no interval (the bootstrap of the rounds then decides)."""
+    round's search has no interval (the paired comparison of the rounds then decides)."""
     if metric != "capacity":
         return None
 
@@ -383,7 +418,8 @@ def verdict(base: Arm, cands: list[tuple[dict[str, Any], Arm]], metric: str, dir
             ev: EvaluationSpec, seed: int,
             constraints: Sequence[Constraint] = (), slo: str | None = None) -> dict[str, Any]:
     """Each candidate against the baseline — the objective (ratio CI, one-sided
-    Mann–Whitney, Holm across candidates), every shown metric (two-sided, 95% CI) and every
+    paired t on the rounds' log ratios, Holm across candidates), every shown metric
+    (two-sided, 95% CI) and every
     constraint — and the recommendation: the significant candidate with the largest
     improvement that violates no constraint significantly, or None."""
     # The recommendation is the candidate whose measured gain is largest: a choice that
@@ -395,8 +431,8 @@ def verdict(base: Arm, cands: list[tuple[dict[str, Any], Arm]], metric: str, dir
     # docs/evaluation.md).
     level = simultaneous_level(len(cands))
     comps = [pooled_comparison(arm, base, metric, direction, level)
-             or compare(arm.samples or arm.series(metric), base.samples or base.series(metric),
-                        direction, seed=seed, level=level) for _, arm in cands]
+             or compare_rounds(_by_round(arm, metric, metric), _by_round(base, metric, metric),
+                               direction, level=level, seed=seed) for _, arm in cands]
     adjusted = holm([c.p_value for c in comps])
     shown = shown_metrics(metric, constraints)
     base_value = median_metrics(base.metrics).get(metric)
@@ -552,12 +588,12 @@ def front_verdict(base: Arm, cands: list[tuple[dict[str, Any], Arm]],
                   objectives: Sequence[tuple[str, str]], ev: EvaluationSpec, seed: int,
                   constraints: Sequence[Constraint] = ()) -> dict[str, Any]:
     """Each Pareto candidate against the baseline on every objective (one-sided
-    Mann–Whitney in the objective's direction, Holm over all candidates × objectives; the
+    paired t in the objective's direction, Holm over all candidates × objectives; the
     change with its 95% CI) and every other shown metric and constraint. A candidate is on
     the confirmed front when it improves at least one objective significantly and violates
     no constraint significantly; the user picks one (`kvtune export --trial N`)."""
     names = [m for m, _ in objectives]
-    tests = [(i, j, compare(arm.series(m), base.series(m), d, seed=seed))
+    tests = [(i, j, compare_rounds(arm.by_round(m), base.by_round(m), d, seed=seed))
              for i, (_, arm) in enumerate(cands) for j, (m, d) in enumerate(objectives)]
     adjusted = holm([c.p_value for _, _, c in tests])
     gains: dict[tuple[int, int], tuple[bool, float]] = {}

@@ -95,6 +95,7 @@ def drift_consequences(first: list[float], new: list[float], change: float,
     c = max(pooled if not math.isnan(pooled) else 0.0, abs(change) / 2)
     return {"drift_cov": c,
             "detectable_improvement": detectable_improvement(c, ev.confirm_rounds, ev.alpha,
-                                                             ev.confirm_top, two_sided=True),
+                                                             ev.confirm_top, two_sided=True,
+                                                             paired=True),
             "comparisons": "each trial against the nearest baseline measurement; search "
                            "values across the drift are not comparable"}

@@ -17,7 +17,6 @@ from kvtune.spec import EvaluationSpec
 from kvtune.stats import (
     cov,
     detectable_improvement,
-    min_adjusted_p,
     robust_cov,
     rounds_needed,
 )
@@ -44,14 +43,15 @@ class NoiseFloor:
 
         noise = {m: cov(values(m)) for m in (*NOISE_METRICS, metric)}
         robust = {m: robust_cov(values(m)) for m in noise}
-        # Mann–Whitney ranks ignore isolated outliers, so its power follows the robust CoV.
+        # The confirmation's paired t works on each round's log ratio; the robust CoV
+        # estimates the spread of one arm's values without the floor's isolated outliers.
         c = robust.get(metric, math.nan)
         if math.isnan(c):
             c = noise.get(metric, math.nan)
         # The recommendation's CI (two-sided, simultaneous over the candidates) must clear
         # zero: one-sided alpha / (2 × candidates), the level the power is computed at.
         detectable = detectable_improvement(c, ev.confirm_rounds, ev.alpha, ev.confirm_top,
-                                            two_sided=True)
+                                            two_sided=True, paired=True)
         return cls(e.measured, noise, robust, e.flags, detectable)
 
     def as_dict(self) -> dict[str, Any]:
@@ -79,16 +79,16 @@ class NoiseFloor:
             return
         want = ev.min_improvement or 0.05
         console.print(
-            f"  at this noise the confirmation ({ev.confirm_rounds} rounds, smallest "
-            f"Holm-adjusted p {min_adjusted_p(ev.confirm_rounds, ev.confirm_top):.2g} < "
-            f"alpha {ev.alpha:g}) shows an improvement of about {present.share(detectable)} or "
+            f"  at this noise the confirmation ({ev.confirm_rounds} rounds, each candidate "
+            f"paired with the baseline by round, Holm over {ev.confirm_top} at alpha "
+            f"{ev.alpha:g}) shows an improvement of about {present.share(detectable)} or "
             f"more "
             "(80% power), as long as the host stays as quiet as during these repetitions"
             + (" (drift checks will tell)" if ev.drift_every else
                " (drift checks are off: evaluation.drift_every is 0)"))
         if detectable > 2 * want:
             need = rounds_needed(self.objective_cov(metric), want, ev.alpha, ev.confirm_top,
-                                 two_sided=True)
+                                 two_sided=True, paired=True)
             console.print(
                 f"  [yellow]warning:[/] smaller real gains may end as \"no significant "
                 f"improvement\"; to resolve {present.share(want)}, set evaluation.confirm_rounds "
