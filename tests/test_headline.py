@@ -121,3 +121,14 @@ def test_stored_documents_of_the_wrong_shape_decide_nothing_odd() -> None:
                  {"multi": True, "front": [None]}):
         h = _decide(conf, {"choice": "x"})
         assert h.text
+
+
+def test_a_boolean_knob_reads_as_the_study_file_writes_it() -> None:
+    """A changed boolean is said as a study file spells it (true → false), not Python's
+    True → False, in the headline and every table that formats a knob value."""
+    from kvtune import present
+    from kvtune.study.headline import _names
+
+    assert present.fmt(True) == "true" and present.fmt(False) == "false"
+    assert _names({"redis.lazyfree": False}, {"redis.lazyfree": True}) == \
+        "redis.lazyfree true → false"

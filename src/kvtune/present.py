@@ -178,9 +178,12 @@ def change_record(metric: str, change_fraction: float | None, direction: str | N
 
 def fmt(v: Any) -> str:
     """A value as a configuration writes it (knob values, trial figures): None and NaN as
-    "-", floats to 4 significant digits (whole numbers from 1,000), the rest as str()."""
+    "-", booleans as the study file spells them (true/false), floats to 4 significant
+    digits (whole numbers from 1,000), the rest as str()."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
+    if isinstance(v, bool):
+        return "true" if v else "false"
     if isinstance(v, float):
         return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
     return str(v)
