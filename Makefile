@@ -58,7 +58,15 @@ test-install: dist
 test-rust:
 	@cargo test $(CARGO_FLAGS)
 
-test-python: test-unit test-integration test-e2e
+# The unit tier and the parallel-safe tests of the other tiers (marker `parallel`: measuring
+# nothing, changing no host knob) together on the workers, then the rest one at a time.
+test-python: setup kvload
+	@mkdir -p test-artifacts
+	@$(PYTEST) -m "unit or parallel" -n $(UNIT_WORKERS) --dist loadgroup \
+	  --junitxml=test-artifacts/junit-parallel.xml
+	@$(PYTEST) -m "integration and not e2e and not parallel" \
+	  --junitxml=test-artifacts/junit-integration.xml
+	@$(PYTEST) -m "e2e and not parallel" --junitxml=test-artifacts/junit-e2e.xml
 
 # The unit tier: no process, no server binary (tests/conftest.py fails a unit test that
 # starts one), in parallel.
@@ -66,6 +74,7 @@ test-unit: setup
 	@mkdir -p test-artifacts
 	@$(PYTEST) -m unit -n $(UNIT_WORKERS) --junitxml=test-artifacts/junit-unit.xml
 
+# Each tier alone (the parallel-safe tests of a tier among its others, one at a time).
 # Real servers, kvload, PostgreSQL, sshd: one test at a time (servers and load are pinned).
 test-integration: kvload
 	@mkdir -p test-artifacts
@@ -78,8 +87,7 @@ test-e2e: kvload
 
 lint: setup
 	@.venv/bin/ruff check -q src tests bench
-	@.venv/bin/mypy src | grep -v '^Success' || true
-	@.venv/bin/mypy src > /dev/null
+	@out=$$(.venv/bin/mypy src) || { echo "$$out"; exit 1; }
 	@cargo fmt --manifest-path kvload/Cargo.toml --check
 	@cargo clippy $(CARGO_FLAGS) -- -D warnings
 

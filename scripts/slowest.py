@@ -2,27 +2,35 @@
 
     python scripts/slowest.py 15 test-artifacts/junit-*.xml
 
-Prints the N slowest tests (set-up, call and tear-down together, as JUnit reports them) with
-their tier, and each tier's test count and wall time."""
+Prints each run's test count and wall time (a run is one JUnit file: `parallel` holds the unit
+tier and the parallel-safe tests of the others), each tier's test count, then the N slowest
+tests (set-up, call and tear-down together, as JUnit reports them) with their tier (the `tier`
+property tests/conftest.py records; the file's name for older files)."""
 
 from __future__ import annotations
 
 import sys
 import xml.etree.ElementTree as ET
+from collections import Counter
 from pathlib import Path
 
 
 def main(argv: list[str]) -> int:
     n, files = int(argv[0]), [Path(a) for a in argv[1:] if Path(a).exists()]
     rows: list[tuple[float, str, str]] = []
+    tiers: Counter[str] = Counter()
     for f in files:
-        tier = f.stem.removeprefix("junit-")
+        run = f.stem.removeprefix("junit-")
         root = ET.parse(f).getroot()
         for suite in root.iter("testsuite"):
-            print(f"{tier:>12}: {suite.get('tests')} tests in {float(suite.get('time', 0)):.0f} s")
+            print(f"{run:>12}: {suite.get('tests')} tests in {float(suite.get('time', 0)):.0f} s")
             for case in suite.iter("testcase"):
                 name = f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}"
+                prop = case.find("properties/property[@name='tier']")
+                tier = prop.get("value", run) if prop is not None else run
+                tiers[tier] += 1
                 rows.append((float(case.get("time", 0)), tier, name))
+    print("tiers: " + ", ".join(f"{t} {c}" for t, c in sorted(tiers.items())))
     print(f"slowest {n}:")
     for seconds, tier, name in sorted(rows, reverse=True)[:n]:
         print(f"{seconds:8.1f} s  {tier:<11} {name}")

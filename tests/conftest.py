@@ -93,12 +93,31 @@ def tier_of(item: pytest.Item) -> str:
     return "unit"
 
 
+PARALLEL = ("parallel: an integration or e2e test that measures nothing on this host and "
+            "changes no host knob (a synthetic target, stored studies): `make test` runs it "
+            "beside the unit tier, in parallel, the tests of its module in one worker")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", PARALLEL)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         tier = tier_of(item)
         item.stash[TIER] = tier
         if item.get_closest_marker(tier) is None:
             item.add_marker(getattr(pytest.mark, tier))
+        item.user_properties.append(("tier", tier))  # in the JUnit file (scripts/slowest.py)
+        if tier != "unit" and item.get_closest_marker("parallel") is not None:
+            # One worker runs a module's parallel tests (pytest-xdist's --dist loadgroup): its
+            # module-scoped servers start once, and its tests do not run beside each other.
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module
+                                                    else item.nodeid))
+    # The long parallel groups first, so that the unit tests fill the other workers around
+    # them instead of waiting at the end for the last group.
+    items.sort(key=lambda it: it.stash[TIER] == "unit"
+               or it.get_closest_marker("parallel") is None)
 
 
 TIER = pytest.StashKey[str]()

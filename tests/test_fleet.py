@@ -33,7 +33,9 @@ from kvtune.fleet.claims import (
 from kvtune.host.facts import collect
 from kvtune.host.fingerprint import differences, fingerprint, key
 
-# Workers of a fleet sharing one study on PostgreSQL: the e2e tier.
+# Workers of a fleet sharing one study on PostgreSQL: the e2e tier. Not `parallel`, though
+# the synthetic target measures nothing here: the workers' heartbeats (1 s, stale after 3 s)
+# are timing, which the unit tier's workers beside them on 2 CPUs would stretch.
 pytestmark = pytest.mark.e2e
 
 

@@ -20,8 +20,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PY = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
 
-# kvtune as another user (setpriv).
-pytestmark = [pytest.mark.integration,
+# kvtune as another user (setpriv). Parallel-safe: what it runs is refused before it touches
+# the host, or reads stored studies, or tunes the synthetic target.
+pytestmark = [pytest.mark.integration, pytest.mark.parallel,
               pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists(PY),
     reason="needs root, setpriv and the system Python of the venv's version")]
