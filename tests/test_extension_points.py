@@ -95,7 +95,7 @@ def test_toy_load_driver(toy_registered: None, memcached_bin: str) -> None:
 
 def test_unknown_load_tool_is_a_study_file_error() -> None:
     with pytest.raises(UserError, match=r"load.tool, line 3: unknown load tool 'toy' "
-                                        r"\(known: kvload, "):
+                                        r"\(known: cache-aside, kvload, "):
         parse_study(STUDY, "toy.yaml")
 
 

@@ -416,3 +416,85 @@ def test_the_quick_curve_computes_the_marked_sizes_and_the_figure_marks_them() -
     assert fig.layout.shapes[0].x0 == 6.0  # MiB, on a log axis
     assert fig.layout.annotations[0].x == pytest.approx(np.log10(6.0))
     assert view.predicted_at(c, 6 << 20) == c.hit_ratio[c.sizes.index(6 << 20)]
+
+
+HIT_RATIO_STUDY = """\
+study: mc-hit-ratio
+target: {kind: memcached}
+load:
+  tool: cache-aside
+  rate: 5000
+  duration: 2s
+  warmup: 2s
+  workload: {keys: 5000, popularity: "zipf:0.9", mix: "get:9,set:1", key_size: 32,
+             value_size: "list:100:4,400:3,1500:2,6000:1"}
+knobs:
+  - {name: memcached.memory_mb, fixed: 16}
+  - {name: memcached.growth_factor, range: [1.05, 2.0]}
+objective: hit_ratio
+constraints: ["memory <= 16M"]
+budget: {trials: 1}
+repetitions: 1
+evaluation: {noise_floor_runs: 0, confirm_top: 1, confirm_rounds: 4, ablation: false,
+             drift_every: 0, intensify: false, steal_threshold: 0.5}
+"""
+
+
+@pytest.mark.e2e
+def test_a_hit_ratio_study_at_a_fixed_memory_runs_and_exports_its_memory(
+        tmp_path: Path, memcached_bin: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """objective hit_ratio, the memory fixed and bounded by a constraint, measured
+    cache-aside on a real memcached: checked, run, reported with its curve, exported with
+    the memory setting (-m) the hit ratio holds at."""
+    from rich.console import Console
+    from support.cli import kvtune
+
+    from kvtune.store import Store
+    from kvtune.study.loader import load_study
+    from kvtune.study.run import StudyRun
+
+    spec = tmp_path / "hr.yaml"
+    spec.write_text(HIT_RATIO_STUDY)
+    r = kvtune("check", str(spec), cwd=tmp_path)
+    assert r.returncode == 0 and "runnable" in r.stdout, r.stdout + r.stderr
+    monkeypatch.setenv("KVTUNE_JOURNAL", str(tmp_path / "journal.json"))
+    run = StudyRun(load_study(spec), Console(quiet=True), base_dir=tmp_path)
+    run.run()
+    reps = [x for x in Store(run.store.url).repetitions("mc-hit-ratio")
+            if x["status"] != "failed"]
+    assert reps
+    for x in reps:
+        assert x["raw"]["load"]["tool"] == "cache-aside"
+        assert x["metrics"]["memory"] == 16 << 20
+        assert 0.3 < x["metrics"]["hit_ratio"] < 1.0  # 16 MiB holds part of ~8 MiB of items
+        assert x["raw"]["load"]["misses"] > 0
+    r = kvtune("report", "mc-hit-ratio", "--storage", run.store.url, "-o",
+               str(tmp_path / "r.html"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert "measured in this study (cache-aside, median of its repetitions) at 16.0 MiB" \
+        in page and "the study ran at 16.0 MiB" in page
+    r = kvtune("export", str(spec), "--best-in-search", "-o", str(tmp_path / "out"),
+               cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    conf = (tmp_path / "out" / "memcached" / "memcached.conf").read_text().splitlines()
+    assert "-m 16" in conf, conf
+
+
+def test_memory_constraints_and_the_cache_aside_load_are_checked() -> None:
+    from kvtune.load.cacheaside import CacheAsideDriver, requests_of
+    from kvtune.spec import LoadSpec, parse_constraint
+
+    c = parse_constraint("memory <= 256M")
+    assert c.bound == 256 << 20 and str(c) == f"memory <= {256 << 20}"
+    assert c.violation(128 << 20) < 0 < c.violation(512 << 20)
+    with pytest.raises(ValueError, match="size suffix"):
+        parse_constraint("p99_us <= 5M")
+    load = LoadSpec.model_validate({"tool": "cache-aside", "rate": 5000, "duration": "2s",
+                                    "warmup": "2s", "workload": {"keys": 100}})
+    assert requests_of(load) == 20_000
+    with pytest.raises(UserError, match="1,000 to 5,000,000"):
+        requests_of(load.model_copy(update={"rate": 1e7}))
+    with pytest.raises(UserError, match="not etc"):
+        CacheAsideDriver(load.model_copy(update={"workload": load.workload.model_copy(
+            update={"value_size": "etc"})}))

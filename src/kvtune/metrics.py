@@ -84,6 +84,9 @@ _TABLE: tuple[Metric, ...] = (
     Metric("service_p99_us", "µs", Direction.MINIMIZE, True,
            "99th percentile from the actual send time (no queueing in the client)"),
     Metric("hit_ratio", "ratio", Direction.MAXIMIZE, True, "share of gets that found their key"),
+    Metric("memory", "B", Direction.MINIMIZE, True,
+           "the server's memory setting (memory for items, as its stats give it), bytes: "
+           "a budget to keep (`memory <= 256M`) or a size to make small"),
     Metric("errors", "count", Direction.MINIMIZE, True, "failed requests"),
     Metric("server_errors", "count", Direction.MINIMIZE, True,
            "requests the server refused (SERVER_ERROR, out of memory)"),

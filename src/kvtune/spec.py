@@ -61,8 +61,9 @@ _NAME = r"^[a-z][a-z0-9_\-]{0,31}$"  # a registered name: target kind, load tool
 _SLO = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|<)\s*(\S.{0,63}?)\s*$")
 _BARE = re.compile(rf"^-?{NUMBER}$")  # a number of µs (a sign only to say it must be positive)
 # "p99_us <= 500", or relative to the baseline: "ops_per_sec >= 0.98 * baseline".
-_CONSTRAINT = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=|<|>)\s*(?:(-?[0-9.eE+]+)|(-?[0-9.eE+]+)"
-                         r"\s*\*\s*baseline|(baseline))\s*$")
+# A memory bound may carry a size suffix: "memory <= 256M".
+_CONSTRAINT = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=|<|>)\s*(?:(-?[0-9.eE+]+[KMGkmg]?)|"
+                         r"(-?[0-9.eE+]+)\s*\*\s*baseline|(baseline))\s*$")
 
 
 def _cpu_list(v: str) -> str:
@@ -551,6 +552,8 @@ class Constraint(BaseModel):
     def __str__(self) -> str:
         if self.relative:
             return f"{self.metric} {self.op} {self.bound:g} * baseline"
+        if self.metric == "memory" and self.bound == int(self.bound):
+            return f"{self.metric} {self.op} {int(self.bound)}"
         return f"{self.metric} {self.op} {self.bound:g}"
 
 
@@ -572,6 +575,15 @@ def parse_constraint(text: str) -> Constraint:
     metric, op, bound, factor, alone = m.groups()
     if metric not in METRICS:
         raise ValueError(f"{unknown_objective(metric)} (in {text!r})")
+    if bound is not None and bound[-1] in "KMGkmg":
+        if metric != "memory":
+            raise ValueError(f"{text!r}: a size suffix (K, M, G) is for memory")
+        from kvtune.quantities import parse_size
+
+        try:
+            return Constraint(metric=metric, op=op, bound=float(parse_size(bound)))
+        except ValueError as e:
+            raise ValueError(f"{text!r}: {e}") from None
     try:
         if bound is not None:
             return Constraint(metric=metric, op=op, bound=float(bound))
@@ -715,6 +727,25 @@ class StudySpec(_Model):
             _raise_at(("load", "rate"), load.rate,
                       f"with objective capacity load.rate is the search's first rate: "
                       f"{load.rate:g} is outside objective.rates [{rates[0]:g}, {rates[1]:g}]")
+        return self
+
+    @model_validator(mode="after")
+    def _memory(self) -> StudySpec:
+        """`memory` (an objective or a constraint) is read from a server kind with a memory
+        model (kinds/<kind>/mrc.py)."""
+        from kvtune import kind_registry as kinds
+
+        named = [o.metric for o in self.objective.all] + [
+            c.metric for c in self.parsed_constraints]
+        if "memory" not in named:
+            return self
+        k = kinds.find(self.target.kind)
+        if k is None or not k.mrc:
+            have = [n for n in kinds.names() if kinds.get(n).mrc]
+            where = ("objective",) if "memory" in [o.metric for o in self.objective.all] \
+                else ("constraints",)
+            _raise_at(where, "memory", f"memory is the memory setting of a server kind "
+                      f"({', '.join(have)}), not of target.kind {self.target.kind}")
         return self
 
     @property

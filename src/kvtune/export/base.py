@@ -126,11 +126,31 @@ class Recommendation:
 
     def changed(self, name: str) -> bool:
         """Whether the recommendation changes knob `name` from the baseline. Placement
-        knobs always count: the configuration was measured with that placement."""
+        knobs always count: the configuration was measured with that placement. So does
+        the server's memory knob in a study of hit_ratio or memory: the hit ratio was
+        measured at that memory, the memory is what was chosen."""
         knob = catalog.lookup(name)
         if knob is not None and knob.scope == "placement":
             return True
+        if name == self.memory_knob:
+            return True
         return name not in self.baseline or self.baseline[name] != self.config[name]
+
+    @property
+    def memory_knob(self) -> str | None:
+        """The target kind's memory knob (kinds/<kind>/mrc.py) when the study's objective or
+        a constraint is hit_ratio or memory, else None."""
+        obj = self.spec.get("objective") or {}
+        names = {str(obj.get("metric", ""))} | {
+            str(o.get("metric", "")) for o in obj.get("also") or [] if isinstance(o, dict)}
+        for c in self.spec.get("constraints") or []:
+            names.add(str(c).split()[0] if str(c).split() else "")
+        if not names & {"hit_ratio", "memory"} or not self.target:
+            return None
+        from kvtune.mrc.model import kinds_with_a_model, model_of
+
+        return model_of(self.target).memory_knob if self.target in kinds_with_a_model() \
+            else None
 
     def knobs(self, scope: str | None = None) -> list[tuple[Knob, Value, Value | None]]:
         """(knob, recommended value, baseline value) for every catalog knob the

@@ -15,6 +15,7 @@ from kvtune.load.base import (
     tools,
     transport_for,
 )
+from kvtune.load.cacheaside import CacheAsideDriver
 from kvtune.load.kvload import KvloadDriver
 from kvtune.load.transport import Transport
 
@@ -22,7 +23,8 @@ from kvtune.load.transport import Transport
 def _built_in() -> list[type[LoadDriver]]:
     from kvtune import kind_registry as kinds
 
-    return [KvloadDriver, *(d for kind in kinds.every() for d in kind.load_drivers())]
+    return [KvloadDriver, CacheAsideDriver,
+            *(d for kind in kinds.every() for d in kind.load_drivers())]
 
 
 built_in(_built_in)

@@ -260,6 +260,11 @@ class Session:
             raise
         rc = target.stop(server, self.journal)
         server_m, server_raw = telemetry.server_digest(target.kind, stats)
+        from kvtune.mrc.model import configured_memory
+
+        memory = configured_memory(target.kind, stats)  # the `memory` metric
+        if memory is not None:
+            server_m = {**server_m, "memory": memory}
         metrics = {**result.metrics, "verdict": result.verdict, "verdict_reason": result.reason,
                    **tele.metrics, **server_m}
         raw.update(load={**result.raw, "tool": self.load_driver.tool}, server_stats=stats,

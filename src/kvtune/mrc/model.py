@@ -79,5 +79,14 @@ def model_of(kind: str) -> MemoryModel:
     return model
 
 
+def configured_memory(kind: str, stats: dict[str, Any]) -> int | None:
+    """The memory setting (bytes) of a server of `kind` from its stats (None: a kind with no
+    memory model, or a server without a limit)."""
+    k = kinds.find(kind)
+    if k is None or not k.mrc or not isinstance(stats, dict):
+        return None
+    return model_of(kind).configured(stats)
+
+
 def kinds_with_a_model() -> list[str]:
     return [n for n in kinds.names() if kinds.get(n).mrc]

@@ -62,6 +62,18 @@ def _memory_of(model: Any, rep: dict[str, Any]) -> int | None:
     return model.configured(stats) if isinstance(stats, dict) else None
 
 
+def _replayed(spec: dict[str, Any]) -> int | None:
+    """The requests a cache-aside repetition replays: its curve is drawn on as many (a
+    short stream misses on every key's first request; the curve must too)."""
+    from kvtune.load.cacheaside import requests_of
+    from kvtune.spec import LoadSpec
+
+    try:
+        return requests_of(LoadSpec.model_validate(spec["load"]))
+    except (ValueError, UserError):
+        return None
+
+
 def view(data: StudyData) -> MemoryView | None:
     """The section's content, or None when the study has no workload or its target no
     memory model (the synthetic target)."""
@@ -101,7 +113,8 @@ def view(data: StudyData) -> MemoryView | None:
         doc = workload_doc(spec)
         if doc is None:
             return None
-        out.curve = quick_curve(doc, kind, extra_sizes=[m.memory for m in out.marks])
+        out.curve = quick_curve(doc, kind, requests=_replayed(spec) if tool == "cache-aside"
+                                else None, extra_sizes=[m.memory for m in out.marks])
     except UserError as e:
         out.why = str(e)
     return out
