@@ -472,8 +472,8 @@ def test_a_hit_ratio_study_at_a_fixed_memory_runs_and_exports_its_memory(
                str(tmp_path / "r.html"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     page = (tmp_path / "r.html").read_text()
-    assert "measured in this study (cache-aside, median of its repetitions) at 16.0 MiB" \
-        in page and "the study ran at 16.0 MiB" in page
+    assert "measured in this study (cache-aside, the baseline&#x27;s repetitions, median) at " \
+        "16.0 MiB" in page and "the study ran at 16.0 MiB" in page
     r = kvtune("export", str(spec), "--best-in-search", "-o", str(tmp_path / "out"),
                cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr

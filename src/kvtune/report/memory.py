@@ -88,8 +88,11 @@ def view(data: StudyData) -> MemoryView | None:
     by_memory: dict[int, list[float]] = {}
     baseline: list[int] = []
     model = model_of(kind)
+    # The curve is the server at its defaults: the points are the baseline configuration's
+    # (its own repetitions, and the confirmation's rounds of it).
+    base_keys = {r.get("config_key") for r in data.reps if r.get("kind") == "baseline"}
     for r in data.reps:
-        if r.get("status") == "failed":
+        if r.get("status") == "failed" or r.get("config_key") not in base_keys:
             continue
         mem = _memory_of(model, r)
         hr = (r.get("metrics") or {}).get("hit_ratio")
@@ -100,7 +103,7 @@ def view(data: StudyData) -> MemoryView | None:
         if isinstance(hr, int | float) and 0 <= hr <= 1:
             by_memory.setdefault(mem, []).append(float(hr))
     tool = str((spec.get("load") or {}).get("tool", "kvload"))
-    label = f"measured in this study ({tool}, median of its repetitions)"
+    label = f"measured in this study ({tool}, the baseline's repetitions, median)"
     out.points = [Point(m, statistics.median(v), label) for m, v in sorted(by_memory.items())]
     if baseline:
         b = statistics.median(baseline)
