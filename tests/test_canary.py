@@ -34,7 +34,9 @@ SMALL = {"memcached": ["-m", "16"], "redis": ["--maxmemory", "16mb", "--maxmemor
          "valkey": ["--maxmemory", "16mb", "--maxmemory-policy", "allkeys-lru"]}
 # alpha 0.05 (the default): at a few looks the interval's degrees of freedom are few, and
 # alpha 0.01 over 4-5 rules left a busy host's sessions undecided at 12 s
-FAST = ["--interval", "0.5s", "--max-time", "12s", "--alpha", "0.05"]
+# and up to 20 s: a difference that drifts as the traffic runs (the evicting side's hit
+# ratio recovering) widens the long-run interval; most sessions decide within 3-5 s
+FAST = ["--interval", "0.5s", "--max-time", "20s", "--alpha", "0.05"]
 
 
 def _kvload(kvload_bin: str, kind: str, port: int, *args: str) -> list[str]:
@@ -45,7 +47,7 @@ def _kvload(kvload_bin: str, kind: str, port: int, *args: str) -> list[str]:
 
 
 @contextmanager
-def replayed(kvload_bin: str, kind: str, servers: list[Server], seconds: float = 16
+def replayed(kvload_bin: str, kind: str, servers: list[Server], seconds: float = 24
              ) -> Iterator[None]:
     """The same traffic to each server: the keys set (half a second of pipelined sets), then
     get:9,set:1 at 3,000 requests/s for `seconds`, one kvload each, the same seed."""
@@ -100,7 +102,7 @@ def test_a_harmful_change_is_rolled_back(kind: str, kvload_bin: str, in_tmp: Pat
     assert r.returncode == 1 and rec["outcome"] == "roll back", r.stdout
     assert "hit_ratio" in rec["deciding"], rec["deciding"]
     print(f"\n{kind}: roll back at {rec['decided_at_s']:.1f} s, look {len(rec['looks'])}")
-    assert rec["decided_at_s"] < 12
+    assert rec["decided_at_s"] < 20
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("look ")]
     assert len(lines) >= 6 and "interval after more looks" in lines[1], r.stdout
     assert "roll back" in lines[-1] and "hit_ratio" in lines[-1]
@@ -386,7 +388,8 @@ def test_a_session_killed_while_watching_leaves_nothing_to_restore(
     (["--canary", "11211", "--control", "11212", "--aa", "--study", "x"], "--study with --aa"),
     (["--canary", "11211", "--control", "11212", "--current-config", "a.conf"],
      "needs --config"),
-    (["--canary", "11211", "--control", "11212", "--config", "nowhere.conf"], "cannot read"),
+    (["--canary", "11211", "--control", "11212", "--config", "nowhere.conf"],
+     "nowhere.conf"),
     (["--canary", "11211", "--control", "11212", "--config", "same.conf", "--current-config",
       "same.conf"], "sets nothing differently"),
     (["--canary", "11211", "--control", "11212", "--config", "same.conf",
