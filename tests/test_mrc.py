@@ -498,3 +498,48 @@ def test_memory_constraints_and_the_cache_aside_load_are_checked() -> None:
     with pytest.raises(UserError, match="not etc"):
         CacheAsideDriver(load.model_copy(update={"workload": load.workload.model_copy(
             update={"value_size": "etc"})}))
+
+
+def test_the_memory_setting_is_read_from_the_stats_a_study_stores() -> None:
+    from kvtune.mrc.model import configured_memory
+
+    assert configured_memory("memcached", {"stats": {"limit_maxbytes": 16 << 20}}) == 16 << 20
+    assert configured_memory("redis", {"info": {"maxmemory": 8 << 20}}) == 8 << 20
+    assert configured_memory("valkey", {"info": {"maxmemory": 0}}) is None  # no limit
+    assert configured_memory("synthetic", {"info": {"maxmemory": 1}}) is None
+
+
+@pytest.mark.e2e
+def test_a_redis_hit_ratio_study_exports_its_memory_and_eviction_policy(
+        tmp_path: Path, redis_bin: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same on Redis: maxmemory and its eviction policy pinned (Redis's default,
+    noeviction, refuses writes instead), the samples searched; the export writes the
+    memory and the policy it was measured with."""
+    from rich.console import Console
+    from support.cli import kvtune
+
+    from kvtune.store import Store
+    from kvtune.study.loader import load_study
+    from kvtune.study.run import StudyRun
+
+    spec = tmp_path / "r.yaml"
+    spec.write_text(HIT_RATIO_STUDY.replace("mc-hit-ratio", "redis-hit-ratio")
+                    .replace("kind: memcached", "kind: redis")
+                    .replace("  - {name: memcached.memory_mb, fixed: 16}\n"
+                             "  - {name: memcached.growth_factor, range: [1.05, 2.0]}\n",
+                             "  - {name: redis.maxmemory_mb, fixed: 16}\n"
+                             "  - {name: redis.maxmemory_policy, fixed: allkeys-lru}\n"
+                             "  - {name: redis.maxmemory_samples, range: [3, 10]}\n"))
+    monkeypatch.setenv("KVTUNE_JOURNAL", str(tmp_path / "journal.json"))
+    run = StudyRun(load_study(spec), Console(quiet=True), base_dir=tmp_path)
+    run.run()
+    reps = [x for x in Store(run.store.url).repetitions("redis-hit-ratio")
+            if x["status"] != "failed"]
+    assert reps and all(x["metrics"]["memory"] == 16 << 20 for x in reps)
+    assert all(0.3 < x["metrics"]["hit_ratio"] < 1.0 for x in reps)
+    r = kvtune("export", str(spec), "--best-in-search", "-o", str(tmp_path / "out"),
+               cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    conf = (tmp_path / "out" / "redis" / "kvtune-redis-hit-ratio.conf").read_text()
+    assert "maxmemory 16mb" in conf.splitlines()
+    assert "maxmemory-policy allkeys-lru" in conf.splitlines()

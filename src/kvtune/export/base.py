@@ -127,14 +127,23 @@ class Recommendation:
     def changed(self, name: str) -> bool:
         """Whether the recommendation changes knob `name` from the baseline. Placement
         knobs always count: the configuration was measured with that placement. So does
-        the server's memory knob in a study of hit_ratio or memory: the hit ratio was
-        measured at that memory, the memory is what was chosen."""
+        a knob the study pins, and the server's memory knob in a study of hit_ratio or
+        memory: the hit ratio was measured at that memory, the memory is what was
+        chosen."""
         knob = catalog.lookup(name)
         if knob is not None and knob.scope == "placement":
             return True
-        if name == self.memory_knob:
+        if name == self.memory_knob or name in self.pinned:
             return True
         return name not in self.baseline or self.baseline[name] != self.config[name]
+
+    @property
+    def pinned(self) -> set[str]:
+        """The knobs the study file pins (`{name, fixed: V}`): every configuration was
+        measured with that value, the server's default or not (a Redis study of hit ratio
+        pins maxmemory-policy to allkeys-lru: the export must say so)."""
+        return {str(k.get("name")) for k in self.spec.get("knobs") or []
+                if isinstance(k, dict) and k.get("fixed") is not None}
 
     @property
     def memory_knob(self) -> str | None:

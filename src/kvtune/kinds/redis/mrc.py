@@ -309,8 +309,10 @@ def alternatives(req: Requests, memory: int, sample_rate: float,
 
 
 def configured(stats: dict[str, Any]) -> int | None:
-    """`maxmemory` in bytes, from the INFO a study stores (None when 0: no limit)."""
-    v = stats.get("maxmemory") if isinstance(stats, dict) else None
+    """`maxmemory` in bytes, from the INFO a study stores (`stats["info"]`; None when 0:
+    no limit)."""
+    info = stats.get("info") if isinstance(stats, dict) else None
+    v = info.get("maxmemory") if isinstance(info, dict) else None
     return int(v) if isinstance(v, int | float) and v > 0 else None
 
 
