@@ -37,6 +37,17 @@ def test_a_sqlite_file_uri_is_refused(url: str, tmp_path: Path) -> None:
         storage.check_url(url, tmp_path)
 
 
+@pytest.mark.parametrize("url", [
+    "sqlite:///x.db?timeout=abc", "sqlite:///x.db?foo=bar", "sqlite:///x.db?isolation_level=x",
+    "sqlite:///x.db?check_same_thread=0"])
+def test_a_sqlite_url_takes_no_query(url: str, tmp_path: Path) -> None:
+    """The driver's options reach sqlite3.connect unchecked: a bad one was a traceback, an
+    unknown one a warning; none is accepted, whichever command the URL comes to."""
+    with pytest.raises(ValueError, match="takes no query"):
+        storage.check_url(url, tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_command_that_reads_results_never_creates_a_database(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="does not exist"):
         storage.check_url(f"sqlite:///{tmp_path}/results/x.db", tmp_path, create=False)
@@ -175,6 +186,16 @@ def test_a_journal_names_no_module_kvtune_imports(monkeypatch: pytest.MonkeyPatc
     # (tests register toy undo kinds of their own, from their own modules: not kvtune's)
     assert {u.module for u in journal._UNDO.values()
             if u.module.startswith("kvtune.")} <= set(journal.undo_modules())
+
+
+def test_a_journal_undo_with_args_it_does_not_take_is_a_failed_entry() -> None:
+    """A registered undo kind whose args a journal file changed (a key missing, a value of
+    another type) is reported as not restored, never a traceback (KeyError was one)."""
+    for args in ({"feature": "NO_X"}, {"name": "TTWU_QUEUE"}, {}):  # each refused unwritten
+        results = journal.restore_state({"entries": [
+            {"undo": "sched-feature", "module": "kvtune.__main__", "args": args}],
+            "created_dirs": [], "processes": []})
+        assert len(results) == 1 and not results[0].ok, results
 
 
 def test_verify_trusts_no_login_user_the_process_names_itself() -> None:

@@ -432,6 +432,11 @@ def _replay_undo(entry: dict[str, Any]) -> RestoreResult:
         return RestoreResult(what, True, fn(dict(entry.get("args") or {})))
     except (OSError, ValueError) as e:
         return RestoreResult(what, False, getattr(e, "strerror", None) or str(e))
+    except (LookupError, TypeError, AttributeError):
+        # A journal file's args are input: a registered kind with args it does not take (a
+        # missing key, a value of another type) is a failed entry, not a traceback.
+        return RestoreResult(what, False, "its args are not what this undo takes (the "
+                             "journal was changed?)")
 
 
 def _drain_cgroup(path: Path) -> None:

@@ -1,8 +1,9 @@
 """The one check of a database URL, however it arrives (a study file's `storage`, a
 command's `--storage`, `kvtune predict`, the library): a URL that parses, a driver that is
 installed, no SQLite `file:` URI (its own query language names files and modes no check
-sees), a SQLite file never under /proc, /sys or /dev, never created under /etc, /usr or
-/boot, an existing file only when it is a SQLite database; credentials never printed.
+sees) and no query at all on a SQLite URL (the driver's options), a SQLite file never under
+/proc, /sys or /dev, never created under /etc, /usr or /boot, an existing file only when it
+is a SQLite database; credentials never printed.
 
 Where a new SQLite file may be created is the caller's `places` (a study file's: its
 results directory, the study file's own directory, the working directory; the loader
@@ -84,6 +85,10 @@ def check_url(url: str, cwd: Path | None = None, *, create: bool = True,
             (u.database or "").startswith("file:") or "uri" in u.query):
         raise ValueError("a SQLite file: URI is not accepted (it names "
                          "files and modes no check sees); write sqlite:///PATH")
+    if u.get_backend_name() == "sqlite" and u.query:
+        # The driver's own options (timeout, isolation_level, ...) reach sqlite3.connect
+        # unchecked (a bad one was a traceback, an unknown one a warning); none is needed.
+        raise ValueError("a SQLite URL takes no query (?...): write sqlite:///PATH")
     try:
         dialect.import_dbapi()
     except ImportError as e:
