@@ -164,11 +164,12 @@ def verify_canaries(plan: ses.Plan, study: str, rec: Recommendation) -> tuple[bo
 
 
 def _read_config(path: Path, what: str) -> str:
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"{what} {path}: cannot read it: {getattr(e, 'strerror', None) or e}"
-                        ) from None
+    from kvtune.targets.server_config import read_text
+
+    try:  # judged before it is opened: a regular file outside /proc, /sys, /dev, bounded
+        text = read_text(path)
+    except ValueError as e:
+        raise UserError(f"{what}: {e}") from None
     if any(ord(ch) < 32 and ch not in "\t\n\r" for ch in text):
         raise UserError(f"{what} {path}: not a text config file (control characters)")
     return text

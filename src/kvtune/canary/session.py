@@ -62,11 +62,12 @@ def rollback_from_export(export_dir: Path, kind: str, reader: watch.Reader) -> R
     if len(changes) != 1 or len(backs) != 1:
         raise UserError(f"{where}: expected one {family}/ file and its rollback under "
                         f"rollback/{family}/, found {len(changes)} and {len(backs)}")
-    try:
-        change, back = changes[0].read_text(), backs[0].read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"{where}: cannot read {changes[0].name} or its rollback: {e}") \
-            from None
+    from kvtune.targets.server_config import read_text
+
+    try:  # judged before they are opened (a link to a FIFO or a device), bounded
+        change, back = read_text(changes[0]), read_text(backs[0])
+    except ValueError as e:
+        raise UserError(f"{where}: {e}") from None
     settings = reader.rollback_settings(change, back)
     if not settings:
         raise UserError(f"{where}: {changes[0]} changes no setting the rollback could put "
