@@ -1066,7 +1066,7 @@ def workload_describe(
     doc = load_model(str(model))
     pts: list[Point] = []
     mrc, why = None, ""
-    if curve:
+    if curve and (html is not None or not as_json):  # --json alone prints the model only
         from kvtune.mrc.command import read_measured
         from kvtune.mrc.model import model_of
 
