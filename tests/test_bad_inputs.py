@@ -347,8 +347,9 @@ def _setup_tampered_stores(cwd: Path, stores: Path) -> None:
     access to a shared results database would: a newline in the stored workload mix and
     in the run's workload description (a drop-in's `[Service] ExecStartPre=`), a refused
     server argument in the stored target.args, a recommended value outside its knob's
-    catalog domain (with no stored space to compare with), and a sweep whose knob name is
-    markup (for the report)."""
+    catalog domain (with no stored space to compare with), a study attribute (the space, the
+    study file) that is not a mapping (each was a traceback in show or report), and a sweep
+    whose knob name is markup (for the report)."""
     import json
     import sqlite3
 
@@ -361,8 +362,10 @@ def _setup_tampered_stores(cwd: Path, stores: Path) -> None:
                                   "'confirmation' ORDER BY id DESC").fetchone()[0])
     con.close()
     inject = "\n[Service]\nExecStartPre=/bin/sh -c 'touch /tmp/kvtune-bad-pwned'\n"
-    for name in ("mix", "text", "args", "value", "value-escape"):
+    for name in ("mix", "text", "args", "value", "value-escape", "attrs", "spec-text"):
         shutil.copy(rec, cwd / "results" / f"{name}.db")
+    _tamper(cwd / "results" / "attrs.db", "space", "not a mapping")
+    _tamper(cwd / "results" / "spec-text.db", "spec", "not a mapping")
     mix = json.loads(json.dumps(spec))
     mix["load"]["workload"]["mix"] = "get:9,set:1" + inject
     _tamper(cwd / "results" / "mix.db", "spec", mix)
@@ -658,7 +661,9 @@ def test_the_corpus_covers_the_holes_of_issue_40() -> None:
             "commands-stored-mix-newline-export", "commands-stored-mix-newline-show",
             "commands-stored-mix-newline-report", "commands-stored-workload-text-newline",
             "commands-stored-target-args", "commands-stored-value-outside-catalog",
-            "commands-stored-sweep-markup-report", "commands-library-crafted-profile-export",
+            "commands-stored-sweep-markup-report", "commands-stored-attr-not-mapping-show",
+            "commands-stored-spec-not-mapping-report",
+            "commands-library-crafted-profile-export",
             "commands-library-crafted-profiles-markup",
             "commands-library-export-over-itself",
             # the low items: deny-list gaps reachable with --allow-inline-host-knobs

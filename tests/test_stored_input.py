@@ -112,6 +112,23 @@ def test_a_stored_study_file_passes_the_study_files_checks() -> None:
     assert sweep_knob("sweep:synthetic.x", "s", "db") == "synthetic.x"
 
 
+@pytest.mark.parametrize(("attrs", "what"), [
+    ({"space": "x"}, "space is not a mapping"), ({"host": ["a"]}, "host is not a mapping"),
+    ({"spec": 5}, "spec is not a mapping"), ({"spec_text": {}}, "spec_text is not text"),
+    ({"baseline": {"k": [1]}}, "not a single value"),
+    ({"space": {"domains": {"k": 5}}}, "domains that are not mappings"),
+    ({"host": {"kernel": "6.1\x1b[2J"}}, "host.kernel is not plain text")])
+def test_a_study_attribute_of_the_wrong_shape_is_refused(attrs: dict[str, object],
+                                                         what: str) -> None:
+    from kvtune.store import check_study_attrs
+
+    with pytest.raises(UserError, match=what):
+        check_study_attrs(attrs, "study 's' in db")
+    ok = {"spec": SPEC, "spec_text": "study: s\n", "host": {"kernel": "6.1", "cpus": 2},
+          "baseline": {"memcached.threads": 4, "x": None}, "space": {"domains": {"k": {}}}}
+    assert check_study_attrs(ok, "w") is ok
+
+
 # -- exports --------------------------------------------------------------------------------
 
 

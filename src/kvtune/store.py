@@ -91,6 +91,7 @@ class Store:
             _holds_results(url, self.url)
         self.storage = open_storage(url, heartbeat=heartbeat, extra_tables=_META)
         self.engine = self.storage.engine
+        _check_attrs_when_read(self.storage, self.url)
         if url.startswith("sqlite:///"):  # no report or export may replace it
             from kvtune.safety.files import note_input
 
@@ -311,6 +312,63 @@ def _check(v: Any, where: str, path: str, name: str | None, depth: int) -> None:
             _check(x, where, f"{path}.{k}" if path else k, None if name in CONFIG_FIELDS
                    and name not in ("baseline", "recommended") else k, depth + 1)
         return
+
+
+# A study's own attributes (Optuna's user_attrs) as kvtune stores them: the study file's
+# text, and mappings (the study file as parsed, the host, the baseline, the searched space,
+# the search's signature, the warm start, the run's workload). Read back by every screen and
+# export through `study.user_attrs`, so each is checked where the storage hands it out.
+ATTR_TEXT = frozenset({"spec_text"})
+ATTR_MAPS = frozenset({"spec", "host", "baseline", "space", "signature", "warm_start",
+                       "workload"})
+
+
+def check_study_attrs(attrs: Any, where: str) -> Any:
+    """A study's stored attributes when each of kvtune's has its shape (`ATTR_TEXT`,
+    `ATTR_MAPS`; the baseline a configuration, the space's domains mappings) and every
+    field its type (`check_document`; the study file is checked as a study file by
+    `kvtune.study.stored`); UserError naming `where` and the attribute otherwise."""
+    def refuse(key: str, what: str) -> UserError:
+        return UserError(f"{where}: the stored {key} {what} (the results database was "
+                         "changed?); nothing was written")
+
+    if not isinstance(attrs, dict):
+        raise refuse("attributes", "are not a mapping")
+    for key, v in attrs.items():
+        if v is None:
+            continue
+        if key in ATTR_TEXT and not isinstance(v, str):
+            raise refuse(key, "is not text")
+        if key in ATTR_MAPS and not isinstance(v, dict):
+            raise refuse(key, "is not a mapping")
+    base = attrs.get("baseline") or {}
+    if any(not isinstance(x, str | int | float | bool) and x is not None
+           for x in base.values()):
+        raise refuse("baseline", "holds a value that is not a single value")
+    domains = (attrs.get("space") or {}).get("domains")
+    if domains is not None and (not isinstance(domains, dict) or not all(
+            isinstance(d, dict) for d in domains.values())):
+        raise refuse("space", "holds domains that are not mappings")
+    for key in ATTR_MAPS - {"spec"}:
+        if attrs.get(key) is not None:
+            _check(attrs[key], where, key, key if key == "baseline" else None, 0)
+    return attrs
+
+
+def _check_attrs_when_read(storage: Any, url: str) -> None:
+    """Every read of a study's attributes from `storage` (what `study.user_attrs` asks)
+    passes `check_study_attrs` first: one place, whichever command reads them."""
+    read = storage.get_study_user_attrs
+
+    def checked(study_id: int) -> dict[str, Any]:
+        attrs = read(study_id)
+        try:
+            name = storage.get_study_name_from_id(study_id)
+        except Exception:
+            name = str(study_id)
+        return check_study_attrs(attrs, f"study {name!r} in {url}")
+
+    storage.get_study_user_attrs = checked
 
 
 def _short(v: Any) -> str:
