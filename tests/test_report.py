@@ -128,7 +128,8 @@ def test_report_renders_in_chromium(study: tuple[str, Path]) -> None:
     for needle in ("Which change made the gain", "Latency by request type", "BH q",
                    "Noise floor and host noise facts", "counters: memcached stats",
                    "as written", "Memory and hit ratio", "the study ran at 64.0 MiB",
-                   "measured in this study (kvload, the baseline&#x27;s repetitions, median) at 64.0 MiB"):
+                   "measured in this study (kvload, the baseline&#x27;s repetitions, median) at "
+                   "64.0 MiB"):
         assert needle in page, needle
     # the curve of the study's workload (memcached's model), its measured point on it
     mrc = plots["plot-mrc"]
