@@ -53,6 +53,7 @@ class StudyData:
     ablation: dict[str, Any] | None = None
     spec_text: str | None = None  # the study file as written (studies since issue 13)
     host_noise: dict[str, Any] | None = None  # kvtune.measure.host_noise facts at the noise floor
+    engine: Any = None  # the results database's SQLAlchemy engine (workers, hosts)
 
     @property
     def maximize(self) -> bool:
@@ -117,8 +118,9 @@ def _result_keys(store: Store, name: str) -> list[str]:
         return [r[0] for r in c.execute(q)]
 
 
-def _first_objective(t: optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial:
-    """A trial of a multi-objective study as if its first objective were its only one."""
+def _first_objective(t: optuna.trial.FrozenTrial, trial_id: int) -> optuna.trial.FrozenTrial:
+    """A trial of a multi-objective study as if its first objective were its only one
+    (Optuna's public constructor; `trial_id` from the storage's public lookup)."""
     if t.values is None or len(t.values) < 2:
         return t
     return optuna.trial.FrozenTrial(
@@ -126,7 +128,7 @@ def _first_objective(t: optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial:
         datetime_start=t.datetime_start, datetime_complete=t.datetime_complete,
         params=t.params, distributions=t.distributions, user_attrs=t.user_attrs,
         system_attrs=t.system_attrs, intermediate_values=t.intermediate_values,
-        trial_id=t._trial_id)
+        trial_id=trial_id)
 
 
 def load(store: Store, name: str) -> StudyData:
@@ -139,12 +141,15 @@ def load(store: Store, name: str) -> StudyData:
     trials = study.get_trials(deepcopy=False)
     if len(study.directions) > 1:
         # A Pareto study (issue 16): analysed by its first objective, the study's `metric`.
-        trials = [_first_objective(t) for t in trials]
+        study_id = store.storage.get_study_id_from_name(name)
+        trials = [_first_objective(t, store.storage.get_trial_id_from_study_id_trial_number(
+            study_id, t.number)) for t in trials]
     spec = study.user_attrs.get("spec", {}) or {}
     sig = study.user_attrs.get("signature", {}) or {}
     metric = spec.get("objective", {}).get("metric") or sig.get("metric") or "value"
     data = StudyData(
-        name=name, metric=metric, direction=study.directions[0].name.lower(), study=study,
+        engine=store.engine, name=name, metric=metric,
+        direction=study.directions[0].name.lower(), study=study,
         trials=trials, reps=store.repetitions(name), knobs=_knobs(study, trials), spec=spec,
         host=study.user_attrs.get("host", {}) or {},
         baseline=study.user_attrs.get("baseline", {}) or {},

@@ -180,14 +180,17 @@ def open_storage(url: str, heartbeat: bool = True,
     kw: dict[str, Any] = {}
     if heartbeat:
         interval, grace = heartbeat_settings()
+        stale = _StaleCallback()
         kw = {"heartbeat_interval": interval, "grace_period": grace,
-              "heartbeat_stale_trial_callback": _StaleCallback()}
+              "heartbeat_stale_trial_callback": stale}
     try:
         with creation_lock(url), warnings.catch_warnings():
             # heartbeat_interval is "experimental" in Optuna: kvtune depends on it knowingly.
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             storage = optuna.storages.RDBStorage(url, **kw)
             eng = storage.engine
+            if heartbeat:
+                stale.engine = eng
             _META.create_all(eng)
             if extra_tables is not None:
                 extra_tables.create_all(eng)
@@ -207,12 +210,12 @@ class _StaleCallback:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             self.retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
+        # The storage's engine, set once the storage this callback is given to exists.
+        self.engine: sa.Engine | None = None
 
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         self.retry(study, trial)
-        storage = study._storage
-        engine = getattr(storage, "engine", None) or getattr(
-            getattr(storage, "_backend", None), "engine", None)
+        engine = self.engine
         if engine is not None:
             with engine.begin() as c:
                 c.execute(CLAIMS.delete().where(CLAIMS.c.study == study.study_name)
@@ -230,32 +233,34 @@ def worker_seed(seed: int, worker: str) -> int:
     return (seed + zlib.crc32(worker.encode())) % 2**32
 
 
-def fail_stale(study: optuna.Study, fleet: Fleet | None = None) -> None:
+def fail_stale(study: optuna.Study, fleet: Fleet | None = None,
+               storage: optuna.storages.BaseStorage | None = None) -> None:
     """Fail (and retry once) the trials whose workers stopped beating; called before ask.
-    With `fleet`, also the RUNNING trials of a worker of this host whose process is gone
-    (a `kill -9`, then `kvtune tune` again: no need to wait for the grace period). A trial
-    is never failed because it is RUNNING."""
+    With `fleet` and the study's `storage`, also the RUNNING trials of a worker of this
+    host whose process is gone (a `kill -9`, then `kvtune tune` again: no need to wait for
+    the grace period). A trial is never failed because it is RUNNING."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
-    if fleet is None:
+    if fleet is None or storage is None:
         return
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     gone = {w for w in {t.user_attrs.get("worker") for t in running}
             if w and w != fleet.worker and fleet.process_gone(w)}
-    storage = study._storage
     callback = storage.get_heartbeat_stale_trial_callback() \
         if hasattr(storage, "get_heartbeat_stale_trial_callback") else None
+    study_id = storage.get_study_id_from_name(study.study_name)
     for t in running:
         if t.user_attrs.get("worker") not in gone:
             continue
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
         try:
-            if not storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL):
+            if not storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL):
                 continue
         except optuna.exceptions.UpdateFinishedTrialError:
             continue  # another worker failed it first
         if callback is not None:
-            callback(study, storage.get_trial(t._trial_id))
+            callback(study, storage.get_trial(trial_id))
 
 
 def pid_running(pid: int) -> bool:

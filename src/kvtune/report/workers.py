@@ -13,17 +13,15 @@ from kvtune.analysis.data import StudyData
 from kvtune.present import number
 
 
-def _engine(study: optuna.Study) -> Any:
-    storage = study._storage
-    return getattr(storage, "engine", None) or getattr(
-        getattr(storage, "_backend", None), "engine", None)
+def _engine(data: StudyData) -> Any:
+    return data.engine
 
 
 def workers(data: StudyData) -> list[dict[str, Any]]:
     """The study's workers (kvtune.fleet.workers_of), each with its trials' numbers."""
     from kvtune.fleet.claims import workers_of
 
-    engine = _engine(data.study)
+    engine = _engine(data)
     if engine is None:
         return []
     ws = workers_of(engine, data.name)
@@ -71,7 +69,7 @@ def _hosts(data: StudyData, ws: list[dict[str, Any]], fps: list[str]) -> str:
     from kvtune.host.fingerprint import FIELDS
     from kvtune.store import latest, results_in
 
-    engine = _engine(data.study)
+    engine = _engine(data)
     confirmations = results_in(engine, data.name, "confirmation") if engine else []
     prints = {w["fingerprint_key"]: w["fingerprint"] for w in ws}
     varying = [f for f in FIELDS if len({str(p.get(f)) for p in prints.values()}) > 1]

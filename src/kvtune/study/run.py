@@ -149,41 +149,25 @@ class StudyRun:
         return self.wrap(study)
 
     def wrap(self, study: optuna.Study) -> optuna.Study:
-        """The study with this process's ask and tell: every trial asked is tagged (worker,
-        host, fingerprint) and kept alive by the heartbeat until it is told; a tell on a
-        trial failed meanwhile as stale is reported, not raised."""
-        ask, tell_ = study.ask, study.tell
+        """The study with this process's ask and tell (`study.tracked.TrackedStudy`): every
+        trial asked is tagged (worker, host, fingerprint) and kept alive by the heartbeat
+        until it is told; a tell on a trial failed meanwhile as stale is reported, not
+        raised."""
+        from kvtune.study.tracked import TrackedStudy
 
-        def tagged_ask(*a: Any, **kw: Any) -> optuna.Trial:
-            trial = ask(*a, **kw)
-            # A first heartbeat now: a trial without one is never found stale (Optuna skips
-            # it), so a process killed right after asking would hold it RUNNING for ever.
-            self.store.storage.record_heartbeat(trial._trial_id)
-            self.live[trial.number] = trial._trial_id
+        def tag(trial: optuna.Trial) -> None:
             trial.set_user_attr("worker", self.worker)
             trial.set_user_attr("host", socket.gethostname())
             trial.set_user_attr("fingerprint", self.fp_key)
             self.strategy.on_ask(trial)
-            return trial
 
-        def tolerant_tell(trial: Any, *a: Any, **kw: Any) -> Any:
-            number = trial if isinstance(trial, int) else trial.number
-            try:
-                return tell_(trial, *a, **kw)
-            except (optuna.exceptions.UpdateFinishedTrialError, RuntimeError,
-                    ValueError) as err:
-                text = str(err).lower()
-                if "finished" not in text and "cannot tell" not in text:
-                    raise
-                self.console.print(f"  [yellow]trial {number} was failed meanwhile (its "
-                                   "heartbeat stalled); its retry is measured again[/]")
-                return None
-            finally:
-                self.live.pop(number, None)
+        def lost(number: int) -> None:
+            self.console.print(f"  [yellow]trial {number} was failed meanwhile (its "
+                               "heartbeat stalled); its retry is measured again[/]")
 
-        study.ask = tagged_ask  # type: ignore[method-assign]
-        study.tell = tolerant_tell  # type: ignore[method-assign]
-        return study
+        tracked = TrackedStudy(study, self.store.storage, tag, lost)
+        self.live = tracked.live
+        return tracked
 
     def beat(self) -> None:
         """The heartbeat: every trial this process measures, and its own last_seen."""
@@ -226,7 +210,7 @@ class StudyRun:
         stopped for the grace period, or its process on this host is gone), then queued
         again once with its parameters; a live one is left alone. The baseline, the
         incumbent and the noise floor of this host fingerprint are read back."""
-        fail_stale(study, self.fleet)
+        fail_stale(study, self.fleet, self.store.storage)
         best: Evaluation | None = None
         for t in study.get_trials(deepcopy=False,
                                   states=(optuna.trial.TrialState.COMPLETE,)):

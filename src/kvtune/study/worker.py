@@ -59,7 +59,7 @@ class FleetSearch(Search):
         ask and tell are the worker's, see StudyRun.wrap), freed when the result of an
         earlier trial is reused (a repeat is not counted)."""
         w, r = self.worker, self.worker.run
-        fail_stale(study, r.fleet)
+        fail_stale(study, r.fleet, r.store.storage)
         w.await_baseline(study, self.space)
         # The worker's incumbent (the baseline may have arrived after the search began).
         incumbent = r.incumbent
@@ -249,7 +249,7 @@ class FleetWorker(Strategy):
         """Until no search trial runs (stale ones are failed and retried by whoever is left;
         a retried trial waiting with no worker to run it is not waited for)."""
         while True:
-            fail_stale(study, self.run.fleet)
+            fail_stale(study, self.run.fleet, self.run.store.storage)
             running = [t for t in study.get_trials(
                 deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))]
             if not running:
