@@ -348,7 +348,8 @@ def _setup_tampered_stores(cwd: Path, stores: Path) -> None:
     in the run's workload description (a drop-in's `[Service] ExecStartPre=`), a refused
     server argument in the stored target.args, a recommended value outside its knob's
     catalog domain (with no stored space to compare with), a study attribute (the space, the
-    study file) that is not a mapping (each was a traceback in show or report), and a sweep
+    study file) and a trial's configuration that are not mappings (each was a traceback in
+    show or report), and a sweep
     whose knob name is markup (for the report)."""
     import json
     import sqlite3
@@ -362,10 +363,16 @@ def _setup_tampered_stores(cwd: Path, stores: Path) -> None:
                                   "'confirmation' ORDER BY id DESC").fetchone()[0])
     con.close()
     inject = "\n[Service]\nExecStartPre=/bin/sh -c 'touch /tmp/kvtune-bad-pwned'\n"
-    for name in ("mix", "text", "args", "value", "value-escape", "attrs", "spec-text"):
+    for name in ("mix", "text", "args", "value", "value-escape", "attrs", "spec-text",
+                 "trial"):
         shutil.copy(rec, cwd / "results" / f"{name}.db")
     _tamper(cwd / "results" / "attrs.db", "space", "not a mapping")
     _tamper(cwd / "results" / "spec-text.db", "spec", "not a mapping")
+    con = sqlite3.connect(cwd / "results" / "trial.db")
+    con.execute("UPDATE trial_user_attributes SET value_json = ? WHERE key = 'config'",
+                (json.dumps("not a mapping"),))
+    con.commit()
+    con.close()
     mix = json.loads(json.dumps(spec))
     mix["load"]["workload"]["mix"] = "get:9,set:1" + inject
     _tamper(cwd / "results" / "mix.db", "spec", mix)
@@ -662,7 +669,7 @@ def test_the_corpus_covers_the_holes_of_issue_40() -> None:
             "commands-stored-mix-newline-report", "commands-stored-workload-text-newline",
             "commands-stored-target-args", "commands-stored-value-outside-catalog",
             "commands-stored-sweep-markup-report", "commands-stored-attr-not-mapping-show",
-            "commands-stored-spec-not-mapping-report",
+            "commands-stored-spec-not-mapping-report", "commands-stored-trial-config-show",
             "commands-library-crafted-profile-export",
             "commands-library-crafted-profiles-markup",
             "commands-library-export-over-itself",

@@ -129,6 +129,22 @@ def test_a_study_attribute_of_the_wrong_shape_is_refused(attrs: dict[str, object
     assert check_study_attrs(ok, "w") is ok
 
 
+@pytest.mark.parametrize(("attrs", "what"), [
+    ({"config": "x"}, "config is not a configuration"),
+    ({"config": {"k": {"a": 1}}}, "config is not a configuration"),
+    ({"kind": 5}, "kind is not text"), ({"stderr": "a\x1b[2J"}, "stderr is not plain text"),
+    ({"eval": {"metrics": {"p99_us": [1]}}}, "not a number")])
+def test_a_trial_attribute_of_the_wrong_shape_is_refused(attrs: dict[str, object],
+                                                         what: str) -> None:
+    from kvtune.store import check_trial_attrs
+
+    with pytest.raises(UserError, match=what):
+        check_trial_attrs(attrs, "trial 0")
+    ok = {"config": {"memcached.threads": 4, "x": None}, "kind": "trial",
+          "stderr": "line 1\nline 2\n", "eval": {"metrics": {"p99_us": 100.0}, "n": 3}}
+    assert check_trial_attrs(ok, "w") is ok
+
+
 # -- exports --------------------------------------------------------------------------------
 
 

@@ -355,18 +355,39 @@ def check_study_attrs(attrs: Any, where: str) -> Any:
     return attrs
 
 
+def check_trial_attrs(attrs: Any, where: str) -> Any:
+    """A trial's stored attributes when its configuration is a mapping of single values,
+    its kind text and every field typed as `check_document` types it; UserError naming
+    `where` and the attribute otherwise."""
+    def refuse(key: str, what: str) -> UserError:
+        return UserError(f"{where}: the stored {key} {what} (the results database was "
+                         "changed?); nothing was written")
+
+    if not isinstance(attrs, dict):
+        raise refuse("attributes", "are not a mapping")
+    config = attrs.get("config")
+    if config is not None and (not isinstance(config, dict) or any(
+            not isinstance(x, str | int | float | bool) and x is not None
+            for x in config.values())):
+        raise refuse("config", "is not a configuration (knob: single value)")
+    if attrs.get("kind") is not None and not isinstance(attrs["kind"], str):
+        raise refuse("kind", "is not text")
+    _check(attrs, where, "", None, 0)
+    return attrs
+
+
 def _check_attrs_when_read(storage: Any, url: str) -> None:
     """Every read of a study's attributes from `storage` (what `study.user_attrs` asks)
-    passes `check_study_attrs` first: one place, whichever command reads them."""
+    passes `check_study_attrs` first: one place, whichever command reads them. (A trial's
+    attributes are checked where the screens read a study: `kvtune.analysis.load`.)"""
     read = storage.get_study_user_attrs
 
     def checked(study_id: int) -> dict[str, Any]:
-        attrs = read(study_id)
         try:
-            name = storage.get_study_name_from_id(study_id)
+            name = str(storage.get_study_name_from_id(study_id))
         except Exception:
             name = str(study_id)
-        return check_study_attrs(attrs, f"study {name!r} in {url}")
+        return check_study_attrs(read(study_id), f"study {name!r} in {url}")
 
     storage.get_study_user_attrs = checked
 

@@ -18,10 +18,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvtune.analysis.correlation import Correlation, correlations
-from kvtune.analysis.data import KnobInfo, StudyData, load
+from kvtune.analysis.data import KnobInfo, StudyData
+from kvtune.analysis.data import load as _load
 from kvtune.analysis.importance import Importance, importance
 from kvtune.analysis.sensitivity import Curve, sensitivity
 from kvtune.analysis.zones import Zone, zones
+
+
+def load(store: Any, name: str) -> StudyData:
+    """Study `name` of `store` as the screens read it (`kvtune.analysis.data.load`), every
+    trial's stored attributes checked first (`kvtune.store.check_trial_attrs`: a results
+    database is input; a configuration that was not a mapping was a traceback in show and
+    the report)."""
+    from kvtune.store import check_trial_attrs
+
+    data = _load(store, name)
+    for t in data.trials:
+        check_trial_attrs(t.user_attrs, f"study {name!r} in {data.storage}, trial {t.number}")
+    return data
+
 
 # Knobs with at least this share of the importance get a zone (the top three at least).
 IMPORTANT = 0.10
