@@ -340,6 +340,7 @@ print(json.dumps(failed))
 
 
 @pytest.mark.integration  # each module imported first in a fresh interpreter
+@pytest.mark.parallel  # imports only: nothing measured, no host knob, no timing
 def test_every_module_imports_first() -> None:
     """Each module of kvtune imports on its own, first, in a fresh interpreter's state (a
     kind's export or load module imported before kvtune.export or kvtune.load closed a
