@@ -36,7 +36,7 @@ def test_no_private_optuna_attribute_and_no_method_replaced_on_a_study() -> None
 def test_the_tracked_study_tags_beats_and_tolerates_a_trial_failed_meanwhile(
         tmp_path: Path) -> None:
     """ask tags the trial and gives it a heartbeat at once (its id in `live`); tell on a
-    trial another worker failed meanwhile says so and returns None, a normal tell
+    trial another worker failed meanwhile says so (the trial stays failed), a normal tell
     returns the finished trial and clears `live`."""
     from kvtune.study.tracked import TrackedStudy
 
@@ -52,7 +52,8 @@ def test_the_tracked_study_tags_beats_and_tolerates_a_trial_failed_meanwhile(
     assert study.live[0] == tid and storage.get_trial(tid).state.name == "RUNNING"
     # Another worker fails it as stale meanwhile.
     storage.set_trial_state_values(tid, optuna.trial.TrialState.FAIL)
-    assert study.tell(t, 1.0) is None and lost == [0] and not study.live
+    told = study.tell(t, 1.0)
+    assert told.state.name == "FAIL" and lost == [0] and not study.live
     t2 = study.ask()
     frozen = study.tell(t2, 2.0)
     assert frozen is not None and frozen.value == 2.0 and lost == [0]

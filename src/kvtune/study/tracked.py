@@ -7,7 +7,8 @@ Optuna's integrations extend it, instead of methods replaced on an instance.
   process killed right after asking would hold it RUNNING for ever. Its storage id comes
   from the storage's public lookup (`get_trial_id_from_study_id_trial_number`).
 - `tell` uses Optuna's `skip_if_finished`: a trial another worker failed meanwhile as stale
-  (its heartbeat stalled) is not told again; `on_lost` says so and the tell returns None.
+  (its heartbeat stalled) is not told again; `on_lost` says so, and the tell returns the
+  trial as it was finished.
   No error is classified by its message text.
 - `live` holds the ids of the trials this process is measuring, for its heartbeat.
 """
@@ -48,7 +49,7 @@ class TrackedStudy(optuna.Study):
 
     def tell(self, trial: optuna.Trial | int, values: float | Sequence[float] | None = None,
              state: TrialState | None = None,
-             skip_if_finished: bool = False) -> optuna.trial.FrozenTrial | None:  # type: ignore[override]
+             skip_if_finished: bool = False) -> optuna.trial.FrozenTrial:
         number = trial if isinstance(trial, int) else trial.number
         wanted = state if state is not None else TrialState.COMPLETE
         try:
@@ -58,5 +59,4 @@ class TrackedStudy(optuna.Study):
         if frozen.state != wanted and not skip_if_finished:
             # Already finished when told: failed meanwhile as stale (or told elsewhere).
             self.on_lost(number)
-            return None
         return frozen
