@@ -663,7 +663,7 @@ def test_the_corpus_covers_the_holes_of_issue_40() -> None:
             "storage-file-uri", "storage-outside-results", "storage-etc",
             "commands-show-file-uri", "commands-predict-file-uri", "commands-library-file-uri",
             "commands-show-creates-no-database", "commands-predict-storage-password",
-            "commands-library-import-sqlite-query",
+            "commands-library-import-sqlite-query", "storage-postgres-file-option",
             # storage is input: tampered results databases, a crafted library, the report
             "commands-stored-mix-newline-export", "commands-stored-mix-newline-show",
             "commands-stored-mix-newline-report", "commands-stored-workload-text-newline",

@@ -48,6 +48,16 @@ def test_a_sqlite_url_takes_no_query(url: str, tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("url", [
+    "postgresql+psycopg://k@127.0.0.1/db?sslrootcert=/etc/shadow",
+    "postgresql+psycopg://k@127.0.0.1/db?PassFile=/root/.pgpass",
+    "postgresql+psycopg://k@127.0.0.1/db?service=x"])
+def test_a_url_option_naming_a_file_the_driver_reads_is_refused(url: str) -> None:
+    with pytest.raises(ValueError, match="would read as root"):
+        storage.check_url(url)
+    storage.check_url("postgresql+psycopg://k@127.0.0.1/db?sslmode=require")
+
+
 def test_a_command_that_reads_results_never_creates_a_database(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="does not exist"):
         storage.check_url(f"sqlite:///{tmp_path}/results/x.db", tmp_path, create=False)

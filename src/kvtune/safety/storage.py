@@ -28,6 +28,10 @@ DRIVER_PACKAGES = {
     "pyodbc": "pyodbc", "pymssql": "pymssql",
 }
 _SQLITE_HEADER = b"SQLite format 3\x00"
+# Connection options (libpq's and the MySQL drivers') that name a file the driver reads.
+FILE_OPTIONS = frozenset({"passfile", "sslcert", "sslkey", "sslrootcert", "sslcrl",
+                          "sslcrldir", "service", "servicefile", "ssl_ca", "ssl_cert",
+                          "ssl_key", "read_default_file", "local_infile"})
 _REFUSED_TREES = roots.STORAGE_REFUSED
 
 
@@ -85,6 +89,12 @@ def check_url(url: str, cwd: Path | None = None, *, create: bool = True,
             (u.database or "").startswith("file:") or "uri" in u.query):
         raise ValueError("a SQLite file: URI is not accepted (it names "
                          "files and modes no check sees); write sqlite:///PATH")
+    named = sorted(k for k in u.query if k.lower() in FILE_OPTIONS)
+    if named:
+        # libpq opens what these name, as root, before any check of kvtune's could see it.
+        raise ValueError(f"the URL's option {named[0]!r} names a file the database driver "
+                         "would read as root: set it in the operator's environment "
+                         "(PGSSLROOTCERT, PGPASSFILE, ...) instead")
     if u.get_backend_name() == "sqlite" and u.query:
         # The driver's own options (timeout, isolation_level, ...) reach sqlite3.connect
         # unchecked (a bad one was a traceback, an unknown one a warning); none is needed.
