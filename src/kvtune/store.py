@@ -89,9 +89,12 @@ class Store:
             raise UserError(f"storage {self.url!r}: {e}") from None
         if not create:  # opening creates the schema: a reader opens only a filled database
             _holds_results(url, self.url)
-        self.storage = open_storage(url, heartbeat=heartbeat, extra_tables=_META)
+        storage = open_storage(url, heartbeat=heartbeat, extra_tables=_META,
+                               storage_class=CheckedStorage)
+        if isinstance(storage, CheckedStorage):
+            storage.where = self.url
+        self.storage = storage
         self.engine = self.storage.engine
-        _check_attrs_when_read(self.storage, self.url)
         if url.startswith("sqlite:///"):  # no report or export may replace it
             from kvtune.safety.files import note_input
 
@@ -376,20 +379,22 @@ def check_trial_attrs(attrs: Any, where: str) -> Any:
     return attrs
 
 
-def _check_attrs_when_read(storage: Any, url: str) -> None:
-    """Every read of a study's attributes from `storage` (what `study.user_attrs` asks)
-    passes `check_study_attrs` first: one place, whichever command reads them. (A trial's
-    attributes are checked where the screens read a study: `kvtune.analysis.load`.)"""
-    read = storage.get_study_user_attrs
+class CheckedStorage(optuna.storages.RDBStorage):
+    """Optuna's RDB storage whose every read of a study's attributes (what
+    `study.user_attrs` asks) passes `check_study_attrs` first: one place, whichever command
+    reads them. A subclass (Optuna's public storage class), not a method replaced on an
+    instance. (A trial's attributes are checked where the screens read a study:
+    `kvtune.analysis.load`.)"""
 
-    def checked(study_id: int) -> dict[str, Any]:
+    where = "the results database"  # the masked URL, for messages (Store sets it)
+
+    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
+        attrs = super().get_study_user_attrs(study_id)
         try:
-            name = str(storage.get_study_name_from_id(study_id))
-        except Exception:
+            name = str(self.get_study_name_from_id(study_id))
+        except Exception:  # only for the message
             name = str(study_id)
-        return check_study_attrs(read(study_id), f"study {name!r} in {url}")
-
-    storage.get_study_user_attrs = checked
+        return check_study_attrs(attrs, f"study {name!r} in {self.where}")
 
 
 def _short(v: Any) -> str:

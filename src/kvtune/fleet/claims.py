@@ -169,7 +169,9 @@ def creation_lock(url: str, timeout_s: float = 60.0) -> contextlib.AbstractConte
 
 
 def open_storage(url: str, heartbeat: bool = True,
-                 extra_tables: sa.MetaData | None = None) -> optuna.storages.RDBStorage:
+                 extra_tables: sa.MetaData | None = None,
+                 storage_class: type[optuna.storages.RDBStorage] = optuna.storages.RDBStorage,
+                 ) -> optuna.storages.RDBStorage:
     """Optuna's RDB storage for `url`, created idempotently under concurrency, with
     heartbeats (a dead worker's trial is failed and retried once) when `heartbeat`. Also
     creates kvtune's fleet tables, and `extra_tables`, under the same lock. Raises
@@ -187,7 +189,7 @@ def open_storage(url: str, heartbeat: bool = True,
         with creation_lock(url), warnings.catch_warnings():
             # heartbeat_interval is "experimental" in Optuna: kvtune depends on it knowingly.
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            storage = optuna.storages.RDBStorage(url, **kw)
+            storage = storage_class(url, **kw)
             eng = storage.engine
             if heartbeat:
                 stale.engine = eng
