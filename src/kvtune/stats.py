@@ -531,7 +531,7 @@ class Sequential:
         return math.isfinite(self.low) and math.isfinite(self.high)
 
 
-def _cs_rho2(alpha: float, t_opt: float) -> float:
+def cs_rho2(alpha: float, t_opt: float) -> float:
     """The mixture's ρ², chosen so that the sequence is tightest near `t_opt` looks."""
     la = math.log(1 / alpha)
     return (2 * la + math.log(1 + 2 * la)) / max(t_opt, 1.0)
@@ -539,40 +539,21 @@ def _cs_rho2(alpha: float, t_opt: float) -> float:
 
 def cs_radius(looks: int, sd: float, alpha: float, t_opt: float) -> float:
     """The half-width of the asymptotic confidence sequence at `looks` looks for values of
-    standard deviation `sd` (already widened for its estimation, `_t_widening`)."""
+    standard deviation `sd` (already widened for its estimation, `t_widening`)."""
     t = float(looks)
-    rho2 = _cs_rho2(alpha, t_opt)
+    rho2 = cs_rho2(alpha, t_opt)
     return sd * math.sqrt(2 * (t * rho2 + 1) / (t * t * rho2)
                           * math.log(math.sqrt(t * rho2 + 1) / alpha))
 
 
 @functools.lru_cache(maxsize=4096)
-def _t_widening(looks: int, alpha: float) -> float:
+def t_widening(looks: int, alpha: float) -> float:
     """Student's t quantile over the normal one at `looks` - 1 degrees of freedom (cached:
     the verdict asks for the same looks at every rule and every look)."""
     from scipy import stats as sps
 
     df = max(looks - 1, 1)
     return float(sps.t.ppf(1 - alpha / 2, df) / sps.norm.ppf(1 - alpha / 2))
-
-
-def confidence_sequence(values: Sequence[float], alpha: float = 0.05, t_opt: float = 30,
-                        min_looks: int = 5) -> Sequential:
-    """The two-sided confidence sequence of the mean of `values` (one per look, in order)
-    at the last look; NaNs are left out. Valid at every look at once (asymptotically, for
-    independent values; tests/test_canary_stats.py measures its coverage)."""
-    xs = np.asarray(values, dtype=float)
-    xs = xs[~np.isnan(xs)]
-    n = len(xs)
-    est = float(xs.sum()) / n if n else math.nan
-    c = xs - est
-    ss = float(c @ c)
-    sd = math.sqrt(ss / (n - 1)) if n > 1 else math.nan
-    lag1 = float(c[1:] @ c[:-1]) / ss if n > 2 and ss > 0 else math.nan
-    if n < max(min_looks, 2):
-        return Sequential(n, est, -math.inf, math.inf, sd, lag1, alpha)
-    r = cs_radius(n, sd * float(_long_run(lag1, n)) * _t_widening(n, alpha), alpha, t_opt)
-    return Sequential(n, est, est - r, est + r, sd, lag1, alpha)
 
 
 def _long_run(lag1: float | np.ndarray, n: float | np.ndarray) -> float | np.ndarray:
@@ -594,7 +575,8 @@ def cs_coverage_misses(series: np.ndarray, truth: float, alpha: float, t_opt: fl
 
 def cs_prefixes(series: np.ndarray, alpha: float, t_opt: float
                 ) -> tuple[np.ndarray, np.ndarray]:
-    """The estimate and half-width of `confidence_sequence` at every look of every row of
+    """The estimate and half-width of the AR(1)-widened sequence (the canary's before its
+    long-run variance; bench/canary/aa_rates.py's "before" column) at every look of every row of
     `series` (runs x looks), vectorised."""
     from scipy import stats as sps
 
@@ -614,7 +596,7 @@ def cs_prefixes(series: np.ndarray, alpha: float, t_opt: float
     sd = sd * _long_run(lag1, t)
     df = np.maximum(t - 1, 1)
     widen = sps.t.ppf(1 - alpha / 2, df) / sps.norm.ppf(1 - alpha / 2)
-    rho2 = _cs_rho2(alpha, t_opt)
+    rho2 = cs_rho2(alpha, t_opt)
     r = sd * widen * np.sqrt(2 * (t * rho2 + 1) / (t * t * rho2)
                              * np.log(np.sqrt(t * rho2 + 1) / alpha))
     return m, r
@@ -631,13 +613,13 @@ def cs_looks_to_exclude(gap: float, sd: float, alpha: float, t_opt: float,
     if sd == 0:
         return 2
     lo, hi = 2, 2
-    while cs_radius(hi, sd * _t_widening(hi, alpha), alpha, t_opt) >= gap:
+    while cs_radius(hi, sd * t_widening(hi, alpha), alpha, t_opt) >= gap:
         if hi >= limit:
             return None
         lo, hi = hi, min(hi * 2, limit)
     while lo < hi:
         mid = (lo + hi) // 2
-        if cs_radius(mid, sd * _t_widening(mid, alpha), alpha, t_opt) < gap:
+        if cs_radius(mid, sd * t_widening(mid, alpha), alpha, t_opt) < gap:
             hi = mid
         else:
             lo = mid + 1

@@ -72,22 +72,16 @@ def _widening(dof: float, alpha: float) -> float:
     linearly in 1 / dof (never narrower than the exact quantile, at most 4% wider from 1
     degree of freedom up, alpha 0.001 to 0.05)."""
     lo = int(dof)
-    w_lo = stats._t_widening(lo + 1, alpha)  # its argument is looks: dof + 1
+    w_lo = stats.t_widening(lo + 1, alpha)  # its argument is looks: dof + 1
     if dof == lo:
         return w_lo
-    w_hi = stats._t_widening(lo + 2, alpha)
+    w_hi = stats.t_widening(lo + 2, alpha)
     f = (1 / lo - 1 / dof) / (1 / lo - 1 / (lo + 1))
     return math.exp(math.log(w_lo) + f * (math.log(w_hi) - math.log(w_lo)))
 
 
-def _rho2(alpha: float, t_opt: float) -> float:
-    """The mixture's rho^2, chosen so that the sequence is tightest near `t_opt` looks."""
-    la = math.log(1 / alpha)
-    return (2 * la + math.log(1 + 2 * la)) / max(t_opt, 1.0)
-
-
 def _boundary(n: np.ndarray | float, alpha: float, t_opt: float) -> np.ndarray | float:
-    rho2 = _rho2(alpha, t_opt)
+    rho2 = stats.cs_rho2(alpha, t_opt)
     return np.sqrt(2 * (n * rho2 + 1) / (n * n * rho2) * np.log(np.sqrt(n * rho2 + 1) / alpha))
 
 

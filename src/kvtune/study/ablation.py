@@ -165,20 +165,14 @@ class Decision:
     gain: float = math.nan
 
 
-def _rounds(arm: Arm) -> dict[int, float]:
-    """The arm's objective by round (numbered in order for an arm stored without rounds)."""
-    if len(arm.rounds) == len(arm.samples):
-        return dict(zip(arm.rounds, arm.samples, strict=True))
-    return dict(enumerate(arm.samples))
-
-
 def _paired_worth(rec: Arm, arm: Arm, direction: str,
                   level: float) -> tuple[float, float, float, float]:
     """What a change is worth on the log scale, paired by round as the confirmation pairs
     its arms (`stats.compare_rounds`: the recommendation against the arm without the
     change, in each round both ran): sign × mean log(rec / without) with its t interval at
     `level`, and the two-sided paired t p-value."""
-    c = compare_rounds(_rounds(rec), _rounds(arm), direction, level=level, two_sided=True)
+    c = compare_rounds(rec.samples_by_round(), arm.samples_by_round(), direction,
+                       level=level, two_sided=True)
     if math.isnan(c.improvement):
         return math.nan, math.nan, math.nan, 1.0
     return (math.log1p(c.improvement), math.log1p(c.ci_low), math.log1p(c.ci_high),

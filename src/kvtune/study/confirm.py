@@ -134,6 +134,13 @@ class Arm:
                 out[r] = float(v)
         return out
 
+    def samples_by_round(self) -> dict[int, float]:
+        """The objective's samples by round (numbered in order for an arm stored without
+        its rounds)."""
+        if len(self.rounds) == len(self.samples):
+            return dict(zip(self.rounds, self.samples, strict=True))
+        return dict(enumerate(self.samples))
+
     def series(self, metric: str) -> list[float]:
         """This arm's samples of `metric`, one per measured round."""
         return [float(m[metric]) for m in self.metrics
@@ -198,7 +205,7 @@ def _by_round(arm: Arm, metric: str, objective: str | None) -> dict[int, float]:
     only those."""
     out = arm.by_round(metric)
     if not out and metric == objective and arm.samples:
-        return dict(enumerate(arm.samples))
+        return arm.samples_by_round()
     return out
 
 
