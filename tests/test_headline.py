@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from kvtune.documents import build
+from kvtune.errors import UserError
 from kvtune.present import change_record
 from kvtune.report.summary import next_steps
 from kvtune.stats import Comparison
@@ -45,8 +49,10 @@ def _ablation(minimal_better: bool) -> dict[str, Any]:
 
 
 def _decide(conf: Any, abl: Any = None) -> Any:
-    return decide(conf, abl, metric="p99_us", direction="minimize", study="demo",
-                  seconds_per_rep=3.0)
+    """The headline of documents as the store reads them (typed, `kvtune.documents`)."""
+    return decide(None if conf is None else build("confirmation", conf),
+                  None if abl is None else build("ablation", abl),
+                  metric="p99_us", direction="minimize", study="demo", seconds_per_rep=3.0)
 
 
 def test_a_smaller_change_shown_better_than_the_defaults_is_what_ships() -> None:
@@ -115,12 +121,17 @@ def test_a_search_best_that_is_worse_is_never_offered_for_export() -> None:
     assert any("--best-in-search" in c for c in next_steps(better, "demo"))
 
 
-def test_stored_documents_of_the_wrong_shape_decide_nothing_odd() -> None:
-    """Storage is input: a headline from damaged documents is still a headline."""
-    for conf in ({"recommended": "x"}, {"candidates": [None, 3, {"comparison": "x"}]},
-                 {"multi": True, "front": [None]}):
-        h = _decide(conf, {"choice": "x"})
-        assert h.text
+def test_stored_documents_of_the_wrong_shape_decide_nothing() -> None:
+    """Storage is input: a damaged document is refused where it is read, naming the
+    field, before any headline is decided from it."""
+    cases = [({"recommended": "x"}, "recommended"),
+             ({"candidates": [None, 3, {"comparison": "x"}]}, "candidates.0"),
+             ({"multi": True, "front": [None]}, "front.0")]
+    for conf, field in cases:
+        with pytest.raises(UserError, match=f"stored field {field}"):
+            _decide(conf)
+    with pytest.raises(UserError, match="stored field choice"):
+        _decide(_conf(True), {"choice": "x"})
 
 
 def test_a_boolean_knob_reads_as_the_study_file_writes_it() -> None:

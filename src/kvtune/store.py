@@ -11,16 +11,18 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import optuna
 import sqlalchemy as sa
 
-from kvtune import present
+from kvtune import documents, present
 from kvtune.errors import UserError
 
 if TYPE_CHECKING:
     from kvtune.spec import StudySpec
+
+D = TypeVar("D", bound=documents.Document)
 
 _META = sa.MetaData()
 REPETITIONS = sa.Table(
@@ -133,28 +135,55 @@ class Store:
         return out
 
     def put_result(self, study: str, key: str, data: Any) -> None:
-        """Store a result; a mapping gets the run's host fingerprint (`tag`) when it has
-        none, so that each fingerprint's noise floor and confirmation can be told apart."""
-        if isinstance(data, dict) and self.tag.get("fingerprint") and "fingerprint" not in data:
-            data = {**data, "fingerprint": self.tag["fingerprint"]}
+        """Store a result as its typed document (`kvtune.documents`: a mapping a phase
+        built is validated as its key's type first), written with its schema version; it
+        gets the run's host fingerprint (`tag`) when it has none, so that each
+        fingerprint's noise floor and confirmation can be told apart."""
+        doc = documents.build(key, data, f"result {key!r} of study {study!r}")
+        fp = self.tag.get("fingerprint")
+        if isinstance(doc, documents.Document):
+            if fp and doc.fingerprint is None:
+                doc = doc.model_copy(update={"fingerprint": fp})
+            data = doc.stored()
         with self.engine.begin() as c:
             c.execute(RESULTS.insert().values(study=study, key=key, data=dumps(data),
                                               created=time.time()))
 
     def results(self, study: str, key: str) -> list[Any]:
-        return results_in(self.engine, study, key)
+        """Every result `key` of `study`, oldest first, as mappings in the current layout
+        (each read through its typed document: `documents_in`)."""
+        return [d.stored() if isinstance(d, documents.Document) else d
+                for d in documents_in(self.engine, study, key)]
 
     def last_result(self, study: str, key: str, fingerprint: str | None = None) -> Any | None:
         return latest(self.results(study, key), fingerprint)
+
+    def document(self, study: str, kind: type[D], fingerprint: str | None = None,
+                 key: str | None = None) -> D | None:
+        """The latest result of `kind` (of `fingerprint`'s host, when given) as its typed
+        document, or None."""
+        docs = [d for d in documents_in(self.engine, study, key or kind.KEY)
+                if isinstance(d, kind)]
+        if fingerprint is not None:
+            docs = [d for d in docs if d.fingerprint in (None, fingerprint)]
+        return docs[-1] if docs else None
 
     def study_names(self) -> list[str]:
         return [s.study_name for s in optuna.get_all_study_summaries(self.storage)]
 
 
 def results_in(engine: sa.Engine, study: str, key: str) -> list[Any]:
+    """Every result `key` of `study` in the database of `engine`, oldest first, as
+    mappings in the current layout (`documents_in`)."""
+    return [d.stored() if isinstance(d, documents.Document) else d
+            for d in documents_in(engine, study, key)]
+
+
+def documents_in(engine: sa.Engine, study: str, key: str) -> list[Any]:
     """Every result `key` of `study` in the database of `engine`, oldest first, each
-    checked as input (`kvtune.study.stored.check_document`: a field of the wrong type is
-    refused, UserError, naming the study, the result and the field)."""
+    checked as input (`check_document`: a field of the wrong type is refused, UserError,
+    naming the study, the result and the field) and read as its typed document
+    (`kvtune.documents.read`: an older layout upgraded, the fields' shapes validated)."""
     from kvtune.safety.storage import mask
 
     q = (sa.select(RESULTS.c.id, RESULTS.c.data).where(RESULTS.c.study == study)
@@ -165,7 +194,7 @@ def results_in(engine: sa.Engine, study: str, key: str) -> list[Any]:
     out = []
     for rid, data in rows:
         where = f"study {study!r} in {url}, result {key!r} #{rid}"
-        out.append(check_document(_loads(data, where), where))
+        out.append(documents.read(key, check_document(_loads(data, where), where), where))
     return out
 
 

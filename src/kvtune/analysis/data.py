@@ -10,6 +10,7 @@ from typing import Any
 import optuna
 import sqlalchemy as sa
 
+from kvtune.documents import Ablation, Confirmation
 from kvtune.errors import UserError
 from kvtune.knobs.domain import Domain
 from kvtune.metrics import Direction
@@ -45,12 +46,12 @@ class StudyData:
     host: dict[str, Any] = field(default_factory=dict)
     baseline: dict[str, Any] = field(default_factory=dict)
     noise_floor: dict[str, Any] | None = None
-    confirmation: dict[str, Any] | None = None
+    confirmation: Confirmation | None = None
     drift: list[dict[str, Any]] = field(default_factory=list)
     sweeps: dict[str, dict[str, Any]] = field(default_factory=dict)
     sweep_reps: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     storage: str = ""
-    ablation: dict[str, Any] | None = None
+    ablation: Ablation | None = None
     spec_text: str | None = None  # the study file as written (studies since issue 13)
     host_noise: dict[str, Any] | None = None  # kvtune.measure.host_noise facts at the noise floor
     engine: Any = None  # the results database's SQLAlchemy engine (workers, hosts)
@@ -154,9 +155,9 @@ def load(store: Store, name: str) -> StudyData:
         host=study.user_attrs.get("host", {}) or {},
         baseline=study.user_attrs.get("baseline", {}) or {},
         noise_floor=store.last_result(name, "noise_floor"),
-        confirmation=store.last_result(name, "confirmation"),
+        confirmation=store.document(name, Confirmation),
         drift=store.results(name, "drift"), storage=store.url,
-        ablation=store.last_result(name, "ablation"),
+        ablation=store.document(name, Ablation),
         spec_text=study.user_attrs.get("spec_text"),
         host_noise=None)
     from kvtune.measure.host_noise import with_study

@@ -12,6 +12,7 @@ from typing import Any
 
 from kvtune import kind_registry as kinds
 from kvtune import present, roots
+from kvtune.documents import Ablation, Candidate, Confirmation
 from kvtune.errors import KvtuneError, UserError
 from kvtune.export.base import Exporter, ExportFile, Recommendation
 from kvtune.export.sysctl import SysctlExporter
@@ -54,17 +55,16 @@ class NoRecommendation(KvtuneError):
     exit_code = 1
 
 
-def _gain(conf: dict[str, Any], rec: dict[str, Any]) -> str:
+def _gain(conf: Confirmation, rec: Candidate) -> str:
     """The confirmed gain with its CI, in one phrase."""
-    if rec.get("text"):  # every trade-off and unsettled constraint named (issue 16)
-        return f"confirmed against the baseline: {rec['text']}"
-    comp = rec.get("comparison") or {}
-    if "change" not in comp:
-        return str(conf.get("verdict", rec.get("name", "")))
-    return (f"{rec.get('name', 'the recommendation')} confirmed: {conf.get('metric', 'objective')} "
-            f"{present.pct(comp['change'])} (95% CI "
-            f"{present.pct(comp.get('change_ci_low'))} … "
-            f"{present.pct(comp.get('change_ci_high'))}) against the baseline")
+    if rec.text:  # every trade-off and unsettled constraint named (issue 16)
+        return f"confirmed against the baseline: {rec.text}"
+    comp = rec.comparison
+    if comp is None or comp.change is None:
+        return conf.verdict or rec.label
+    return (f"{rec.name or 'the recommendation'} confirmed: {conf.metric or 'objective'} "
+            f"{present.pct(comp.change)} (95% CI {present.pct(comp.change_ci_low)} … "
+            f"{present.pct(comp.change_ci_high)}) against the baseline")
 
 
 def _operator_config(spec: dict[str, Any]) -> tuple[Path, str] | None:
@@ -113,10 +113,11 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
     stored = stored_spec(study.user_attrs, name, store.url)
     spec, workload_text = dict(stored.data), stored.workload_text
     target = (spec.get("target") or {}).get("kind")
-    conf = data.get("confirmation")
+    conf = store.document(name, Confirmation)
+    abl = store.document(name, Ablation)
     baseline: dict[str, Any] = dict(study.user_attrs.get("baseline") or {})
-    if conf and conf.get("baseline", {}).get("config"):
-        baseline = dict(conf["baseline"]["config"])
+    if conf is not None and conf.baseline is not None and conf.baseline.config:
+        baseline = dict(conf.baseline.config)
     previous_text = None
     if previous is not None:  # it must parse as the target's configuration file
         from kvtune.targets.server_config import check_config
@@ -128,64 +129,60 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
             previous, previous_text = found
     if trial is not None:
         # The user's pick (a Pareto study's front, or another confirmed candidate).
-        rows = (conf or {}).get("candidates") or []
-        row = next((r for r in rows if r.get("trial") == trial), None)
-        if row is None or not row.get("significant"):
-            ok = [r["trial"] for r in rows if r.get("significant")]
+        rows = conf.candidates if conf is not None else []
+        row = conf.candidate(trial) if conf is not None else None
+        if row is None or not row.significant:
+            ok = [r.trial for r in rows if r.significant]
             raise NoRecommendation(
                 f"--trial {trial}: not a confirmed candidate of study {name!r} (confirmed: "
                 f"{', '.join(map(str, ok)) or 'none'}); `kvtune show` lists them")
-        out = Recommendation(name, target, dict(row["config"]), baseline,
-                             f"picked from the confirmation: {row.get('text', row['name'])}",
+        out = Recommendation(name, target, dict(row.config), baseline,
+                             f"picked from the confirmation: {row.text or row.label}",
                              spec=spec, workload_text=workload_text, previous=previous,
                              previous_text=previous_text, tuned_include=tuned_include)
         check_domains(out, study.user_attrs.get("space"))
         return out
-    if conf and conf.get("recommended"):
-        rec = conf["recommended"]
-        config, source = dict(rec["config"]), _gain(conf, rec)
-        abl = store.last_result(name, "ablation") or {}
-        choice = abl.get("choice") if not abl.get("skipped") else None
+    if conf is not None and conf.recommended is not None:
+        rec = conf.recommended
+        config, source = dict(rec.config), _gain(conf, rec)
+        choice = abl.chosen if abl is not None else None
         head = data.get("headline") or {}
         # The study's headline decides what ships by default (kvtune.study.headline): the
         # smaller change only when its own comparison with the defaults was significant.
         if choice and head.get("chosen") == "minimal" and not full and not minimal:
-            config = {**baseline, **dict(choice["config"])}
-            left = "; ".join(
-                f"{x['knob']} {x['recommended']} (share "
-                + present.share(x.get("share")) + ")"
-                for x in choice.get("left_out") or [])
+            config = {**baseline, **dict(choice.config)}
+            left = "; ".join(f"{x.knob} {present.fmt(x.recommended)} (share "
+                             + present.share(x.share) + ")" for x in choice.left_out)
             source = (f"{head.get('text')} (the ablation measured these changes alone "
                       "against the defaults and the whole)"
                       + (f". Left out: {left}" if left else ""))
-        elif choice and choice.get("chosen") == "minimal" and head.get("why") \
-                and not minimal:
+        elif choice and choice.chosen == "minimal" and head.get("why") and not minimal:
             # The ablation's smaller change was not shown better alone: the whole ships,
             # and the header says why (the headline's words).
             source = f"{source}. {head['why']}"
         if minimal:
-            abl = store.last_result(name, "ablation")
-            if not abl or abl.get("skipped") or "minimal_config" not in abl:
-                why = (abl or {}).get("skipped") or "the study has no ablation (kvtune tune " \
-                    "runs it after the confirmation)"
+            if abl is None or abl.skipped or not abl.minimal_config:
+                why = (abl.skipped if abl is not None else None) or "the study has no " \
+                    "ablation (kvtune tune runs it after the confirmation)"
                 raise NoRecommendation(f"--minimal: study {name!r} has no minimal "
                                        f"configuration: {why}")
-            config = dict(abl["minimal_config"])
+            config = dict(abl.minimal_config)
             source += (" — MINIMAL configuration from the ablation: only "
-                       f"{', '.join(abl.get('minimal_changes') or {}) or 'no change'} "
+                       f"{', '.join(abl.minimal_changes) or 'no change'} "
                        "(derived, not measured on its own)")
         out = Recommendation(name, target, config, baseline, source, spec=spec,
                              workload_text=workload_text, previous=previous,
                              previous_text=previous_text, tuned_include=tuned_include)
         check_domains(out, study.user_attrs.get("space"))
         return out
-    verdict = str(conf.get("verdict") or "") if conf else ""
-    why = (f"the confirmation's verdict: {verdict}" if conf else
+    verdict = conf.verdict if conf is not None else ""
+    why = (f"the confirmation's verdict: {verdict}" if conf is not None else
            "the study has no confirmation yet (`kvtune tune` runs it at the end)")
     if not best_in_search:
         done = "Nothing was exported" if verb == "export" else f"Nothing to {verb}"
         head = str((data.get("headline") or {}).get("text") or "")
-        if conf and head:  # the headline says what to do: keep the defaults, or measure more
+        # The headline says what to do: keep the defaults, or measure more.
+        if conf is not None and head:
             raise NoRecommendation(f"study {name!r}: {head} {done}.")
         raise NoRecommendation(f"study {name!r} has no significant recommendation: {why}. "
                                f"{done}; with --best-in-search, {verb} works on the best "

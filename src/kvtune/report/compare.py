@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvtune.analysis import StudyData
+from kvtune.documents import Candidate
 from kvtune.store import config_key
 from kvtune.study.record import stored_eval
 
@@ -51,7 +52,7 @@ CONFIRMED_SOURCE = ("interleaved confirmation rounds (each compared metric: the 
 def comparison(data: StudyData) -> dict[str, Any]:
     """The baseline beside the recommendation (or the best candidate): configs, metric
     medians, the objective's improvement with its CI, and where the numbers come from."""
-    conf = data.confirmation or {}
+    conf = data.confirmation
     base_trial = next((t for t in data.trials if t.user_attrs.get("kind") == "baseline"
                        and t.value is not None), None)
     out: dict[str, Any] = {"status": "none", "base_config": dict(data.baseline),
@@ -60,30 +61,21 @@ def comparison(data: StudyData) -> dict[str, Any]:
     if base_trial is not None:
         out["base_config"] = base_trial.user_attrs.get("config", out["base_config"])
         out["base_metrics"] = stored_eval(base_trial).get("metrics", {})
-    rec = conf.get("recommended")
-    cands = conf.get("candidates") or []
-    if rec:
-        b, n = figures_of(conf.get("baseline", {}).get("metrics", {}), rec.get("metrics", {}),
-                          rec.get("changes") or {})
-        out.update(status="recommended", new_config=rec["config"], new_metrics=n,
-                   base_metrics=b, label=f"recommended ({rec.get('name', 'best')})",
-                   comparison=rec.get("comparison"), changes=rec.get("changes") or {},
-                   p=rec.get("p_adjusted"), source=f"{conf.get('rounds')} {CONFIRMED_SOURCE}")
-        return out
-    if cands:
-        def gain(c: dict[str, Any]) -> float:
-            g = (c.get("comparison") or {}).get("improvement")
-            return float(g) if isinstance(g, int | float) else -1e9
-
-        c = max(cands, key=gain)
-        b, n = figures_of(conf.get("baseline", {}).get("metrics", {}), c.get("metrics", {}),
-                          c.get("changes") or {})
-        out.update(status="not significant", new_config=c.get("config", {}),
-                   new_metrics=n, base_metrics=b,
-                   label=f"best candidate ({c.get('name', '?')}, not significant)",
-                   comparison=c.get("comparison"), changes=c.get("changes") or {},
-                   p=c.get("p_adjusted"),
-                   source=f"{conf.get('rounds')} {CONFIRMED_SOURCE}")
+    rec = conf.recommended if conf else None
+    cands = conf.candidates if conf else []
+    shown = rec or (max(cands, key=_gain) if cands else None)
+    if conf is not None and shown is not None:
+        changes = {m: ch.stored() for m, ch in shown.changes.items()}
+        b, n = figures_of(conf.baseline.metrics if conf.baseline else {}, shown.metrics,
+                          changes)
+        label = (f"recommended ({shown.name or 'best'})" if rec else
+                 f"best candidate ({shown.name or '?'}, not significant)")
+        out.update(status="recommended" if rec else "not significant",
+                   new_config=dict(shown.config), new_metrics=n, base_metrics=b,
+                   label=label,
+                   comparison=shown.comparison.stored() if shown.comparison else None,
+                   changes=changes, p=shown.p_adjusted,
+                   source=f"{conf.rounds} {CONFIRMED_SOURCE}")
         return out
     best = None
     for t in data.search_trials():
@@ -96,6 +88,11 @@ def comparison(data: StudyData) -> dict[str, Any]:
                    label=f"best in search (trial {best.number}, unconfirmed)",
                    source="search trials (medians of their repetitions)")
     return out
+
+
+def _gain(c: Candidate) -> float:
+    g = c.comparison.improvement if c.comparison else None
+    return g if g is not None else -1e9
 
 
 def slab_tables(data: StudyData, cmp: dict[str, Any],

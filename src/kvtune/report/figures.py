@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 
 from kvtune import present
 from kvtune.analysis import Analysis, Correlation, Curve, Importance, StudyData
+from kvtune.documents import AblatedKnob, Ablation
 from kvtune.study.record import stored_eval
 
 BLUE, ORANGE, GREY, GREEN, RED = "#1f77b4", "#ff7f0e", "#9e9e9e", "#2ca02c", "#d62728"
@@ -254,21 +255,29 @@ def spectrum(series: dict[str, dict[str, dict[str, float]]]) -> go.Figure | None
     return fig
 
 
-def ablation(res: dict[str, Any] | None) -> go.Figure | None:
+def ablation(res: Ablation | None) -> go.Figure | None:
     """Each changed knob's share of the gain with its 95% CI (the ablation)."""
-    if not res or not res.get("knobs") or res.get("skipped"):
+    if res is None or not res.knobs or res.skipped:
         return None
-    rows = [r for r in res["knobs"] if _finite(r.get("share"))][::-1]
+    rows = [r for r in res.knobs if r.share is not None and math.isfinite(r.share)][::-1]
     if not rows:
         return None
     color = {"carries": GREEN, "hurts": RED, "does not carry": GREY, "ambiguous": GREY,
              "noise": GREY}
-    lo = [r["share"] - r["share_ci"][0] if _finite(r["share_ci"][0]) else 0 for r in rows]
-    hi = [r["share_ci"][1] - r["share"] if _finite(r["share_ci"][1]) else 0 for r in rows]
+
+    def bound(r: AblatedKnob, i: int) -> float:
+        b = (r.share_ci or [None, None])[i]
+        return b if b is not None and math.isfinite(b) else math.nan
+
+    share = [r.share or 0.0 for r in rows]
+    lo = [s - bound(r, 0) if math.isfinite(bound(r, 0)) else 0
+          for s, r in zip(share, rows, strict=True)]
+    hi = [bound(r, 1) - s if math.isfinite(bound(r, 1)) else 0
+          for s, r in zip(share, rows, strict=True)]
     fig = go.Figure(go.Bar(
-        x=[r["share"] for r in rows], y=[f"{r['knob']} → {r['recommended']}" for r in rows],
-        orientation="h", marker_color=[color[r["effect"]] for r in rows],
-        text=[f"{present.share(r['share'])} ({r['effect']})" for r in rows], textposition="inside",
+        x=share, y=[f"{r.knob} → {present.fmt(r.recommended)}" for r in rows],
+        orientation="h", marker_color=[color.get(r.effect or "", GREY) for r in rows],
+        text=[f"{present.share(r.share)} ({r.effect})" for r in rows], textposition="inside",
         insidetextanchor="start",
         error_x={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo,
                  "color": "#444"}))
@@ -290,7 +299,7 @@ def all_figures(data: StudyData, a: Analysis,
         "convergence": convergence(data), "importance": importance(a.importance)}
     for c in a.curves:
         figs[f"sensitivity-{c.knob}"] = sensitivity(c, data.metric)
-    figs["ablation"] = ablation(getattr(data, "ablation", None))
+    figs["ablation"] = ablation(data.ablation)
     figs["correlations"] = correlations(a.correlations, data.metric)
     figs["telemetry-scatter"] = telemetry_scatter(data, a.correlations)
     if slab_tables:

@@ -23,6 +23,7 @@ import yaml
 from kvtune import kind_registry as kinds
 from kvtune import present
 from kvtune.analysis import Analysis, StudyData, analyse
+from kvtune.documents import Confirmation
 from kvtune.metrics import NAMES as METRICS
 from kvtune.metrics import guess_direction
 from kvtune.present import (
@@ -125,26 +126,24 @@ def _dir(data: StudyData, metric: str) -> str | None:
 # -- sections ------------------------------------------------------------------------------
 
 
-def _confirmed_changes(conf: dict[str, Any]) -> str:
+def _confirmed_changes(conf: Confirmation) -> str:
     """The confirmation's verdict line (trade-offs named, constraints not settled) and every
     other shown metric with its CI from the same rounds (issue 16)."""
-    rec = conf.get("recommended")
-    if rec and rec.get("text"):
-        others = [ch["text"] for m, ch in (rec.get("changes") or {}).items()
-                  if m != conf.get("metric")]
-        return (f" Verdict: {rec['text']}. Every other metric over the same rounds: "
+    rec = conf.recommended
+    if rec is not None and rec.text:
+        others = [ch.text for m, ch in rec.changes.items() if m != conf.metric]
+        return (f" Verdict: {rec.text}. Every other metric over the same rounds: "
                 + "; ".join(others) + ".")
-    verdict = str(conf.get("verdict") or "")
-    return f" {verdict}." if not rec and "violated" in verdict else ""
+    return f" {conf.verdict}." if rec is None and "violated" in conf.verdict else ""
 
 
-def _pareto(conf: dict[str, Any]) -> str:
+def _pareto(conf: Confirmation | None) -> str:
     """A Pareto study's confirmed front (issue 16): the baseline at the origin and each
     candidate at its change in the two first objectives, with the 95% CIs of the
     interleaved rounds as error bars; the user picks one (`kvtune export --trial N`)."""
-    if not conf.get("multi") or not conf.get("candidates"):
+    if conf is None or not conf.multi or not conf.candidates:
         return ""
-    names = [o["metric"] for o in conf.get("objectives", [])][:2]
+    names = [o.metric for o in conf.objectives][:2]
     if len(names) < 2:
         return ""
     fig = go.Figure()
@@ -152,7 +151,7 @@ def _pareto(conf: dict[str, Any]) -> str:
                              textposition="top center", name="baseline (defaults)",
                              marker={"size": 12, "color": "#555"}))
     for on in (True, False):
-        rows = [c for c in conf["candidates"] if bool(c.get("significant")) == on]
+        rows = [c.stored() for c in conf.candidates if c.significant == on]
         if not rows:
             continue
         xs, ys, ex_lo, ex_hi, ey_lo, ey_hi, labels = [], [], [], [], [], [], []
@@ -177,10 +176,10 @@ def _pareto(conf: dict[str, Any]) -> str:
     fig.update_layout(xaxis_title=f"{names[0]} change vs baseline",
                       yaxis_title=f"{names[1]} change vs baseline", height=420,
                       xaxis_tickformat="+.0%", yaxis_tickformat="+.0%")
-    rows_html = "".join(f"<li>{_e(c.get('text', ''))}</li>" for c in conf["candidates"])
+    rows_html = "".join(f"<li>{_e(c.text)}</li>" for c in conf.candidates)
     return ("<h2 id=pareto>The confirmed front</h2><p class=note>"
-            f"{_e(conf.get('verdict', ''))}. Changes and 95% CIs from "
-            f"{_e(conf.get('rounds'))} interleaved rounds.</p>" + _plot(fig, "plot-pareto")
+            f"{_e(conf.verdict)}. Changes and 95% CIs from "
+            f"{_e(conf.rounds)} interleaved rounds.</p>" + _plot(fig, "plot-pareto")
             + f"<ul>{rows_html}</ul>")
 
 
@@ -198,18 +197,18 @@ def headline_of(data: StudyData) -> Headline:
 
 
 def _verdict(data: StudyData) -> str:
-    conf = data.confirmation or {}
-    if conf.get("multi"):  # a Pareto study: the user picks from the confirmed front
-        cls = "good" if conf.get("front") else "none"
+    conf = data.confirmation
+    if conf is not None and conf.multi:  # a Pareto study: the user picks from the front
+        cls = "good" if conf.front else "none"
         return (f'<div class="verdict {cls}"><b>Pareto study:</b> '
-                f"{_e(conf.get('verdict', ''))}.</div>")
+                f"{_e(conf.verdict)}.</div>")
     # The study's headline (kvtune.study.headline), the same words as every screen.
     head = headline_of(data)
     cls = {"ship": "good", "ship_smaller": "good", "failed": "bad"}.get(head.action, "none")
     more = "".join(f" <span class=\"muted\">{label}: {_e(v)}.</span>"
                    for label, v in (("Why", head.why), ("Next", head.settle)) if v)
     return (f'<div class="verdict {cls}"><b>{_e(head.text)}</b>{more}'
-            f"{_e(_confirmed_changes(conf)) if conf else ''}</div>")
+            f"{_e(_confirmed_changes(conf)) if conf is not None else ''}</div>")
 
 
 def _load_tool(data: StudyData) -> str:
@@ -372,15 +371,15 @@ def _verbs_table(series: dict[str, dict[str, dict[str, float]]]) -> str:
 
 def _ablation(data: StudyData, a: Analysis) -> str:
     """The ablation's verdict and table, with the telemetry leads beside it."""
-    res = data.ablation
-    if not res:
-        conf = data.confirmation or {}
-        if conf.get("recommended"):
+    doc = data.ablation
+    if doc is None:
+        if data.confirmation is not None and data.confirmation.recommended is not None:
             return ('<p class="note">No ablation was measured for this study (studies '
                     "before kvtune 0.x, or evaluation.ablation: false / --no-ablation).</p>")
         return ""
     from kvtune.study.ablation import lines, share_text
 
+    res = doc.stored()  # the terminal's lines read the same document
     head = lines(res)[0]
     # The share's interval at its own level (Bonferroni over the open changes), as the
     # terminal says it (`share_text`).
@@ -620,7 +619,7 @@ def render(data: StudyData, a: Analysis | None = None, within: float = 0.05) -> 
         + ("<a href=#memory>memory</a>" if mem_html else "")
         + "<a href=#trials>trials</a><a href=#workers>workers</a>"
         "<a href=#reproduce>reproduce</a></nav>",
-        _verdict(data), _pareto(data.confirmation or {}),
+        _verdict(data), _pareto(data.confirmation),
         "<h2 id=before-after>Before and after</h2>", _before_after(data, cmp), cap_html,
         _host_noise(data),
         "<h2 id=ablation>Which change made the gain</h2>", _ablation(data, a),

@@ -398,7 +398,8 @@ def _analysis(store: Store, name: str, top: int = 8) -> dict[str, Any] | None:
            for c in a.correlations if c.telemetry][:top]
     return {"importance": a.importance.as_dict(), "zones": [z.as_dict() for z in a.zones],
             "zones_text": {z.knob: z.describe() for z in a.zones}, "within": a.within,
-            "telemetry": tel, "compared": cmp["label"], "ablation": data.ablation,
+            "telemetry": tel, "compared": cmp["label"],
+            "ablation": data.ablation.stored() if data.ablation else None,
             "host_noise": data.host_noise}
 
 

@@ -43,11 +43,11 @@ def html_section(data: StudyData) -> str:
     ws = workers(data)
     if not ws:
         return ""
-    conf = data.confirmation or {}
+    conf = data.confirmation
     rows = []
     for w in ws:
         note = w.get("note") or ""
-        if conf.get("confirmed_by") == w["worker"]:
+        if conf is not None and conf.confirmed_by == w["worker"]:
             note = ("confirmed; " + note).rstrip("; ")
         trials = ", ".join(str(n) for n in w["trials"])
         rows.append(f"<tr><td>{_e(w['worker'])}</td><td>{_e(w['host'])}</td>"
@@ -66,11 +66,14 @@ def html_section(data: StudyData) -> str:
 
 
 def _hosts(data: StudyData, ws: list[dict[str, Any]], fps: list[str]) -> str:
+    from kvtune.documents import Confirmation
     from kvtune.host.fingerprint import FIELDS
-    from kvtune.store import latest, results_in
+    from kvtune.store import documents_in
 
     engine = _engine(data)
-    confirmations = results_in(engine, data.name, "confirmation") if engine else []
+    confirmations: list[Confirmation] = [
+        d for d in (documents_in(engine, data.name, "confirmation") if engine else [])
+        if isinstance(d, Confirmation)]
     prints = {w["fingerprint_key"]: w["fingerprint"] for w in ws}
     varying = [f for f in FIELDS if len({str(p.get(f)) for p in prints.values()}) > 1]
     head = "".join(f"<th>{_e(f)}</th>" for f in varying)
@@ -87,8 +90,9 @@ def _hosts(data: StudyData, ws: list[dict[str, Any]], fps: list[str]) -> str:
                   and t.value is not None]
         best = (max if data.maximize else min)(search, key=lambda t: float(t.value or 0)) \
             if search else None
-        conf = latest(confirmations, fp)
-        verdict = (conf or {}).get("verdict", "–")
+        conf = next((c for c in reversed(confirmations) if c.fingerprint in (None, fp)),
+                    None)
+        verdict = conf.verdict if conf is not None else "–"
         who = ", ".join(w["worker"] for w in ws if w["fingerprint_key"] == fp)
         cells = "".join(f"<td>{_e(prints[fp].get(f))}</td>" for f in varying)
         out.append(f"<tr><td>{_e(fp)}</td>{cells}<td>{_e(who)}</td><td>{_value(base)}</td>"

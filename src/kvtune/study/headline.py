@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from kvtune import present
+from kvtune.documents import Ablation, ChangeRecord, Confirmation, StoredComparison
 
 Action = Literal["ship", "ship_smaller", "keep_defaults", "not_decided", "pick", "failed"]
 
@@ -61,18 +62,17 @@ class Headline:
         return asdict(self)
 
 
-def _record(comp: Mapping[str, Any] | None, metric: str, direction: str | None,
-            ) -> dict[str, Any] | None:
-    """A stored comparison (stats.Comparison.as_dict, or an ablation's change record) as
-    one change record: metric, change, interval, the word the interval decides."""
-    if not isinstance(comp, Mapping):
+def _record(comp: StoredComparison | ChangeRecord | None, metric: str,
+            direction: str | None) -> dict[str, Any] | None:
+    """A stored comparison (a candidate's, or an ablation's change record) as one change
+    record: metric, change, interval, the word the interval decides."""
+    if comp is None:
         return None
-    if "text" in comp and "verdict" in comp:  # already a change record
-        return dict(comp)
-    ch = present.as_number(comp.get("change"))
-    ci = (present.as_number(comp.get("change_ci_low")),
-          present.as_number(comp.get("change_ci_high")))
-    return present.change_record(metric, ch, direction, ci if None not in ci else None)
+    if isinstance(comp, ChangeRecord):  # already a change record
+        return comp.stored()
+    ci = (comp.change_ci_low, comp.change_ci_high)
+    return present.change_record(metric, comp.change, direction,
+                                 ci if None not in ci else None)
 
 
 def _changes(config: Mapping[str, Any], baseline: Mapping[str, Any]) -> dict[str, Any]:
@@ -91,75 +91,69 @@ def _duration(rounds: int, arms: int, seconds_per_rep: float | None) -> str:
             f"{present.duration(rounds * arms * seconds_per_rep)}")
 
 
-def decide(confirmation: Mapping[str, Any] | None, ablation: Mapping[str, Any] | None,
+def decide(confirmation: Confirmation | None, ablation: Ablation | None,
            *, metric: str, direction: str | None, study: str,
            baseline_failed: str | None = None, measured: bool = True,
            seconds_per_rep: float | None = None) -> Headline:
     """The headline of a study from its stored confirmation and ablation (module
-    docstring). `measured`: whether any trial of the search finished; `seconds_per_rep`:
-    how long one repetition took (for "about how long")."""
-    conf = confirmation if isinstance(confirmation, Mapping) else {}
+    docstring; the typed documents `kvtune.store` reads). `measured`: whether any trial of
+    the search finished; `seconds_per_rep`: how long one repetition took (for "about how
+    long")."""
+    conf = confirmation
     if baseline_failed:
         return Headline("failed", "The study failed: the defaults could not be measured "
                         f"({baseline_failed}); nothing was compared.",
                         why=str(baseline_failed))
-    if not conf and not measured:
+    if conf is None and not measured:
         return Headline("not_decided", "Not decided: no trial of the search finished, so "
                         "nothing was compared with the defaults.",
                         why="a study decides only by comparing with the defaults",
                         settle="running `kvtune tune` on the study file again resumes it")
-    if not conf:
+    if conf is None:
         return Headline("not_decided", "Not decided: nothing is confirmed yet; the search's "
                         "best is one noisy estimate.",
                         why="only the interleaved confirmation against the defaults decides",
                         settle="`kvtune tune` on the study file (without --no-confirm) "
                                "confirms the best candidates against the defaults")
-    if conf.get("multi"):
-        front = conf.get("front") or []
-        trials = ", ".join(str(r.get("trial")) for r in front if isinstance(r, Mapping))
+    if conf.multi:
+        trials = ", ".join(str(t) for t in conf.front)
         return Headline("pick", ("Pick from the confirmed front: trials " + trials
                                  + f" (`kvtune export {study} --trial N`)." if trials else
                                  "Keep the defaults: no candidate of the front was "
                                  "confirmed against them."),
                         why="a study of several objectives has no single best")
-    base_cfg = dict((conf.get("baseline") or {}).get("config") or {})
-    rec = conf.get("recommended")
-    if isinstance(rec, Mapping) and rec.get("config") is not None:
-        full = _changes(dict(rec["config"]), base_cfg)
-        full_cmp = _record(rec.get("comparison"), metric, direction)
-        if rec.get("text"):  # trade-offs and constraints named by the confirmation
-            full_cmp = {**(full_cmp or {}), "text": str(rec["text"])}
-        choice = None
-        if isinstance(ablation, Mapping) and not ablation.get("skipped"):
-            c = ablation.get("choice")
-            choice = c if isinstance(c, Mapping) else None
-        full_text = (full_cmp or {}).get("text") or str(conf.get("verdict") or "")
-        if choice and choice.get("chosen") == "minimal":
-            small = _changes(dict(choice.get("changes") or {}), {})
-            gain = choice.get("minimal_gain")
-            gain = gain if isinstance(gain, Mapping) else None
-            if gain and gain.get("verdict") == "better":
-                left = [x.get("knob") for x in choice.get("left_out") or []
-                        if isinstance(x, Mapping)]
-                extra = choice.get("extra") if isinstance(choice.get("extra"), Mapping) else {}
+    base_cfg = dict(conf.baseline.config) if conf.baseline else {}
+    rec = conf.recommended
+    if rec is not None:
+        full = _changes(dict(rec.config), base_cfg)
+        full_cmp = _record(rec.comparison, metric, direction)
+        if rec.text:  # trade-offs and constraints named by the confirmation
+            full_cmp = {**(full_cmp or {}), "text": rec.text}
+        choice = ablation.chosen if ablation is not None else None
+        full_text = (full_cmp or {}).get("text") or conf.verdict
+        if choice is not None and choice.chosen == "minimal":
+            small = dict(choice.changes)
+            gain = choice.minimal_gain
+            if gain is not None and gain.verdict == "better":
+                left = [x.knob for x in choice.left_out]
+                extra = choice.extra.text if choice.extra else "no significant change"
                 return Headline(
                     "ship_smaller",
-                    f"Ship only {_names(small, base_cfg)}: {gain.get('text')} against the "
-                    f"defaults; the rest ({', '.join(map(str, left)) or 'none'}) adds "
+                    f"Ship only {_names(small, base_cfg)}: {gain.text} against the "
+                    f"defaults; the rest ({', '.join(left) or 'none'}) adds "
                     "nothing measurable.",
-                    changes=small, chosen="minimal", comparison=dict(gain),
+                    changes=small, chosen="minimal", comparison=gain.stored(),
                     why=("the ablation measured these changes alone, in their own rounds "
                          "against the defaults and the whole: the whole was not better "
-                         f"({(extra or {}).get('text', 'no significant change')})"))
-            rounds = int(present.as_number(choice.get("rounds")) or 0)
-            gtxt = (gain or {}).get("text", "not measured")
+                         f"({extra})"))
+            gtxt = gain.text if gain is not None else "not measured"
             return Headline(
                 "ship",
                 f"Ship {_names(full, base_cfg)}: {full_text}.",
                 changes=full, chosen="full", comparison=full_cmp,
                 why=(f"the ablation found that {', '.join(small)} carries most of the gain, "
                      f"but alone it was not shown better than the defaults in its "
-                     f"{rounds} rounds ({gtxt}); the whole configuration was"),
+                     f"{choice.rounds or 0} rounds ({gtxt}); the whole configuration was"),
                 settle=f"`kvtune export {study} --minimal` writes the smaller change "
                        "(unconfirmed alone)")
         return Headline("ship", f"Ship {_names(full, base_cfg)}: {full_text}.",
@@ -167,24 +161,22 @@ def decide(confirmation: Mapping[str, Any] | None, ablation: Mapping[str, Any] |
                         why="confirmed against the defaults in interleaved rounds, "
                             "Holm-adjusted across the candidates")
     # Nothing recommended: the best candidate's lean and the rounds that would settle it.
-    cands = [c for c in conf.get("candidates") or [] if isinstance(c, Mapping)]
     best, best_gain = None, -math.inf
-    for c in cands:
-        comp = c.get("comparison") if isinstance(c.get("comparison"), Mapping) else {}
-        g = present.as_number((comp or {}).get("improvement"))
+    for c in conf.candidates:
+        g = c.comparison.improvement if c.comparison else None
         if g is not None and g > best_gain:
             best, best_gain = c, g
     if best is None or best_gain <= 0:
         return Headline("keep_defaults", "Keep the defaults: no candidate measured better "
                         "than them in the confirmation.",
-                        comparison=_record((best or {}).get("comparison"), metric, direction),
+                        comparison=_record(best.comparison if best else None, metric,
+                                           direction),
                         why="every confirmed candidate measured the same or worse")
-    comp = dict(best.get("comparison") or {})
+    comp = best.comparison
+    assert comp is not None  # it has the best gain
     rec_c = _record(comp, metric, direction)
-    lo = present.as_number(comp.get("ci_low"))
-    hi = present.as_number(comp.get("ci_high"))
-    n = int(present.as_number(comp.get("n_candidate")) or 0)
-    name = str(best.get("name") or f"trial {best.get('trial')}")
+    lo, hi, n = comp.ci_low, comp.ci_high, comp.n_candidate
+    name = best.label
     text = (rec_c or {}).get("text", "")
     if lo is None or hi is None or n < 2:
         return Headline("keep_defaults", f"Keep the defaults: {name} was not measured in "
@@ -202,7 +194,7 @@ def decide(confirmation: Mapping[str, Any] | None, ablation: Mapping[str, Any] |
                         comparison=rec_c,
                         why=f"showing it would take about {need} rounds per arm",
                         settle=None)
-    arms = 1 + len(cands)
+    arms = 1 + len(conf.candidates)
     return Headline("not_decided",
                     f"Not decided: the best candidate, {name}, measured {text}; more rounds "
                     "would settle it.",

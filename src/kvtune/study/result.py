@@ -10,6 +10,7 @@ from typing import Any
 
 import optuna
 
+from kvtune.documents import Ablation, Confirmation
 from kvtune.errors import UserError
 from kvtune.metrics import Direction
 from kvtune.store import Store, config_key
@@ -73,8 +74,8 @@ def collect(store: Store, name: str) -> dict[str, Any]:
             tr["change"] = change_record(spec.get("objective", {}).get("metric") or "value",
                                          change_fraction(tr["baseline_ref"], tr["value"]),
                                          direction)
-    confirmation = store.last_result(name, "confirmation")
-    ablation = store.last_result(name, "ablation")
+    confirmation = store.document(name, Confirmation)
+    ablation = store.document(name, Ablation)
     metric = spec.get("objective", {}).get("metric")
     failed_base = next((t for t in trials if t["kind"] == "baseline"
                         and t["state"] != "COMPLETE" and t["failed"]), None)
@@ -95,8 +96,8 @@ def collect(store: Store, name: str) -> dict[str, Any]:
         "trials": trials, "baseline": base, "best": best,
         "noise_floor": store.last_result(name, "noise_floor"),
         "drift": drift,
-        "confirmation": confirmation,
-        "ablation": ablation,
+        "confirmation": confirmation.stored() if confirmation else None,
+        "ablation": ablation.stored() if ablation else None,
         "workers": (workers := _workers(store, name, study)),
         "hosts": _hosts(store, name, trials, workers, direction),
         "sweeps": sweeps,
