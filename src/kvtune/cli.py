@@ -174,6 +174,7 @@ def tune(
         Override("--trials", ("budget", "trials"), trials, str(trials), create=True),)
     # before the heavy imports
     loaded = _load(study_file, allow_inline_host_knobs, "tune", overrides)
+    from kvtune.documents import jsonable
     from kvtune.report.summary import collect, next_steps, render
     from kvtune.study.run import StudyRun
 
@@ -187,11 +188,11 @@ def tune(
     run.run(confirm=not no_confirm, ablation=not no_ablation)
     data = collect(run.store, loaded.spec.study)
     if as_json:
-        print(json.dumps(data, indent=1, default=str))
+        print(json.dumps(jsonable(data), indent=1, default=str))
     else:
         render(data, out, next_steps(data, str(study_file)))
     conf = data.get("confirmation")
-    if not no_confirm and conf is not None and not conf.get("recommended"):
+    if not no_confirm and conf is not None and conf.recommended is None:
         # The study ran; there is nothing to recommend (exit 1, not a harness fault's 3).
         raise typer.Exit(1)
 
@@ -383,13 +384,14 @@ def show(
     """Show a study's trials and its best configuration.
 
     Trials, and the best configuration beside the baseline, metric by metric."""
+    from kvtune.documents import jsonable
     from kvtune.report.summary import collect, next_steps, render
     from kvtune.store import results_store
 
     name, url = _storage_for(study, storage)
     data = collect(results_store(url), name)
     if as_json:
-        print(json.dumps(data, indent=1, default=str))
+        print(json.dumps(jsonable(data), indent=1, default=str))
         return
     render(data, out, next_steps(data, study))
 

@@ -19,8 +19,9 @@ Versions (`"schema"` in the stored JSON; absent = 0, every result stored before 
   reader says;
 - ablation 2 (the ablation's own numbering since it first carried one): the smaller
   change's `choice`; layout 1 and 0 have none (nothing was chosen);
-- noise floor, drift, sweep, host profile, host noise, warm start 1: the same fields as
-  layout 0, with the version.
+- drift 1: its comparison with the first baseline as a confirmation's;
+- noise floor, sweep, host profile, host noise, warm start 1: the same fields as layout 0,
+  with the version.
 
 Unknown fields are kept (a newer kvtune may add some; `check_document` has typed them by
 name), and a document of a newer version than this kvtune reads is refused by name.
@@ -328,13 +329,48 @@ def type_of(key: str) -> type[Document] | None:
 # -- older layouts ------------------------------------------------------------------------
 
 
-def _confirmation_0(doc: dict[str, Any]) -> dict[str, Any]:
-    """Layout 0 → 1: a comparison without its statistic's name came from the ratio of
-    medians with a bootstrap interval (kvtune before the paired statistic)."""
-    def named(c: Any) -> Any:
-        if isinstance(c, Mapping) and "test" not in c:
-            return {**c, "test": MEDIANS_TEST}
+def jsonable(obj: Any) -> Any:
+    """`obj` with every document in it as its stored mapping (`kvtune show --json` prints
+    a study's results as they are stored, in the current layout)."""
+    if isinstance(obj, _Doc):
+        return obj.stored()
+    if isinstance(obj, dict):
+        return {k: jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [jsonable(v) for v in obj]
+    return obj
+
+
+def _comparison_0(c: Any) -> Any:
+    """A layout-0 comparison: without its statistic's name it came from the ratio of
+    medians with a bootstrap interval (kvtune before the paired statistic); the oldest
+    have only the improvement (a gain), from which the metric's own change is derived."""
+    if not isinstance(c, Mapping):
         return c
+    out = dict(c)
+    out.setdefault("test", MEDIANS_TEST)
+    nums = [v for k in ("improvement", "ci_low", "ci_high")
+            if isinstance(v := out.get(k), int | float) and not isinstance(v, bool)]
+    if out.get("change") is None and len(nums) == 3:
+        try:
+            d = Direction(out.get("direction", "maximize"))
+        except ValueError:
+            return out  # refused by the type (direction) when validated
+        from kvtune.stats import Comparison
+
+        ch, lo, hi = Comparison(float(nums[0]), float(nums[1]), float(nums[2]), 1.0, 0, 0,
+                                d).change()
+        out.update(change=ch, change_ci_low=lo, change_ci_high=hi)
+    return out
+
+
+def _drift_0(doc: dict[str, Any]) -> dict[str, Any]:
+    return {**doc, "change": _comparison_0(doc.get("change"))}
+
+
+def _confirmation_0(doc: dict[str, Any]) -> dict[str, Any]:
+    """Layout 0 → 1: each comparison as `_comparison_0` reads it."""
+    named = _comparison_0
 
     def row(r: Any) -> Any:
         if isinstance(r, Mapping) and isinstance(r.get("comparison"), Mapping):
@@ -355,6 +391,7 @@ def _same(doc: dict[str, Any]) -> dict[str, Any]:
 # Per type, per older version: the function that lifts a document of that version by one.
 _UPGRADES: dict[str, dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {
     "confirmation": {0: _confirmation_0},
+    "drift": {0: _drift_0},
     "ablation": {0: _same, 1: _same},  # no choice before 2 (its default: None)
 }
 

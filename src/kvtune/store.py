@@ -158,6 +158,10 @@ class Store:
     def last_result(self, study: str, key: str, fingerprint: str | None = None) -> Any | None:
         return latest(self.results(study, key), fingerprint)
 
+    def documents(self, study: str, key: str) -> list[Any]:
+        """Every result `key` of `study`, oldest first, as typed documents."""
+        return documents_in(self.engine, study, key)
+
     def document(self, study: str, kind: type[D], fingerprint: str | None = None,
                  key: str | None = None) -> D | None:
         """The latest result of `kind` (of `fingerprint`'s host, when given) as its typed

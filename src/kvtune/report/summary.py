@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvtune import present
+from kvtune.documents import Candidate, Confirmation, ConfirmedArm, Drift, StoredComparison
 from kvtune.present import NO_SIGNIFICANT_CHANGE, describe_change, judge, number, p_value, pct
 from kvtune.safety.text import for_markup as esc
 from kvtune.store import Store
@@ -45,19 +46,6 @@ def _f(v: Any) -> str:
     return number(v)
 
 
-def _chg(comp: dict[str, Any], key: str) -> str:
-    """A relative change from a stored comparison (older records have only `improvement`,
-    signed as a gain: rebuild the change from it)."""
-    from kvtune.stats import Comparison
-
-    if comp.get(key) is None and comp.get("improvement") is not None:
-        c = Comparison(comp["improvement"], comp["ci_low"], comp["ci_high"], comp["p_value"],
-                       comp["n_candidate"], comp["n_baseline"], comp.get("direction", "?"))
-        comp = {**comp, **c.as_dict()} if c.direction != "?" else comp
-    v = comp.get(key, comp.get(key.replace("change_", "").replace("change", "improvement")))
-    return present.pct(v)
-
-
 def collect(store: Store, name: str) -> dict[str, Any]:
     """The study's stored results (kvtune.study.result.collect) with the report's analysis:
     importance, zones and the telemetry most correlated with the objective."""
@@ -85,15 +73,14 @@ def _render_hosts(data: dict[str, Any], console: Console) -> None:
                 "best vs baseline", "confirmation"):
         t.add_column(col)
     for h in hosts:
-        base, best, conf = h["baseline"], h["best"], h["confirmation"] or {}
+        base, best = h["baseline"], h["best"]
+        conf: Confirmation | None = h["confirmation"]
         vs = "-"
         if best is not None and best.get("change"):
             vs = best["change"].get("text") or "-"
-        rec = conf.get("recommended")
-        verdict = conf.get("verdict") or ("-" if not conf else "")
-        if rec is not None:
-            verdict = f"trial {rec.get('trial')}: {verdict}" if isinstance(rec, dict) \
-                else str(verdict)
+        verdict = "-" if conf is None else conf.verdict
+        if conf is not None and conf.recommended is not None:
+            verdict = f"trial {conf.recommended.trial}: {verdict}"
         t.add_row(h["fingerprint"], *(str(h["host"].get(f)) for f in varying),
                   ", ".join(h["workers"]), str(h["trials"]),
                   _f(base["value"]) if base else "-",
@@ -109,10 +96,10 @@ def _render_workers(data: dict[str, Any], console: Console) -> None:
     t = Table(title="Workers")
     for col in ("worker", "host", "pid", "state", "fingerprint", "trials", "note"):
         t.add_column(col)
-    conf = data.get("confirmation") or {}
+    conf: Confirmation | None = data.get("confirmation")
     for w in ws:
         note = w.get("note") or ""
-        if conf.get("confirmed_by") == w["worker"]:
+        if conf is not None and conf.confirmed_by == w["worker"]:
             note = ("confirmed; " + note).rstrip("; ")
         t.add_row(w["worker"], w["host"], str(w["pid"]), w["state"], w["fingerprint_key"],
                   f"{len(w['trials'])}: " + ",".join(str(n) for n in w["trials"]), note)
@@ -134,7 +121,7 @@ def next_steps(data: dict[str, Any], study: str) -> list[str]:
 
     if "trials" not in data:
         return [f"kvtune report {study} -o report.html   writes {Path.cwd() / 'report.html'}"]
-    conf = data.get("confirmation") or {}
+    conf = data.get("confirmation")
     head = data.get("headline") or {}
     out = [f"kvtune report {study} -o report.html   writes {Path.cwd() / 'report.html'}"]
     export_dir = Path.cwd() / "export" / data["study"]
@@ -144,7 +131,7 @@ def next_steps(data: dict[str, Any], study: str) -> list[str]:
             "the confirmed configuration's"
         out.append(f"kvtune export {study}   writes {what} files into {export_dir}/ "
                    "(with rollback/)")
-    elif not conf and _search_best_is_better(data):
+    elif conf is None and _search_best_is_better(data):
         out.append(f"kvtune export {study} --best-in-search   writes the best search trial's "
                    f"files (unconfirmed) into {export_dir}/")
     return out
@@ -207,31 +194,29 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
     _render_workers(data, console)
     _render_hosts(data, console)
     base, best = data["baseline"], data["best"]
-    conf = data.get("confirmation")
-    if conf and conf.get("multi"):
+    conf: Confirmation | None = data.get("confirmation")
+    if conf is not None and conf.multi:
         _render_analysis(data.get("analysis"), console)
         render_front(data, conf, console)
         _render_next(next_commands, console)
         return
-    shown_row: dict[str, Any] | None = None  # the confirmation row whose changes are shown
-    if conf and conf.get("recommended"):
-        rec = shown_row = conf["recommended"]
-        best_cfg = rec["config"]
-        best_m = rec.get("metrics", {})
-        base_m = conf["baseline"].get("metrics", {})
-        label = f"recommended ({rec['name']}, confirmed)"
-    elif conf and conf.get("candidates") and any(
-            c.get("changes") for c in conf["candidates"]):
+    shown_row: Candidate | None = None  # the confirmation row whose changes are shown
+    conf_base = conf.baseline if conf is not None and conf.baseline else ConfirmedArm()
+    if conf is not None and conf.recommended is not None:
+        rec = shown_row = conf.recommended
+        best_cfg, best_m, base_m = dict(rec.config), dict(rec.metrics), dict(conf_base.metrics)
+        label = f"recommended ({rec.label}, confirmed)"
+    elif conf is not None and any(c.changes for c in conf.candidates):
         # Nothing recommended: show the candidate with the largest objective gain, with the
         # confirmation's CIs, so a blocked or insignificant candidate is seen as such.
-        def gain(c: dict[str, Any]) -> float:
-            g = (c.get("comparison") or {}).get("improvement")
-            return float(g) if isinstance(g, int | float) and not math.isnan(g) else -1e9
+        def gain(c: Candidate) -> float:
+            g = c.comparison.improvement if c.comparison else None
+            return g if g is not None and not math.isnan(g) else -1e9
 
-        shown_row = max(conf["candidates"], key=gain)
-        best_cfg, best_m = shown_row["config"], shown_row.get("metrics", {})
-        base_m = conf["baseline"].get("metrics", {})
-        label = f"best candidate ({shown_row['name']}), NOT recommended"
+        shown_row = max(conf.candidates, key=gain)
+        best_cfg, best_m = dict(shown_row.config), dict(shown_row.metrics)
+        base_m = dict(conf_base.metrics)
+        label = f"best candidate ({shown_row.label}), NOT recommended"
     elif best is not None:
         best_cfg, best_m = best["config"], best["metrics"]
         base_m = base["metrics"] if base else {}
@@ -249,14 +234,14 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
                                                     or {}).get("config")
                      else "baseline (defaults)")
     cmp_t.add_column(label)
-    changes = (shown_row or {}).get("changes") or {}
-    rounds = (conf or {}).get("rounds")
+    changes = {m: ch.stored() for m, ch in shown_row.changes.items()} if shown_row else {}
+    rounds = conf.rounds if conf is not None else None
     cmp_t.add_column(f"change ({rounds} interleaved rounds, 95% CI)" if changes
                      else "change (search noise, not a claim)")
     for k, v in base["config"].items():
         nv = best_cfg.get(k)
         cmp_t.add_row(k, _f(v), _f(nv), "" if nv == v else "changed")
-    metrics = list(conf.get("shown") or SHOWN) if changes and conf else list(SHOWN)
+    metrics = list(conf.shown or SHOWN) if changes and conf is not None else list(SHOWN)
     from kvtune.report.compare import figures_of
 
     # Where the confirmation compared a metric, the figures its change is the ratio of.
@@ -281,20 +266,22 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
                       f"{esc(', '.join(head.get('changes') or {}))}[/] (the ablation measured "
                       "them alone against the defaults and the whole; the headline closes "
                       "this summary)", highlight=False)
-    if conf and conf.get("recommended"):  # what production must share (export says it too)
+    if conf is not None and conf.recommended is not None:
+        # What production must share (export says it too).
         from kvtune.export.base import placement_conditions
 
-        for c in placement_conditions(data.get("spec") or {}, conf["recommended"]["config"],
-                                      conf["baseline"].get("config") or {}):
+        for c in placement_conditions(data.get("spec") or {}, dict(conf.recommended.config),
+                                      dict(conf_base.config)):
             console.print(f"[yellow]Condition:[/] {esc(c)}", highlight=False)
-    for d in data.get("drift", []):
-        if d.get("moved"):
-            ch = d["change"]
-            when = "at the end of the search" if d["after_trial"] is None \
-                else f"after trial {d['after_trial']}"
+    drift: list[Drift] = data.get("drift") or []
+    for d in drift:
+        if d.moved and d.change is not None:
+            dc = d.change
+            when = "at the end of the search" if d.after_trial is None \
+                else f"after trial {d.after_trial}"
             console.print(f"[yellow]Baseline drift {when}: "
-                          f"{_chg(ch, 'change')} (95% CI {_chg(ch, 'change_ci_low')} … "
-                          f"{_chg(ch, 'change_ci_high')}); trials are shown against the "
+                          f"{pct(dc.change)} (95% CI {pct(dc.change_ci_low)} … "
+                          f"{pct(dc.change_ci_high)}); trials are shown against the "
                           "nearest baseline measurement, search values across the drift "
                           "are not comparable, only the confirmation decides[/]")
     _render_analysis(data.get("analysis"), console)
@@ -303,27 +290,27 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
     _render_next(next_commands, console)
 
 
-def _render_verdict(data: dict[str, Any], conf: dict[str, Any] | None,
+def _render_verdict(data: dict[str, Any], conf: Confirmation | None,
                     console: Console) -> None:
     """The confirmation: every other candidate's line, then the verdict, once each."""
-    if not conf:
+    if conf is None:
         render_headline(data.get("headline"), console)
         return
-    verdict = str(conf.get("verdict") or "")
-    for c in conf.get("candidates", []):
-        if c.get("text"):
-            line = c["text"] + (f" (failed: {c['failed']})" if c.get("failed") else "")
+    verdict = conf.verdict
+    for c in conf.candidates:
+        if c.text:
+            line = c.text + (f" (failed: {c.failed})" if c.failed else "")
         else:
-            comp = c["comparison"]
-            line = (f"{c['name']}: {data['metric']} {_chg(comp, 'change')} (95% CI "
-                    f"{_chg(comp, 'change_ci_low')} … {_chg(comp, 'change_ci_high')}), "
-                    f"p={p_value(comp.get('p_value'))}, "
-                    f"Holm-adjusted p={p_value(c.get('p_adjusted'))}"
-                    + (f", failed: {c['failed']}" if c.get("failed") else ""))
+            comp = c.comparison or StoredComparison()
+            line = (f"{c.label}: {data['metric']} {pct(comp.change)} (95% CI "
+                    f"{pct(comp.change_ci_low)} … {pct(comp.change_ci_high)}), "
+                    f"p={p_value(comp.p_value)}, "
+                    f"Holm-adjusted p={p_value(c.p_adjusted)}"
+                    + (f", failed: {c.failed}" if c.failed else ""))
         if line.strip() != verdict.strip():
             console.print(f"  {esc(line)}", highlight=False)
-    style = "green" if conf.get("recommended") else "yellow"
-    how = f" ({conf['rounds']} interleaved rounds)" if conf.get("rounds") else ""
+    style = "green" if conf.recommended is not None else "yellow"
+    how = f" ({conf.rounds} interleaved rounds)" if conf.rounds else ""
     console.print(f"[{style}]Confirmation{how}: {esc(verdict)}[/]", highlight=False)
     render_headline(data.get("headline"), console)
 
@@ -353,28 +340,28 @@ def _render_next(commands: list[str] | None, console: Console) -> None:
             console.print(f"  {c}", highlight=False, soft_wrap=True)
 
 
-def render_front(data: dict[str, Any], conf: dict[str, Any], console: Console) -> None:
+def render_front(data: dict[str, Any], conf: Confirmation, console: Console) -> None:
     """A Pareto study's confirmed front: every candidate's change in each objective with
     its CI from the interleaved rounds, its trade-offs, and whether it is on the front."""
-    names = [o["metric"] for o in conf.get("objectives", [])]
-    t = Table(title=f"Pareto candidates against the baseline ({conf.get('rounds')} "
+    names = [o.metric for o in conf.objectives]
+    t = Table(title=f"Pareto candidates against the baseline ({conf.rounds} "
                     "interleaved rounds, 95% CI)")
     for col in ("trial", *names, "on the confirmed front", "configuration"):
         t.add_column(col)
-    base_cfg = (conf.get("baseline") or {}).get("config", {})
-    base_m = (conf.get("baseline") or {}).get("metrics", {})
-    t.add_row("baseline", *(_f(base_m.get(m)) for m in names), "", "the defaults")
-    for c in conf.get("candidates", []):
-        cfg = ", ".join(f"{k.split('.', 1)[-1]}={_f(v)}" for k, v in c["config"].items()
-                        if base_cfg.get(k) != v)
-        t.add_row(str(c["trial"]), *(change_cell(c["changes"].get(m)) for m in names),
-                  "yes" if c.get("significant") else "no", cfg)
+    base = conf.baseline or ConfirmedArm()
+    t.add_row("baseline", *(_f(base.metrics.get(m)) for m in names), "", "the defaults")
+    for c in conf.candidates:
+        cfg = ", ".join(f"{k.split('.', 1)[-1]}={_f(v)}" for k, v in c.config.items()
+                        if base.config.get(k) != v)
+        t.add_row(str(c.trial), *(change_cell(ch.stored() if (ch := c.changes.get(m))
+                                              else None) for m in names),
+                  "yes" if c.significant else "no", cfg)
     console.print(t)
-    for c in conf.get("candidates", []):
-        console.print(f"  {esc(c['text'])}" + (f" (failed: {esc(c['failed'])})"
-                                               if c.get("failed") else ""))
-    style = "green" if conf.get("front") else "yellow"
-    console.print(f"[{style}]Confirmation: {conf['verdict']}[/]")
+    for c in conf.candidates:
+        console.print(f"  {esc(c.text)}" + (f" (failed: {esc(c.failed)})" if c.failed
+                                            else ""))
+    style = "green" if conf.front else "yellow"
+    console.print(f"[{style}]Confirmation: {conf.verdict}[/]")
 
 
 # -- analysis: what mattered and why (the report's summary, for the terminal) ---------------

@@ -136,7 +136,7 @@ def decide(confirmation: Confirmation | None, ablation: Ablation | None,
             gain = choice.minimal_gain
             if gain is not None and gain.verdict == "better":
                 left = [x.knob for x in choice.left_out]
-                extra = choice.extra.text if choice.extra else "no significant change"
+                extra = choice.extra.text if choice.extra else present.NO_SIGNIFICANT_CHANGE
                 return Headline(
                     "ship_smaller",
                     f"Ship only {_names(small, base_cfg)}: {gain.text} against the "

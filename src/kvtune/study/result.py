@@ -10,7 +10,7 @@ from typing import Any
 
 import optuna
 
-from kvtune.documents import Ablation, Confirmation
+from kvtune.documents import Ablation, Confirmation, Drift, NoiseFloor
 from kvtune.errors import UserError
 from kvtune.metrics import Direction
 from kvtune.store import Store, config_key
@@ -52,7 +52,7 @@ def collect(store: Store, name: str) -> dict[str, Any]:
     best = None
     if done:
         best = Direction(direction).best(done, key=lambda t: t["value"])
-    drift = store.results(name, "drift")
+    drift = [d for d in store.documents(name, "drift") if isinstance(d, Drift)]
     bases: dict[Any, dict[str, Any]] = {}
     for tr in trials:
         if tr["kind"] == "baseline" and tr["state"] == "COMPLETE":
@@ -62,7 +62,7 @@ def collect(store: Store, name: str) -> dict[str, Any]:
     else:  # a heterogeneous fleet: each trial against its own host fingerprint's baseline
         for fp, b in bases.items():
             _vs_nearest_baseline([tr for tr in trials if tr["fingerprint"] == fp], b,
-                                 [d for d in drift if d.get("fingerprint", fp) == fp],
+                                 [d for d in drift if d.fingerprint in (None, fp)],
                                  direction)
     from kvtune.present import change_fraction, change_record
     from kvtune.study.stored import stored_spec
@@ -94,10 +94,10 @@ def collect(store: Store, name: str) -> dict[str, Any]:
         "metric": metric, "host": study.user_attrs.get("host"),
         "objectives": study.user_attrs.get("objectives"),
         "trials": trials, "baseline": base, "best": best,
-        "noise_floor": store.last_result(name, "noise_floor"),
+        "noise_floor": store.document(name, NoiseFloor),
         "drift": drift,
-        "confirmation": confirmation.stored() if confirmation else None,
-        "ablation": ablation.stored() if ablation else None,
+        "confirmation": confirmation,
+        "ablation": ablation,
         "workers": (workers := _workers(store, name, study)),
         "hosts": _hosts(store, name, trials, workers, direction),
         "sweeps": sweeps,
@@ -151,8 +151,8 @@ def _hosts(store: Store, name: str, trials: list[dict[str, Any]],
             "workers": [w["worker"] for w in workers if w["fingerprint_key"] == fp],
             "trials": len([t for t in own if t["kind"] == "trial"]),
             "baseline": base, "best": best,
-            "noise_floor": store.last_result(name, "noise_floor", fp),
-            "confirmation": store.last_result(name, "confirmation", fp),
+            "noise_floor": store.document(name, NoiseFloor, fp),
+            "confirmation": store.document(name, Confirmation, fp),
         })
     return out
 
@@ -165,7 +165,7 @@ def _sweeps(store: Store, name: str) -> list[dict[str, Any]]:
 
 
 def _vs_nearest_baseline(trials: list[dict[str, Any]], base: dict[str, Any] | None,
-                         drift: list[dict[str, Any]], direction: str) -> None:
+                         drift: list[Drift], direction: str) -> None:
     """Each trial's change against the baseline measured nearest to it in time (the first
     baseline, or a drift re-measurement), so that a drifting host does not pass for a
     better or worse configuration. Positive is better."""
@@ -173,8 +173,8 @@ def _vs_nearest_baseline(trials: list[dict[str, Any]], base: dict[str, Any] | No
         return
     # Re-reference only to baseline measurements that showed the host moved.
     points = [(0, float(base["value"]))] + [
-        (d["after_trial"] if d["after_trial"] is not None else 10**9, float(d["value"]))
-        for d in drift if d.get("value") is not None and d.get("moved")]
+        (d.after_trial if d.after_trial is not None else 10**9, d.value)
+        for d in drift if d.value is not None and d.moved]
     for t in trials:
         if t["value"] is None or t["kind"] != "trial":
             continue
