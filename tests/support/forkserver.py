@@ -1,7 +1,8 @@
 """Many short `kvtune` command lines in few processes, each still a process of its own.
 
-A fork server is one Python that imports kvtune's heavy third-party libraries once (optuna,
-SQLAlchemy, pydantic, NumPy, SciPy, Plotly, rich, typer) and kvtune's study-file schema,
+A fork server is one Python that imports kvtune's heavy third-party libraries once (optuna
+and its RDB storage's SQLAlchemy and Alembic, pydantic, NumPy, SciPy, Plotly, rich, typer)
+and kvtune's study-file schema,
 and then, per job, forks a child that takes the job's working directory, environment and
 standard streams and runs a given boot script (which imports the rest of kvtune afresh: its
 consoles, the knob catalog and its probes, and caches such as the binaries found on PATH
@@ -31,6 +32,10 @@ if sys.path and sys.path[0] == "":
     del sys.path[0]
 for name in ("optuna", "sqlalchemy", "pydantic", "numpy", "scipy.stats", "plotly.graph_objects",
              "yaml", "rich.console", "typer", "zstandard",
+             # what Optuna's RDB storage imports when a command opens a study (0.4 s a child)
+             "optuna.storages._rdb.models", "alembic.command", "alembic.config",
+             "alembic.migration", "alembic.script", "sqlalchemy.orm",
+             "sqlalchemy.dialects.sqlite",
              # kvtune's study-file schema and loader: pure definitions (no console, no cache
              # filled, nothing started, no environment read at import)
              "kvtune.spec", "kvtune.study.loader"):
