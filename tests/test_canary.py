@@ -34,9 +34,12 @@ SMALL = {"memcached": ["-m", "16"], "redis": ["--maxmemory", "16mb", "--maxmemor
          "valkey": ["--maxmemory", "16mb", "--maxmemory-policy", "allkeys-lru"]}
 # alpha 0.05 (the default): at a few looks the interval's degrees of freedom are few, and
 # alpha 0.01 over 4-5 rules left a busy host's sessions undecided at 12 s
-# and up to 20 s: a difference that drifts as the traffic runs (the evicting side's hit
-# ratio recovering) widens the long-run interval; most sessions decide within 3-5 s
-FAST = ["--interval", "0.5s", "--max-time", "20s", "--alpha", "0.05"]
+# and up to 45 s: a difference that drifts as the traffic runs (the evicting side's hit
+# ratio moving for the first 4-5 s, 9 of these 0.5 s looks) looks strongly autocorrelated,
+# and the interval, which holds its level for such series (canary/sequence.py), then takes
+# about 45 looks to decide; most sessions decide within 3-6 s. A production look (10 s by
+# default, its first one the warm-up) outlasts that drift.
+FAST = ["--interval", "0.5s", "--max-time", "45s", "--alpha", "0.05"]
 
 
 def _kvload(kvload_bin: str, kind: str, port: int, *args: str) -> list[str]:
@@ -47,7 +50,7 @@ def _kvload(kvload_bin: str, kind: str, port: int, *args: str) -> list[str]:
 
 
 @contextmanager
-def replayed(kvload_bin: str, kind: str, servers: list[Server], seconds: float = 24
+def replayed(kvload_bin: str, kind: str, servers: list[Server], seconds: float = 50
              ) -> Iterator[None]:
     """The same traffic to each server: the keys set (half a second of pipelined sets), then
     get:9,set:1 at 3,000 requests/s for `seconds`, one kvload each, the same seed."""
@@ -102,7 +105,7 @@ def test_a_harmful_change_is_rolled_back(kind: str, kvload_bin: str, in_tmp: Pat
     assert r.returncode == 1 and rec["outcome"] == "roll back", r.stdout
     assert "hit_ratio" in rec["deciding"], rec["deciding"]
     print(f"\n{kind}: roll back at {rec['decided_at_s']:.1f} s, look {len(rec['looks'])}")
-    assert rec["decided_at_s"] < 20
+    assert rec["decided_at_s"] < 45
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("look ")]
     assert len(lines) >= 6 and "interval after more looks" in lines[1], r.stdout
     assert "roll back" in lines[-1] and "hit_ratio" in lines[-1]

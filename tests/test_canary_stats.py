@@ -63,28 +63,41 @@ def _ar1(rng: np.random.Generator, phi: float, runs: int = RUNS, looks: int = LO
     return x
 
 
-@pytest.mark.parametrize(("phi", "alpha"), [(0.3, 0.05), (0.3, 0.01), (0.6, 0.01)])
-def test_autocorrelated_series_are_covered_at_every_look(phi: float, alpha: float) -> None:
+@pytest.mark.parametrize(("phi", "alpha", "runs"), [
+    (0.3, 0.05, RUNS), (0.3, 0.01, RUNS), (0.6, 0.01, RUNS), (0.8, 0.01, RUNS),
+    (0.6, 0.05, 2 * RUNS), (0.8, 0.05, 2 * RUNS), (0.9, 0.05, RUNS),
+])
+def test_autocorrelated_series_are_covered_at_every_look(phi: float, alpha: float,
+                                                         runs: int) -> None:
     """An AR(1) series of differences (intervals short against the traffic's drifts): the
-    long-run variance keeps the misses at any look within alpha (+3 binomial SE); the
-    plain variance would miss in 24% (AR 0.3) and 64% (AR 0.6) of runs at alpha 0.05."""
-    x = _ar1(np.random.default_rng(11), phi)
+    prewhitened long-run variance keeps the misses at any look within alpha (+3 binomial
+    SE: 6.5% over 2,000 runs at alpha 0.05). Newey-West alone (the sequence before) missed
+    AR(1) 0.6 in 9.5% and 0.8 in 19.7% of runs at alpha 0.05; the plain variance would miss
+    in 24% (AR 0.3) and 64% (AR 0.6)."""
+    x = _ar1(np.random.default_rng(11), phi, runs)
     misses = sq.coverage_misses(x, 0.0, alpha, 30).mean()
-    print(f"\nAR(1) {phi} alpha={alpha}: missed at some look in {misses:.1%} of {RUNS} runs")
-    assert misses <= alpha + _slack(alpha, RUNS)
+    print(f"\nAR(1) {phi} alpha={alpha}: missed at some look in {misses:.2%} of {runs} runs")
+    assert misses <= alpha + _slack(alpha, runs)
 
 
-@pytest.mark.parametrize(("phi", "at_most"), [(0.6, 0.15), (0.8, 0.3)])
-def test_a_strongly_autocorrelated_series_is_covered_less_and_said(phi: float,
-                                                                   at_most: float) -> None:
-    """The limit docs/evaluation.md states: at alpha 0.05 and a lag-1 autocorrelation of
-    0.6 or 0.8 (200 looks) the sequence misses more often than alpha, though far less than
-    the plain one (64%, 93%); a session warns from sequence.STRONG_LAG1 up."""
-    x = _ar1(np.random.default_rng(12), phi)
-    misses = sq.coverage_misses(x, 0.0, 0.05, 30).mean()
-    print(f"\nAR(1) {phi} alpha=0.05: missed at some look in {misses:.1%} of {RUNS} runs")
-    assert 0.05 < misses <= at_most
-    assert phi > sq.STRONG_LAG1
+@pytest.mark.parametrize(("phi", "at_least", "at_most"), [(0.6, 55, 140), (0.8, 70, 200)])
+def test_the_allowance_for_correlation_costs_looks_and_no_more(phi: float, at_least: int,
+                                                                at_most: int) -> None:
+    """What holding AR(1) 0.6 and 0.8 costs (docs/evaluation.md): a shift of half a
+    long-run SD is told from 0 in about 55 looks on independent series (as before: the test
+    above), about 85 at AR(1) 0.6 and 120 at 0.8 (the sequence before told them at about
+    40 and 19, too narrow to be trusted there);
+    bounded both ways, so that neither the coverage nor the speed is quietly given up. The
+    session warns from sequence.STRONG_LAG1 up that a longer --interval decides sooner."""
+    x = _ar1(np.random.default_rng(14), phi, 300) * math.sqrt(1 - phi * phi) \
+        + 0.5 * math.sqrt((1 + phi) / (1 - phi))
+    m, r = sq.prefixes(x, 0.05, 30)
+    hit = (m - r > 0)[:, 4:]
+    first = np.where(hit.any(axis=1), hit.argmax(axis=1) + 5, LOOKS + 1)
+    print(f"\nAR(1) {phi}, shift of 0.5 long-run SD: 0 excluded at look "
+          f"{np.median(first):g} (median of 300)")
+    assert at_least < np.median(first) < at_most
+    assert sq.STRONG_LAG1 < 0.6
 
 
 def test_the_long_run_variance_costs_looks_on_independent_series() -> None:
@@ -121,35 +134,51 @@ def test_the_interval_at_every_look_is_the_vectorised_one() -> None:
     """confidence_sequence (what the canary uses) and prefixes (what the coverage tests
     use) are the same interval at every look, the long-run variance included."""
     rng = np.random.default_rng(1)
-    x = rng.normal(0.1, 1, (3, 60))
+    x = rng.normal(0.1, 1, (5, 60))
     x[1] = np.cumsum(x[1]) / 5  # strongly autocorrelated
+    x[2] = 3.0  # constant: a zero-width interval
+    x[3] = rng.normal(1000, 0.01, 60)  # far from 0, little spread: no cancellation
+    x[4] = _ar1(rng, 0.6, 1, 60)[0]
     m, r = sq.prefixes(x, 0.05, 30)
-    for row in range(3):
-        for n in range(5, 61):
-            cs = sq.confidence_sequence(x[row, :n], 0.05, 30)
+    for row in range(5):
+        for n in range(2, 61):
+            cs = sq.confidence_sequence(x[row, :n], 0.05, 30, min_looks=2)
             assert cs.estimate == pytest.approx(m[row, n - 1])
-            assert cs.high - cs.estimate == pytest.approx(r[row, n - 1])
+            assert cs.high - cs.estimate == pytest.approx(r[row, n - 1], rel=1e-6,
+                                                          abs=1e-12)
     last = sq.confidence_sequence(x[1], 0.05, 30)
     plain = float(np.std(x[1], ddof=1))
     assert last.lag1 > 0.5 and last.sd > 1.5 * plain  # the long-run SD, wider
-    iid = sq.confidence_sequence(x[0], 0.05, 30)
-    assert 0.5 * np.std(x[0], ddof=1) < iid.sd < 1.5 * np.std(x[0], ddof=1)
+    assert sq.confidence_sequence(x[2]).sd == 0
     assert not sq.confidence_sequence(x[0, :4], 0.05, 30).ready  # before min_looks
     assert sq.confidence_sequence([], 0.05).looks == 0
 
 
-def test_the_long_run_variance_is_newey_wests() -> None:
-    """Against a direct sum of the Bartlett-weighted autocovariances."""
+def test_the_long_run_variance_is_prewhitened_newey_west() -> None:
+    """Against a direct computation: the lag-1 autocorrelation bias-corrected, 1.5 standard
+    errors added, the series filtered by it, the residuals' Bartlett-weighted
+    autocovariances summed, recoloured by 1 / (1 - r)^2."""
     x = np.random.default_rng(4).normal(0, 1, 50).cumsum()
-    n, lags = len(x), sq.bandwidth(50)
-    assert lags == 14
+    n = len(x)
     c = x - x.mean()
-    gam = [float(c[k:] @ c[:n - k]) / n for k in range(lags + 1)]
-    b = (lags + 1) / n
+    r1 = float(c[1:] @ c[:-1] / (c @ c))
+    rho = r1 + (1 + 3 * r1) / n
+    up = min(max(rho + 1.5 * math.sqrt((1 - min(rho, 1) ** 2) / n), 0), 0.9)
+    e = c[1:] - up * c[:-1]
+    lags = sq.bandwidth(n - 1)
+    assert lags == 14
+    gam = [float(e[k:] @ e[:n - 1 - k]) for k in range(lags + 1)]
     want = (gam[0] + 2 * sum((1 - k / (lags + 1)) * gam[k] for k in range(1, lags + 1))) \
-        / (1 - b + b * b / 3) * n / (n - 1)
+        / (n - 2) / (1 - up) ** 2
     assert sq.long_run_variance(x) == pytest.approx(want)
+    assert up == sq.RHO_MAX == 0.9  # a random walk: the coefficient at its bound
     assert sq.bandwidth(3) == 1 and sq.bandwidth(1) == 0
+    # independent series of 200: the filter at about 1.5 / sqrt(n); the estimate near the
+    # variance, a little low (the residuals are demeaned: Bartlett's fixed-b shortfall,
+    # 1 - b + b^2 / 3 = 0.86 at b = 29 / 199; the t widening and the coverage tests cover it)
+    iid = np.random.default_rng(5).normal(0, 1, (400, 200))
+    ratio = [sq.long_run_variance(row) / np.var(row, ddof=1) for row in iid]
+    assert 0.7 < np.median(ratio) < 1.1
 
 
 def test_looks_to_exclude_is_where_the_radius_falls_below_the_gap() -> None:
@@ -362,11 +391,7 @@ def test_recorded_a_a_runs(kind: str) -> None:
     looks (circular blocks of 10, each metric centred on its own mean: the same
     configuration, this host's noise and drifts), a false "better" or "worse" in at most 5%
     of them, with the default guardrails, a goal of zero margin, and guardrails of zero
-    margin. Coverage of 0 at every look: the interval a session of 4 rules uses (98.75%)
-    covers in at least 95% of sessions for every metric; the 95% one does for the metrics
-    whose looks are little correlated (lag-1 up to 0.3). CPU per request's difference, with
-    a lag-1 of 0.55-0.74 at these 0.5 s looks, is covered less by the 95% interval (83-97%,
-    printed for docs/evaluation.md): the limit sequence.py states."""
+    margin."""
     d = _recorded(kind)
     names = [n for n in METRIC_NAMES if n in d]
     rng = np.random.default_rng(2026)
@@ -374,19 +399,49 @@ def test_recorded_a_a_runs(kind: str) -> None:
     sessions = {m: _block_sessions(rng, x, 200, 60) for m, x in centred.items()}
     rates = {what: _any_decision(sessions, rules).mean()
              for what, rules in _recorded_rules(names).items()}
-    watched = [m for m in names if np.nanstd(centred[m]) > 0]
-    cover = {m: 1 - sq.coverage_misses(sessions[m], 0.0, 0.05, 30).mean() for m in watched}
-    cover4 = {m: 1 - sq.coverage_misses(sessions[m], 0.0, 0.05 / 4, 30).mean()
-              for m in watched}
-    lag1 = {m: sq.confidence_sequence(centred[m]).lag1 for m in watched}
     print(f"\n{kind}: A/A false alarms in 200 drawn sessions: "
-          + ", ".join(f"{w} {r:.1%}" for w, r in rates.items()) + "; coverage 95% / 98.75% "
-          + ", ".join(f"{m} (lag-1 {lag1[m]:.2f}) {cover[m]:.1%} / {cover4[m]:.1%}"
-                      for m in watched))
+          + ", ".join(f"{w} {r:.1%}" for w, r in rates.items()))
     assert all(r <= 0.05 for r in rates.values()), rates
-    assert all(c >= 0.95 - _slack(0.05, 200) for c in cover4.values()), cover4
-    assert all(cover[m] >= 0.95 - _slack(0.05, 200) for m in watched if lag1[m] <= 0.3), \
-        (cover, lag1)
+
+
+RECORDED = [("memcached", "cpu_per_request"), ("memcached", "hit_ratio"),
+            ("redis", "cpu_per_request"), ("redis", "hit_ratio"), ("redis", "p99"),
+            ("valkey", "cpu_per_request"), ("valkey", "hit_ratio"), ("valkey", "p99")]
+
+
+@pytest.mark.parametrize(("kind", "metric"), RECORDED)
+def test_recorded_series_are_covered_at_every_look(kind: str, metric: str) -> None:
+    """Coverage of 0 at every look on 1,000 sessions of 60 looks drawn from each recorded
+    A/A series (as above): the 95% interval and the 98.75% one a session of 4 rules uses
+    each miss in at most alpha (+3 binomial SE: 92.9% and 97.7% covered). The sequence
+    before covered memcached's CPU per request (lag-1 0.74) in 87.5% at 95%.
+
+    The one series that does not hold at 95%, stated in sequence.py and
+    docs/evaluation.md: Valkey's CPU per request, a calm level with a few dips of 3-5 SD
+    lasting 2-4 s. Its interval misses only on the side away from the dips, in sessions
+    that have not yet seen one, which no estimate from the looks so far can allow for;
+    asserted as measured (about 87% at 95%, 97% at 98.75%), so that it gets no worse."""
+    x = _recorded(kind)[metric]
+    x = x - np.nanmean(x)
+    sessions = _block_sessions(np.random.default_rng(2026), x, RUNS, 60)
+    lag1 = sq.confidence_sequence(x).lag1
+    cover = {}
+    for alpha in (0.05, 0.0125):
+        m, r = sq.prefixes(sessions, alpha, 30)
+        miss = np.abs(m) > r
+        missed = miss[:, 4:].any(axis=1)
+        cover[alpha] = 1 - missed.mean()
+        if alpha == 0.05:
+            first = miss[:, 4:].argmax(axis=1) + 4
+            above = (m[np.arange(RUNS), first] > 0)[missed]
+    print(f"\n{kind} {metric} (lag-1 {lag1:.2f}): covered at every look in "
+          f"{cover[0.05]:.1%} (95%) / {cover[0.0125]:.1%} (98.75%) of {RUNS} sessions")
+    if (kind, metric) == ("valkey", "cpu_per_request"):
+        assert cover[0.05] >= 0.84 and cover[0.0125] >= 0.95, cover
+        assert above.all()  # every miss away from the dips
+        return
+    for alpha, c in cover.items():
+        assert c >= 1 - alpha - _slack(alpha, RUNS), (alpha, cover)
 
 
 @pytest.mark.parametrize("kind", ["memcached", "redis", "valkey"])

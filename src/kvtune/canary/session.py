@@ -276,8 +276,9 @@ def run(plan: Plan, say: Say, sleep: Callable[[float], None] = time.sleep) -> di
            and s.lag1 > sequence.STRONG_LAG1]
     if lag:
         record["warning"] = (f"lag-1 autocorrelation up to {present.number(round(max(lag), 2))} "
-                             "between looks: the intervals allow for correlated looks but "
-                             "cover less than stated this strongly; use a longer --interval")
+                             "between looks: the intervals allow for correlated looks at the "
+                             "price of many more looks to a decision; a longer --interval "
+                             "decides sooner")
         say(f"warning: {record['warning']}")
     if record["outcome"] == vd.ROLL_BACK and plan.rollback is not None \
             and plan.rollback_on_breach and not plan.aa:

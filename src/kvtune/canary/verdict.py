@@ -1,9 +1,9 @@
 """The canary's verdict at one look: the goal and the guardrails, each judged on its
 metric's paired per-interval differences (canary - control, watch.difference) with an
 interval valid at every look (canary/sequence.py: an asymptotic confidence sequence with
-the series' long-run variance, for looks correlated with each other; Bonferroni over the
-rules: each at alpha / rules, so the chance that any rule is wrongly decided at any look
-stays at most alpha).
+the series' long-run variance, AR(1)-prewhitened, for looks correlated with each other;
+Bonferroni over the rules: each at alpha / rules, so the chance that any rule is wrongly
+decided at any look stays at most alpha).
 
     "p99 not worse than +5%"        a guardrail: breached when the interval of the change
                                     lies wholly beyond +5% worse, held when wholly within
@@ -93,7 +93,9 @@ def parse_rule(text: str, where: str, metrics: Sequence[str] | None = None,
 
 def _display(metric: Metric, x: float) -> float:
     """A judged-scale value as the change people read: relative on the log scale."""
-    return math.expm1(x) if metric.scale == "log" else x
+    if metric.scale != "log":
+        return x
+    return math.expm1(x) if x < 700 else math.inf  # an early interval can be that wide
 
 
 def change_text(metric: Metric, x: float | None) -> str:
@@ -185,7 +187,8 @@ def judge_rule(rule: Rule, diffs: Sequence[float], alpha: float, t_opt: float,
             "held" if hi_w < threshold or (flat and hi_w <= threshold) else "open"
     need = None
     if state == "open" and forecast:
-        at = sequence.looks_to_exclude(est_w - threshold, cs.sd, alpha, t_opt)
+        at = sequence.looks_to_exclude(est_w - threshold, cs.sd, alpha, t_opt,
+                                       rho=float(sequence.rho_corrected(cs.lag1, cs.looks)))
         need = None if at is None else max(at - cs.looks, 1)
     return RuleState(rule, cs.looks, _display(m, cs.estimate), _display(m, cs.low),
                      _display(m, cs.high), state, need, lag1)
