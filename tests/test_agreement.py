@@ -30,8 +30,12 @@ from support.screens import (
     words,
 )
 
+from kvtune.cli_options import PIPED_WIDTH
+
 # kvtune as a process (colours forced through the environment), on stored and fresh studies
-pytestmark = pytest.mark.integration
+# (the synthetic target's and the shipped results: nothing measured on this host, no host
+# knob): beside the unit tier (docs/testing.md).
+pytestmark = [pytest.mark.integration, pytest.mark.parallel]
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = sorted((REPO / "examples" / "case-studies").glob("*.yaml")) + sorted(
@@ -50,10 +54,12 @@ seed: 3
 
 
 def _env(tmp: Path) -> dict[str, str]:
-    """Colours on (rich honours FORCE_COLOR when the output is a pipe), a private journal
-    and run directory (a module-scoped study runs before conftest's per-test ones)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM")}
-    env.update(FORCE_COLOR="1", TERM="xterm-256color",
+    """Colours on (rich honours FORCE_COLOR when the output is a pipe), the width kvtune
+    writes at when piped (pytest-xdist's workers set COLUMNS=80, which cuts the tables'
+    headers), a private journal and run directory (a module-scoped study runs before
+    conftest's per-test ones)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM", "LINES")}
+    env.update(FORCE_COLOR="1", TERM="xterm-256color", COLUMNS=str(PIPED_WIDTH),
                KVTUNE_JOURNAL=str(tmp / "journal.json"), KVTUNE_RUN_DIR=str(tmp / "run"))
     (tmp / "run").mkdir(exist_ok=True)
     return env
