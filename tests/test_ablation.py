@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kvtune.documents import Confirmation, build
 from kvtune.spec import EvaluationSpec
 from kvtune.study import ablation
 from kvtune.targets.synthetic import SYNTHETIC_KNOBS, true_value
@@ -32,12 +33,13 @@ def _measure(cov: float = 0.02, seed: int = 0) -> Any:
     return measure
 
 
-def _confirmation(config: dict[str, Any]) -> dict[str, Any]:
-    return {"recommended": {"name": "trial 3", "config": config, "samples": [1.0, 1.0],
-                            "comparison": {"p_value": 0.001, "change": 0.3,
-                                           "change_ci_low": 0.2, "change_ci_high": 0.4},
-                            "p_adjusted": 0.003},
-            "baseline": {"samples": [1.0, 1.0]}}
+def _confirmation(config: dict[str, Any]) -> Confirmation:
+    return build("confirmation", {
+        "recommended": {"name": "trial 3", "config": config, "samples": [1.0, 1.0],
+                        "comparison": {"p_value": 0.001, "change": 0.3,
+                                       "change_ci_low": 0.2, "change_ci_high": 0.4},
+                        "p_adjusted": 0.003},
+        "baseline": {"samples": [1.0, 1.0]}})
 
 
 def test_ablation_names_the_knob_that_carries_the_gain() -> None:
@@ -92,7 +94,7 @@ def test_single_change_and_nothing_recommended_cost_nothing() -> None:
                           EvaluationSpec(), 0, m)
     assert m.count["n"] == 0 and res["carries"] == ["synthetic.x"]
     assert res["minimal_changes"] == {"synthetic.x": 7.0}
-    none = ablation.ablate({"recommended": None}, BASELINE, "ops_per_sec", "maximize",
+    none = ablation.ablate(Confirmation(), BASELINE, "ops_per_sec", "maximize",
                            EvaluationSpec(), 0, m)
     assert none["skipped"] and m.count["n"] == 0
     assert ablation.cost(_confirmation({**rec, "synthetic.mode": "b"}), BASELINE, 5) == 20
@@ -129,11 +131,11 @@ def test_the_study_runs_the_ablation_after_its_confirmation(tmp_path: Any) -> No
     console = Console(record=True, width=200)
     run = StudyRun(load_study(p), console, base_dir=tmp_path)
     conf = run.run()
-    assert conf.get("recommended"), conf.get("verdict")
+    assert conf is not None and conf.recommended is not None, conf
     store = Store(run.store.url)
     res = store.last_result("ab", "ablation")
     assert res is not None and not res["skipped"], res
-    rec = conf["recommended"]["config"]
+    rec = dict(conf.recommended.config)
     changed = ablation.changed_knobs(rec, BASELINE)
     assert set(res["changes"]) == set(changed)
     assert len(store.repetitions("ab", "ablation")) == res["measurements"]

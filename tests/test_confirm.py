@@ -139,7 +139,9 @@ def test_a_study_checks_the_relative_constraint_in_the_search_and_shows_every_ch
     p = tmp_path / "t.yaml"
     p.write_text(STUDY.format(name="t"))
     run = StudyRun(load_study(p), Console(quiet=True), base_dir=tmp_path)
-    res = run.run()
+    doc = run.run()
+    assert doc is not None
+    res = doc.stored()  # as stored: the layout show --json prints
     data = collect(run.store, "t")
     base_ops = data["baseline"]["metrics"]["ops_per_sec"]
     trials = [t for t in data["trials"] if t["kind"] == "trial" and t["state"] == "COMPLETE"]
@@ -197,7 +199,9 @@ def test_a_two_objective_study_confirms_and_reports_a_front(tmp_path: Path,
     loaded = load_study(p)
     assert [o.metric for o in loaded.spec.objective.all] == ["p99_us", "ops_per_sec"]
     run = StudyRun(loaded, Console(quiet=True), base_dir=tmp_path)
-    res = run.run()
+    doc = run.run()
+    assert doc is not None and doc.multi and doc.front
+    res = doc.stored()  # as stored: the layout show --json prints
     assert run.study is not None and len(run.study.directions) == 2
     assert res["multi"] and res["recommended"] is None
     assert [o["metric"] for o in res["objectives"]] == ["p99_us", "ops_per_sec"]

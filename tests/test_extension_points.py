@@ -339,8 +339,8 @@ def test_toy_simulated_target_runs_a_whole_study(toy_targets: tuple[type, type],
     run = StudyRun(load_study(p), Console(quiet=True), base_dir=tmp_path)
     result = run.run()
     assert run.session.space is not None and run.session.space.baseline == {"toy.depth": 1}
-    assert result["recommended"] is not None, result["verdict"]
-    assert 4 <= result["recommended"]["config"]["toy.depth"] <= 8
+    assert result is not None and result.recommended is not None, result
+    assert 4 <= result.recommended.config["toy.depth"] <= 8
 
 
 def test_toy_server_target_is_started_loaded_and_stopped(

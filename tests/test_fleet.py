@@ -161,11 +161,12 @@ def test_two_workers_share_one_study(pg_url: str, tmp_path: Path) -> None:
     assert len(set(configs)) == len(configs), "two workers measured the same configuration"
     assert len(_results(pg_url, "noise_floor")) == 1
     confirmations = _results(pg_url, "confirmation")
-    confirmers = {c["confirmed_by"] for c in confirmations if "confirmed_by" in c}
+    confirmers = {c["confirmed_by"] for c in confirmations if c.get("confirmed_by")}
     assert len(confirmers) == 1, confirmations
     confirmer = confirmers.pop()
     other = ({"w1", "w2"} - {confirmer}).pop()
-    assert outs[other]["result"]["confirmed_by"] == confirmer
+    assert outs[other]["confirmed_by"] == confirmer and outs[other]["result"] is None
+    assert outs[confirmer]["confirmed_by"] == confirmer
     assert outs[confirmer]["result"]["confirmed_by"] == confirmer
     assert outs[confirmer]["result"]["candidates"], outs[confirmer]
     # The confirmer, and only it, ran the ablation after the confirmation.
@@ -277,7 +278,7 @@ def test_cli_workers_on_sqlite(tmp_path: Path) -> None:
     kinds = Counter(t.user_attrs.get("kind") for t in trials if t.state.is_finished())
     assert kinds["baseline"] == 1 and kinds["trial"] == 6, kinds
     assert len({c["confirmed_by"] for c in _results(url, "confirmation")
-                if "confirmed_by" in c}) == 1
+                if c.get("confirmed_by")}) == 1
 
 
 def test_heartbeat_tells_a_live_trial_from_a_dead_one(pg_url: str,
@@ -376,7 +377,7 @@ def test_heterogeneous_hosts_get_their_own_baseline_and_confirmation(
                and t.state.is_finished()) == 10
     floors = _results(pg_url, "noise_floor")
     assert sorted(f["fingerprint"] for f in floors) == sorted(fps.values())
-    confs = [c for c in _results(pg_url, "confirmation") if "confirmed_by" in c]
+    confs = [c for c in _results(pg_url, "confirmation") if c.get("confirmed_by")]
     assert {c["confirmed_by"]: c["fingerprint"] for c in confs} == fps
     by_number = {t.number: t for t in trials}
     for c in confs:  # each confirmation's candidates are its own host's trials
@@ -384,7 +385,7 @@ def test_heterogeneous_hosts_get_their_own_baseline_and_confirmation(
         for cand in c["candidates"]:
             assert by_number[cand["trial"]].user_attrs["fingerprint"] == c["fingerprint"]
     for w, o in outs.items():
-        assert o["result"]["confirmed_by"] == w
+        assert o["confirmed_by"] == o["result"]["confirmed_by"] == w
     # Each host's confirmer ran its own ablation.
     assert len(_results(pg_url, "ablation")) == 2
     shown = run_kvtune("show", "fleet", "--storage", pg_url, "--json", env=_env(), timeout=120)

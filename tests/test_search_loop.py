@@ -49,11 +49,12 @@ def test_baseline_is_trial_zero_and_the_search_improves(in_tmp: Path) -> None:
                                        "synthetic.mode": "a", "synthetic.flag": False}
     assert len(t0.user_attrs["eval"]["values"]) == 4  # the noise floor runs
     assert len([t for t in study.trials if t.user_attrs.get("kind") == "trial"]) == 20
-    rec = result["recommended"]
-    assert rec is not None, result["verdict"]
+    assert result is not None
+    rec = result.recommended
+    assert rec is not None, result.verdict
     # The recommendation is truly better than the defaults on the known surface.
-    assert true_value(rec["config"]) > 1.15 * true_value(t0.user_attrs["config"])
-    assert rec["comparison"]["ci_low"] > 0
+    assert true_value(dict(rec.config)) > 1.15 * true_value(t0.user_attrs["config"])
+    assert rec.comparison is not None and (rec.comparison.ci_low or 0) > 0
     # Every repetition is kept raw.
     reps = run.store.repetitions("s")
     assert {r["kind"] for r in reps} >= {"baseline", "trial", "confirm"}
@@ -82,8 +83,8 @@ def test_no_significant_improvement_is_reported_honestly(in_tmp: Path) -> None:
                  .replace("[synthetic.x, synthetic.threads, synthetic.mode, synthetic.flag]",
                           "[synthetic.flag]"))  # flag does nothing while x = 2
     result = StudyRun(load(p), base_dir=in_tmp).run()
-    assert result["recommended"] is None
-    assert "no" in result["verdict"]
+    assert result is not None and result.recommended is None
+    assert "no" in result.verdict
 
 
 @pytest.mark.integration  # the study is a process of its own, killed with SIGKILL mid-trial

@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from importance_bench import BASELINE, COV, run_study
 
+from kvtune.documents import build
 from kvtune.spec import EvaluationSpec
 from kvtune.study import ablation
 from kvtune.targets.synthetic import true_value
@@ -69,9 +70,10 @@ def main(argv: list[str] | None = None) -> int:
             v = true_value(cfg) * float(rng.lognormal(-COV**2 / 2, COV))
             return "ok", "", {"ops_per_sec": v}
 
-        conf = {"recommended": {"name": f"trial {best.number}", "config": rec,
-                                "samples": [], "comparison": {"p_value": 0.0}},
-                "baseline": {"samples": []}}
+        conf = build("confirmation", {
+            "recommended": {"name": f"trial {best.number}", "config": rec, "samples": [],
+                            "comparison": {"p_value": 0.0}},
+            "baseline": {"samples": []}})
         res = ablation.ablate(conf, BASELINE, "ops_per_sec", "maximize",
                               EvaluationSpec(confirm_rounds=args.rounds,
                                              ablation_max_rounds=args.max_rounds,

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from kvtune import targets
+from kvtune import documents, targets
 from kvtune.errors import KvtuneError
 from kvtune.study.loader import load_study as load
 from kvtune.study.progress import jsonable
@@ -67,13 +67,17 @@ def main() -> int:
     t0 = time.monotonic()
     try:
         cls = faked(StudyRun, dict(f.split("=", 1) for f in a.fingerprint))
-        result = cls(load(a.study), Console(stderr=True, quiet=True), worker=a.worker,
-                     strategy=None if a.plain else FleetWorker).run(confirm=not a.no_confirm)
+        run = cls(load(a.study), Console(stderr=True, quiet=True), worker=a.worker,
+                  strategy=None if a.plain else FleetWorker)
+        result = run.run(confirm=not a.no_confirm)
     except KvtuneError as e:
         print(json.dumps({"worker": a.worker, "error": str(e)}), flush=True)
         return e.exit_code
+    # The confirmation when this worker ran it (None: another did, `confirmed_by`).
     print(json.dumps({"worker": a.worker, "wall_s": time.monotonic() - t0,
-                      "result": jsonable(result)}), flush=True)
+                      "result": jsonable(documents.jsonable(result)),
+                      "confirmed_by": getattr(run.strategy, "confirmed_by", None)}),
+          flush=True)
     return 0
 
 

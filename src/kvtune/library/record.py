@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
+from kvtune.documents import Ablation, Confirmation, NoiseFloor, StoredComparison
 from kvtune.library.entry import (
     Capacity,
     CurvePoint,
@@ -34,46 +35,46 @@ def _scalars(config: dict[str, Any]) -> dict[str, Any]:
             and not (isinstance(v, float) and not math.isfinite(v))}
 
 
-def entry_of(run: Run, result: dict[str, Any],
+def entry_of(run: Run, result: Confirmation,
              warm: list[dict[str, Any]] | None = None) -> Entry:
     """The entry of `run`'s finished study whose confirmation is `result`. Raises
     ValueError (a message for people) when the study cannot be an entry."""
     from kvtune import __version__
 
     spec = run.spec
-    if spec.objective.multi or result.get("multi"):
+    if spec.objective.multi or result.multi:
         raise ValueError("a Pareto study has no single recommendation to keep")
     features, source = of_spec(spec)
     assert run.space is not None
     baseline = _scalars(dict(run.space.baseline))
-    rec_row = result.get("recommended")
+    rec_row = result.recommended
     rec = None
-    if rec_row:
-        config = _scalars(dict(rec_row.get("config") or {}))
-        comp = rec_row.get("comparison") or {}
-        lo, hi = _num(comp.get("change_ci_low")), _num(comp.get("change_ci_high"))
+    if rec_row is not None:
+        config = _scalars(dict(rec_row.config))
+        comp = rec_row.comparison or StoredComparison()
+        lo, hi = _num(comp.change_ci_low), _num(comp.change_ci_high)
         ci = (lo, hi) if lo is not None and hi is not None else None
         rec = Recommendation(
             changes={k: v for k, v in config.items() if baseline.get(k) != v},
-            change=_num(comp.get("change")),
-            ci=ci, text=str(rec_row.get("text") or "")[:2000])
+            change=_num(comp.change), ci=ci, text=rec_row.text[:2000])
     store, name = run.store, spec.study
-    abl = store.last_result(name, "ablation", run.fp_key) or {}
+    abl = store.document(name, Ablation, run.fp_key)
     carriers: list[str] = []
     minimal: dict[str, Any] = {}
-    if rec is not None and not abl.get("skipped"):
-        carriers = [str(k) for k in abl.get("carries") or []]
-        minimal = _scalars(dict(abl.get("minimal_changes") or {}))
-    nf = store.last_result(name, "noise_floor", run.fp_key) or {}
+    if rec is not None and abl is not None and not abl.skipped:
+        carriers = list(abl.carries)
+        minimal = _scalars(dict(abl.minimal_changes))
+    nf = store.document(name, NoiseFloor, run.fp_key)
     noise = None
-    c = _num((nf.get("robust_cov") or {}).get(run.metric))
-    if c is None:
-        c = _num((nf.get("cov") or {}).get(run.metric))
+    c = _num(nf.robust_cov.get(run.metric)) if nf else None
+    if c is None and nf is not None:
+        c = _num(nf.cov.get(run.metric))
+    n = nf.n if nf is not None else 0
     own = run.warm.record.get("noise_measured")  # the baseline's own, not the pooled one
     if isinstance(own, dict) and _num(own.get("cov")) is not None:
-        c, nf = _num(own["cov"]), {"n": own.get("n")}
-    if c is not None and c >= 0 and int(nf.get("n") or 0) >= 2:
-        noise = Noise(cov=min(10.0, c), n=int(nf["n"]))
+        c, n = _num(own["cov"]), int(_num(own.get("n")) or 0)
+    if c is not None and c >= 0 and n >= 2:
+        noise = Noise(cov=min(10.0, c), n=n)
     fp = run.fingerprint
     host = Host(cpu_model=str(fp.get("cpu_model") or ""), cpus=int(fp.get("cpus") or 1),
                 kernel=str(fp.get("kernel") or ""), server_cpus=fp.get("server_cpus"),
@@ -87,7 +88,7 @@ def entry_of(run: Run, result: dict[str, Any],
                             slo=str(cap.slo) if cap else None),
         workload=features, workload_source=f"{source}: {describe(features)}"[:2000],
         knobs=list(run.space.names), baseline=baseline, recommendation=rec,
-        verdict=str(result.get("verdict") or "")[:2000], carriers=carriers,
+        verdict=result.verdict[:2000], carriers=carriers,
         minimal=minimal, noise=noise,
         capacity=_capacity(run, result) if cap else None,
         search=_search(run), warm_start=[WarmFrom(id=w["id"], distance=w["distance"])
@@ -101,17 +102,17 @@ def _num(v: Any) -> float | None:
     return None
 
 
-def _capacity(run: Run, result: dict[str, Any]) -> Capacity | None:
+def _capacity(run: Run, result: Confirmation) -> Capacity | None:
     from kvtune.load.kvload import search_ci, search_steps
 
     cap = run.spec.capacity
     assert cap is not None
-    knee = _num(((result.get("baseline") or {}).get("metrics") or {}).get("capacity"))
+    knee = _num(result.baseline.metrics.get("capacity")) if result.baseline else None
     if knee is None and run.baseline_eval is not None:  # no candidate was confirmed
         knee = _num(run.baseline_eval.metrics.get("capacity"))
     if knee is None or knee <= 0:
         return None
-    rec = _num(((result.get("recommended") or {}).get("metrics") or {}).get("capacity"))
+    rec = _num(result.recommended.metrics.get("capacity")) if result.recommended else None
     curve: list[CurvePoint] = []
     ci = None
     for rep in reversed(run.store.repetitions(run.spec.study, kind="baseline")):

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 
 from kvtune import present
+from kvtune.documents import Confirmation
 from kvtune.library.entry import Entry
 from kvtune.library.nearest import Found, context_of, neighbours
 from kvtune.library.store import Library, LibraryUnavailable, open_library
@@ -339,7 +340,7 @@ class WarmStart:
 
     # -- the end ---------------------------------------------------------------------------
 
-    def add_entry(self, result: dict[str, Any]) -> str | None:
+    def add_entry(self, result: Confirmation) -> str | None:
         """Add the finished study to the library; its short id, or None (said why)."""
         from kvtune.library.record import entry_of
 

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from kvtune import present
+from kvtune.documents import Confirmation
 from kvtune.metrics import Direction
 from kvtune.present import change_fraction, change_record, number
 from kvtune.spec import EvaluationSpec
@@ -375,30 +376,34 @@ def _pct(x: float) -> str:
     return present.pct(x)
 
 
-def single(confirmation: dict[str, Any], recommended: dict[str, Any],
+def single(confirmation: Confirmation, recommended: dict[str, Any],
            baseline: dict[str, Any], knob: str, metric: str, direction: str,
            alpha: float) -> dict[str, Any]:
     """One changed knob: the confirmation already compared it with the baseline."""
-    rec = confirmation["recommended"]
-    comp = rec["comparison"]
-    base = confirmation["baseline"]["samples"]
+    rec = confirmation.recommended
+    assert rec is not None and rec.comparison is not None  # a recommendation has both
+    comp = rec.comparison
+    base = [float(x) for x in (confirmation.baseline.samples if confirmation.baseline
+                               else []) if x is not None]
+    rec_samples = [float(x) for x in rec.samples if x is not None]
     row = {"knob": knob, "baseline": baseline[knob], "recommended": recommended[knob],
            "samples": base, "median": _med(base), "rounds": len(base), "share": 1.0,
-           "share_ci": [1.0, 1.0], "p_value": comp["p_value"],
-           "p_adjusted": rec.get("p_adjusted", comp["p_value"]), "level": alpha,
+           "share_ci": [1.0, 1.0], "p_value": comp.p_value,
+           "p_adjusted": rec.p_adjusted if rec.p_adjusted is not None else comp.p_value,
+           "level": alpha,
            "stopped": "significant", "revert_ci": [math.nan, math.nan], "effect": "carries",
-           "revert": change_record(metric, change_fraction(_med(rec["samples"]), _med(
+           "revert": change_record(metric, change_fraction(_med(rec_samples), _med(
                base)), direction, significant=True),
            "failed": None}
     out = {"schema": SCHEMA_VERSION, "metric": metric, "direction": direction,
            "alpha": alpha, "measurements": 0, "rounds": 0,
-           "recommended": rec["name"],
+           "recommended": rec.label,
            "changes": {knob: {"baseline": baseline[knob], "recommended": recommended[knob]}},
-           "gain": change_record(metric, comp.get("change"), direction,
-                                 ci=(comp.get("change_ci_low"), comp.get("change_ci_high")),
+           "gain": change_record(metric, comp.change, direction,
+                                 ci=(comp.change_ci_low, comp.change_ci_high),
                                  significant=True),
            "baseline_samples": base,
-           "recommended_samples": rec["samples"], "knobs": [row], "carries": [knob],
+           "recommended_samples": rec_samples, "knobs": [row], "carries": [knob],
            "hurts": [], "noise": [], "small": [], "unresolved": [], "shares_sum": 1.0,
            "minimal_changes": {knob: recommended[knob]},
            "minimal_config": {**baseline, knob: recommended[knob]}, "skipped": None,
@@ -423,18 +428,18 @@ def first_rounds(ev: EvaluationSpec) -> int:
     return max(ev.confirm_rounds, 2)
 
 
-def _n_changed(confirmation: dict[str, Any], baseline: dict[str, Any]) -> int:
-    rec = confirmation.get("recommended")
-    return len(changed_knobs(rec["config"], baseline)) if rec else 0
+def _n_changed(confirmation: Confirmation, baseline: dict[str, Any]) -> int:
+    rec = confirmation.recommended
+    return len(changed_knobs(dict(rec.config), baseline)) if rec else 0
 
 
-def cost(confirmation: dict[str, Any], baseline: dict[str, Any], rounds: int) -> int:
+def cost(confirmation: Confirmation, baseline: dict[str, Any], rounds: int) -> int:
     """Repetitions of the ablation's first look (all of it when no arm stays ambiguous)."""
     n = _n_changed(confirmation, baseline)
     return 0 if n <= 1 else (n + 2) * rounds
 
 
-def max_cost(confirmation: dict[str, Any], baseline: dict[str, Any],
+def max_cost(confirmation: Confirmation, baseline: dict[str, Any],
              ev: EvaluationSpec) -> int:
     """Repetitions of the ablation when every change stays ambiguous up to the cap."""
     return max_cost_of(_n_changed(confirmation, baseline), ev)
@@ -449,7 +454,7 @@ def max_cost_of(n: int, ev: EvaluationSpec) -> int:
     return 0 if n <= 1 else (n + 2) * first + (n + 1) * extra + 3 * first
 
 
-def ablate(confirmation: dict[str, Any], baseline: dict[str, Any], metric: str,
+def ablate(confirmation: Confirmation, baseline: dict[str, Any], metric: str,
            direction: str, ev: EvaluationSpec, seed: int, measure: Measure,
            on_start: Callable[[int], None] | None = None,
            on_rep: Callable[[], None] | None = None,
@@ -460,10 +465,10 @@ def ablate(confirmation: dict[str, Any], baseline: dict[str, Any], metric: str,
     `on_look(rounds, arms)` is called before each look after the first that measures more
     (the rounds it adds, the arms still open). `clock` (seconds) enforces
     `evaluation.ablation_time`."""
-    rec = confirmation.get("recommended")
-    if not rec:
+    rec = confirmation.recommended
+    if rec is None:
         return skipped("the confirmation recommended nothing", metric, direction)
-    recommended = rec["config"]
+    recommended = dict(rec.config)
     changed = changed_knobs(recommended, baseline)
     if not changed:
         return skipped("the recommendation changes no knob", metric, direction)
@@ -471,7 +476,7 @@ def ablate(confirmation: dict[str, Any], baseline: dict[str, Any], metric: str,
         return single(confirmation, recommended, baseline, changed[0], metric, direction,
                       ev.alpha)
     sign = Direction(direction).sign
-    rec_arm = Arm(rec["name"], recommended)
+    rec_arm = Arm(rec.label, recommended)
     base_arm = Arm("baseline", baseline)
     arms = [(k, Arm(f"without {k}", {**recommended, k: baseline[k]})) for k in changed]
     if on_start:
@@ -524,7 +529,7 @@ def ablate(confirmation: dict[str, Any], baseline: dict[str, Any], metric: str,
     out = analyse(rec_arm, base_arm, arms, recommended, baseline, metric, direction,
                   ev.alpha, seed, decisions=decisions, share=ev.ablation_share,
                   first_rounds=first)
-    out.update({"recommended": rec["name"], "rounds": len(rec_arm.samples),
+    out.update({"recommended": rec.label, "rounds": len(rec_arm.samples),
                 "first_rounds": first, "planned_rounds": planned,
                 "max_rounds": ev.ablation_max_rounds,
                 "noise_sd": None if math.isnan(sd) else sd,

@@ -13,7 +13,8 @@ import optuna
 from rich.console import Console
 from rich.markup import escape
 
-from kvtune import present
+from kvtune import documents, present
+from kvtune.documents import Ablation, Confirmation
 from kvtune.errors import UserError
 from kvtune.fleet.claims import Fleet, Heartbeat, fail_stale, worker_id
 from kvtune.host import fingerprint as fpmod
@@ -230,7 +231,7 @@ class StudyRun:
 
     # -- the study -------------------------------------------------------------------------
 
-    def run(self, confirm: bool = True, ablation: bool = True) -> dict[str, Any]:
+    def run(self, confirm: bool = True, ablation: bool = True) -> Confirmation | None:
         space = self.preflight()
         self.fingerprint = self.host_fingerprint()
         self.fp_key = fpmod.key(self.fingerprint)
@@ -253,7 +254,7 @@ class StudyRun:
         self.fleet.finish("finished")
         return result
 
-    def _run(self, space: Space, confirm: bool, ablation: bool) -> dict[str, Any]:
+    def _run(self, space: Space, confirm: bool, ablation: bool) -> Confirmation | None:
         """The phases, in order; the strategy says how this process takes part in each."""
         self.study = study = self._open_study(space)
         self._resume(study)
@@ -270,13 +271,14 @@ class StudyRun:
             self.warm.enqueue(study, space)
             self.strategy.search(study, space, started)
             if not confirm:
-                return {}
+                return None
             result = self.strategy.confirm(study)
             # The one place that decides whether the ablation runs: asked for (by the study
             # file and the command line), and this process ran the confirmation.
-            if ablation and self.spec.evaluation.ablation and self.strategy.confirmed(result):
+            if result is not None and ablation and self.spec.evaluation.ablation \
+                    and self.strategy.confirmed(result):
                 self.ablate(result)
-        if self.strategy.confirmed(result):
+        if result is not None and self.strategy.confirmed(result):
             self.warm.add_entry(result)
         return result
 
@@ -376,7 +378,7 @@ class StudyRun:
         self.console.print(f"  {phase} {n}: {for_markup(who)}: {self.metric} {fmt(v)}{ci}",
                            highlight=False)
 
-    def confirm(self, study: optuna.Study) -> dict[str, Any]:
+    def confirm(self, study: optuna.Study) -> Confirmation:
         """Re-run the top candidates and the baseline interleaved, then recommend the best
         candidate whose improvement is significant — or say that none is."""
         assert self.space is not None
@@ -415,10 +417,11 @@ class StudyRun:
                     self.metric, self.direction, ev, self.spec.seed, measure, start,
                     lambda: prog.advance(task), constraints=self.spec.parsed_constraints,
                     slo=str(cap.slo) if (cap := self.spec.capacity) else None)
-        self.store.put_result(self.spec.study, "confirmation", result)
-        return result
+        doc = documents.build("confirmation", result)  # typed once, as stored
+        self.store.put_result(self.spec.study, "confirmation", doc)
+        return doc
 
-    def ablate(self, confirmation: dict[str, Any]) -> dict[str, Any]:
+    def ablate(self, confirmation: Confirmation) -> Ablation:
         """The recommendation with each changed knob reverted, measured interleaved through
         the evaluator (`kvtune.study.ablation.ablate`, a pure function), stored as
         "ablation" and printed. Called by `_run` after the confirmation, on the host."""
@@ -469,8 +472,9 @@ class StudyRun:
             result = ablation.ablate(confirmation, baseline, self.metric, self.direction, ev,
                                      self.spec.seed, measure, start,
                                      lambda: prog.advance(task), look, time.monotonic)
-        self.store.put_result(self.spec.study, "ablation", result)
-        return result  # its lines are the summary's (`kvtune show`), said once
+        doc = documents.build("ablation", result)  # typed once, as stored
+        self.store.put_result(self.spec.study, "ablation", doc)
+        return doc  # its lines are the summary's (`kvtune show`), said once
 
 
 class Strategy:
@@ -509,13 +513,13 @@ class Strategy:
         search = Search(r.spec, space, r.evaluator, r.session.ctx, r.console, r.drift_check)
         r.incumbent = search.run(study, started, r.incumbent)
 
-    def confirm(self, study: optuna.Study) -> dict[str, Any]:
-        """The confirmation's result (run here, or by another process)."""
+    def confirm(self, study: optuna.Study) -> Confirmation | None:
+        """The confirmation's result when this process ran it (None: another did)."""
         return self.run.confirm(study)
 
-    def confirmed(self, result: dict[str, Any]) -> bool:
+    def confirmed(self, result: Confirmation | None) -> bool:
         """Whether this process ran the confirmation that `result` reports."""
-        return bool(result)
+        return result is not None
 
 
 class Solo(Strategy):

@@ -23,6 +23,7 @@ from typing import Any
 
 import optuna
 
+from kvtune.documents import Confirmation
 from kvtune.errors import UserError
 from kvtune.fleet.claims import fail_stale, masked, worker_seed
 from kvtune.measure.evaluator import Evaluation
@@ -95,6 +96,8 @@ class FleetWorker(Strategy):
         super().__init__(run)
         self.current_slot: int | None = None
         self.bound_slots: set[int] = set()
+        # The worker that runs (or ran) this host's confirmation, once claimed.
+        self.confirmed_by: str | None = None
 
     def seed(self) -> int:
         return worker_seed(self.run.spec.seed, self.run.worker)
@@ -153,29 +156,29 @@ class FleetWorker(Strategy):
             break
         self.await_baseline(study, space, now=True)
 
-    def confirm(self, study: optuna.Study) -> dict[str, Any]:
+    def confirm(self, study: optuna.Study) -> Confirmation | None:
         """Exactly one worker confirms (the one that claims it through the storage); the
         others end saying who confirms."""
         r = self.run
         key = f"confirm:{r.fp_key}"
         got = r.fleet.claim_or_take_over(key)
+        self.confirmed_by = got.worker if not got.won else r.worker
         if not got.won:
             done = r.store.last_result(r.spec.study, "confirmation", r.fp_key)
             r.console.print(f"the confirmation is run by worker {got.worker}"
                             + (" (done: `kvtune show` prints it)" if done else
                                "; this worker ends (`kvtune show` prints it when done)"))
-            return {"confirmed_by": got.worker, "confirmation": done}
+            return None
         self.wait_for_running(study)
         r._resume(study)  # the incumbent and candidates as every worker left them
-        result = r.confirm(study)
-        result["confirmed_by"] = r.worker
-        result["fingerprint"] = r.fp_key
+        result = r.confirm(study).model_copy(
+            update={"confirmed_by": r.worker, "fingerprint": r.fp_key})
         # StudyRun.confirm stored the result; store it again with who confirmed it.
         r.store.put_result(r.spec.study, "confirmation", result)
         return result
 
-    def confirmed(self, result: dict[str, Any]) -> bool:
-        return result.get("confirmed_by") == self.run.worker
+    def confirmed(self, result: Confirmation | None) -> bool:
+        return result is not None and result.confirmed_by == self.run.worker
 
     # -- waiting for the others ------------------------------------------------------------
 
