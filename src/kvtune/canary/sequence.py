@@ -52,12 +52,13 @@ and 0.9 and the recorded memcached series within alpha with a margin; the level 
 spread terms are both needed (either alone missed AR(1) 0.8 in 10-18% of series).
 
 The price is time, wherever the looks seem correlated, and most at the first looks, while
-the coefficient is least known: on independent series a shift of half a long-run SD is
-told at about the same look as before (55), at AR(1) 0.3 about 25% later, at 0.6 about
-twice and at 0.8 six times later than the sequence before (which was too narrow there);
-a shift of 4 SDs on independent looks at look 13 instead of 8. A series that drifts at
-the start (a canary's hit ratio moving for the first 9 looks of 0.5 s, then steady) keeps
-a lag-1 of 0.6 for a long time and was told at about look 47 instead of 5.
+the coefficient is least known (bench/canary/aa_rates.py, median look to exclude 0 at
+alpha 0.05): a shift of half a long-run SD is told at look 57 on independent series (54.5
+before), 69 at AR(1) 0.3 (52), 86 at 0.6 (39.5) and 112 at 0.8 (19: the sequence before
+was faster there than the sequence with the long-run SD known, 34.5, being too narrow); a
+shift of 2 SDs at look 19 on independent series (12 before). A series that drifts at the
+start (a canary's hit ratio moving for its first 9 looks of 0.5 s, then steady) keeps a
+lag-1 of 0.6 for long after and is told at about look 47 instead of 5.
 
 The limits: the model is AR(1); a series whose correlations decay slower than
 geometrically is left to the residuals' Newey-West, and a coefficient above 0.9 is taken
@@ -86,8 +87,8 @@ BANDWIDTH = 2.0  # L = floor(BANDWIDTH * sqrt(n)) lags
 RHO_Z = 1.5  # the AR(1) coefficient used: standard errors above its bias-corrected estimate
 RHO_MAX = 0.9  # and at most this (see above)
 # above it, looks are correlated enough for the interval to cost many more looks than
-# independent ones would (AR(1) 0.6: about twice those of independent looks of the same
-# long-run spread); a longer --interval decides sooner
+# independent ones would (AR(1) 0.6: about 1.5 times those of independent looks of the same
+# long-run spread, 0.8 twice); a longer --interval decides sooner
 STRONG_LAG1 = 0.5
 
 
