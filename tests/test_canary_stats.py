@@ -462,3 +462,26 @@ def test_recorded_a_a_runs_judged_in_order(kind: str) -> None:
                            if v.false_alarm([x])), "nothing decided")
     print(f"\n{kind} in order: " + "; ".join(f"{w}: {s}" for w, s in said.items()))
     assert said["default guardrails"] == "nothing decided"
+
+
+def test_an_early_interval_tens_of_sds_wide_is_shown_within_bounds() -> None:
+    """The first looks of a series that seems correlated can have an interval tens of SDs
+    wide (sequence.py): the report's chart keeps the changes, 0, the margin and the last
+    interval in view and runs the wider band off its edge (no infinite coordinates), and
+    the text says a change beyond 10,000 times the control's as such."""
+    import re
+
+    from kvtune.canary import page
+
+    rows = [{"change": -0.6, "low": -17.0, "high": 15.0},
+            {"change": -0.59, "low": -3.0, "high": 2.0},
+            {"change": -0.6, "low": -0.7, "high": -0.5},
+            {"change": -0.6, "low": -0.65, "high": math.inf}]
+    svg = page._chart(rows, METRICS["hit_ratio"], 0.01, False)
+    ys = [float(b) for b in re.findall(r"[\d.]+,([\d.]+)", svg)]
+    assert "inf" not in svg and ys and all(0 <= y <= 180 for y in ys)
+    labels = re.findall(r'font-size="10">([^<]+)</text>', svg)
+    assert float(labels[0].replace("\u2212", "-")) > -3  # the view is not the first band's
+    assert v.change_text(METRICS["p99"], 800.0) == v.change_text(METRICS["p99"], 12.0)
+    assert v.change_text(METRICS["p99"], 800.0).startswith("> ")
+    assert page._chart([], METRICS["p99"], None, True).startswith("<svg")

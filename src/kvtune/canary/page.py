@@ -33,7 +33,15 @@ def _chart(rows: list[dict[str, Any]], metric: watch.Metric, margin: float | Non
         shown_margin = worse * (math.expm1(margin) if metric.scale == "log" else margin)
         vals.append(shown_margin)
     vals.append(0.0)
-    lo, hi = min(vals), max(vals)
+    # the view: the changes, 0, the margin and the last interval, and up to twice their span
+    # either side; an early interval wider than that (the first looks of a series that
+    # seems correlated can be tens of SDs wide) runs off the chart's edge
+    last = rows[-1] if rows else {}
+    core = [x for x in [0.0, shown_margin, last.get("low"), last.get("high"),
+                        *(r.get("change") for r in rows)]
+            if x is not None and math.isfinite(x)]
+    reach = 2 * max(max(core) - min(core), 1e-12)
+    lo, hi = max(min(vals), min(core) - reach), min(max(vals), max(core) + reach)
     if hi - lo < 1e-12:
         lo, hi = lo - 1, hi + 1
     span = hi - lo
@@ -43,9 +51,12 @@ def _chart(rows: list[dict[str, Any]], metric: watch.Metric, margin: float | Non
     def x(i: int) -> float:
         return PAD + (i - 1) / (n - 1) * (W - 2 * PAD)
 
-    band_top = [(x(i), _y(r["high"], lo, hi)) for i, r in pts if r.get("high") is not None]
-    band_bot = [(x(i), _y(r["low"], lo, hi)) for i, r in pts if r.get("low") is not None]
-    line = [(x(i), _y(r["change"], lo, hi)) for i, r in pts if r.get("change") is not None]
+    def y(v: float) -> float:
+        return _y(min(max(v, lo), hi), lo, hi)
+
+    band_top = [(x(i), y(r["high"])) for i, r in pts if r.get("high") is not None]
+    band_bot = [(x(i), y(r["low"])) for i, r in pts if r.get("low") is not None]
+    line = [(x(i), y(r["change"])) for i, r in pts if r.get("change") is not None]
     svg = [f'<svg width="{W}" height="{H}" xmlns="http://www.w3.org/2000/svg">',
            f'<rect width="{W}" height="{H}" fill="#fff" stroke="#ccc"/>']
     if band_top:

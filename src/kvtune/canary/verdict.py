@@ -101,8 +101,8 @@ def _display(metric: Metric, x: float) -> float:
 def change_text(metric: Metric, x: float | None) -> str:
     if x is None or not math.isfinite(x):
         return present.pct(None) if metric.scale == "log" else "-"
-    if metric.scale == "log":
-        return present.pct(math.expm1(x))
+    if metric.scale == "log":  # beyond 10,000 times the control's: not worth the digits
+        return present.pct(math.expm1(x)) if x < math.log(1e4) else "> " + present.pct(1e4)
     unit = "" if metric.unit == "fraction" else f" {metric.unit}"
     return (present.number(x).replace("-", present.MINUS) if x < 0
             else "+" + present.number(x)) + unit
