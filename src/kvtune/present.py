@@ -109,7 +109,7 @@ def _finite_ci(ci: Sequence[float | None] | None) -> tuple[float, float] | None:
     return min(lo, hi), max(lo, hi)
 
 
-def judge(change: float | None, direction: str | None, significant: bool | None = None,
+def judge(change: float | None, direction: Direction | None, significant: bool | None = None,
           ci: Sequence[float | None] | None = None) -> str | None:
     """The words of a change: "better", "worse", "no significant change", "no change", or
     None (direction unknown, or no change measured). With a CI of the change, the CI
@@ -145,7 +145,7 @@ def _ci_text(ci: Sequence[float | None] | None, level: float = 0.95) -> str:
     return f" ({level:.0%} CI {pct(lo)} … {pct(hi)})"
 
 
-def describe_change(metric: str, change_fraction: float | None, direction: str | None,
+def describe_change(metric: str, change_fraction: float | None, direction: Direction | None,
                     ci: Sequence[float | None] | None = None,
                     significant: bool | None = None, level: float = 0.95) -> str:
     """"p99_us −82.6% (95% CI −85.0% … −80.1%), better": the metric's change, its CI when
@@ -155,14 +155,14 @@ def describe_change(metric: str, change_fraction: float | None, direction: str |
     return f"{head}, {word}" if word else head
 
 
-def change_text(change_fraction: float | None, direction: str | None,
+def change_text(change_fraction: float | None, direction: Direction | None,
                 significant: bool | None = None) -> str:
     """The change without the metric's name, for a table column: "−82.6%, better"."""
     word = judge(change_fraction, direction, significant)
     return f"{pct(change_fraction)}, {word}" if word else pct(change_fraction)
 
 
-def change_record(metric: str, change_fraction: float | None, direction: str | None,
+def change_record(metric: str, change_fraction: float | None, direction: Direction | None,
                   ci: Sequence[float | None] | None = None,
                   significant: bool | None = None, level: float = 0.95) -> dict[str, Any]:
     """The same change for JSON: {"metric", "change" (new/baseline − 1), "ci" ([low, high]

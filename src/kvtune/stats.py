@@ -92,7 +92,7 @@ def pool_intervals(estimates: Sequence[float], cis: Sequence[tuple[float, float]
 
 def compare_pooled(candidate: Sequence[float], cand_cis: Sequence[tuple[float, float]],
                    baseline: Sequence[float], base_cis: Sequence[tuple[float, float]],
-                   direction: str, level: float = 0.95) -> Comparison:
+                   direction: Direction, level: float = 0.95) -> Comparison:
     """A candidate against the baseline when every value carries its own 95% interval (a
     capacity search's knee): each side pooled by `pool_intervals` (random effects, so the
     spread between its values widens it), the log ratio's standard error from the two
@@ -115,7 +115,7 @@ def compare_pooled(candidate: Sequence[float], cand_cis: Sequence[tuple[float, f
 
 def compare_paired(candidate: Sequence[float], cand_cis: Sequence[tuple[float, float]],
                    baseline: Sequence[float], base_cis: Sequence[tuple[float, float]],
-                   direction: str, level: float = 0.95) -> Comparison:
+                   direction: Direction, level: float = 0.95) -> Comparison:
     """A candidate against the baseline measured in the same rounds, every value with its
     own 95% interval (a capacity search's knee): each round's log ratio, its variance from
     the two intervals, pooled over the rounds with random effects (DerSimonian–Laird's τ²:
@@ -215,7 +215,7 @@ class Comparison:
     def significant(self, alpha: float, min_improvement: float = 0.0) -> bool:
         return self.p_value < alpha and self.ci_low > min_improvement
 
-    direction: str = "maximize"
+    direction: Direction = Direction.MAXIMIZE
     # The statistic behind the figure, its interval and p (said with them on screens).
     test: str = MEDIANS_TEST
 
@@ -240,7 +240,7 @@ class Comparison:
                 "test": self.test}
 
 
-def compare(candidate: Sequence[float], baseline: Sequence[float], direction: str,
+def compare(candidate: Sequence[float], baseline: Sequence[float], direction: Direction,
             level: float = 0.95, resamples: int = 4000, seed: int = 0,
             two_sided: bool = False) -> Comparison:
     """Improvement of the candidate's median over the baseline's, with a bootstrap CI of the
@@ -273,7 +273,7 @@ def compare(candidate: Sequence[float], baseline: Sequence[float], direction: st
 
 
 def compare_rounds(candidate: Mapping[int, float], baseline: Mapping[int, float],
-                   direction: str, level: float = 0.95, two_sided: bool = False,
+                   direction: Direction, level: float = 0.95, two_sided: bool = False,
                    seed: int = 0) -> Comparison:
     """A candidate against the baseline measured in the same rounds (round → value):
     each round's ratio d_r = log(candidate_r / baseline_r), oriented so that > 0 is better;

@@ -37,7 +37,7 @@ class KnobInfo:
 class StudyData:
     name: str
     metric: str
-    direction: str  # "maximize" or "minimize"
+    direction: Direction  # "maximize" or "minimize"
     study: optuna.Study
     trials: list[optuna.trial.FrozenTrial]
     reps: list[dict[str, Any]]
@@ -150,7 +150,7 @@ def load(store: Store, name: str) -> StudyData:
     metric = spec.get("objective", {}).get("metric") or sig.get("metric") or "value"
     data = StudyData(
         engine=store.engine, name=name, metric=metric,
-        direction=study.directions[0].name.lower(), study=study,
+        direction=Direction(study.directions[0].name.lower()), study=study,
         trials=trials, reps=store.repetitions(name), knobs=_knobs(study, trials), spec=spec,
         host=study.user_attrs.get("host", {}) or {},
         baseline=study.user_attrs.get("baseline", {}) or {},

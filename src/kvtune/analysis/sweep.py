@@ -49,7 +49,7 @@ class SweepPoint:
 class SweepView:
     knob: str
     metric: str
-    direction: str
+    direction: Direction
     default: Any
     points: list[SweepPoint]
     numeric: bool
@@ -108,7 +108,7 @@ def analyse(result: dict[str, Any], alpha: float = ALPHA) -> SweepView:
         points.append(SweepPoint(r.get("value"), vals, stats.centre(vals), (lo, hi), kind,
                                  int(r.get("failed") or 0), _same(r.get("value"), default)))
     view = SweepView(str(result.get("knob")), str(result.get("metric")),
-                     str(result.get("direction") or "maximize"), default, points, numeric)
+                     _direction(result.get("direction")), default, points, numeric)
     measured = [p for p in points if p.values]
     if not measured:
         view.notes.append("no value measured anything (every repetition failed)")
@@ -139,7 +139,15 @@ def analyse(result: dict[str, Any], alpha: float = ALPHA) -> SweepView:
     return view
 
 
-def within_noise(a: SweepPoint, b: SweepPoint, direction: str, alpha: float = ALPHA) -> bool:
+def _direction(text: Any) -> Direction:
+    """A stored sweep's direction (maximize when it says none it knows)."""
+    try:
+        return Direction(text)
+    except ValueError:
+        return Direction.MAXIMIZE
+
+
+def within_noise(a: SweepPoint, b: SweepPoint, direction: Direction, alpha: float = ALPHA) -> bool:
     """True when the repetitions cannot tell `a` from `b`."""
     if a is b:
         return True

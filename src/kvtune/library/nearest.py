@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvtune.library.entry import Entry
+from kvtune.metrics import Direction
 from kvtune.workload.features import ALIKE, distance
 
 NEIGHBOURS = 3  # at most this many past studies are drawn from
@@ -28,7 +29,7 @@ class Context:
     target: str
     target_version: str | None
     metric: str
-    direction: str
+    direction: Direction
     slo: str | None
     cpu_model: str
     cpus: int

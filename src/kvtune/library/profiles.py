@@ -24,6 +24,7 @@ from typing import Any
 from kvtune import present
 from kvtune.library.entry import Entry
 from kvtune.library.nearest import minor
+from kvtune.metrics import Direction
 from kvtune.workload.features import ALIKE, FEATURES, distance, label
 
 
@@ -47,7 +48,7 @@ class Category:
     target: str
     target_version: str | None
     metric: str
-    direction: str
+    direction: Direction
     members: list[Entry]
     centre: dict[str, float] = field(default_factory=dict)
 
@@ -113,7 +114,7 @@ def categories(entries: list[Entry], alike: float = ALIKE) -> list[Category]:
     for (target, version, metric, direction), members in sorted(
             groups.items(), key=lambda g: (g[0][0], g[0][1] or "", g[0][2])):
         for cluster in _clusters(members, alike):
-            cats.append(Category("", target, version, metric, direction, cluster,
+            cats.append(Category("", target, version, metric, Direction(direction), cluster,
                                  centre(cluster)))
     cats.sort(key=lambda c: (-len(c.members), c.target, c.metric, c.name))
     for i, c in enumerate(cats, 1):

@@ -108,7 +108,7 @@ class Policy:
     try another rule (bench/evaluator/variants.py does); pass the subclass to `Evaluator`
     (or `StudyRun`) as `policy`."""
 
-    def __init__(self, ev: EvaluationSpec, metric: str, direction: str,
+    def __init__(self, ev: EvaluationSpec, metric: str, direction: Direction,
                  constraints: list[Constraint], repetitions: int, seed: int = 0) -> None:
         self.ev = ev
         self.metric = metric
@@ -227,7 +227,7 @@ class Evaluator:
     its `Policy`."""
 
     def __init__(self, session: Session, store: Store | None, study: str, metric: str,
-                 direction: str, constraints: list[Constraint], ev: EvaluationSpec,
+                 direction: Direction, constraints: list[Constraint], ev: EvaluationSpec,
                  repetitions: int, seed: int = 0, policy: type[Policy] = Policy) -> None:
         self.session = session
         self.store = store

@@ -166,7 +166,7 @@ class Decision:
     gain: float = math.nan
 
 
-def _paired_worth(rec: Arm, arm: Arm, direction: str,
+def _paired_worth(rec: Arm, arm: Arm, direction: Direction,
                   level: float) -> tuple[float, float, float, float]:
     """What a change is worth on the log scale, paired by round as the confirmation pairs
     its arms (`stats.compare_rounds`: the recommendation against the arm without the
@@ -194,7 +194,7 @@ def look_at(rec: Arm, arms: list[tuple[str, Arm]], level: float, share: float,
     from this one interval."""
     m = max(len(arms), 1)
     conf = 1 - level / m
-    direction = "maximize" if sign > 0 else "minimize"
+    direction = Direction.MAXIMIZE if sign > 0 else Direction.MINIMIZE
     out: dict[str, Decision] = {}
     for knob, arm in arms:
         n = len(arm.samples)
@@ -221,7 +221,7 @@ EFFECTS = {"carries": "carries", "hurts": "hurts", "below share": "does not carr
 
 def analyse(rec_arm: Arm, base_arm: Arm, arms: list[tuple[str, Arm]],
             recommended: dict[str, Any], baseline: dict[str, Any], metric: str,
-            direction: str, alpha: float, seed: int = 0,
+            direction: Direction, alpha: float, seed: int = 0,
             decisions: dict[str, Decision] | None = None, share: float = 0.10,
             first_rounds: int | None = None) -> dict[str, Any]:
     """Shares, intervals and verdicts from measured arms (`arms`: (knob, reverted arm)).
@@ -377,7 +377,7 @@ def _pct(x: float) -> str:
 
 
 def single(confirmation: Confirmation, recommended: dict[str, Any],
-           baseline: dict[str, Any], knob: str, metric: str, direction: str,
+           baseline: dict[str, Any], knob: str, metric: str, direction: Direction,
            alpha: float) -> dict[str, Any]:
     """One changed knob: the confirmation already compared it with the baseline."""
     rec = confirmation.recommended
@@ -415,7 +415,7 @@ def single(confirmation: Confirmation, recommended: dict[str, Any],
     return out
 
 
-def skipped(reason: str, metric: str, direction: str) -> dict[str, Any]:
+def skipped(reason: str, metric: str, direction: Direction) -> dict[str, Any]:
     return {"schema": SCHEMA_VERSION, "metric": metric, "direction": direction,
             "measurements": 0, "knobs": [], "carries": [], "hurts": [], "noise": [],
             "small": [], "unresolved": [], "changes": {}, "minimal_changes": {},
@@ -455,7 +455,7 @@ def max_cost_of(n: int, ev: EvaluationSpec) -> int:
 
 
 def ablate(confirmation: Confirmation, baseline: dict[str, Any], metric: str,
-           direction: str, ev: EvaluationSpec, seed: int, measure: Measure,
+           direction: Direction, ev: EvaluationSpec, seed: int, measure: Measure,
            on_start: Callable[[int], None] | None = None,
            on_rep: Callable[[], None] | None = None,
            on_look: Callable[[int, int], None] | None = None,
@@ -543,7 +543,7 @@ def ablate(confirmation: Confirmation, baseline: dict[str, Any], metric: str,
 
 
 def choose(res: dict[str, Any], rec_arm: Arm, base_arm: Arm, recommended: dict[str, Any],
-           baseline: dict[str, Any], metric: str, direction: str, ev: EvaluationSpec,
+           baseline: dict[str, Any], metric: str, direction: Direction, ev: EvaluationSpec,
            seed: int, measure: Measure,
            on_rep: Callable[[], None] | None = None) -> dict[str, Any]:
     """The recommendation kvtune makes after the ablation: the minimal configuration

@@ -67,7 +67,7 @@ SHOWN = ("ops_per_sec", "p50_us", "p99_us", "p999_us", "hit_ratio", "errors",
 
 
 def clearly_worse(trial: optuna.trial.FrozenTrial, baseline: optuna.trial.FrozenTrial,
-                  direction: str) -> bool:
+                  direction: Direction) -> bool:
     """Whether the search measured `trial` clearly worse than the baseline: its interval
     (the CI of its median, or the range of its repetitions) lies wholly on the worse side
     of the baseline's. Such a trial is no contender for the confirmation's rounds."""
@@ -82,7 +82,7 @@ def clearly_worse(trial: optuna.trial.FrozenTrial, baseline: optuna.trial.Frozen
 
 
 def candidates(trials: Sequence[optuna.trial.FrozenTrial], baseline: dict[str, Any],
-               direction: str, top: int) -> list[dict[str, Any]]:
+               direction: Direction, top: int) -> list[dict[str, Any]]:
     """The best `top` distinct feasible search configurations by their search value, none
     of them the baseline's, and none the search already measured clearly worse than the
     baseline (`clearly_worse`): confirmation rounds go to contenders."""
@@ -222,7 +222,7 @@ class MetricChange:
     is significant (CI excludes 0 and p < α)."""
 
     metric: str
-    direction: str | None
+    direction: Direction | None
     baseline: float | None
     candidate: float | None
     change: float | None
@@ -286,7 +286,7 @@ def metric_change(metric: str, cand: Mapping[int, float], base: Mapping[int, flo
         same = np.allclose(c, 0) and np.allclose(b, 0)
         return MetricChange(metric, direction, bm_, cm_, 0.0 if same else None, None, 1.0,
                             False, n)
-    comp = compare_rounds(cand, base, "maximize", seed=seed, two_sided=True)
+    comp = compare_rounds(cand, base, Direction.MAXIMIZE, seed=seed, two_sided=True)
     ci = (comp.ci_low, comp.ci_high)
     sig = (comp.p_value < alpha and not any(math.isnan(v) for v in ci)
            and (ci[0] > 0 or ci[1] < 0))
@@ -341,7 +341,8 @@ def check_constraint(c: Constraint, base: Arm, arm: Arm, seed: int = 0,
         if len(cand) < 2 or len(b) < 2 or centre(b) == 0:
             return ConstraintCheck(str(c), "inconclusive", None, None, c.bound, True)
         comp = compare_rounds(_by_round(arm, c.metric, objective),
-                              _by_round(base, c.metric, objective), "maximize", seed=seed)
+                              _by_round(base, c.metric, objective), Direction.MAXIMIZE,
+                              seed=seed)
         value, lo, hi = 1 + comp.improvement, 1 + comp.ci_low, 1 + comp.ci_high
     else:
         if len(cand) < 2:
@@ -374,7 +375,7 @@ def simultaneous_level(candidates: int, level: float = 0.95) -> float:
     return 1 - (1 - level) / max(candidates, 1)
 
 
-def pooled_comparison(arm: Arm, base: Arm, metric: str, direction: str,
+def pooled_comparison(arm: Arm, base: Arm, metric: str, direction: Direction,
                       level: float) -> Comparison | None:
     """A capacity's comparison from each round's search with its own 95% interval
     (`stats.compare_pooled`): the searches' intervals say how precise each knee is, which
@@ -421,7 +422,7 @@ def pooled_value(arm: Arm) -> float | None:
     return pool_intervals(vals, cis).value if vals else None
 
 
-def verdict(base: Arm, cands: list[tuple[dict[str, Any], Arm]], metric: str, direction: str,
+def verdict(base: Arm, cands: list[tuple[dict[str, Any], Arm]], metric: str, direction: Direction,
             ev: EvaluationSpec, seed: int,
             constraints: Sequence[Constraint] = (), slo: str | None = None) -> dict[str, Any]:
     """Each candidate against the baseline — the objective (ratio CI, one-sided
@@ -534,7 +535,7 @@ def median_metrics(rows: list[dict[str, Any]]) -> dict[str, float | None]:
 
 
 def confirm(trials: Sequence[optuna.trial.FrozenTrial], baseline: dict[str, Any],
-            metric: str, direction: str, ev: EvaluationSpec, seed: int, measure: Measure,
+            metric: str, direction: Direction, ev: EvaluationSpec, seed: int, measure: Measure,
             on_start: Callable[[int], None] | None = None,
             on_rep: Callable[[], None] | None = None,
             constraints: Sequence[Constraint] = (), slo: str | None = None) -> dict[str, Any]:
@@ -600,7 +601,8 @@ def front_verdict(base: Arm, cands: list[tuple[dict[str, Any], Arm]],
     the confirmed front when it improves at least one objective significantly and violates
     no constraint significantly; the user picks one (`kvtune export --trial N`)."""
     names = [m for m, _ in objectives]
-    tests = [(i, j, compare_rounds(arm.by_round(m), base.by_round(m), d, seed=seed))
+    tests = [(i, j, compare_rounds(arm.by_round(m), base.by_round(m), Direction(d),
+                                   seed=seed))
              for i, (_, arm) in enumerate(cands) for j, (m, d) in enumerate(objectives)]
     adjusted = holm([c.p_value for _, _, c in tests])
     gains: dict[tuple[int, int], tuple[bool, float]] = {}

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from kvtune import present
 from kvtune.measure.evaluator import Evaluation, Evaluator
+from kvtune.metrics import Direction
 from kvtune.spec import StudySpec
 from kvtune.stats import compare, detectable_improvement, robust_cov
 from kvtune.store import Store
@@ -24,7 +25,7 @@ def planned_checks(spec: StudySpec) -> int:
     return 1 + (spec.budget.trials or 30) // max(spec.evaluation.drift_every, 1)
 
 
-def is_moved(new: list[float], first: list[float], direction: str, alpha: float,
+def is_moved(new: list[float], first: list[float], direction: Direction, alpha: float,
              seed: int) -> tuple[bool, dict[str, Any], tuple[float, float, float]]:
     """(moved, the comparison as stored, (change, CI low, CI high)) of `new` against the
     first baseline measurement `first`, at level `alpha`."""

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from kvtune import present
 from kvtune.documents import Ablation, ChangeRecord, Confirmation, StoredComparison
+from kvtune.metrics import Direction
 
 Action = Literal["ship", "ship_smaller", "keep_defaults", "not_decided", "pick", "failed"]
 
@@ -63,7 +64,7 @@ class Headline:
 
 
 def _record(comp: StoredComparison | ChangeRecord | None, metric: str,
-            direction: str | None) -> dict[str, Any] | None:
+            direction: Direction | None) -> dict[str, Any] | None:
     """A stored comparison (a candidate's, or an ablation's change record) as one change
     record: metric, change, interval, the word the interval decides."""
     if comp is None:
@@ -92,7 +93,7 @@ def _duration(rounds: int, arms: int, seconds_per_rep: float | None) -> str:
 
 
 def decide(confirmation: Confirmation | None, ablation: Ablation | None,
-           *, metric: str, direction: str | None, study: str,
+           *, metric: str, direction: Direction | None, study: str,
            baseline_failed: str | None = None, measured: bool = True,
            seconds_per_rep: float | None = None) -> Headline:
     """The headline of a study from its stored confirmation and ablation (module

@@ -42,7 +42,7 @@ def collect(store: Store, name: str) -> dict[str, Any]:
         })
     base = next((t for t in trials if t["kind"] == "baseline" and t["state"] == "COMPLETE"),
                 None)
-    direction = study.directions[0].name.lower()  # the first objective's
+    direction = Direction(study.directions[0].name.lower())  # the first objective's
     # The best of the search: the baseline is what it is compared with, never its own
     # "best", nor is a search trial that asked for the baseline's configuration again (a
     # `repeat` of trial 0: a sampler may propose the defaults, which reuse its result).
@@ -133,7 +133,7 @@ def _workers(store: Store, name: str, study: optuna.Study) -> list[dict[str, Any
 
 
 def _hosts(store: Store, name: str, trials: list[dict[str, Any]],
-           workers: list[dict[str, Any]], direction: str) -> list[dict[str, Any]]:
+           workers: list[dict[str, Any]], direction: Direction) -> list[dict[str, Any]]:
     """Per host fingerprint of the study's workers: the fingerprint, its workers, its own
     baseline, best search trial, noise floor and confirmation (a heterogeneous fleet has
     several; trials are only compared with their own fingerprint's baseline)."""
@@ -165,7 +165,7 @@ def _sweeps(store: Store, name: str) -> list[dict[str, Any]]:
 
 
 def _vs_nearest_baseline(trials: list[dict[str, Any]], base: dict[str, Any] | None,
-                         drift: list[Drift], direction: str) -> None:
+                         drift: list[Drift], direction: Direction) -> None:
     """Each trial's change against the baseline measured nearest to it in time (the first
     baseline, or a drift re-measurement), so that a drifting host does not pass for a
     better or worse configuration. Positive is better."""
