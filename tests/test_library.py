@@ -437,6 +437,23 @@ def test_a_profile_exports_as_a_tuned_profile_and_a_server_drop_in(
     assert r.returncode == 2 and "no category 'c9'" in r.stderr
 
 
+def test_a_profile_of_knobs_this_kvtune_does_not_know_is_refused(
+        tmp_path: Path, lib_env: dict[str, str]) -> None:
+    """A library is input: a category whose held changes name knobs outside the catalog
+    exits 2 naming them, and writes nothing (it once ended with exit 1, "no export
+    format")."""
+    f = {"read_share": 0.95, "write_share": 0.05, "log10_value": 2.0, "zipf": 1.0}
+    kw = {"target": "memcached", "version": "1.6.18", "baseline": {"nosuch.knob": 1}}
+    lib = Library(f"sqlite:///{tmp_path / 'library.db'}")
+    lib.add([make_entry(f"u{i}", {**f, "zipf": 1.0 - i / 20}, {"nosuch.knob": 2}, 0.1, **kw)
+             for i in range(3)])
+    out = tmp_path / "prof"
+    r = cli("profiles", "export", "c1", "-o", str(out), env=lib_env, cwd=tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "nosuch.knob: not a knob of the catalog" in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists()
+
+
 def test_a_capacity_study_opens_its_searches_at_a_neighbours_knee(
         tmp_path: Path, lib_env: dict[str, str], kvload_bin: str) -> None:
     extra = """objective: {metric: capacity, slo: "p99_us <= 500"}

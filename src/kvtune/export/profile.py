@@ -8,8 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvtune.errors import UserError
 from kvtune.export import ExportFile, Recommendation, exporters, write
+from kvtune.knobs import catalog
 from kvtune.library.profiles import Category, spread
+from kvtune.targets.synthetic import synthetic_knob
 from kvtune.workload.features import describe
 
 
@@ -51,6 +54,17 @@ def recommendation(cat: Category) -> Recommendation:
 
 
 def export(cat: Category, out_dir: Path) -> list[tuple[str, ExportFile]]:
+    """The category's profile written into `out_dir` (nothing when no format has a file
+    for its changes). A library is input: a held change of a knob this kvtune does not
+    know (not in the catalog; the synthetic target's own knobs aside) is refused, naming
+    it, before anything is written."""
+    unknown = [k for k in cat.held() if catalog.lookup(k) is None
+               and not (cat.target == "synthetic" and synthetic_knob(k) is not None)]
+    if unknown:
+        raise UserError(f"category {cat.id} ({cat.name}) holds changes of knobs this kvtune "
+                        "does not know (a library written by another version, or changed?); "
+                        "nothing was written", [f"{k}: not a knob of the catalog"
+                                                for k in unknown])
     rec = recommendation(cat)
     table = exporters()
     chosen = [f for f in formats() if f in table and table[f].files(rec)]
