@@ -164,3 +164,24 @@ def test_every_result_key_a_study_writes_has_a_type() -> None:
     for key in keys:
         assert documents.type_of(key if key != "sweep" else "sweep:k") is not None, key
     assert all(issubclass(t, Document) for t in documents.TYPES.values())
+
+
+def test_a_damaged_trial_is_refused_by_every_screen(tmp_path: Path) -> None:
+    """A trial's stored configuration that is not one: `show`, `export` and `report` exit
+    2 naming the study and the trial (the report once fell back to its sweeps-only page
+    on any refusal, hiding it), and nothing is written."""
+    db = tmp_path / "damaged.db"
+    shutil.copy(REPO / "results" / "cs002-redis-preemption-thp.db", db)
+    with sqlite3.connect(db) as c:
+        c.execute("update trial_user_attributes set value_json = '\"x\"' where key = "
+                  "'config' and trial_id = (select min(t.trial_id) from trials t join "
+                  "studies s on s.study_id = t.study_id where s.study_name = "
+                  "'cs002-redis-preemption-thp')")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for args in (["show"], ["export", "--out", str(tmp_path / "out")],
+                 ["report", "-o", str(tmp_path / "r.html")]):
+        r = cli(args[0], "cs002-redis-preemption-thp", *args[1:], "--storage",
+                f"sqlite:///{db}")
+        assert r.returncode == 2, (args, r.stdout[-500:], r.stderr[-500:])
+        assert "trial 0: the stored config is not a configuration" in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

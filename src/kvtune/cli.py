@@ -870,20 +870,22 @@ def report(
         raise UserError(f"--within: {within} is not a fraction between 0 and 1")
     name, url = _storage_for(study, storage)
     store = results_store(url)
-    try:
-        data = load(store, name)
-    except UserError:  # a study that only swept: its sweeps and server stats by phase
+    if name not in store.study_names():  # a study that only swept: its sweeps by phase
         from kvtune.report.sweep import sweep_only_page
 
         page = sweep_only_page(store, name)
         if page is None:
-            raise
+            load(store, name)  # says which studies the database holds
+            raise UserError(f"no study named {name!r} in {store.url}")
         from kvtune.safety.files import write_file
 
         output.parent.mkdir(parents=True, exist_ok=True)
         write_file(output, page, what="-o")
         out.print(f"wrote {escape(output)} (sweeps only)")
         return
+    # A damaged stored trial or result is refused here (exit 2), never hidden behind the
+    # sweeps-only page.
+    data = load(store, name)
     path = write(data, output, within, analyse(data, within, importance))
     size = path.stat().st_size / 1e6
     out.print(f"wrote {escape(path)} ({size:.1f} MB, self-contained; open it in any browser)")

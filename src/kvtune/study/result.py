@@ -13,7 +13,7 @@ import optuna
 from kvtune.documents import Ablation, Confirmation, Drift, NoiseFloor
 from kvtune.errors import UserError
 from kvtune.metrics import Direction
-from kvtune.store import Store, config_key
+from kvtune.store import Store, check_trial_attrs, config_key
 from kvtune.study.record import stored_eval
 
 
@@ -29,6 +29,8 @@ def collect(store: Store, name: str) -> dict[str, Any]:
             from None
     trials = []
     for t in study.get_trials(deepcopy=False):
+        # Storage is input: every trial's attributes are checked before a screen reads them.
+        check_trial_attrs(t.user_attrs, f"study {name!r} in {store.url}, trial {t.number}")
         ev = stored_eval(t)
         trials.append({
             "number": t.number, "state": t.state.name, "kind": t.user_attrs.get("kind"),
