@@ -194,3 +194,18 @@ storage: {url}
     return p
 
 
+# A capacity study of the synthetic target (kvload --simulate's M/M/1 server: a known knee),
+# of tests/test_capacity_synthetic.py and tests/test_capacity.py.
+SYNTHETIC_CAPACITY = """\
+study: syn-cap
+target: {kind: synthetic, noise_cov: 0.03}
+knobs: [synthetic.x, synthetic.threads, synthetic.mode, synthetic.flag]
+objective: {metric: capacity, slo: "p99_us <= 500"}
+budget: {trials: 6}
+repetitions: 3
+# One candidate confirmed, no ablation: the loop, the confirmation and the report's curve
+# are what this checks (the ablation and confirm_top's Holm correction have tests of their own).
+evaluation: {noise_floor_runs: 3, confirm_top: 1, confirm_rounds: 4, ablation: false}
+seed: 3
+storage: sqlite:///syn-cap.db
+"""
