@@ -188,7 +188,10 @@ seed: 4
 """
 
 
-@pytest.mark.e2e  # a whole study on a real server
+@pytest.mark.e2e  # a whole study (search, confirmation, report)
+# On the synthetic target: nothing measured on this host, no host knob, so beside the unit
+# tier (docs/testing.md).
+@pytest.mark.parallel
 @pytest.mark.parametrize("sampler", ["tpe", "nsga2"])
 def test_a_two_objective_study_confirms_and_reports_a_front(tmp_path: Path,
                                                             sampler: str) -> None:
