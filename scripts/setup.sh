@@ -64,6 +64,16 @@ if ! command -v cargo >/dev/null 2>&1; then
   fi
 fi
 
+stamp=.venv/.kvtune-installed
+cargo_pid=
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ kvload/pyproject.toml -nt "$stamp" ]; then
+  # kvload's release build (a minute of compiling on 2 CPUs) starts now, beside the virtual
+  # environment's creation and pip's downloads; maturin's build below then finds it done
+  # (and says any error itself).
+  cargo build --release --quiet --manifest-path kvload/Cargo.toml >/dev/null 2>&1 &
+  cargo_pid=$!
+fi
+
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating the Python virtual environment .venv"
@@ -72,7 +82,6 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
   fi
 fi
-stamp=.venv/.kvtune-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ kvload/pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing kvtune and its dependencies into .venv"
   log=$(mktemp)
@@ -81,7 +90,19 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ kvload/pyproject.to
   # checkout (kvtune.load.kvload.find_kvload), the wheel satisfies the dependency.
   # --no-compile: the thousands of modules of the dependencies kvtune never imports (most
   # of plotly's) are not compiled; what the tests import is compiled once, when first run.
+  # kvtune's dependencies but kvload first, while cargo builds kvload (pip would look for
+  # kvload on the index otherwise); `pip install -e` below then finds them installed.
+  reqs=$(mktemp)
   if ! { .venv/bin/pip install -q --disable-pip-version-check -U pip 'maturin>=1.5,<2' &&
+         .venv/bin/python -c '
+import tomllib
+p = tomllib.load(open("pyproject.toml", "rb"))["project"]
+extra = p["optional-dependencies"]
+for r in p["dependencies"] + extra["dev"] + extra["dashboard"]:
+    if not r.lower().startswith("kvload"):
+        print(r)' >"$reqs" &&
+         .venv/bin/pip install -q --disable-pip-version-check --no-compile -r "$reqs" &&
+         { [ -z "$cargo_pid" ] || wait "$cargo_pid" || true; } &&
          rm -rf build/kvload-wheel &&
          .venv/bin/maturin build --release -m kvload/Cargo.toml --out build/kvload-wheel &&
          .venv/bin/pip install -q --disable-pip-version-check --force-reinstall --no-deps \
@@ -89,10 +110,10 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ kvload/pyproject.to
          .venv/bin/pip install -q --disable-pip-version-check --no-compile -e '.[dev,dashboard]'
        } >"$log" 2>&1; then
     cat "$log" >&2
-    rm -f "$log"
+    rm -f "$log" "$reqs"
     exit 1
   fi
-  rm -f "$log"
+  rm -f "$log" "$reqs"
   touch "$stamp"
 fi
 
