@@ -225,9 +225,9 @@ class StudyRun:
         self.incumbent = best
         if self.baseline_eval is not None:
             self.resolve_constraints(self.baseline_eval)
-            nf = self.store.last_result(self.spec.study, "noise_floor", self.fp_key)
-            if nf:
-                self.evaluator.noise_cov = nf.get("cov", {}).get(self.metric)
+            nf = self.store.document(self.spec.study, documents.NoiseFloor, self.fp_key)
+            if nf is not None:
+                self.evaluator.noise_cov = nf.cov.get(self.metric)
 
     # -- the study -------------------------------------------------------------------------
 

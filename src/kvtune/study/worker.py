@@ -23,7 +23,7 @@ from typing import Any
 
 import optuna
 
-from kvtune.documents import Confirmation
+from kvtune.documents import Confirmation, NoiseFloor
 from kvtune.errors import UserError
 from kvtune.fleet.claims import fail_stale, masked, worker_seed
 from kvtune.measure.evaluator import Evaluation
@@ -164,9 +164,9 @@ class FleetWorker(Strategy):
         got = r.fleet.claim_or_take_over(key)
         self.confirmed_by = got.worker if not got.won else r.worker
         if not got.won:
-            done = r.store.last_result(r.spec.study, "confirmation", r.fp_key)
+            done = r.store.document(r.spec.study, Confirmation, r.fp_key)
             r.console.print(f"the confirmation is run by worker {got.worker}"
-                            + (" (done: `kvtune show` prints it)" if done else
+                            + (" (done: `kvtune show` prints it)" if done is not None else
                                "; this worker ends (`kvtune show` prints it when done)"))
             return None
         self.wait_for_running(study)
@@ -242,9 +242,9 @@ class FleetWorker(Strategy):
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
             if t.user_attrs.get("kind") == "baseline" and \
                     t.user_attrs.get("fingerprint") == r.fp_key:
-                nf = r.store.last_result(r.spec.study, "noise_floor", r.fp_key)
-                if nf:
-                    r.evaluator.noise_cov = nf.get("cov", {}).get(r.metric)
+                nf = r.store.document(r.spec.study, NoiseFloor, r.fp_key)
+                if nf is not None:
+                    r.evaluator.noise_cov = nf.cov.get(r.metric)
                 return evaluation_of(t, r.metric)
         return None
 
