@@ -478,10 +478,10 @@ def _make_stores(d: Path) -> None:
     shutil.copy(REPO / "examples" / "synthetic.yaml", d / "sweep.yaml")
     text = (d / "sweep.yaml").read_text()
     (d / "sweep.yaml").write_text(text.replace("synthetic-demo", "sweep"))
-    r = subprocess.run([sys.executable, "-m", "kvtune", "sweep", "sweep.yaml", "--knob",
-                        "synthetic.x", "--values", "1,2", "--repetitions", "2"], cwd=d,
-                       capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(SRC)})
+    from support.cli import kvtune  # forked from the session's fork server
+
+    r = kvtune("sweep", "sweep.yaml", "--knob", "synthetic.x", "--values", "1,2",
+               "--repetitions", "2", cwd=d, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     for db in (d / "results").glob("*.db"):
         shutil.move(str(db), d / db.name)
