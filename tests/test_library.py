@@ -454,6 +454,9 @@ def test_a_profile_of_knobs_this_kvtune_does_not_know_is_refused(
     assert not out.exists()
 
 
+# The synthetic target's capacity (kvload --simulate: no clock), no host knob: beside the
+# unit tier (docs/testing.md).
+@pytest.mark.parallel
 def test_a_capacity_study_opens_its_searches_at_a_neighbours_knee(
         tmp_path: Path, lib_env: dict[str, str], kvload_bin: str) -> None:
     extra = """objective: {metric: capacity, slo: "p99_us <= 500"}

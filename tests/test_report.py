@@ -380,6 +380,7 @@ def render_in_chromium(html_file: Path, png: Path, width: int = 1280) -> dict[st
     return {"plots": plots, "errors": errors, "requests": requests, "height": height}
 
 
+@pytest.mark.parallel  # the synthetic target, in process: nothing measured, no host knob
 def test_report_of_an_unconfirmed_synthetic_study(tmp_path: Path) -> None:
     """Without confirmation the report says so, and still shows the search's best; no
     memcached section for another target."""
