@@ -509,9 +509,22 @@ def _reproduce(data: StudyData, cmp: dict[str, Any]) -> str:
                                 if isinstance(v, int | float)))
                  + "</td></tr>")
     fname = f"{data.name}.yaml"
-    sets = " ".join(f"--set {k}={v}" for k, v in cmp["new_config"].items()
-                    if cmp["base_config"].get(k) != v)
-    cmds = [f"kvtune run {fname} {sets}".strip() + "   # the recommended configuration",
+    # The configuration measured again is the one the headline ships; with nothing to
+    # ship, the one the before/after table shows, said for what it is.
+    head = headline_of(data)
+    if head.action in ("ship", "ship_smaller"):
+        changes = dict(head.changes)
+        what = ("the smaller change the headline ships" if head.chosen == "minimal"
+                else "the configuration the headline ships")
+    else:
+        changes = {k: v for k, v in cmp["new_config"].items()
+                   if cmp["base_config"].get(k) != v}
+        what = {"not significant": "the best candidate, not shown better than the defaults",
+                "unconfirmed": "the search's best trial, unconfirmed"}.get(
+                    cmp["status"], "the configuration compared")
+    sets = " ".join(f"--set {k}={str(v).lower() if isinstance(v, bool) else v}"
+                    for k, v in changes.items())
+    cmds = ([f"kvtune run {fname} {sets}   # {what}"] if changes else []) + [
             f"kvtune run {fname}   # the defaults, to compare",
             f"kvtune report {data.name} --storage '{data.storage}' -o report.html"]
     key = config_key(cmp["new_config"]) if cmp["new_config"] else None
