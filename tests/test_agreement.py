@@ -178,7 +178,8 @@ def test_stored_results_read_the_same_in_show_and_the_report(path: Path,
 def _headline_agrees_everywhere(study: Path, shown: str, cwd: Path,
                                 env: dict[str, str]) -> None:
     """One headline (issue 44): `show --json` carries the words the terminal printed, and
-    export ships what it says (exit 0 with its changes) or says it back (exit 1)."""
+    export ships what it says (exit 0 with its changes) or says it back (exit 1), as
+    verify does when there is nothing to verify."""
     js = kvtune("show", str(study), "--json", cwd=cwd, env=env)
     assert js.returncode == 0, js.stderr[-3000:]
     head = json.loads(js.stdout)["headline"]
@@ -198,3 +199,7 @@ def _headline_agrees_everywhere(study: Path, shown: str, cwd: Path,
         assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
         assert " ".join(head["text"].split()) in " ".join(out.stderr.split()), out.stderr
         assert not (cwd / "x").exists()
+        # verify has nothing to check, and says the same headline back.
+        ver = kvtune("verify", str(study), cwd=cwd, env=env)
+        assert ver.returncode == 1, ver.stdout[-2000:] + ver.stderr[-2000:]
+        assert " ".join(head["text"].split()) in " ".join(ver.stderr.split()), ver.stderr
