@@ -30,7 +30,7 @@ name), and a document of a newer version than this kvtune reads is refused by na
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
@@ -38,6 +38,7 @@ from kvtune.errors import UserError
 from kvtune.metrics import Direction
 from kvtune.stats import MEDIANS_TEST
 
+D = TypeVar("D", bound="Document")
 Value = str | int | float | bool | None  # a knob's value (StrictBool first: see _Knobs)
 Config = dict[str, Value]
 Number = float | None
@@ -191,6 +192,15 @@ class Confirmation(Document):
     def candidate(self, trial: int) -> Candidate | None:
         return next((c for c in self.candidates if c.trial == trial), None)
 
+    def leading(self) -> Candidate | None:
+        """The candidate with the largest measured gain (the first when none has one):
+        what the screens set beside the baseline when nothing is recommended."""
+        def gain(c: Candidate) -> float:
+            g = c.comparison.improvement if c.comparison else None
+            return g if g is not None else -1e9
+
+        return max(self.candidates, key=gain) if self.candidates else None
+
 
 # -- the ablation -------------------------------------------------------------------------
 
@@ -313,6 +323,14 @@ class HostNoise(Document):
 class WarmStart(Document):
     KEY: ClassVar[str] = "warm_start"
     mode: str | None = None
+
+
+def latest(docs: list[D], fingerprint: str | None = None) -> D | None:
+    """The latest of `docs`; with `fingerprint`, the latest of that host's (documents
+    stored before fingerprints were recorded count for every host)."""
+    if fingerprint is not None:
+        docs = [d for d in docs if d.fingerprint in (None, fingerprint)]
+    return docs[-1] if docs else None
 
 
 TYPES: dict[str, type[Document]] = {

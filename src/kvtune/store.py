@@ -152,8 +152,7 @@ class Store:
     def results(self, study: str, key: str) -> list[Any]:
         """Every result `key` of `study`, oldest first, as mappings in the current layout
         (each read through its typed document: `documents_in`)."""
-        return [d.stored() if isinstance(d, documents.Document) else d
-                for d in documents_in(self.engine, study, key)]
+        return results_in(self.engine, study, key)
 
     def last_result(self, study: str, key: str, fingerprint: str | None = None) -> Any | None:
         return latest(self.results(study, key), fingerprint)
@@ -166,11 +165,8 @@ class Store:
                  key: str | None = None) -> D | None:
         """The latest result of `kind` (of `fingerprint`'s host, when given) as its typed
         document, or None."""
-        docs = [d for d in documents_in(self.engine, study, key or kind.KEY)
-                if isinstance(d, kind)]
-        if fingerprint is not None:
-            docs = [d for d in docs if d.fingerprint in (None, fingerprint)]
-        return docs[-1] if docs else None
+        return documents.latest([d for d in documents_in(self.engine, study, key or kind.KEY)
+                                 if isinstance(d, kind)], fingerprint)
 
     def study_names(self) -> list[str]:
         return [s.study_name for s in optuna.get_all_study_summaries(self.storage)]

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 from kvtune.analysis import StudyData
-from kvtune.documents import Candidate
 from kvtune.store import config_key
 from kvtune.study.record import stored_eval
 
@@ -62,8 +61,7 @@ def comparison(data: StudyData) -> dict[str, Any]:
         out["base_config"] = base_trial.user_attrs.get("config", out["base_config"])
         out["base_metrics"] = stored_eval(base_trial).get("metrics", {})
     rec = conf.recommended if conf else None
-    cands = conf.candidates if conf else []
-    shown = rec or (max(cands, key=_gain) if cands else None)
+    shown = rec or (conf.leading() if conf else None)
     if conf is not None and shown is not None:
         changes = {m: ch.stored() for m, ch in shown.changes.items()}
         b, n = figures_of(conf.baseline.metrics if conf.baseline else {}, shown.metrics,
@@ -88,11 +86,6 @@ def comparison(data: StudyData) -> dict[str, Any]:
                    label=f"best in search (trial {best.number}, unconfirmed)",
                    source="search trials (medians of their repetitions)")
     return out
-
-
-def _gain(c: Candidate) -> float:
-    g = c.comparison.improvement if c.comparison else None
-    return g if g is not None else -1e9
 
 
 def slab_tables(data: StudyData, cmp: dict[str, Any],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from rich.console import Console
@@ -209,11 +208,8 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
     elif conf is not None and any(c.changes for c in conf.candidates):
         # Nothing recommended: show the candidate with the largest objective gain, with the
         # confirmation's CIs, so a blocked or insignificant candidate is seen as such.
-        def gain(c: Candidate) -> float:
-            g = c.comparison.improvement if c.comparison else None
-            return g if g is not None and not math.isnan(g) else -1e9
-
-        shown_row = max(conf.candidates, key=gain)
+        shown_row = conf.leading()
+        assert shown_row is not None  # it has candidates
         best_cfg, best_m = dict(shown_row.config), dict(shown_row.metrics)
         base_m = dict(conf_base.metrics)
         label = f"best candidate ({shown_row.label}), NOT recommended"

@@ -66,7 +66,7 @@ def html_section(data: StudyData) -> str:
 
 
 def _hosts(data: StudyData, ws: list[dict[str, Any]], fps: list[str]) -> str:
-    from kvtune.documents import Confirmation
+    from kvtune.documents import Confirmation, latest
     from kvtune.host.fingerprint import FIELDS
     from kvtune.store import documents_in
 
@@ -90,8 +90,7 @@ def _hosts(data: StudyData, ws: list[dict[str, Any]], fps: list[str]) -> str:
                   and t.value is not None]
         best = (max if data.maximize else min)(search, key=lambda t: float(t.value or 0)) \
             if search else None
-        conf = next((c for c in reversed(confirmations) if c.fingerprint in (None, fp)),
-                    None)
+        conf = latest(confirmations, fp)
         verdict = conf.verdict if conf is not None else "–"
         who = ", ".join(w["worker"] for w in ws if w["fingerprint_key"] == fp)
         cells = "".join(f"<td>{_e(prints[fp].get(f))}</td>" for f in varying)
