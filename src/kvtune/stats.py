@@ -161,6 +161,20 @@ CI_95 = "95% CI"
 RANGE = "range"
 
 
+@functools.lru_cache(maxsize=1024)
+def _order_statistic_rank(n: int, level: float) -> int:
+    """The largest k with 1 - 2·P(Bin(n, ½) < k) >= `level` (0 when none): the rank of the
+    median's order-statistic interval, computed once per (n, level) (SciPy's binomial CDF
+    costs a millisecond a call, and every trial's every metric asks)."""
+    from scipy import stats as sps
+
+    k = 0
+    for j in range(1, n // 2 + 1):
+        if 1 - 2 * sps.binom.cdf(j - 1, n, 0.5) >= level:
+            k = j
+    return k
+
+
 def order_statistic_ci(values: Sequence[float], level: float = 0.95
                        ) -> tuple[float, float, str]:
     """(low, high, kind) for the median: the distribution-free order-statistic interval
@@ -171,12 +185,7 @@ def order_statistic_ci(values: Sequence[float], level: float = 0.95
     n = len(xs)
     if n < 2:
         return (math.nan, math.nan, RANGE)
-    from scipy import stats as sps
-
-    k = 0
-    for j in range(1, n // 2 + 1):
-        if 1 - 2 * sps.binom.cdf(j - 1, n, 0.5) >= level:
-            k = j
+    k = _order_statistic_rank(n, level)
     if k == 0:
         return (xs[0], xs[-1], RANGE)
     return (xs[k - 1], xs[n - k], CI_95 if level == 0.95 else f"{present.share(level)} CI")
