@@ -18,18 +18,34 @@ that spans zero is "no significant change".
 guesses it for the figures kvtune shows beside the objective (latencies, errors and
 evictions are better lower; throughput and hit ratios higher). None leaves the change
 unjudged ("p99_us −82.6%").
+
+Figures, one formatter per unit (as pyperf's `_formatter.format_values`): `column(values,
+unit)` formats a list of one unit's values together — one scale for the whole list (µs,
+ms or s for a latency; B, KiB, MiB or GiB for a size), one number of decimals (enough for
+three significant digits of the largest, more while two different values would print the
+same), `MISSING` for what was not measured, and the minus sign U+2212 for every negative.
+The unit is the metric's (`metrics.unit`: "req/s", "µs", "B", "ratio", "count", ...) or
+one of the kinds below (`CHANGE`, a signed relative change as a percentage; `SHARE`, a
+fraction as a percentage; `SECONDS`). A table formats each of its columns (or, where a
+column mixes metrics, each metric's figures) with one call; a single figure is a column
+of one (`value`), an interval its two ends together (`interval`: "−9.7% … +43.2%").
+
+    column([253.4, 1234.0], "µs").cells        # ('0.25', '1.23'), unit 'ms'
+    column([0.012, -0.347, None], CHANGE).cells  # ('+1.2%', '−34.7%', '-')
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kvtune.metrics import Direction
 from kvtune.metrics import unit as metric_unit
 
 MINUS = "\u2212"  # −, not the hyphen
+MISSING = "-"  # a figure not measured (None, NaN, text where a number belongs)
 
 
 def as_number(x: Any) -> float | None:
@@ -42,37 +58,185 @@ def as_number(x: Any) -> float | None:
     return None if math.isnan(v) else v
 
 
-def pct(x: float | None, digits: int = 1) -> str:
-    """A signed percentage with a real minus sign ("−82.6%", "+4.0%"); "-" when unknown."""
-    x = as_number(x)
-    if x is None:
-        return "-"
+# -- one formatter per unit, a column formatted together ----------------------------------
+
+CHANGE = "change"  # a relative change (new / baseline − 1), signed, as a percentage
+SHARE = "share"  # a fraction (of a gain, of CPU time, of the requests), as a percentage
+SECONDS = "seconds"  # a time in seconds (scaled like a latency)
+PLAIN = "plain"  # a figure of no known unit
+
+# A time's scales, in seconds, largest first; a size's, in bytes.
+_TIMES = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9))
+_TIME_OF = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "ns": 1e-9, SECONDS: 1.0}
+_SIZES = (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10), ("B", 1.0))
+_SIZE_OF = {"B": 1.0, "KiB": 2.0**10, "MiB": 2.0**20, "GiB": 2.0**30}
+# How many more decimals a column may take to tell its values apart.
+_MORE = 3
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column's figures as printed (`cells`, one per value, in order) and the unit they
+    are printed in (`unit`: "ms" for a latency column scaled from µs; "" for a count or a
+    ratio, "%" for changes and shares, whose cells carry it)."""
+
+    cells: tuple[str, ...]
+    unit: str
+    decimals: int
+
+    def __iter__(self) -> Any:
+        return iter(self.cells)
+
+    def labelled(self) -> tuple[str, ...]:
+        """Each cell with its unit ("253 µs", "35,703 req/s"); a missing figure stays
+        `MISSING`, a cell that carries its unit is left as it is."""
+        if not self.unit or self.unit == "%":
+            return self.cells
+        return tuple(c if c == MISSING else f"{c} {self.unit}" for c in self.cells)
+
+
+def _kind(unit: str) -> str:
+    """The formatting kind of a unit: a metric's (`metrics.unit`) or a kind above."""
+    if unit in (CHANGE, SHARE, PLAIN, "count", "ratio", "%"):
+        return unit
+    if unit in _TIME_OF:
+        return "time"
+    if unit in _SIZE_OF:
+        return "size"
+    if unit == "share of CPU time":
+        return SHARE
+    if unit.endswith("/s"):
+        return "rate"
+    return PLAIN
+
+
+def _sig_decimals(largest: float, significant: int = 3) -> int:
+    """Decimals that give `largest` (> 0) `significant` significant digits, at least 0."""
+    return max(0, significant - 1 - math.floor(math.log10(largest))) if largest > 0 else 0
+
+
+def _render(x: float, decimals: int, signed: bool, separators: bool, suffix: str) -> str:
     if math.isinf(x):
-        return ("+" if x > 0 else MINUS) + "∞%"
-    s = f"{x * 100:+.{digits}f}%"
-    return s.replace("-", MINUS)
+        sign = ("+" if signed else "") if x > 0 else MINUS
+        return f"{sign}∞{suffix}"
+    body = f"{abs(x):,.{decimals}f}" if separators else f"{abs(x):.{decimals}f}"
+    if x < 0 and not (not signed and float(body.replace(",", "")) == 0):
+        sign = MINUS  # a change keeps the way it went, even when it rounds to 0
+    else:
+        sign = "+" if signed else ""
+    return f"{sign}{body}{suffix}"
+
+
+def column(values: Sequence[Any], unit: str = PLAIN, *, decimals: int | None = None,
+           signed: bool | None = None) -> Column:
+    """`values` of one `unit`, formatted together (module docstring): one scale, one number
+    of decimals, `MISSING` for a value that is not a number, U+2212 for a negative.
+    `decimals` fixes the decimals (else chosen from the values); `signed` writes "+" on
+    positive figures (by default only changes do)."""
+    nums = [as_number(v) for v in values]
+    kind = _kind(unit)
+    finite = [abs(x) for x in nums if x is not None and math.isfinite(x)]
+    largest = max(finite, default=0.0)
+    factor, label, suffix, separators = 1.0, "" if kind in ("count", "ratio", PLAIN) \
+        else unit, "", True
+    least, most = 0, 6
+    if kind in (CHANGE, SHARE):
+        factor, label, suffix = 100.0, "%", "%"
+        least = 1 if kind == CHANGE else 0
+        start = least if kind == CHANGE else max(least, _sig_decimals(largest * 100, 2))
+        most = 4
+    elif kind == "%":
+        suffix, label = "%", "%"
+        start = _sig_decimals(largest, 2)
+    elif kind == "time":
+        seconds = _TIME_OF[unit]
+        label, scale = next(((n, s) for n, s in _TIMES if largest * seconds >= s),
+                            _TIMES[-1])
+        factor = seconds / scale
+        start = _sig_decimals(largest * factor)
+    elif kind == "size":
+        own = _SIZE_OF[unit]
+        label, scale = next(((n, s) for n, s in _SIZES if largest * own >= s), _SIZES[-1])
+        factor = own / scale
+        start = 0 if label == "B" else _sig_decimals(largest * factor)
+    elif kind == "ratio":
+        start, most = 3, 6
+    elif kind == "count" and all(float(x).is_integer() for x in finite):
+        start = 0
+    else:  # rates, counts that are medians, figures of no known unit
+        start = _sig_decimals(largest)
+    sign = kind == CHANGE if signed is None else signed
+    scaled = [None if x is None else x * factor for x in nums]
+
+    def cells(d: int) -> tuple[str, ...]:
+        return tuple(MISSING if x is None else _render(x, d, sign, separators, suffix)
+                     for x in scaled)
+
+    if decimals is not None:
+        return Column(cells(decimals), label, decimals)
+    d = start
+    distinct = {x for x in scaled if x is not None and math.isfinite(x)}
+    while d < max(most, start + _MORE):
+        shown = {_render(x, d, sign, separators, suffix) for x in distinct}
+        if len(shown) == len(distinct) or d >= start + _MORE:
+            break
+        d += 1
+    return Column(cells(d), label, d)
+
+
+def value(x: Any, unit: str = PLAIN, *, decimals: int | None = None,
+          signed: bool | None = None) -> str:
+    """One figure with its unit, as a column of one ("253 µs", "1.23 ms", "35,703 req/s",
+    "−4.2%"); `MISSING` when not measured."""
+    return column([x], unit, decimals=decimals, signed=signed).labelled()[0]
+
+
+def interval(lo: Any, hi: Any, unit: str = CHANGE, *, decimals: int | None = None,
+             point: Any = None) -> str:
+    """An interval's two ends formatted together, low end first ("−9.7% … +43.2%"; with
+    `point`, the point's decimals too); "" when an end is not a number."""
+    a, b = as_number(lo), as_number(hi)
+    if a is None or b is None:
+        return ""
+    a, b = min(a, b), max(a, b)
+    col = column([a, b] + ([point] if as_number(point) is not None else []), unit,
+                 decimals=decimals).labelled()
+    return f"{col[0]} … {col[1]}"
+
+
+def with_interval(point: Any, lo: Any, hi: Any, unit: str = CHANGE, *,
+                  decimals: int | None = None) -> tuple[str, str]:
+    """A figure and its interval formatted together (one scale, one number of decimals):
+    ("−0.7%", "−9.7% … +43.2%"); the interval "" when an end is not a number."""
+    a, b = as_number(lo), as_number(hi)
+    if a is None or b is None:
+        return value(point, unit, decimals=decimals), ""
+    a, b = min(a, b), max(a, b)
+    col = column([point, a, b], unit, decimals=decimals).labelled()
+    return col[0], f"{col[1]} … {col[2]}"
+
+
+def signed(x: Any, decimals: int = 2) -> str:
+    """A signed coefficient (a correlation's ρ) with a real minus: "+0.42", "−0.07"."""
+    return column([x], PLAIN, decimals=decimals, signed=True).cells[0]
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    """A signed percentage with a real minus sign ("−82.6%", "+4.0%"); "-" when unknown (a
+    change alone: `column(..., CHANGE)` at `digits` decimals)."""
+    return column([x], CHANGE, decimals=digits).cells[0]
 
 
 def share(x: Any, digits: int = 0) -> str:
     """A fraction as a percentage, unsigned unless negative ("40%", "12.5%", "−3%"): shares
-    of a gain, of CPU time, of the requests; "-" when unknown."""
-    x = as_number(x)
-    if x is None:
-        return "-"
-    if math.isinf(x):
-        return ("" if x > 0 else MINUS) + "∞%"
-    return f"{x * 100:.{digits}f}%".replace("-", MINUS)
+    of a gain, of CPU time, of the requests; "-" when unknown (`column(..., SHARE)`)."""
+    return column([x], SHARE, decimals=digits).cells[0]
 
 
 def figure(x: Any, digits: int = 0) -> str:
     """A figure with thousands separators and `digits` decimals ("52,340", "1,234.5"),
     a real minus; "-" when unknown."""
-    x = as_number(x)
-    if x is None:
-        return "-"
-    if math.isinf(x):
-        return "∞" if x > 0 else MINUS + "∞"
-    return f"{x:,.{digits}f}".replace("-", MINUS)
+    return column([x], PLAIN, decimals=digits).cells[0]
 
 
 def p_value(x: Any, digits: int = 3) -> str:
@@ -137,21 +301,35 @@ def judge(change: float | None, direction: Direction | None, significant: bool |
     return "better" if good else "worse"
 
 
-def _ci_text(ci: Sequence[float | None] | None, level: float = 0.95) -> str:
-    interval = _finite_ci(ci)
-    if interval is None:
-        return ""
-    lo, hi = interval
-    return f" ({level:.0%} CI {pct(lo)} … {pct(hi)})"
+def interval_text(lo: Any, hi: Any) -> str:
+    """A change's interval, its ends formatted together: "−9.7% … +43.2%"."""
+    return interval(lo, hi, CHANGE)
+
+
+def level_text(c: float) -> str:
+    """A confidence level as people write it: 95%, 97.5%, 99.5%, 99.95%."""
+    if as_number(c) is None:
+        return MISSING
+    for digits in range(0, 4):
+        text = column([c], SHARE, decimals=digits).cells[0]
+        if abs(float(text.rstrip("%")) - c * 100) < 1e-9:
+            return text
+    return column([c], SHARE, decimals=3).cells[0]
 
 
 def describe_change(metric: str, change_fraction: float | None, direction: Direction | None,
                     ci: Sequence[float | None] | None = None,
                     significant: bool | None = None, level: float = 0.95) -> str:
     """"p99_us −82.6% (95% CI −85.0% … −80.1%), better": the metric's change, its CI when
-    given, and the verdict in words (`judge`: the CI decides when there is one)."""
+    given (the three figures formatted together: `with_interval`), and the verdict in
+    words (`judge`: the CI decides when there is one)."""
     word = judge(change_fraction, direction, significant, ci)
-    head = f"{metric} {pct(change_fraction)}{_ci_text(ci, level)}"
+    bounds = _finite_ci(ci)
+    if bounds is None:
+        head = f"{metric} {pct(change_fraction)}"
+    else:
+        point, span = with_interval(change_fraction, *bounds, CHANGE)
+        head = f"{metric} {point} ({level_text(level)} CI {span})"
     return f"{head}, {word}" if word else head
 
 
