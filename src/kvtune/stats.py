@@ -164,13 +164,13 @@ RANGE = "range"
 @functools.lru_cache(maxsize=1024)
 def _order_statistic_rank(n: int, level: float) -> int:
     """The largest k with 1 - 2·P(Bin(n, ½) < k) >= `level` (0 when none): the rank of the
-    median's order-statistic interval, computed once per (n, level) (SciPy's binomial CDF
-    costs a millisecond a call, and every trial's every metric asks)."""
-    from scipy import stats as sps
-
+    median's order-statistic interval, once per (n, level). The binomial CDF at ½ is an
+    exact sum of binomial coefficients (every trial's every metric asks)."""
     k = 0
+    below = 0  # P(Bin(n, ½) < j) · 2^n
     for j in range(1, n // 2 + 1):
-        if 1 - 2 * sps.binom.cdf(j - 1, n, 0.5) >= level:
+        below += math.comb(n, j - 1)
+        if 1 - 2 * below / 2 ** n >= level:
             k = j
     return k
 
