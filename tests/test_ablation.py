@@ -252,14 +252,16 @@ def test_the_choice_keeps_the_full_recommendation_when_it_is_significantly_bette
 def test_a_stored_ablation_without_a_share_is_shown_not_a_traceback() -> None:
     """A share that was NaN in memory is null once stored (JSON has no NaN): `kvtune show`
     and the report print "-" for it (CI failed on a traceback here)."""
+    from kvtune.documents import AblatedKnob, Ablation
     from kvtune.study.ablation import lines, share_text
 
-    row = {"knob": "memcached.threads", "baseline": 4, "recommended": 1, "share": None,
-           "share_ci": [None, None], "revert": {"text": "no significant change"},
-           "effect": "ambiguous"}
-    res = {"text": "no change carries the gain alone", "rounds": 4, "measurements": 8,
-           "knobs": [row]}
+    stored = {"knob": "memcached.threads", "baseline": 4, "recommended": 1, "share": None,
+              "share_ci": [None, None], "revert": {"text": "no significant change"},
+              "effect": "ambiguous"}
+    row = AblatedKnob.model_validate(stored)
+    res = Ablation.model_validate({"text": "no change carries the gain alone", "rounds": 4,
+                                   "measurements": 8, "knobs": [stored]})
     assert share_text(row) == "-"
     assert "share of the gain -;" in lines(res)[1]
-    row["share_ci"] = [0.2, None]
+    row = AblatedKnob.model_validate({**stored, "share_ci": [0.2, None]})
     assert share_text(row).startswith("- (")

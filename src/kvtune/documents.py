@@ -219,6 +219,7 @@ class AblatedKnob(_Doc):
     p_value: Number = None
     p_adjusted: Number = None
     level: Number = None
+    confidence: Number = None  # the level of `share_ci` (Bonferroni over the open changes)
     stopped: str | None = None
     revert_ci: list[Number] | None = None
     effect: str | None = None
@@ -228,8 +229,11 @@ class AblatedKnob(_Doc):
 
 class LeftOut(_Doc):
     knob: str
+    baseline: Value = None
     recommended: Value = None
     share: Number = None
+    share_ci: list[Number] | None = None
+    effect: str | None = None
 
 
 class Choice(_Doc):
@@ -269,6 +273,19 @@ class Ablation(Document):
     choice: Choice | None = None
     text: str = ""
     skipped: str | None = None
+    # What the screens say of it (each stored since the ablation first wrote it; absent
+    # from a skipped one's): the recommendation it ablated, the changes below
+    # `share_threshold` of the gain (`small`), its rounds (each arm's first, the most any
+    # arm ran, the cap), whether its time limit ended it, and its resolution (the smallest
+    # revert effect it detects with 80% power).
+    recommended: str | None = None
+    share_threshold: Number = None
+    small: list[str] = Field(default_factory=list)
+    rounds: int | None = None
+    first_rounds: int | None = None
+    max_rounds: int | None = None
+    out_of_time: StrictBool | None = None
+    resolution: Number = None
 
     @property
     def chosen(self) -> Choice | None:

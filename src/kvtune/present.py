@@ -216,6 +216,30 @@ def with_interval(point: Any, lo: Any, hi: Any, unit: str = CHANGE, *,
     return col[0], f"{col[1]} … {col[2]}"
 
 
+def pair(base: Any, new: Any, metric: str) -> Column:
+    """One metric's two figures in a comparison table (the baseline's and the compared
+    configuration's), formatted together in the metric's unit (`metrics.unit`): the same
+    cells in `kvtune show` and the report; a table of several metrics formats each
+    metric's figures as a column."""
+    return column([base, new], metric_unit(metric))
+
+
+def share_cells(points: Sequence[Any], intervals: Sequence[Sequence[Any] | None]) -> list[str]:
+    """Shares with their intervals as one column (`SHARE`: one number of decimals for the
+    points and every end): "40% (12% … 71%)", `MISSING` for a share not measured."""
+    ends = [tuple(iv) if iv and len(iv) == 2 else (None, None) for iv in intervals]
+    col = column([*points, *(e[0] for e in ends), *(e[1] for e in ends)], SHARE)
+    n = len(points)
+    out = []
+    for i, (lo, hi) in enumerate(ends):
+        point = col.cells[i]
+        if point == MISSING or as_number(lo) is None or as_number(hi) is None:
+            out.append(point)
+        else:
+            out.append(f"{point} ({col.cells[n + i]} … {col.cells[2 * n + i]})")
+    return out
+
+
 def signed(x: Any, decimals: int = 2) -> str:
     """A signed coefficient (a correlation's ρ) with a real minus: "+0.42", "−0.07"."""
     return column([x], PLAIN, decimals=decimals, signed=True).cells[0]

@@ -269,6 +269,9 @@ def ablation(res: Ablation | None) -> go.Figure | None:
         b = (r.share_ci or [None, None])[i]
         return b if b is not None and math.isfinite(b) else math.nan
 
+    from kvtune.study.ablation import shares
+
+    points = shares(res)  # the shares as the ablation's table prints them, together
     share = [r.share or 0.0 for r in rows]
     lo = [s - bound(r, 0) if math.isfinite(bound(r, 0)) else 0
           for s, r in zip(share, rows, strict=True)]
@@ -277,7 +280,7 @@ def ablation(res: Ablation | None) -> go.Figure | None:
     fig = go.Figure(go.Bar(
         x=share, y=[f"{r.knob} → {present.fmt(r.recommended)}" for r in rows],
         orientation="h", marker_color=[color.get(r.effect or "", GREY) for r in rows],
-        text=[f"{present.share(r.share)} ({r.effect})" for r in rows], textposition="inside",
+        text=[f"{points[r.knob][0]} ({r.effect})" for r in rows], textposition="inside",
         insidetextanchor="start",
         error_x={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo,
                  "color": "#444"}))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
-import math
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +26,14 @@ from kvtune.documents import Confirmation
 from kvtune.metrics import NAMES as METRICS
 from kvtune.metrics import guess_direction
 from kvtune.present import (
+    CHANGE,
+    MISSING,
+    SHARE,
     change_fraction,
+    column,
     number,
-    pct,
-    unit,
+    p_value,
+    signed,
 )
 from kvtune.report import figures
 from kvtune.report import sweep as sweep_view
@@ -43,9 +46,8 @@ from kvtune.report.compare import (
     slab_tables,
 )
 from kvtune.report.memory import section as memory_section
-from kvtune.report.summary import change_cell, change_word
+from kvtune.report.summary import change_cell, change_word, trial_columns
 from kvtune.report.workers import html_section as workers_section
-from kvtune.stats import ci_kind
 from kvtune.store import config_key
 from kvtune.study.headline import Headline, decide
 from kvtune.study.record import stored_eval
@@ -100,13 +102,8 @@ def _e(v: Any) -> str:
 
 
 def _f(v: Any) -> str:
-    """A figure without exponent notation under a million (kvtune.present.number)."""
-    out = number(v)
-    return "–" if out == "-" else _e(out)
-
-
-def _pct(v: Any) -> str:
-    return pct(v) if isinstance(v, int | float) and math.isfinite(v) else "–"
+    """A knob's value as the terminal shows it (kvtune.present.number), escaped."""
+    return _e(number(v))
 
 
 def _dir(data: StudyData, metric: str) -> str | None:
@@ -247,6 +244,7 @@ def _before_after(data: StudyData, cmp: dict[str, Any]) -> str:
 
     def row(m: str) -> str:
         b, n = bm.get(m), nm.get(m)
+        figures = present.pair(b, n, m)  # the two figures together, as `kvtune show`
         r = change_fraction(b, n) if isinstance(b, int | float) and isinstance(
             n, int | float) else None
         # The words and their colour come from the confirmation's interval of the change,
@@ -259,14 +257,14 @@ def _before_after(data: StudyData, cmp: dict[str, Any]) -> str:
             change = _e(change_cell(rec))
         else:
             word = None
-            change = (_e(_pct(r)) + (" <span class=note>(no interval: not a claim)</span>"
+            change = (_e(present.pct(r)) + (" <span class=note>(no interval: not a claim)</span>"
                                      if cmp.get("changes") or cmp["status"] == "unconfirmed"
                                      else "")) if r is not None else ""
         cls = word if word in ("better", "worse") else ""
         name = f"<b>{_e(m)}</b>" if m == data.metric else _e(m)
-        u = unit(m)
-        return (f"<tr><td>{name}</td><td class=note>{_e(u if u != 'count' else '')}</td>"
-                f"<td>{_f(b)}</td><td>{_f(n)}</td><td class=\"{cls}\">{change}</td></tr>")
+        cb, cn = figures.cells
+        return (f"<tr><td>{name}</td><td class=note>{_e(figures.unit)}</td>"
+                f"<td>{_e(cb)}</td><td>{_e(cn)}</td><td class=\"{cls}\">{change}</td></tr>")
 
     rows.append(f'<tr class="group"><td colspan="4">metrics: load ({_e(tool)})</td></tr>')
     rows += [row(m) for m in keys]
@@ -292,11 +290,9 @@ def _zones(a: Analysis) -> str:
         return ""
     rows = ["<table><tr><th>knob</th><th>importance (95% interval)</th><th>within "
             f"{present.share(a.within)} of the best at</th></tr>"]
-    for z in a.zones:
-        imp = a.importance.values.get(z.knob)
-        iv = a.importance.intervals.get(z.knob)
-        imp_s = "–" if imp is None else present.share(imp) + (
-            f" ({present.share(iv[0])} … {present.share(iv[1])})" if iv else "")
+    shown = present.share_cells([a.importance.values.get(z.knob) for z in a.zones],
+                                     [a.importance.intervals.get(z.knob) for z in a.zones])
+    for z, imp_s in zip(a.zones, shown, strict=True):
         rows.append(f"<tr><td>{_e(z.knob)}</td><td>{imp_s}"
                     f'</td><td class="cfg">{_e(z.describe())}</td></tr>')
     rows.append("</table>")
@@ -315,7 +311,8 @@ def _corr_table(a: Analysis, top: int = 20) -> str:
     def tr(c: Any) -> str:
         lead = "lead" if c.lead() else "chance?"
         return (f"<tr><td>{_e(c.metric)}</td><td class=note>{_e(c.unit)}</td>"
-                f"<td>{c.rho:+.2f}</td><td>{c.p_value:.2g}</td><td>{c.q_value:.2g}</td>"
+                f"<td>{signed(c.rho)}</td><td>{_e(p_value(c.p_value, 2))}</td>"
+                f"<td>{_e(p_value(c.q_value, 2))}</td>"
                 f"<td>{c.n}</td><td>{lead}</td></tr>")
 
     out = ["<table><tr><th>counter</th><th>unit</th><th>Spearman ρ</th><th>p</th>"
@@ -344,19 +341,27 @@ def _verbs_table(series: dict[str, dict[str, dict[str, float]]]) -> str:
     verbs = list(dict.fromkeys(v for d in series.values() for v in d))
     names = list(series)
     head = "".join(f"<th>{_e(n)}</th>" for n in names)
-    out = [f"<table><tr><th>verb</th><th>percentile (µs)</th>{head}<th>change</th></tr>"]
+    shown = [(verb, k, [series[n].get(verb, {}).get(k) for n in names])
+             for verb in verbs for k in VERB_KEYS]
+    shown = [(verb, k, vals) for verb, k, vals in shown if any(v is not None for v in vals)]
+    # The table's latencies are one column of one unit (one scale, one number of
+    # decimals), its changes another.
+    lat = column([v for _, _, vals in shown for v in vals], "µs")
+    cells = iter(lat.cells)
+    chg = iter(column([change_fraction(vals[0], vals[-1]) if len(vals) > 1 else None
+                       for _, _, vals in shown], CHANGE).cells)
+    out = [f"<table><tr><th>verb</th><th>percentile ({_e(lat.unit)})</th>{head}"
+           "<th>change</th></tr>"]
     for verb in verbs:
         out.append(f'<tr class="group"><td colspan="{3 + len(names)}">'
                    f'{"all requests" if verb == "all" else _e(verb.upper())}</td></tr>')
-        for k in VERB_KEYS:
-            vals = [series[n].get(verb, {}).get(k) for n in names]
-            if all(v is None for v in vals):
+        for v_, k, vals in shown:
+            if v_ != verb:
                 continue
-            ch = change_fraction(vals[0], vals[-1]) if len(vals) > 1 else None
-            txt = _e(_pct(ch)) if ch is not None else ""
+            txt = next(chg)
             out.append(f"<tr><td></td><td>{_e(k.removesuffix('_us'))}</td>"
-                       + "".join(f"<td>{_f(v)}</td>" for v in vals)
-                       + f"<td>{txt}</td></tr>")
+                       + "".join(f"<td>{_e(next(cells))}</td>" for _ in vals)
+                       + f"<td>{_e(txt) if txt != MISSING else ''}</td></tr>")
     only = [v for v in verbs if v != "all"]
     note = ("" if len(only) > 1 else
             '<p class="note">The workload has one request type: per-verb and total agree.</p>')
@@ -377,52 +382,47 @@ def _ablation(data: StudyData, a: Analysis) -> str:
             return ('<p class="note">No ablation was measured for this study (studies '
                     "before kvtune 0.x, or evaluation.ablation: false / --no-ablation).</p>")
         return ""
-    from kvtune.study.ablation import lines, share_text
+    from kvtune.study.ablation import lines, share_texts
 
-    res = doc.stored()  # the terminal's lines read the same document
-    head = lines(res)[0]
+    head = lines(doc)[0]  # the terminal's lines read the same document
     # The share's interval at its own level (Bonferroni over the open changes), as the
-    # terminal says it (`share_text`).
+    # terminal says it (`share_texts`: the ablation's shares formatted together).
+    shares = share_texts(doc)
     rows = ["<table><tr><th>change</th><th>share of the gain (its interval)</th>"
             "<th>reverting it</th><th>p (Bonferroni)</th><th>verdict</th></tr>"]
-    for r in res.get("knobs", []):
-        share = share_text(r)
-        cls = {"carries": "better", "hurts": "worse"}.get(r["effect"], "")
-        rows.append(f"<tr><td>{_e(r['knob'])}: {_f(r['baseline'])} → {_f(r['recommended'])}"
-                    f"</td><td>{_e(share)}</td><td>{_e(r['revert']['text'])}</td>"
-                    f"<td>{present.p_value(r.get('p_adjusted'))}</td>"
-                    f'<td class="{cls}">{_e(r["effect"])}</td></tr>')
+    for r in doc.knobs:
+        cls = {"carries": "better", "hurts": "worse"}.get(r.effect or "", "")
+        rows.append(f"<tr><td>{_e(r.knob)}: {_f(r.baseline)} → {_f(r.recommended)}"
+                    f"</td><td>{_e(shares[r.knob])}</td>"
+                    f"<td>{_e(r.revert.text if r.revert else MISSING)}</td>"
+                    f"<td>{_e(p_value(r.p_adjusted))}</td>"
+                    f'<td class="{cls}">{_e(r.effect)}</td></tr>')
     rows.append("</table>")
-    choice = res.get("choice") or {}
-    if choice:
-        left = choice.get("left_out") or []
+    choice = doc.choice
+    if choice is not None:
         headline = headline_of(data)
+        left = choice.left_out
+        left_shares = column([x.share for x in left], SHARE).cells
         mini = (f"<p><b>{_e(headline.text)}</b></p>"
                 + ("<p>Left out of it: " + "; ".join(
-                    f"{_e(x['knob'])} {_f(x['baseline'])} → {_f(x['recommended'])} (share "
-                    + (present.share(x['share']) if _finite(x.get("share")) else "–")
-                    + f", {_e(x['effect'])})" for x in left) + "</p>"
-                if left and headline.chosen == "minimal" else ""))
+                    f"{_e(x.knob)} {_f(x.baseline)} → {_f(x.recommended)} (share "
+                    f"{_e(s)}, {_e(x.effect)})" for x, s in zip(left, left_shares, strict=True))
+                   + "</p>" if left and headline.chosen == "minimal" else ""))
     else:
-        minimal = res.get("minimal_changes") or {}
         mini = ("<p>Minimal configuration (only the changes that carry the gain): <code>"
-                + _e(", ".join(f"{k}={v}" for k, v in minimal.items()) or "none")
+                + _e(", ".join(f"{k}={v}" for k, v in doc.minimal_changes.items()) or "none")
                 + "</code></p>")
     leads = [c for c in a.correlations if c.telemetry and c.lead()][:6]
     lead_txt = ""
     if leads:
         lead_txt = ("<p class=note>Leads beside it (telemetry that moves with the objective, "
                     "BH q &lt; 0.05): " + "; ".join(
-                        f"{_e(c.metric)} ({_e(c.unit)}) ρ={c.rho:+.2f}" for c in leads)
+                        f"{_e(c.metric)} ({_e(c.unit)}) ρ={signed(c.rho)}" for c in leads)
                     + ".</p>")
     # Green only for an ablation that measured something (a skipped one says why, in the
     # verdict's own yellow when nothing was recommended).
-    cls = "none" if res.get("skipped") else "good"
+    cls = "none" if doc.skipped else "good"
     return (f'<div class="verdict {cls}">{_e(head)}</div>' + "".join(rows) + mini + lead_txt)
-
-
-def _finite(x: Any) -> bool:
-    return isinstance(x, int | float) and math.isfinite(x)
 
 
 def _slabs(data: StudyData, tables: dict[str, list[dict[str, float]]],
@@ -435,18 +435,20 @@ def _slabs(data: StudyData, tables: dict[str, list[dict[str, float]]],
     head = "".join(f'<th colspan="4">{_e(n)}</th>' for n in names)
     sub = "".join("<th>pages</th><th>items</th><th>evicted</th><th>out of memory</th>"
                   for _ in names)
-    out = [f"<table><tr><th>class</th><th>chunk size</th>{head}</tr>"
+    fields = ("total_pages", "number", "evicted", "outofmemory")
+    found = {(n, c): next((x for x in tables[n] if int(x["class"]) == c), {})
+             for n in names for c in classes}
+    # Each column of counts formatted together; the chunk sizes one column of bytes.
+    cols = {(n, k): iter(column([found[n, c].get(k) for c in classes], "count").cells)
+            for n in names for k in fields}
+    chunks = column([next((found[n, c].get("chunk_size") for n in names
+                           if found[n, c].get("chunk_size")), None) for c in classes], "B")
+    out = [f"<table><tr><th>class</th><th>chunk size ({_e(chunks.unit)})</th>{head}</tr>"
            f"<tr><th></th><th></th>{sub}</tr>"]
-    for c in classes:
-        cells = []
-        chunk = None
-        for n in names:
-            r = next((x for x in tables[n] if int(x["class"]) == c), {})
-            chunk = chunk or r.get("chunk_size")
-            cells += [_f(r.get(k)) for k in ("total_pages", "number", "evicted",
-                                             "outofmemory")]
-        out.append(f"<tr><td>{c}</td><td>{_f(chunk)} B</td>"
-                   + "".join(f"<td>{x}</td>" for x in cells) + "</tr>")
+    for c, chunk in zip(classes, chunks.cells, strict=True):
+        cells = [next(cols[n, k]) for n in names for k in fields]
+        out.append(f"<tr><td>{c}</td><td>{_e(chunk)}</td>"
+                   + "".join(f"<td>{_e(x)}</td>" for x in cells) + "</tr>")
     out.append("</table>")
     err = ["<table><tr><th>server errors</th>" + "".join(f"<th>{_e(n)}</th>" for n in names)
            + "</tr>"]
@@ -460,7 +462,8 @@ def _slabs(data: StudyData, tables: dict[str, list[dict[str, float]]],
         vals = [ms[i].get(key) if i < len(ms) else None for i in range(len(names))]
         if all(v is None for v in vals):
             continue
-        err.append(f"<tr><td>{_e(what)}</td>" + "".join(f"<td>{_f(v)}</td>" for v in vals)
+        err.append(f"<tr><td>{_e(what)}</td>"
+                   + "".join(f"<td>{_e(x)}</td>" for x in column(vals, "count").cells)
                    + "</tr>")
     err.append("</table>")
     return ("<h2 id=slabs>Slab classes</h2><p class=note>Median over the "
@@ -472,12 +475,20 @@ def _slabs(data: StudyData, tables: dict[str, list[dict[str, float]]],
 def _trials(data: StudyData) -> str:
     base = next((t.value for t in data.trials if t.user_attrs.get("kind") == "baseline"
                  and t.value is not None), None)
+    # The columns as `kvtune show` formats them (report/summary.py): each search trial
+    # against the baseline, the objective's figures and intervals together.
+    evals = [stored_eval(t) for t in data.trials]
+    rows = [{"value": t.value, "ci": ev.get("ci"), "ci_kind": ev.get("ci_kind"),
+             "n": ev.get("n") if present.as_number(ev.get("n")) is not None else None,
+             "baseline_ref": base if t.user_attrs.get("kind") == "trial"
+             and t.value is not None else None} for t, ev in zip(data.trials, evals,
+                                                                 strict=True)]
+    values, intervals, counts, vs = trial_columns(rows, data.metric)
+    name = f"{data.metric} ({values.unit})" if values.unit else data.metric
     out = ["<table><tr><th>#</th><th>kind</th><th>state</th><th>"
-           f"{_e(data.metric)}</th><th>interval</th><th>n</th><th>{_e(data.metric)} vs "
+           f"{_e(name)}</th><th>interval</th><th>n</th><th>{_e(data.metric)} vs "
            "baseline</th><th>configuration</th></tr>"]
-    for t in data.trials:
-        ev = stored_eval(t)
-        ci = ev.get("ci") or [None, None]
+    for i, t in enumerate(data.trials):
         state = t.state.name
         if state == "FAIL":
             state = f"failed: {t.user_attrs.get('failed', '')}"
@@ -487,13 +498,10 @@ def _trials(data: StudyData) -> str:
                         (t.user_attrs.get("config") or t.params).items())
         # Each trial's interval says what it is, as the terminal does: a 95% CI from
         # enough repetitions, else the range of the few there are (stats.ci_kind).
-        kind = ev.get("ci_kind") or ci_kind(int(present.as_number(ev.get("n")) or 0))
-        cis = f"{_e(kind)} {_f(ci[0])} … {_f(ci[1])}" if ci[0] is not None else "–"
         out.append(f"<tr><td>{t.number}</td><td>{_e(t.user_attrs.get('kind', ''))}</td>"
-                   f"<td>{_e(state)}</td><td>{_f(t.value)}</td><td>{cis}</td>"
-                   f"<td>{_f(ev.get('n'))}</td>"
-                   f"<td>{_e(present.pct(change_fraction(base, t.value)))}"
-                   f"</td><td class=cfg>{_e(cfg)}</td></tr>")
+                   f"<td>{_e(state)}</td><td>{_e(values.cells[i])}</td>"
+                   f"<td>{_e(intervals[i])}</td><td>{_e(counts.cells[i])}</td>"
+                   f"<td>{_e(vs[i])}</td><td class=cfg>{_e(cfg)}</td></tr>")
     out.append("</table>")
     return "".join(out)
 
@@ -504,9 +512,10 @@ def _reproduce(data: StudyData, cmp: dict[str, Any]) -> str:
                    for k, v in host.items() if k != "extra")
     nf = data.noise_floor or {}
     if nf.get("cov"):
+        covs = {k: v for k, v in nf["cov"].items() if present.as_number(v) is not None}
         rows += ("<tr><td>noise floor (CoV of the baseline)</td><td class=cfg>"
-                 + _e(", ".join(f"{k} {present.share(v, 1)}" for k, v in nf["cov"].items()
-                                if isinstance(v, int | float)))
+                 + _e(", ".join(f"{k} {c}" for k, c in zip(
+                     covs, column(list(covs.values()), SHARE).cells, strict=True)))
                  + "</td></tr>")
     fname = f"{data.name}.yaml"
     # The configuration measured again is the one the headline ships; with nothing to

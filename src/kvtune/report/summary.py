@@ -9,7 +9,20 @@ from rich.table import Table
 
 from kvtune import present
 from kvtune.documents import Candidate, Confirmation, ConfirmedArm, Drift, StoredComparison
-from kvtune.present import NO_SIGNIFICANT_CHANGE, describe_change, judge, number, p_value, pct
+from kvtune.metrics import unit as unit_of
+from kvtune.present import (
+    CHANGE,
+    MISSING,
+    NO_SIGNIFICANT_CHANGE,
+    change_fraction,
+    column,
+    describe_change,
+    judge,
+    number,
+    p_value,
+    pct,
+    with_interval,
+)
 from kvtune.safety.text import for_markup as esc
 from kvtune.store import Store
 from kvtune.study import result
@@ -71,7 +84,13 @@ def _render_hosts(data: dict[str, Any], console: Console) -> None:
     for col in ("fingerprint", *varying, "workers", "trials", "baseline", "best",
                 "best vs baseline", "confirmation"):
         t.add_column(col)
-    for h in hosts:
+    # The hosts' baselines and bests: one column of the objective's figures.
+    figures = iter(column([h["baseline"]["value"] if h["baseline"] else None for h in hosts]
+                          + [h["best"]["value"] if h["best"] else None for h in hosts],
+                          unit_of(str(data.get("metric") or ""))).labelled())
+    bases = [next(figures) for _ in hosts]
+    bests = [next(figures) for _ in hosts]
+    for h, base_s, best_s in zip(hosts, bases, bests, strict=True):
         base, best = h["baseline"], h["best"]
         conf: Confirmation | None = h["confirmation"]
         vs = "-"
@@ -82,8 +101,8 @@ def _render_hosts(data: dict[str, Any], console: Console) -> None:
             verdict = f"trial {conf.recommended.trial}: {verdict}"
         t.add_row(h["fingerprint"], *(str(h["host"].get(f)) for f in varying),
                   ", ".join(h["workers"]), str(h["trials"]),
-                  _f(base["value"]) if base else "-",
-                  f"#{best['number']} {_f(best['value'])}" if best else "-", vs,
+                  base_s if base else MISSING,
+                  f"#{best['number']} {best_s}" if best else MISSING, vs,
                   str(verdict))
     console.print(t)
 
@@ -153,8 +172,6 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
            ) -> None:
     """`kvtune show`: the trials, the best configuration beside the baseline, what mattered;
     last, the verdict and (`next_commands`) what to do next. Each result is said once."""
-    from kvtune.stats import ci_kind
-
     if "trials" not in data:  # sweeps only
         console.print(f"[bold]Study {esc(data['study'])}[/]  ({esc(data['storage'])})")
         _render_sweeps(data, console)
@@ -162,8 +179,10 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
     console.print(f"[bold]Study {esc(data['study'])}[/]  ({data['direction']} {data['metric']}, "
                   f"{len(data['trials'])} trials, {esc(data['storage'])})")
     t = Table(title="Trials", show_lines=False)
-    for col in ("#", "kind", "state", data["metric"] or "value", "interval", "n",
-                f"{data['metric'] or 'value'} vs baseline"):
+    values, intervals, counts, vs_cells = trial_columns(data["trials"], data["metric"])
+    name = data["metric"] or "value"
+    for col in ("#", "kind", "state", f"{name} ({values.unit})" if values.unit else name,
+                "interval", "n", f"{name} vs baseline"):
         t.add_column(col)
     # The configuration on one line: what differs from the baseline (a wrapped cell would
     # print the same continuation text on several rows). Never all the width: a longer
@@ -171,24 +190,14 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
     t.add_column("configuration (changes from the baseline)", no_wrap=True,
                  overflow="ellipsis", max_width=max(20, console.width - 90))
     base_cfg = (data.get("baseline") or {}).get("config") or {}
-    for tr in data["trials"]:
-        ci = tr["ci"] or [None, None]
+    for i, tr in enumerate(data["trials"]):
         cfg = " ".join(f"{k.split('.', 1)[-1]}={_f(v)}" for k, v in tr["config"].items()
                        if tr.get("kind") == "baseline" or base_cfg.get(k) != v) or "-"
         state = tr["state"] if tr["state"] != "FAIL" else f"FAIL: {tr['failed']}"
         if tr["state"] == "COMPLETE" and not tr["feasible"]:
             state = "infeasible"
-        vs = ""
-        if tr.get("baseline_ref") is not None:  # the metric's own change (present.py)
-            # A search trial is one noisy estimate, with no interval of its change: a
-            # figure with no claim (better and worse are said only where a
-            # confirmation measured an interval).
-            from kvtune.present import change_fraction
-            vs = pct(change_fraction(tr["baseline_ref"], tr["value"]))
-        t.add_row(str(tr["number"]), tr["kind"] or "", state, _f(tr["value"]),
-                  f"{tr.get('ci_kind') or ci_kind(int(tr['n'] or 0))} {_f(ci[0])} … "
-                  f"{_f(ci[1])}" if ci[0] is not None else "-", _f(tr["n"]), vs,
-                  cfg)
+        t.add_row(str(tr["number"]), tr["kind"] or "", state, values.cells[i],
+                  intervals[i], counts.cells[i], vs_cells[i], cfg)
     console.print(t)
     _render_workers(data, console)
     _render_hosts(data, console)
@@ -234,9 +243,10 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
     rounds = conf.rounds if conf is not None else None
     cmp_t.add_column(f"change ({rounds} interleaved rounds, 95% CI)" if changes
                      else "change (search noise, not a claim)")
+    cmp_t.add_column("unit")
     for k, v in base["config"].items():
         nv = best_cfg.get(k)
-        cmp_t.add_row(k, _f(v), _f(nv), "" if nv == v else "changed")
+        cmp_t.add_row(k, _f(v), _f(nv), "" if nv == v else "changed", "")
     metrics = list(conf.shown or SHOWN) if changes and conf is not None else list(SHOWN)
     from kvtune.report.compare import figures_of
 
@@ -244,6 +254,7 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
     base_m, best_m = figures_of(base_m, best_m, changes)
     for m in metrics:
         b, n = base_m.get(m), best_m.get(m)
+        figures = present.pair(b, n, m)
         ch = changes.get(m) if changes else None
         if changes:
             change = change_cell(ch)
@@ -254,7 +265,7 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
             change = f"({pct(n / b - 1)}, not confirmed)"
         else:
             change = ""
-        cmp_t.add_row(f"[bold]{m}[/]", _f(b), _f(n), change)
+        cmp_t.add_row(f"[bold]{m}[/]", *figures.cells, change, figures.unit)
     console.print(cmp_t)
     head = data.get("headline") or {}
     if head.get("chosen") == "minimal":
@@ -275,15 +286,42 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
             dc = d.change
             when = "at the end of the search" if d.after_trial is None \
                 else f"after trial {d.after_trial}"
+            point, span = with_interval(dc.change, dc.change_ci_low, dc.change_ci_high)
             console.print(f"[yellow]Baseline drift {when}: "
-                          f"{pct(dc.change)} (95% CI {pct(dc.change_ci_low)} … "
-                          f"{pct(dc.change_ci_high)}); trials are shown against the "
+                          f"{point} (95% CI {span}); trials are shown against the "
                           "nearest baseline measurement, search values across the drift "
                           "are not comparable, only the confirmation decides[/]")
     _render_analysis(data.get("analysis"), console)
     _render_sweeps(data, console)
     _render_verdict(data, conf, console)
     _render_next(next_commands, console)
+
+
+def trial_columns(trials: list[dict[str, Any]], metric: str | None
+                  ) -> tuple[present.Column, list[str], present.Column, list[str]]:
+    """The trial table's columns, each formatted together (`present.column`): the
+    objective's figures with their intervals (one scale, one number of decimals), each
+    interval said for what it is (a 95% CI, or the range of a few repetitions), the
+    repetitions, and each search trial's change against its baseline (the metric's own
+    change, `present.CHANGE`; a figure with no claim: better and worse are said only where
+    a confirmation measured an interval)."""
+    from kvtune.stats import ci_kind
+
+    n = len(trials)
+    cis = [(tr.get("ci") or [None, None]) for tr in trials]
+    figures = column([tr["value"] for tr in trials] + [c[0] for c in cis]
+                     + [c[1] for c in cis], unit_of(metric or ""))
+    values = present.Column(figures.cells[:n], figures.unit, figures.decimals)
+    intervals = [MISSING if present.as_number(c[0]) is None else
+                 f"{tr.get('ci_kind') or ci_kind(int(tr['n'] or 0))} {figures.cells[n + i]} … "
+                 f"{figures.cells[2 * n + i]}" for i, (tr, c) in enumerate(zip(trials, cis,
+                                                                               strict=True))]
+    counts = column([tr["n"] for tr in trials], "count")
+    vs = column([change_fraction(tr["baseline_ref"], tr["value"])
+                 if tr.get("baseline_ref") is not None else None for tr in trials], CHANGE)
+    changes = [c if tr.get("baseline_ref") is not None else "" for tr, c in
+               zip(trials, vs.cells, strict=True)]
+    return values, intervals, counts, changes
 
 
 def _render_verdict(data: dict[str, Any], conf: Confirmation | None,
@@ -298,8 +336,8 @@ def _render_verdict(data: dict[str, Any], conf: Confirmation | None,
             line = c.text + (f" (failed: {c.failed})" if c.failed else "")
         else:
             comp = c.comparison or StoredComparison()
-            line = (f"{c.label}: {data['metric']} {pct(comp.change)} (95% CI "
-                    f"{pct(comp.change_ci_low)} … {pct(comp.change_ci_high)}), "
+            point, span = with_interval(comp.change, comp.change_ci_low, comp.change_ci_high)
+            line = (f"{c.label}: {data['metric']} {point} (95% CI {span or MISSING}), "
                     f"p={p_value(comp.p_value)}, "
                     f"Holm-adjusted p={p_value(c.p_adjusted)}"
                     + (f", failed: {c.failed}" if c.failed else ""))
@@ -382,7 +420,7 @@ def _analysis(store: Store, name: str, top: int = 8) -> dict[str, Any] | None:
     return {"importance": a.importance.as_dict(), "zones": [z.as_dict() for z in a.zones],
             "zones_text": {z.knob: z.describe() for z in a.zones}, "within": a.within,
             "telemetry": tel, "compared": cmp["label"],
-            "ablation": data.ablation.stored() if data.ablation else None,
+            "ablation": data.ablation,
             "host_noise": data.host_noise}
 
 

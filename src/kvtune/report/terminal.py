@@ -11,7 +11,6 @@ from rich.console import Console
 from rich.table import Table
 
 from kvtune import present
-from kvtune.present import number
 
 
 def render_analysis(an: dict[str, Any] | None, console: Console) -> None:
@@ -39,10 +38,11 @@ def render_analysis(an: dict[str, Any] | None, console: Console) -> None:
         t.add_column("importance (95% interval)")
         t.add_column("effect" if ranked else "ranking")
         t.add_column(f"within {present.share(an['within'])} of the best at")
-        for k, v in imp["values"].items():
-            iv = (imp.get("intervals") or {}).get(k)
-            share = present.share(v) + (
-                f" ({present.share(iv[0])} … {present.share(iv[1])})" if iv else "")
+        # The importances and their intervals: one column of shares, formatted together.
+        cells = present.share_cells(list(imp["values"].values()),
+                                    [(imp.get("intervals") or {}).get(k)
+                                     for k in imp["values"]])
+        for (k, _), share in zip(imp["values"].items(), cells, strict=True):
             if ranked:
                 tiers = imp.get("tiers") or [[r] for r in imp["ranking"]]
                 tier = next((i for i, t in enumerate(tiers) if k in t), None)
@@ -65,9 +65,10 @@ def render_analysis(an: dict[str, Any] | None, console: Console) -> None:
                   an.get("compared") or "best"):
             t.add_column(c)
         for c in an["telemetry"]:
-            q = c.get("q_value")
+            # A counter's two figures together, in its unit (present.pair).
+            figures = present.pair(c["baseline"], c["best"], c["metric"])
             t.add_row(c["metric"] + ("" if c.get("lead", True) else " (chance?)"),
-                      c.get("unit", ""), f"{c['rho']:+.2f}", f"{c['p_value']:.2g}",
-                      "-" if q is None else f"{q:.2g}", str(c["n"]), number(c["baseline"]),
-                      number(c["best"]))
+                      figures.unit or c.get("unit", ""), present.signed(c["rho"]),
+                      present.p_value(c["p_value"], 2), present.p_value(c.get("q_value"), 2),
+                      str(c["n"]), *figures.cells)
         console.print(t)

@@ -42,16 +42,25 @@ Stored as `store.put_result(study, "ablation", result)`; the schema is `SCHEMA` 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from kvtune import present
-from kvtune.documents import Confirmation
+from kvtune import documents, present
+from kvtune.documents import AblatedKnob, Ablation, Confirmation
 from kvtune.metrics import Direction
-from kvtune.present import change_fraction, change_record, number
+from kvtune.present import (
+    MISSING,
+    SHARE,
+    as_number,
+    change_fraction,
+    change_record,
+    column,
+    level_text,
+    number,
+)
 from kvtune.spec import EvaluationSpec
 from kvtune.stats import (
     compare_rounds,
@@ -301,75 +310,108 @@ def resolution(samples: list[list[float]], m: int, alpha: float, power: float = 
     return None if math.isnan(d) else float(math.expm1(d))
 
 
-def _change(row: dict[str, Any]) -> str:
+def _change(row: AblatedKnob) -> str:
+    """"memcached.threads 4 → 1": the change a row reverts."""
     def v(x: Any) -> str:
         return number(x) if isinstance(x, float) else str(x)
 
-    return f"{row['knob']} {v(row['baseline'])} → {v(row['recommended'])}"
+    return f"{row.knob} {v(row.baseline)} → {v(row.recommended)}"
 
 
-def explain(res: dict[str, Any]) -> str:
+def _typed(res: Ablation | Mapping[str, Any]) -> Ablation:
+    """The ablation as its document: `analyse` and `ablate` word their result before it is
+    stored, from the mapping they build (typed here as the store types it)."""
+    if isinstance(res, Ablation):
+        return res
+    return documents.build(Ablation.KEY, dict(res), "the ablation being worded")
+
+
+def shares(res: Ablation) -> dict[str, tuple[str, str]]:
+    """Each reverted change's share of the gain and the interval it was decided by, all
+    the ablation's shares formatted together (one number of decimals, `present.SHARE`):
+    {knob: ("88%", "35% … 140%")}; the interval "" when it was not measured."""
+    rows = res.knobs
+    ends = [_ends(r) for r in rows]
+    col = column([*(r.share for r in rows), *(e[0] for e in ends), *(e[1] for e in ends)],
+                 SHARE)
+    n = len(rows)
+    out = {}
+    for i, r in enumerate(rows):
+        lo = as_number(ends[i][0])
+        span = "" if lo is None or not math.isfinite(lo) else \
+            f"{col.cells[n + i]} … {col.cells[2 * n + i]}"
+        out[r.knob] = (col.cells[i], span)
+    return out
+
+
+def _confidence(row: AblatedKnob) -> float:
+    """The level of a change's share interval (95% for one stored before it was kept)."""
+    return row.confidence if row.confidence is not None else 0.95
+
+
+def _ends(row: AblatedKnob) -> tuple[Any, Any]:
+    ci = row.share_ci or [None, None]
+    return (ci[0], ci[1]) if len(ci) == 2 else (None, None)
+
+
+def explain(res: Ablation | Mapping[str, Any]) -> str:
     """One line: "memcached.threads 4 → 1 carries the gain (share 98%, 95% CI 91% …
     104%); the other 3 changes do not carry it (each below 10% of the gain)". A change's
     words and its interval are the same test's."""
-    if res.get("skipped"):
-        return f"ablation skipped: {res['skipped']}"
-    rows = {r["knob"]: r for r in res["knobs"]}
+    doc = _typed(res)
+    if doc.skipped:
+        return f"ablation skipped: {doc.skipped}"
+    rows = {r.knob: r for r in doc.knobs}
+    found = shares(doc)
 
-    def ci(r: dict[str, Any]) -> str:
-        lo, hi = r["share_ci"]
-        if math.isnan(lo):
-            return ""
-        return f", {_level(r.get('confidence', 0.95))} CI {present.share(lo)} … {present.share(hi)}"
+    def share(k: str) -> str:
+        point, span = found[k]
+        level = level_text(_confidence(rows[k]))
+        return f"share {point}" + (f", {level} CI {span}" if span else "")
 
-    parts = [f"{_change(rows[k])} (share {present.share(rows[k]['share'])}{ci(rows[k])})"
-             for k in res["carries"]]
+    parts = [f"{_change(rows[k])} ({share(k)})" for k in doc.carries]
     n = len(rows)
     if parts:
         verb = "carries" if len(parts) == 1 else "carry"
         text = f"{' and '.join(parts)} {verb} the gain"
     else:
         text = "no single change carries the gain measurably"
-    for k in res["hurts"]:
-        text += (f"; {_change(rows[k])} hurts it (share {present.share(rows[k]['share'])}"
-                 f"{ci(rows[k])}: reverting it {rows[k]['revert']['text']})")
-    small = res.get("small") or []
-    thr = res.get("share_threshold", 0.10)
+    for k in doc.hurts:
+        revert = rows[k].revert
+        text += (f"; {_change(rows[k])} hurts it ({share(k)}: reverting it "
+                 f"{revert.text if revert else MISSING})")
+    small = doc.small
+    thr = doc.share_threshold if doc.share_threshold is not None else 0.10
     if small:
-        if parts and len(small) == n - len(parts) and not res["hurts"]:
+        if parts and len(small) == n - len(parts) and not doc.hurts:
             other = "the other change does" if len(small) == 1 else \
                 f"the other {len(small)} changes do"
         else:
             other = ", ".join(small) + (" does" if len(small) == 1 else " do")
         text += f"; {other} not carry it (each below {present.share(thr)} of the gain)"
-    unresolved = res.get("unresolved") or []
-    r = res.get("resolution")
-    if unresolved:
-        cis = [f"{k} (share {present.share(rows[k]['share'])}{ci(rows[k])})" for k in unresolved]
-        at = res.get("rounds") or "these"
+    r = doc.resolution
+    if doc.unresolved:
+        cis = [f"{k} ({share(k)})" for k in doc.unresolved]
+        at = doc.rounds or "these"
         text += (f"; still ambiguous after {at} rounds: {', '.join(cis)}"
                  + (f" — at this noise a change worth less than about {present.share(r)} of "
-                    f"{res['metric']} cannot be told from noise" if r is not None
+                    f"{doc.metric} cannot be told from noise" if r is not None
                     and not math.isnan(r) else ""))
-        cap = res.get("max_rounds")
-        if cap and res.get("rounds") == cap:
+        cap = doc.max_rounds
+        if cap and doc.rounds == cap:
             text += f" (the cap, evaluation.ablation_max_rounds = {cap})"
-        if res.get("out_of_time"):
+        if doc.out_of_time:
             text += " (the time limit, evaluation.ablation_time)"
-    s = res.get("shares_sum")
+    s = doc.shares_sum
     if s is not None and n > 1 and parts and not 0.5 <= s <= 1.5:
-        text += (f" (the shares add up to {present.share(s)}: the changes interact, so the minimal "
-                 "configuration is confirmed against the full one)")
+        text += (f" (the shares add up to {present.share(s)}: the changes interact, so the "
+                 "minimal configuration is confirmed against the full one)")
     return text
 
 
 def _level(c: float) -> str:
     """A confidence level as people write it: 95%, 97.5%, 99.5%, 99.95%."""
-    for digits in range(0, 4):
-        text = f"{c * 100:.{digits}f}"
-        if abs(float(text) - c * 100) < 1e-9 or digits == 3:
-            return text.rstrip("0").rstrip(".") + "%"
-    return present.share(c, 1)
+    return level_text(c)
 
 
 def _pct(x: float) -> str:
@@ -619,34 +661,43 @@ def _change_ci(sign: float, lo: float, hi: float) -> tuple[float | None, float |
     return (min(a, b), max(a, b))
 
 
-def _rounds_text(res: dict[str, Any]) -> str:
-    first, most = res.get("first_rounds"), res.get("rounds", 0)
+def _rounds_text(res: Ablation) -> str:
+    first, most = res.first_rounds, res.rounds or 0
     if first and most > first:
         return f"{first}–{most} interleaved rounds, more only for changes still ambiguous;"
     return f"{most} interleaved rounds"
 
 
-def lines(res: dict[str, Any] | None) -> list[str]:
+def lines(res: Ablation | None) -> list[str]:
     """The ablation for the terminal: its verdict, one line per changed knob (its share
     with the interval it was decided by, what reverting it does, its verdict)."""
-    if not res:
+    if res is None:
         return []
     rounds = _rounds_text(res)
     sep = " " if rounds.endswith(";") else ", "
-    out = [f"Ablation ({rounds}{sep}"
-           f"{res.get('measurements', 0)} extra repetitions): {res['text']}"]
-    for r in res["knobs"]:
-        rounds = f" [{r['rounds']} rounds]" if res.get("first_rounds") and r.get(
-            "rounds", 0) > res["first_rounds"] else ""
-        out.append(f"  {_change(r)}: share of the gain {share_text(r)}; reverting it: "
-                   f"{r['revert']['text']}; {r['effect']}{rounds}")
+    out = [f"Ablation ({rounds}{sep}{res.measurements} extra repetitions): {explain(res)}"]
+    texts = share_texts(res)
+    for r in res.knobs:
+        more = f" [{r.rounds} rounds]" if res.first_rounds and (r.rounds or 0) > \
+            res.first_rounds else ""
+        out.append(f"  {_change(r)}: share of the gain {texts[r.knob]}; reverting it: "
+                   f"{r.revert.text if r.revert else MISSING}; {r.effect}{more}")
     return out  # the choice it led to closes the summary (report/summary.py)
 
 
-def share_text(row: dict[str, Any]) -> str:
-    """A change's share of the gain with the interval it was decided by, at that
-    interval's own level: "88% (99.95% CI 35% … 140%)" (the terminal and the report)."""
-    lo, hi = row["share_ci"]
-    ci = "" if not (isinstance(lo, int | float) and math.isfinite(lo)) else \
-        f" ({_level(row.get('confidence', 0.95))} CI {present.share(lo)} … {present.share(hi)})"
-    return f"{present.share(row['share'])}{ci}"
+def share_texts(res: Ablation) -> dict[str, str]:
+    """Each change's share of the gain with the interval it was decided by, at that
+    interval's own level, the ablation's shares formatted together: {knob: "88% (99.95% CI
+    35% … 140%)"} (the terminal and the report)."""
+    out = {}
+    found = shares(res)
+    for r in res.knobs:
+        point, span = found[r.knob]
+        level = level_text(_confidence(r))
+        out[r.knob] = point + (f" ({level} CI {span})" if span else "")
+    return out
+
+
+def share_text(row: AblatedKnob) -> str:
+    """One change's share of the gain with its interval (`share_texts` for a column)."""
+    return share_texts(Ablation(knobs=[row]))[row.knob]
