@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from typing import Literal
 
 import optuna
 from rich.console import Console
@@ -26,6 +27,8 @@ from kvtune.study.progress import progress
 from kvtune.study.record import evaluation_of, tell
 
 MAX_REPEATS = 30  # repeated configurations in a row before the search stops (converged)
+
+Stopped = Literal["trials", "time", "grid", "converged"]
 
 
 def search_trials_done(study: optuna.Study) -> int:
@@ -57,12 +60,21 @@ class Search:
         self.ctx = ctx
         self.console = console
         self.drift = drift
+        # Why the last `run` stopped: its trial or time budget spent, every configuration
+        # of a grid measured, or the sampler repeating itself (converged).
+        self.stopped: Stopped = "trials"
 
-    def budget_spent(self, study: optuna.Study, started: float) -> bool:
+    def spent(self, study: optuna.Study, started: float) -> Stopped | None:
+        """The budget that is spent ("trials" or "time"), or None."""
         b = self.spec.budget
         if b.trials is not None and search_trials_done(study) >= b.trials:
-            return True
-        return b.time is not None and time.monotonic() - started >= b.time
+            return "trials"
+        if b.time is not None and time.monotonic() - started >= b.time:
+            return "time"
+        return None
+
+    def budget_spent(self, study: optuna.Study, started: float) -> bool:
+        return self.spent(study, started) is not None
 
     def grid_done(self, study: optuna.Study) -> bool:
         """Whether every configuration of the grid sampler's grid has been measured (or
@@ -130,10 +142,11 @@ class Search:
         with progress(self.console) as prog:
             task = prog.add_task("trials", total=self.spec.budget.trials or None,
                                  completed=search_trials_done(study))
-            while not self.budget_spent(study, started):
+            while (spent := self.spent(study, started)) is None:
                 if self.grid_done(study):
                     self.console.print("  every configuration of the grid is measured: the "
                                        "search stops here")
+                    spent = "grid"
                     break
                 number, e, reused = self.trial(study, incumbent)
                 if reused is not None:
@@ -146,6 +159,7 @@ class Search:
                             f"  the sampler proposed {repeats} measured configurations in a "
                             "row: the search has converged (or the space is exhausted); "
                             "it stops here")
+                        spent = "converged"
                         break
                     continue
                 repeats = 0
@@ -158,6 +172,8 @@ class Search:
                 if every and since_drift >= every and not self.budget_spent(study, started):
                     self.drift(number)
                     since_drift = 0
+        assert spent is not None
+        self.stopped = spent
         if every:
             self.drift(None)
         counts = search_counts(study)

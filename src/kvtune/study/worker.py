@@ -17,8 +17,8 @@ trials; see `kvtune.fleet.claims` for the mechanisms):
 
 from __future__ import annotations
 
-import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 import optuna
@@ -28,7 +28,15 @@ from kvtune.errors import UserError
 from kvtune.fleet.claims import fail_stale, masked, worker_seed
 from kvtune.measure.evaluator import Evaluation
 from kvtune.optimizer import startup_trials
-from kvtune.space import Space
+from kvtune.study.phases import (
+    BaselinePhase,
+    ConfirmationPhase,
+    PhaseContext,
+    SearchPhase,
+    SearchResult,
+    Stopped,
+    resolve_constraints,
+)
 from kvtune.study.record import evaluation_of
 from kvtune.study.run import Strategy, StudyRun
 from kvtune.study.search import Search
@@ -44,16 +52,19 @@ class FleetSearch(Search):
     """The search loop with a budget slot per trial and a heartbeat while it is measured."""
 
     worker: FleetWorker
+    context: PhaseContext
 
     def time_spent(self, started: float) -> bool:
         b = self.spec.budget
         return b.time is not None and time.monotonic() - started >= b.time
 
-    def budget_spent(self, study: optuna.Study, started: float) -> bool:
+    def spent(self, study: optuna.Study, started: float) -> Stopped | None:
         b = self.spec.budget
         if self.time_spent(started):
-            return True
-        return b.trials is not None and len(self.worker.run.fleet.slots_taken()) >= b.trials
+            return "time"
+        if b.trials is not None and len(self.worker.run.fleet.slots_taken()) >= b.trials:
+            return "trials"
+        return None
 
     def trial(self, study: optuna.Study, incumbent: Evaluation | None) -> Any:
         """Search.trial in a budget slot: the slot is bound to the trial asked (the study's
@@ -61,7 +72,7 @@ class FleetSearch(Search):
         earlier trial is reused (a repeat is not counted)."""
         w, r = self.worker, self.worker.run
         fail_stale(study, r.fleet, r.store.storage)
-        w.await_baseline(study, self.space)
+        w.await_baseline(self.context, study)
         # The worker's incumbent (the baseline may have arrived after the search began).
         incumbent = r.incumbent
         if self.spec.budget.trials is not None:
@@ -113,7 +124,7 @@ class FleetWorker(Strategy):
             r.fleet.release(key)
             raise UserError(
                 f"study {r.spec.study!r} in {r.store.url} is being tuned right now by a "
-                f"plain `kvtune tune` ({r.describe([got.worker])}), so this worker is "
+                f"plain `kvtune tune` ({self.describe([got.worker])}), so this worker is "
                 "refused: a fleet worker joins only a study whose every process is a worker "
                 "(--worker NAME); wait for the plain run to end")
 
@@ -135,17 +146,25 @@ class FleetWorker(Strategy):
 
     # -- the phases ------------------------------------------------------------------------
 
-    def baseline(self, study: optuna.Study, space: Space) -> Evaluation | None:
-        return self.obtain_baseline(study, space, early=True)
+    def baseline(self, context: PhaseContext, study: optuna.Study) -> Evaluation | None:
+        return self.obtain_baseline(context, study, early=True)
 
-    def search(self, study: optuna.Study, space: Space, started: float) -> None:
+    def search(self, context: PhaseContext, study: optuna.Study, started: float,
+               drift: Callable[[int | None], object]) -> SearchResult:
+        """The search loop with a budget slot per trial (`FleetSearch`), again while other
+        workers' trials run (a dead worker's retry is measured here), until the budget is
+        spent; then this host's baseline, waited for when it is not known yet."""
         r = self.run
-        search = FleetSearch(r.spec, space, r.evaluator, r.session.ctx, r.console,
-                             r.drift_check)
+        phase = SearchPhase(context, drift, FleetSearch)
+        search = phase.loop
+        assert isinstance(search, FleetSearch)
         search.worker = self
+        search.context = context
         while True:
-            with contextlib.suppress(BudgetSpent):
+            try:
                 search.run(study, started, r.incumbent)
+            except BudgetSpent:
+                search.stopped = "trials"  # every budget slot is taken
             if search.time_spent(started):
                 break
             # Every slot is taken: wait for the trials still measured; a dead worker's
@@ -154,9 +173,10 @@ class FleetWorker(Strategy):
             if not search.budget_spent(study, started):
                 continue
             break
-        self.await_baseline(study, space, now=True)
+        self.await_baseline(context, study, now=True)
+        return phase.result(study, r.incumbent)
 
-    def confirm(self, study: optuna.Study) -> Confirmation | None:
+    def confirm(self, context: PhaseContext, study: optuna.Study) -> Confirmation | None:
         """Exactly one worker confirms (the one that claims it through the storage); the
         others end saying who confirms."""
         r = self.run
@@ -170,12 +190,8 @@ class FleetWorker(Strategy):
                                "; this worker ends (`kvtune show` prints it when done)"))
             return None
         self.wait_for_running(study)
-        r._resume(study)  # the incumbent and candidates as every worker left them
-        result = r.confirm(study).model_copy(
-            update={"confirmed_by": r.worker, "fingerprint": r.fp_key})
-        # StudyRun.confirm stored the result; store it again with who confirmed it.
-        r.store.put_result(r.spec.study, "confirmation", result)
-        return result
+        r.resume(context, study)  # the incumbent and candidates as every worker left them
+        return ConfirmationPhase(context).run(study, confirmed_by=r.worker)
 
     def confirmed(self, result: Confirmation | None) -> bool:
         return result is not None and result.confirmed_by == self.run.worker
@@ -195,23 +211,25 @@ class FleetWorker(Strategy):
                     and (t.state.is_finished() or t.state == optuna.trial.TrialState.RUNNING))
         return asked < startup_trials(spec.budget.trials)
 
-    def await_baseline(self, study: optuna.Study, space: Space, now: bool = False) -> None:
+    def await_baseline(self, context: PhaseContext, study: optuna.Study,
+                       now: bool = False) -> None:
         """Before a search trial (and, with `now`, before the confirmation): when the
         baseline is not known yet, take it if it is done, else wait for it (or measure it,
         when its worker died) unless this trial may be measured without it."""
         r = self.run
         if r.baseline_eval is not None:
             return
-        e = self._finished_baseline(study)
+        e = self._finished_baseline(context, study)
         if e is None and (now or not self.may_search_without_baseline(study)):
-            e = self.obtain_baseline(study, space)
+            e = self.obtain_baseline(context, study)
         if e is not None:
             r.baseline_eval = e
-            r.resolve_constraints(e)
-            if r.incumbent is None or not r.evaluator.better(r.incumbent.value, e.value):
+            resolve_constraints(context, e)
+            if r.incumbent is None or not context.evaluator.better(r.incumbent.value,
+                                                                   e.value):
                 r.incumbent = e
 
-    def obtain_baseline(self, study: optuna.Study, space: Space,
+    def obtain_baseline(self, context: PhaseContext, study: optuna.Study,
                         early: bool = False) -> Evaluation | None:
         """This fingerprint's baseline: measured by the worker that claims it, waited for by
         the others (taken over when its worker dies). With `early`, a worker that did not
@@ -222,14 +240,14 @@ class FleetWorker(Strategy):
         while True:
             got = r.fleet.claim_or_take_over(key)
             if got.won:
-                return r.measure_baseline(study, space)
+                return BaselinePhase(context).run(study).evaluation
             if early and self.may_search_without_baseline(study):
                 r.console.print(f"  the baseline is measured by worker {got.worker}; "
                                 "start-up trials meanwhile")
                 return None
             r.console.print(f"  the baseline is measured by worker {got.worker}; waiting")
             while True:
-                e = self._finished_baseline(study)
+                e = self._finished_baseline(context, study)
                 if e is not None:
                     return e
                 holder = r.fleet.holder(key)
@@ -237,15 +255,16 @@ class FleetWorker(Strategy):
                     break  # its worker died: claim it again
                 time.sleep(WAIT_POLL)
 
-    def _finished_baseline(self, study: optuna.Study) -> Evaluation | None:
-        r = self.run
+    @staticmethod
+    def _finished_baseline(context: PhaseContext, study: optuna.Study) -> Evaluation | None:
+        c = context
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
             if t.user_attrs.get("kind") == "baseline" and \
-                    t.user_attrs.get("fingerprint") == r.fp_key:
-                nf = r.store.document(r.spec.study, NoiseFloor, r.fp_key)
+                    t.user_attrs.get("fingerprint") == c.fingerprint:
+                nf = c.store.document(c.name, NoiseFloor, c.fingerprint)
                 if nf is not None:
-                    r.evaluator.noise_cov = nf.cov.get(r.metric)
-                return evaluation_of(t, r.metric)
+                    c.evaluator.noise_cov = nf.cov.get(c.metric)
+                return evaluation_of(t, c.metric)
         return None
 
     def wait_for_running(self, study: optuna.Study) -> None:
