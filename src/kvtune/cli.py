@@ -250,7 +250,7 @@ def run(
         if res.get("failed"):
             raise typer.Exit(1)
         return
-    from kvtune.present import number
+    from kvtune.metrics import unit as unit_of
 
     if res.get("capacity"):
         _print_capacity_run(res)
@@ -266,8 +266,11 @@ def run(
         if v is None:
             continue
         ci = res["metric_cis"].get(k, [None, None])
-        t.add_row(k, number(v), f"{kind} {number(ci[0])} … {number(ci[1])}"
-                  if ci[0] is not None else "-")
+        # The median and its interval together, in the metric's unit (present.column).
+        col = present.column([v, ci[0], ci[1]], unit_of(k))
+        cells = col.cells
+        t.add_row(k, col.labelled()[0], f"{kind} {cells[1]} … {cells[2]}"
+                  if ci[0] is not None else present.MISSING)
     out.print(t)
     if res.get("failed"):
         out.print(f"[red]failed:[/] {escape(res['failed'])}")
@@ -350,7 +353,7 @@ def sweep(
     if as_json:
         print(json.dumps(res, indent=1, default=str))
         return
-    from kvtune.present import number
+    from kvtune.metrics import unit as unit_of
     from kvtune.stats import ci_kind
 
     t = Table(title=f"Sweep of {knob}: {res['metric']} ({res['direction']})")
@@ -359,16 +362,25 @@ def sweep(
     for c in ("value", "median", "interval", "n", *(("achieved req/s",) if by_rate else ()),
               ""):
         t.add_column(c, overflow="fold")  # narrow terminals: folded, never cut
-    for r in res["rows"]:
+    # The medians and their intervals one column of the metric's unit, formatted together;
+    # the achieved rates another.
+    rows = res["rows"]
+    col = present.column([r["median"] for r in rows] + [r["ci"][0] for r in rows]
+                         + [r["ci"][1] for r in rows], unit_of(res["metric"]))
+    figures = col.cells
+    if col.unit:
+        t.columns[1].header = f"median ({col.unit})"
+    rates = present.column([r["metrics"].get("ops_per_sec") if by_rate else None
+                            for r in rows], "req/s").cells
+    n = len(rows)
+    for i, r in enumerate(rows):
         ci = r["ci"]
-        achieved = r["metrics"].get("ops_per_sec") if by_rate else None
         flags = sorted({v for v in r.get("verdicts", []) if v and v != "ok"})
         t.add_row(present.figure(r['value']) if by_rate else str(r["value"]),
-                  number(r["median"]),
-                  f"{ci_kind(int(r['n']))} {number(ci[0])} … {number(ci[1])}" if ci[0] == ci[0]
-                  else "-", str(r["n"]),
-                  *((present.figure(achieved) if isinstance(achieved, int | float) else "-",)
-                    if by_rate else ()),
+                  figures[i],
+                  f"{ci_kind(int(r['n']))} {figures[n + i]} … {figures[2 * n + i]}"
+                  if present.as_number(ci[0]) is not None else present.MISSING, str(r["n"]),
+                  *((rates[i],) if by_rate else ()),
                   ("baseline" if r["value"] == res["baseline_value"] else "")
                   + (f" {', '.join(flags)}" if flags else "")
                   + (f" failed: {r['failed']}" if r["failed"] else ""))

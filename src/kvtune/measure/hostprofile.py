@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvtune import roots
+from kvtune import present, roots
 from kvtune.present import number
 
 CPUIDLE = Path(roots.CPUIDLE)
@@ -149,7 +149,7 @@ def judge(profile: HostProfile) -> Judgement:
             and limit < CLIENT_MARGIN * peak):
         warnings.append(
             f"kvload's CPUs reach their limit near {number(limit)} req/s, within "
-            f"{(CLIENT_MARGIN - 1) * 100:.0f}% of the server's peak ({number(peak)} req/s, "
+            f"{present.share(CLIENT_MARGIN - 1)} of the server's peak ({number(peak)} req/s, "
             "itself measured with kvload): knees near it may be the client's, and a search "
             "that meets its limit ends 'client bound'; to keep the server the limit, give it "
             "a CPU quota (placement.cpu_quota_pct), more work per request (multi-gets), or "

@@ -200,21 +200,24 @@ def phase_rows_html(rec: dict[str, Any], load_raw: dict[str, Any] | None) -> str
     head += ([f"pages {b}" for b in BUCKETS] + ["evictions", "pages moved", "hit ratio",
                                                  "out of memory", "load errors"]
              if mc else ["evicted keys", "hits", "misses", "used memory MB", "load errors"])
+    # The hit ratios one column, the memory used another (one scale, one decimal count).
+    ratios = iter(present.column([r.get("hit_ratio") for r in rows], "ratio").cells)
+    memory = present.column([r.get("used_memory") for r in rows], "B")
+    used = iter(memory.cells)
+    if not mc:
+        head[head.index("used memory MB")] = f"used memory ({memory.unit})"
     out = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for r in rows:
         cells = [r["phase"], r.get("start_s"), r.get("value_size"), r.get("mix")]
+        ratio, mem = next(ratios), next(used)
         if mc:
             bp = bucketed_pages(r)
-            hr = r.get("hit_ratio")
             cells += [bp[b] for b in BUCKETS] + [
                 _num(r.get("evictions")), _num(r.get("slabs_moved")),
-                "-" if hr is None else f"{hr:.3f}", _num(r.get("out_of_memory")),
-                _num(r.get("load_errors"))]
+                ratio, _num(r.get("out_of_memory")), _num(r.get("load_errors"))]
         else:
-            um = r.get("used_memory")
             cells += [_num(r.get("evicted_keys")), _num(r.get("keyspace_hits")),
-                      _num(r.get("keyspace_misses")),
-                      "-" if um is None else f"{um / 2**20:.1f}", _num(r.get("load_errors"))]
+                      _num(r.get("keyspace_misses")), mem, _num(r.get("load_errors"))]
         out.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
     return "".join(out) + "</table>"
 

@@ -10,7 +10,7 @@ from typing import Any
 import optuna
 
 from kvtune.analysis.data import StudyData
-from kvtune.present import number
+from kvtune.present import MISSING, number
 
 
 def _engine(data: StudyData) -> Any:
@@ -35,7 +35,7 @@ def _e(v: Any) -> str:
 
 
 def _value(t: optuna.trial.FrozenTrial | None) -> str:
-    return "–" if t is None or t.value is None else number(t.value)
+    return MISSING if t is None or t.value is None else number(t.value)
 
 
 def html_section(data: StudyData) -> str:
@@ -91,7 +91,7 @@ def _hosts(data: StudyData, ws: list[dict[str, Any]], fps: list[str]) -> str:
         best = (max if data.maximize else min)(search, key=lambda t: float(t.value or 0)) \
             if search else None
         conf = latest(confirmations, fp)
-        verdict = conf.verdict if conf is not None else "–"
+        verdict = conf.verdict if conf is not None else MISSING
         who = ", ".join(w["worker"] for w in ws if w["fingerprint_key"] == fp)
         cells = "".join(f"<td>{_e(prints[fp].get(f))}</td>" for f in varying)
         out.append(f"<tr><td>{_e(fp)}</td>{cells}<td>{_e(who)}</td><td>{_value(base)}</td>"

@@ -53,16 +53,17 @@ def lines(doc: dict[str, Any]) -> list[str]:
         out.append(f"captured {c.get('at', '?')} by {c.get('method')}: stopped by "
                    f"{c.get('stopped_by', '-')}, {about.get('window_s', '?')} s")
         if c.get("seen_fraction") is not None:
-            out.append(f"  seen {100 * c['seen_fraction']:.1f}% of the requests the server "
-                       f"counted; {c.get('skipped_lines', 0)} watcher lines dropped")
+            out.append(f"  seen {present.share(c['seen_fraction'], 1)} of the requests the "
+                       f"server counted; {c.get('skipped_lines', 0)} watcher lines dropped")
         cost = c.get("capture_cost") or {}
         if "increase_pct" in cost:
             out.append(f"  capture cost: server CPU per request "
                        f"{cost['cpu_us_per_request_before']} µs before, "
                        f"{cost['cpu_us_per_request_during']} µs during "
-                       f"({cost['increase_pct']:+.1f}%)")
+                       f"({present.pct(_fraction(cost['increase_pct']))})")
         if c.get("server_hit_ratio") is not None:
-            out.append(f"  hit ratio (server stats): {c['server_hit_ratio']:.3f}")
+            out.append("  hit ratio (server stats): "
+                       f"{present.value(c['server_hit_ratio'], 'ratio')}")
     if "imported" in about:
         i = about["imported"]
         out.append(f"imported {i.get('format')} ({i.get('layout') or 'default layout'}) "
@@ -199,3 +200,9 @@ def html(doc: dict[str, Any], path: Path, extra: str = "") -> None:
 def _esc(s: str) -> str:
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace(
         "&lt;br&gt;", "\n")
+
+
+def _fraction(percent: object) -> float | None:
+    """A stored percentage (`increase_pct`) as the fraction `present` formats."""
+    x = present.as_number(percent)
+    return None if x is None else x / 100

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kvtune import present
 from kvtune.errors import HarnessError
 from kvtune.workload.capture import (
     BASELINE_S,
@@ -229,7 +230,7 @@ def capture_memcached(t: Target, bounds: Bounds, say: Callable[[str], None],
         cap.notes.append(f"memcached dropped {asm.skipped} watcher lines (the watcher lagged)")
     if served:
         cap.notes.append(f"seen {seen} of the {int(served)} requests the server counted "
-                         f"({100 * seen / served:.1f}%; every verb's share below)")
+                         f"({present.share(seen / served, 1)}; every verb's share below)")
     return cap
 
 
