@@ -113,9 +113,35 @@ def _open(path: str) -> IO[bytes]:
         if head != ZSTD_MAGIC:
             f.close()
             raise UserError(f"{path}: named .zst but not zstd-compressed")
+        try:
+            _judge_ratio(f, path)
+        except BaseException:
+            f.close()
+            raise
         return _Bounded(zstandard.ZstdDecompressor().stream_reader(f, closefd=True), f,
                         path)  # type: ignore[return-value]
     return _Bounded(f, None, path)  # type: ignore[return-value]
+
+
+def _judge_ratio(f: IO[bytes], path: str) -> None:
+    """A decompression bomb refused before any line of it is parsed: the stream's first
+    RATIO_AFTER bytes and a chunk more are decompressed and dropped, judged as _Bounded
+    judges them while the lines are read (which goes on judging the rest), and `f` is
+    rewound. A few milliseconds, memory of one chunk; without it, a bomb's first 16 MiB
+    (some 600,000 rows) were parsed before the ratio was judged. A damaged stream is left
+    to the line reader, which names the line it fails at."""
+    import zstandard
+
+    probe = _Bounded(zstandard.ZstdDecompressor().stream_reader(f, closefd=False), f, path)
+    chunk = bytearray(1 << 20)
+    try:
+        while probe.n <= RATIO_AFTER and probe.readinto(chunk):
+            pass
+    except UserError:
+        raise
+    except Exception:  # a damaged stream: the line reader names the line it fails at
+        pass
+    f.seek(0)
 
 
 def _lines(raw: IO[bytes], path: str) -> Iterator[tuple[int, str]]:
