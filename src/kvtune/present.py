@@ -37,7 +37,7 @@ of one (`value`), an interval its two ends together (`interval`: "−9.7% … +4
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -214,6 +214,14 @@ def with_interval(point: Any, lo: Any, hi: Any, unit: str = CHANGE, *,
     a, b = min(a, b), max(a, b)
     col = column([point, a, b], unit, decimals=decimals).labelled()
     return col[0], f"{col[1]} … {col[2]}"
+
+
+def named_shares(shares: Mapping[str, Any]) -> str:
+    """Named fractions as one column of percentages: "ops_per_sec 2.1%, p99_us 7.9%"
+    (a noise floor's CoV per metric); a name whose figure is not a number is left out."""
+    kept = {k: v for k, v in shares.items() if as_number(v) is not None}
+    cells = column(list(kept.values()), SHARE).cells
+    return ", ".join(f"{k} {c}" for k, c in zip(kept, cells, strict=True))
 
 
 def pair(base: Any, new: Any, metric: str) -> Column:

@@ -10,7 +10,7 @@ from typing import Any
 import optuna
 import sqlalchemy as sa
 
-from kvtune.documents import Ablation, Confirmation
+from kvtune.documents import Ablation, Confirmation, NoiseFloor
 from kvtune.errors import UserError
 from kvtune.knobs.domain import Domain
 from kvtune.metrics import Direction
@@ -45,7 +45,7 @@ class StudyData:
     spec: dict[str, Any] = field(default_factory=dict)
     host: dict[str, Any] = field(default_factory=dict)
     baseline: dict[str, Any] = field(default_factory=dict)
-    noise_floor: dict[str, Any] | None = None
+    noise_floor: NoiseFloor | None = None
     confirmation: Confirmation | None = None
     drift: list[dict[str, Any]] = field(default_factory=list)
     sweeps: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -154,7 +154,7 @@ def load(store: Store, name: str) -> StudyData:
         trials=trials, reps=store.repetitions(name), knobs=_knobs(study, trials), spec=spec,
         host=study.user_attrs.get("host", {}) or {},
         baseline=study.user_attrs.get("baseline", {}) or {},
-        noise_floor=store.last_result(name, "noise_floor"),
+        noise_floor=store.document(name, NoiseFloor),
         confirmation=store.document(name, Confirmation),
         drift=store.results(name, "drift"), storage=store.url,
         ablation=store.document(name, Ablation),

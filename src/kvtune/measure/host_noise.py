@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from kvtune import present
+from kvtune.documents import NoiseFloor
 from kvtune.store import Store
 
 BUSY = 0.2  # another process using this share of a CPU can change a verdict
@@ -126,15 +127,14 @@ def lines(facts: dict[str, Any] | None) -> list[str]:
     return out
 
 
-def render_html(noise_floor: dict[str, Any] | None, host: dict[str, Any] | None,
+def render_html(noise_floor: NoiseFloor | None, host: dict[str, Any] | None,
                 facts: dict[str, Any] | None = None) -> str:
     """The noise floor and the host facts beside it (a table); "" with neither."""
     rows = []
-    nf = noise_floor or {}
-    if nf.get("cov"):
-        covs = ", ".join(f"{k} {present.share(v, 1)}" for k, v in nf["cov"].items()
-                         if isinstance(v, int | float))
-        rows.append(f"<tr><td>noise floor (CoV of the baseline, {nf.get('n', '?')} "
+    nf = noise_floor
+    if nf is not None and nf.cov:
+        covs = present.named_shares(nf.cov)  # the metrics' CoVs, one column of shares
+        rows.append(f"<tr><td>noise floor (CoV of the baseline, {nf.n or '?'} "
                     f"repetitions)</td><td>{html.escape(covs)}</td><td></td></tr>")
     for c in (facts or {}).get("checks") or (checks(facts) if facts else []):
         cls = {"none": "", "noise": "", "verdict": "worse"}[c["risk"]]

@@ -510,13 +510,10 @@ def _reproduce(data: StudyData, cmp: dict[str, Any]) -> str:
     host = data.host or {}
     rows = "".join(f"<tr><td>{_e(k)}</td><td class=cfg>{_e(v)}</td></tr>"
                    for k, v in host.items() if k != "extra")
-    nf = data.noise_floor or {}
-    if nf.get("cov"):
-        covs = {k: v for k, v in nf["cov"].items() if present.as_number(v) is not None}
+    nf = data.noise_floor
+    if nf is not None and nf.cov:
         rows += ("<tr><td>noise floor (CoV of the baseline)</td><td class=cfg>"
-                 + _e(", ".join(f"{k} {c}" for k, c in zip(
-                     covs, column(list(covs.values()), SHARE).cells, strict=True)))
-                 + "</td></tr>")
+                 + _e(present.named_shares(nf.cov)) + "</td></tr>")
     fname = f"{data.name}.yaml"
     # The configuration measured again is the one the headline ships; with nothing to
     # ship, the one the before/after table shows, said for what it is.
