@@ -28,6 +28,7 @@ from kvtune.study.phases import (
     AblationPhase,
     BaselinePhase,
     ConfirmationPhase,
+    DriftPhase,
     HostProfilePhase,
     PhaseContext,
     SearchPhase,
@@ -126,6 +127,23 @@ def test_the_search_phase_says_what_it_measured_why_it_stopped_and_its_best(
     assert got.incumbent is not None and got.incumbent.value == best
     assert got.rejected == got.repaired == got.repeats == 0
     assert "search: 5 measured trials" in c.console.export_text()
+
+
+def test_the_drift_phase_measures_the_baseline_again_and_returns_its_record(
+        tmp_path: Path) -> None:
+    c = context(tmp_path, name="dr", drift=2)
+    study = study_of(c)
+    base = BaselinePhase(c).run(study).evaluation
+    got = DriftPhase(c).run(base, 3)
+    assert isinstance(got, documents.Drift) and got.after_trial == 3
+    assert len(got.values) == 5  # at least DRIFT_REPETITIONS
+    assert got.change is not None and got.change.n_baseline == len(base.values)
+    stored = c.store.documents(c.name, "drift")
+    assert len(stored) == 1 and stored[0].values == got.values
+    assert "re-measuring the baseline after trial 3" in c.console.export_text()
+    end = DriftPhase(c).run(base, None)
+    assert end is not None and end.after_trial is None
+    assert len(c.store.documents(c.name, "drift")) == 2
 
 
 def test_a_grid_search_stops_when_its_grid_is_measured(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ from kvtune.spec import StudySpec
 from kvtune.store import Store
 from kvtune.study import ablation
 from kvtune.study import confirm as confirmation
+from kvtune.study.confirm import Measure
 from kvtune.study.drift import DriftCheck
 from kvtune.study.noise import NoiseFloor, check_not_client_bound
 from kvtune.study.progress import progress
@@ -54,8 +55,6 @@ from kvtune.study.search import Search, search_counts, search_trials_done
 if TYPE_CHECKING:
     from kvtune.library.warm import WarmStart
     from kvtune.measure.hostprofile import HostProfile, Judgement
-
-Measure = Callable[[dict[str, Any]], tuple[str, str, dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -256,15 +255,17 @@ class SearchResult:
 
 class DriftPhase:
     """The baseline measured again after a search trial (None: at the end of the search)
-    and compared with its first measurement; stored as "drift"."""
+    and compared with its first measurement; stored as "drift". None when the measurement
+    failed."""
 
     def __init__(self, context: PhaseContext) -> None:
         self.context = context
 
-    def run(self, baseline: Evaluation, after_trial: int | None) -> dict[str, Any] | None:
+    def run(self, baseline: Evaluation, after_trial: int | None) -> documents.Drift | None:
         c = self.context
-        return DriftCheck(c.spec, c.evaluator, c.store, c.console).run(
+        rec = DriftCheck(c.spec, c.evaluator, c.store, c.console).run(
             c.space.baseline_config(), baseline, after_trial)
+        return None if rec is None else documents.build("drift", rec)
 
 
 class SearchPhase:
@@ -328,7 +329,7 @@ def measuring(context: PhaseContext, kind: str, phase: str) -> Measure:
     evaluator (stored as `kind`), said as the `phase`'s n-th measurement."""
     seen = 0
 
-    def measure(config: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    def measure(config: Config) -> tuple[str, str, dict[str, Any]]:
         nonlocal seen
         rep = context.evaluator.run_one(config, kind, None)
         seen += 1
