@@ -62,9 +62,10 @@ def _gain(conf: Confirmation, rec: Candidate) -> str:
     comp = rec.comparison
     if comp is None or comp.change is None:
         return conf.verdict or rec.label
+    # The change and its interval formatted together (present.with_interval).
+    point, span = present.with_interval(comp.change, comp.change_ci_low, comp.change_ci_high)
     return (f"{rec.name or 'the recommendation'} confirmed: {conf.metric or 'objective'} "
-            f"{present.pct(comp.change)} (95% CI {present.pct(comp.change_ci_low)} … "
-            f"{present.pct(comp.change_ci_high)}) against the baseline")
+            f"{point} (95% CI {span or present.MISSING}) against the baseline")
 
 
 def _operator_config(spec: dict[str, Any]) -> tuple[Path, str] | None:
