@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import subprocess
@@ -24,6 +25,17 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PKG = SRC / "kvtune"
+
+
+@functools.cache
+def _parse_source(source: str, name: str = "<unknown>") -> ast.Module:
+    """A module's syntax tree, parsed once for all the checks of this file (each walks
+    every module of src; none changes a tree)."""
+    return ast.parse(source, name)
+
+
+def _parse(path: Path) -> ast.Module:
+    return _parse_source(path.read_text(), str(path))
 
 
 def _module(path: Path) -> str:
@@ -66,7 +78,7 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
                     out.add(sub if sub in modules else base)
             visit(child)
 
-    visit(ast.parse(path.read_text(), str(path)))
+    visit(_parse(path))
     # A module imports its own package's __init__ implicitly; only what is named counts.
     return {m for m in out if m in modules and m != me}
 
@@ -201,7 +213,7 @@ def _docstrings(tree: ast.AST) -> set[int]:
 def _names_in_code(path: Path, pattern: re.Pattern[str]) -> list[tuple[int, str]]:
     """Where `path` names `pattern` in code: identifiers, attributes, imports and string
     literals; docstrings and comments are prose about the code, not code."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = _parse(path)
     docs = _docstrings(tree)
     found = []
     for node in ast.walk(tree):
@@ -258,7 +270,7 @@ def _host_paths(path: Path) -> list[tuple[int, str]]:
     """Where `path` spells a host path (/proc, /sys, /dev ...) in code: a string literal, or
     the literal start of an f-string; docstrings and messages for people (text with spaces)
     are not paths."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = _parse(path)
     docs = _docstrings(tree)
     found = []
     for node in ast.walk(tree):
@@ -297,7 +309,7 @@ def test_the_checker_sees_a_host_path_spelled(tmp_path: Path) -> None:
 
 
 def _imports_scipy_stats(path: Path) -> bool:
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(_parse(path)):
         if isinstance(node, ast.ImportFrom) and node.module and (
                 node.module.startswith("scipy.stats")
                 or (node.module == "scipy" and any(a.name == "stats" for a in node.names))):
@@ -358,7 +370,7 @@ def _adhoc_figures(path: Path) -> list[tuple[int, str]]:
     or thousands separators (`:,.0f`), which present.py owns (`pct`, `share`, `figure`,
     `number`: a real minus, one spelling of a change everywhere)."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(_parse(path)):
         if isinstance(node, ast.FormattedValue) and node.format_spec is not None:
             spec = "".join(v.value if isinstance(v, ast.Constant) else "{}"
                            for v in node.format_spec.values if isinstance(v, ast.Constant))
@@ -493,7 +505,7 @@ def _starts(source: str) -> list[str]:
                     found.append(f"line {line}: {mod}.{attr}")
             visit(child)
 
-    visit(ast.parse(source))
+    visit(_parse_source(source))
     return found
 
 
