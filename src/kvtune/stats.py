@@ -335,31 +335,44 @@ def log_welch_p(a: Sequence[float], b: Sequence[float]) -> float:
     """Two-sided Welch t test on the logarithms (relative changes; a metric's noise is
     multiplicative). A rank test cannot reach Holm's level with a confirmation's few
     rounds: 4 against 4 gives at best p = 0.029 before adjustment."""
-    from scipy import stats as sps
+    from scipy import special
 
     xa, xb = logs(a), logs(b)
     if len(xa) < 2 or len(xb) < 2:
         return 1.0
     if np.ptp(xa) == 0 and np.ptp(xb) == 0:
         return 0.0 if xa[0] != xb[0] else 1.0
-    p = float(sps.ttest_ind(xa, xb, equal_var=False).pvalue)
+    d, se, dof = _welch(xa, xb)
+    # scipy's ttest_ind(equal_var=False), without its wrapper (a tenth of the time): the
+    # two-sided tail of Student's t, as scipy.stats.t.sf computes it
+    p = float(2 * special.stdtr(dof, -abs(d / se))) if se > 0 else math.nan
     return 1.0 if math.isnan(p) else p
 
 
-def log_welch_ci(a: Sequence[float], b: Sequence[float], level: float) -> tuple[float, float]:
-    """Welch CI of mean(log a) − mean(log b) at confidence `level` (NaN when it cannot)."""
-    from scipy import stats as sps
-
-    xa, xb = logs(a), logs(b)
-    if len(xa) < 2 or len(xb) < 2:
-        return math.nan, math.nan
+def _welch(xa: np.ndarray, xb: np.ndarray) -> tuple[float, float, float]:
+    """Welch's difference of means, its standard error and its degrees of freedom
+    (Welch-Satterthwaite; NaN when the standard error is 0)."""
     va, vb = xa.var(ddof=1) / len(xa), xb.var(ddof=1) / len(xb)
     d = float(xa.mean() - xb.mean())
     se = math.sqrt(va + vb)
     if se == 0:
-        return d, d
+        return d, 0.0, math.nan
     dof = (va + vb) ** 2 / (va ** 2 / (len(xa) - 1) + vb ** 2 / (len(xb) - 1))
-    h = float(sps.t.ppf(0.5 + level / 2, dof)) * se
+    return d, se, float(dof)
+
+
+def log_welch_ci(a: Sequence[float], b: Sequence[float], level: float) -> tuple[float, float]:
+    """Welch CI of mean(log a) − mean(log b) at confidence `level` (NaN when it cannot)."""
+    from scipy import special
+
+    xa, xb = logs(a), logs(b)
+    if len(xa) < 2 or len(xb) < 2:
+        return math.nan, math.nan
+    d, se, dof = _welch(xa, xb)
+    if se == 0:
+        return d, d
+    # Student's t quantile as scipy.stats.t.ppf computes it, without its wrapper
+    h = float(special.stdtrit(dof, 0.5 + level / 2)) * se
     return d - h, d + h
 
 
