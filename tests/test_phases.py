@@ -284,3 +284,36 @@ def test_the_phases_never_read_the_run() -> None:
     assert "kvtune.study.run" not in imported and "kvtune.study.worker" not in imported
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     assert "StudyRun" not in names
+
+
+def test_a_fleet_worker_judges_relative_constraints_by_the_baseline_it_waited_for(
+        tmp_path: Path) -> None:
+    """Worker w0 claims and measures this host's baseline; w1, whose trials need it (a
+    constraint relative to the baseline), waits and takes it: w1's evaluator must then
+    judge the constraint against that baseline, as w0's does (an unresolved relative
+    constraint is never judged: every trial would be told feasible)."""
+    from kvtune.fleet.claims import Fleet
+    from kvtune.study.run import StudyRun
+    from kvtune.study.worker import FleetWorker
+
+    p = tmp_path / "rel.yaml"
+    p.write_text(STUDY.format(name="rel", trials=4, drift=0, sampler="random", knobs=KNOBS,
+                              objective="{metric: p99_us}")
+                 + "constraints: ['ops_per_sec >= 0.98 * baseline']\n")
+    run = StudyRun(load_study(p), Console(quiet=True), base_dir=tmp_path, worker="w1",
+                   strategy=FleetWorker)
+    run.fingerprint, run.fp_key = {"cpus": 1}, "fp-rel"
+    c = run.context()
+    assert [k.baseline for k in c.evaluator.policy.constraints] == [None]
+    other = Fleet(run.store.engine, "rel", "w0")  # alive, beating, holding the claim
+    other.register({"cpus": 1}, "fp-rel")
+    assert other.claim("baseline:fp-rel").won
+    study = study_of(c)
+    measured = BaselinePhase(c).run(study).evaluation  # what w0 measured and stored
+    c.evaluator.policy.constraints = list(c.spec.parsed_constraints)  # w1's, untouched
+    c.evaluator.noise_cov = None
+    got = run.strategy.baseline(c, study)
+    assert got is not None and got.value == measured.value
+    assert c.evaluator.noise_cov is not None  # the stored noise floor
+    bound = [k.baseline for k in c.evaluator.policy.constraints]
+    assert bound == [pytest.approx(measured.metrics["ops_per_sec"])]

@@ -257,6 +257,9 @@ class FleetWorker(Strategy):
 
     @staticmethod
     def _finished_baseline(context: PhaseContext, study: optuna.Study) -> Evaluation | None:
+        """This fingerprint's baseline as another worker measured it, and what it sets in
+        the evaluator, as for the worker that measured it: the noise floor's noise and the
+        constraints relative to the baseline (unresolved, they were never judged)."""
         c = context
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
             if t.user_attrs.get("kind") == "baseline" and \
@@ -264,7 +267,9 @@ class FleetWorker(Strategy):
                 nf = c.store.document(c.name, NoiseFloor, c.fingerprint)
                 if nf is not None:
                     c.evaluator.noise_cov = nf.cov.get(c.metric)
-                return evaluation_of(t, c.metric)
+                e = evaluation_of(t, c.metric)
+                resolve_constraints(c, e)
+                return e
         return None
 
     def wait_for_running(self, study: optuna.Study) -> None:
