@@ -222,9 +222,8 @@ class FleetWorker(Strategy):
         e = self._finished_baseline(context, study)
         if e is None and (now or not self.may_search_without_baseline(study)):
             e = self.obtain_baseline(context, study)
-        if e is not None:
+        if e is not None:  # its noise and relative constraints already set
             r.baseline_eval = e
-            resolve_constraints(context, e)
             if r.incumbent is None or not context.evaluator.better(r.incumbent.value,
                                                                    e.value):
                 r.incumbent = e
