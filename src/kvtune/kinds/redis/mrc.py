@@ -134,16 +134,32 @@ def simulate(req: Requests, maxmemory: int, policy: Policy = Policy(),
             else 0
         return max(0, counter[k] - periods)
 
-    def total() -> float:
-        return used + buckets(len(slots)) * bytes_scale * scale
+    # the dict's bucket bytes at the last key count asked (a write asks at the count of
+    # the one before, mostly)
+    held = [-1, 0.0]
+    getrandbits, samples = rng.getrandbits, policy.samples
 
     def evict(now: float) -> None:
+        # the hot path of a curve (every write asks): the bucket bytes looked up, an LRU
+        # score and the draw inline; the same draws and evictions as randrange, score()
+        # and buckets() give
         nonlocal evictions
-        while total() > room and slots:
+        lru_now = math.floor(now)
+        while slots:
             n = len(slots)
-            for _ in range(min(policy.samples, n)):
-                k = slots[rng.randrange(n)]
-                sc = score(k, now)
+            if held[0] != n:
+                held[0], held[1] = n, buckets(n) * bytes_scale * scale
+            if not used + held[1] > room:
+                return
+            bits = n.bit_length()
+            for _ in range(min(samples, n)):
+                # rng.randrange(n), inline: Random's own draw below n (getrandbits of n's
+                # bit length until below n), the same numbers without its two calls
+                r = getrandbits(bits)
+                while r >= n:
+                    r = getrandbits(bits)
+                k = slots[r]
+                sc = score(k, now) if lfu else lru_now - last[k]
                 if len(pool) >= POOL and sc <= pool[0][0]:
                     continue
                 j = 0
