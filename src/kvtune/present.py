@@ -72,6 +72,7 @@ _SIZES = (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10), ("B", 1.0))
 _SIZE_OF = {"B": 1.0, "KiB": 2.0**10, "MiB": 2.0**20, "GiB": 2.0**30}
 # How many more decimals a column may take to tell its values apart.
 _MORE = 3
+_MOST_DECIMALS = 12
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,7 @@ def column(values: Sequence[Any], unit: str = PLAIN, *, decimals: int | None = N
         start = 0
     else:  # rates, counts that are medians, figures of no known unit
         start = _sig_decimals(largest)
+    start = min(start, _MOST_DECIMALS)  # a figure below 1e-12 of its unit reads as 0
     sign = kind == CHANGE if signed is None else signed
     scaled = [None if x is None else x * factor for x in nums]
 
