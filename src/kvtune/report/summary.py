@@ -93,10 +93,10 @@ def _render_hosts(data: dict[str, Any], console: Console) -> None:
     for h, base_s, best_s in zip(hosts, bases, bests, strict=True):
         base, best = h["baseline"], h["best"]
         conf: Confirmation | None = h["confirmation"]
-        vs = "-"
+        vs = MISSING
         if best is not None and best.get("change"):
-            vs = best["change"].get("text") or "-"
-        verdict = "-" if conf is None else conf.verdict
+            vs = best["change"].get("text") or MISSING
+        verdict = MISSING if conf is None else conf.verdict
         if conf is not None and conf.recommended is not None:
             verdict = f"trial {conf.recommended.trial}: {verdict}"
         t.add_row(h["fingerprint"], *(str(h["host"].get(f)) for f in varying),
@@ -192,7 +192,7 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
     base_cfg = (data.get("baseline") or {}).get("config") or {}
     for i, tr in enumerate(data["trials"]):
         cfg = " ".join(f"{k.split('.', 1)[-1]}={_f(v)}" for k, v in tr["config"].items()
-                       if tr.get("kind") == "baseline" or base_cfg.get(k) != v) or "-"
+                       if tr.get("kind") == "baseline" or base_cfg.get(k) != v) or MISSING
         state = tr["state"] if tr["state"] != "FAIL" else f"FAIL: {tr['failed']}"
         if tr["state"] == "COMPLETE" and not tr["feasible"]:
             state = "infeasible"
