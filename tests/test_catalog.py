@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.servers import start_redis
+from support.servers import running
 
 from kvtune.host.cgroup import ServerCgroup
 from kvtune.host.journal import Journal
@@ -291,8 +291,8 @@ def test_every_directive_and_its_live_flag(kind: str, tmp_path: Path,
     avail = [k for k in knobs if k.name not in missing]
     # The catalog's defaults are the server's: read them from one started without them
     # (save is kvtune's benchmark setting, said in the export's SERVER_DEFAULTS).
-    proc, port = start_redis(binary, [], tmp_path)
-    try:
+    with running(kind, cwd=tmp_path, binary=binary) as server:
+        port = server.port
         for k in avail:
             d = k.applier.directive  # type: ignore[attr-defined]
             if d == "save":
@@ -302,16 +302,13 @@ def test_every_directive_and_its_live_flag(kind: str, tmp_path: Path,
             want = k.applier.format(k.default)  # type: ignore[arg-type]
             assert value == want.removesuffix("mb") or (
                 want.endswith("mb") and value == str(int(want[:-2]) << 20)), (d, value, want)
-    finally:
-        proc.terminate()
-        proc.wait(10)
     launch = Launch()
     env = ApplyEnv(None, launch, ctx())
     for k in avail:
         k.applier.apply(k.default, env)  # type: ignore[arg-type]
     extra = [w for d, v in launch.options.items() for w in (f"--{d}", v)]
-    proc, port = start_redis(binary, extra, tmp_path)
-    try:
+    with running(kind, extra, cwd=tmp_path, binary=binary) as server:
+        port = server.port
         for k in avail:
             d = k.applier.directive  # type: ignore[attr-defined]
             got = redis_call(port, "CONFIG", "GET", d)
@@ -321,9 +318,6 @@ def test_every_directive_and_its_live_flag(kind: str, tmp_path: Path,
                 assert answer.startswith("-") and "immutable" in answer, (d, answer)
             else:
                 assert answer.startswith("+OK"), (d, answer)
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 # -- rules and presets --------------------------------------------------------------------

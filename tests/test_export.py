@@ -23,12 +23,12 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.servers import mc_settings, served
+from support.servers import Server, mc_settings, running
 from support.studies import (
     HOST_NOW,
     MC_BASE,
@@ -50,7 +50,6 @@ from kvtune.knobs import catalog
 from kvtune.knobs.appliers.base import HostContext
 from kvtune.store import Store
 from kvtune.targets import host_context
-from kvtune.targets.base import free_port
 
 # Each export is checked by its real consumer (sysctl, TuneD, systemd-analyze, memcached,
 # redis-server), and export itself asks tuned-adm which profile the host runs.
@@ -350,23 +349,24 @@ def wrapper_memcached(conf: Path, tmp: Path) -> Iterator[dict[str, str]]:
     loopback port (the conf's -p and -P lines replaced, everything else as exported)."""
     if not WRAPPER.exists():
         pytest.fail(f"{WRAPPER} missing: run `make setup` (memcached package)")
-    port = free_port()
     lines = []
     for ln in conf.read_text().splitlines():
         if re.match(r"\s*-[pP]\s", ln):
             continue
         lines.append(re.sub(r"^-l .*", "-l 127.0.0.1", ln))
-    test_conf = tmp / f"wrapper-{port}.conf"
-    test_conf.write_text("\n".join(lines) + f"\n-p {port}\n-U 0\n")
-    with served([str(WRAPPER), str(test_conf)], port, tmp):
-        yield mc_settings(port)
+
+    def command(port: int) -> list[str]:
+        test_conf = tmp / f"wrapper-{port}.conf"
+        test_conf.write_text("\n".join(lines) + f"\n-p {port}\n-U 0\n")
+        return [str(WRAPPER), str(test_conf)]
+
+    with running("memcached", cwd=tmp, command=command) as server:
+        yield mc_settings(server.port)
 
 
 def plain_memcached(binary: str, tmp: Path) -> dict[str, str]:
-    port = free_port()
-    with served([binary, "-p", str(port), "-l", "127.0.0.1", "-U", "0", "-u", "memcache"],
-                port, tmp):
-        return mc_settings(port)
+    with running("memcached", cwd=tmp, binary=binary) as server:
+        return mc_settings(server.port)
 
 
 def test_memcached_through_debians_wrapper(mc_export: Path, memcached_bin: str,
@@ -421,12 +421,15 @@ def redis_get(port: int, directive: str) -> str:
     return parts[4] if len(parts) > 4 else ""
 
 
-def redis_with(binary: str, tmp: Path, includes: list[Path]) -> tuple[list[str], int]:
-    port = free_port()
-    main_conf = tmp / f"redis-{port}.conf"
-    main_conf.write_text(f"port {port}\nbind 127.0.0.1\ndaemonize no\nlogfile \"\"\ndir {tmp}\n"
-                         + "".join(f"include {i}\n" for i in includes))
-    return [binary, str(main_conf)], port
+def redis_with(binary: str, tmp: Path, includes: list[Path]) -> AbstractContextManager[Server]:
+    """redis-server started from a main file of its own that includes `includes`."""
+    def command(port: int) -> list[str]:
+        main_conf = tmp / f"redis-{port}.conf"
+        main_conf.write_text(f"port {port}\nbind 127.0.0.1\ndaemonize no\nlogfile \"\"\n"
+                             f"dir {tmp}\n" + "".join(f"include {i}\n" for i in includes))
+        return [binary, str(main_conf)]
+
+    return running("redis", cwd=tmp, binary=binary, command=command)
 
 
 def test_redis_include_and_rollback(in_tmp: Path, redis_bin: str) -> None:
@@ -443,23 +446,23 @@ def test_redis_include_and_rollback(in_tmp: Path, redis_bin: str) -> None:
               "maxmemory-policy": "allkeys-lru", "lazyfree-lazy-eviction": "yes",
               "save": "900 1 300 10", "jemalloc-bg-thread": "no", "disable-thp": "no",
               "maxclients": "2000"}
-    argv, port = redis_with(redis_bin, in_tmp, [inc])
-    with served(argv, port, in_tmp):
+    with redis_with(redis_bin, in_tmp, [inc]) as server:
         for d, v in expect.items():
-            assert redis_get(port, d) == v, (d, v)
+            assert redis_get(server.port, d) == v, (d, v)
     # The rollback, included after the recommendation, gives Redis's built-in defaults
     # (a redis-server started without any file), snapshots included.
     rb = back.read_text()
     assert "save 3600 1 300 100 60 10000" in rb
-    port0 = free_port()
-    with served([redis_bin, "--port", str(port0), "--bind", "127.0.0.1"], port0, in_tmp):
-        defaults = {d: redis_get(port0, d) for d in expect}
+    # (no --save: the built-in snapshots are among the defaults compared)
+    with running("redis", cwd=in_tmp, binary=redis_bin,
+                 command=lambda port: [redis_bin, "--port", str(port), "--bind",
+                                       "127.0.0.1"]) as server:
+        defaults = {d: redis_get(server.port, d) for d in expect}
     # maxclients (target.args) has no default kvtune knows: the rollback says so.
     assert re.search(r"^# not here .*: maxclients$", rb, re.M)
     defaults.pop("maxclients")
-    argv, port = redis_with(redis_bin, in_tmp, [inc, back])
-    with served(argv, port, in_tmp):
-        assert {d: redis_get(port, d) for d in defaults} == defaults
+    with redis_with(redis_bin, in_tmp, [inc, back]) as server:
+        assert {d: redis_get(server.port, d) for d in defaults} == defaults
 
 
 def test_redis_rollback_from_the_hosts_file(in_tmp: Path, redis_bin: str) -> None:
@@ -471,8 +474,8 @@ def test_redis_rollback_from_the_hosts_file(in_tmp: Path, redis_bin: str) -> Non
     # it (without the include line) undoes the export.
     back = in_tmp / "out/rollback/redis/redis.conf"
     assert back.read_bytes() == prev.read_bytes()
-    argv, port = redis_with(redis_bin, in_tmp, [back])
-    with served(argv, port, in_tmp):
+    with redis_with(redis_bin, in_tmp, [back]) as server:
+        port = server.port
         assert redis_get(port, "hz") == "20"
         assert redis_get(port, "save") == "900 1 300 10"
         assert redis_get(port, "maxmemory-policy") == "volatile-lru"

@@ -7,15 +7,14 @@ the buckets (the per-request sizes, dominated by the hot keys) it does not."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from support.cli import cli
+from support.servers import mc_stats, running
 
 from kvtune.safety.workload import value_problem
 from kvtune.workload.model import ModelBuilder, extend_key_buckets, parse_weighted
@@ -81,45 +80,15 @@ def test_bad_key_buckets_are_refused_before_kvload(bad: Any) -> None:
     assert value_problem("key_buckets", bad) is not None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _stats(port: int) -> dict[str, str]:
-    with socket.create_connection(("127.0.0.1", port), timeout=3) as s:
-        s.sendall(b"stats\r\n")
-        buf = b""
-        while not buf.endswith(b"END\r\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    return {p[1]: p[2] for p in (ln.split() for ln in buf.decode().splitlines())
-            if len(p) == 3}
-
-
 def _stored(memcached: str, kvload: str, args: list[str]) -> float:
     """The mean stored item (bytes / items) of a fresh memcached after kvload `args`."""
-    port = _free_port()
-    srv = subprocess.Popen([memcached, "-p", str(port), "-l", "127.0.0.1", "-U", "0",
-                            "-m", "512", "-u", "nobody"])
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+    with running("memcached", ["-m", "512"], binary=memcached, user="nobody") as srv:
+        port = srv.port
         r = subprocess.run([kvload, "--server", f"127.0.0.1:{port}", "-q", *args],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
-        s = _stats(port)
+        s = mc_stats(port)
         return int(s["bytes"]) / int(s["curr_items"])
-    finally:
-        srv.terminate()
-        srv.wait()
 
 
 def test_a_replay_stores_the_traces_bytes_per_key(tmp_path: Path, memcached_bin: str,

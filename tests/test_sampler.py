@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
-from kvtune.targets.base import free_port
+from support.servers import running
+
 from kvtune.telemetry.sampler import ServerSampler, align, cost_summary, phase_at, phase_table
 
 
@@ -55,28 +55,11 @@ def test_align_and_phase_table_take_the_last_sample_of_each_phase() -> None:
     assert cost_summary(rec)["n"] == 5
 
 
-def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
-    import socket
-
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            assert proc.poll() is None
-            time.sleep(0.02)
-    raise AssertionError("memcached did not start")
-
-
 def test_real_memcached_phases_sampled_each_second(memcached_bin: str, kvload_bin: str,
                                                    tmp_path: Path) -> None:
-    port = free_port()
-    mc = subprocess.Popen([memcached_bin, "-l", "127.0.0.1", "-p", str(port), "-U", "0",
-                           "-m", "64", "-t", "1", "-u", "root"], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
-    try:
-        _wait_port(port, mc)
+    with running("memcached", ["-m", "64", "-t", "1"], binary=memcached_bin,
+                 user="root") as mc:
+        port = mc.port
         wl = tmp_path / "phases.json"
         wl.write_text(json.dumps({
             "keys": 200000, "mix": "set:1", "connections": 2, "warmup": "0s",
@@ -90,9 +73,6 @@ def test_real_memcached_phases_sampled_each_second(memcached_bin: str, kvload_bi
                         "--json", str(out), "--quiet", "--cpus", "1"], check=True, timeout=60)
         doc = json.loads(out.read_text())
         rec = sampler.stop(doc)
-    finally:
-        mc.terminate()
-        mc.wait(timeout=5)
     assert not rec["errors"], rec["errors"]
     assert doc["schema"].startswith("kvload/1.") and "timeline" in doc
     assert [p["start_s"] for p in rec["phases"]] == [0.0, 2.0]

@@ -8,15 +8,15 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
+from support.fake_knobs import FAKE, FAKE_KNOB, FakeDebugfsKnob
+from support.servers import start, stop
 
 from kvtune import roots
 from kvtune.host import debugfs
@@ -26,34 +26,19 @@ from kvtune.host.context import on_host
 from kvtune.host.facts import collect, parse_kernel_version
 from kvtune.host.journal import Journal
 from kvtune.knobs import catalog
-from kvtune.knobs.appliers.base import ApplyEnv, Availability, HostContext, Launch
+from kvtune.knobs.appliers.base import ApplyEnv, HostContext, Launch
 from kvtune.knobs.appliers.hostfile import HostFile, Location
-from kvtune.knobs.domain import Domain, Value
-from kvtune.knobs.knob import Knob
 from kvtune.knobs.resolve import resolve_knobs
 from kvtune.measure.session import Session
 from kvtune.study.loader import parse_study
-from kvtune.targets.base import free_port
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="nice < 0 and mounts need root")
 
 
 def _start(memcached_bin: str, s: hsched.ServerSched) -> subprocess.Popen[bytes]:
-    port = free_port()
-    argv = [memcached_bin, "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-t", "4",
-            "-u", "root"]
-    proc = subprocess.Popen(hsched.wrap_argv(s, argv), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc
-        except OSError:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            time.sleep(0.02)
-    proc.kill()
-    raise AssertionError("memcached did not start under the shim")
+    """memcached started through kvtune's scheduling shim (which execs it)."""
+    return start("memcached", ["-t", "4"], binary=memcached_bin, user="root",
+                 wrap=lambda argv: hsched.wrap_argv(s, argv)).proc
 
 
 def _proc_sched(pid: int) -> list[dict[str, int]]:
@@ -68,11 +53,6 @@ def _proc_sched(pid: int) -> list[dict[str, int]]:
                 row[key] = int(m.group(1))
         out.append(row)
     return out
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    proc.wait(timeout=5)
 
 
 SLICE_OK = parse_kernel_version(os.uname().release) >= hsched.SLICE_KERNEL
@@ -96,7 +76,7 @@ def test_shim_applies_policy_nice_slice_to_every_thread(memcached_bin: str) -> N
             assert {t.runtime_ns for t in threads.values()} == {3_000_000}
             assert {r["se.slice"] for r in rows} == {3_000_000}
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 def test_verify_names_each_mismatch(memcached_bin: str) -> None:
@@ -108,7 +88,7 @@ def test_verify_names_each_mismatch(memcached_bin: str) -> None:
         assert any("policy batch, not other" in p for p in problems)
         assert any("nice 3, not 0" in p for p in problems)
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 @pytest.mark.skipif(not SLICE_OK, reason="per-task slice needs Linux >= 6.12")
@@ -120,7 +100,7 @@ def test_slice_is_clamped_and_verified_against_the_clamp(memcached_bin: str) -> 
         assert hsched.verify(proc.pid, want) == []
         assert hsched.verify(proc.pid, hsched.ServerSched(None, None, 200_000)) != []
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 def test_appliers_fill_the_launch_and_catalog_has_the_knobs() -> None:
@@ -236,30 +216,7 @@ def test_debugfs_mount_is_journaled_and_undone_on_restore(tmp_path: Path,
 # says it is (its availability is faked) and writes nothing; what is tested is the study's
 # mount around it, through the real Session / journal / CLI.
 
-FAKE = "test.debugfs_fake"
-
-
-class FakeDebugfsKnob(HostFile):
-    """A host file under /sys/kernel/debug/sched that says it is available and records
-    the values it is given instead of writing them."""
-
-    applied: ClassVar[list[Value]] = []
-
-    def check(self, ctx: HostContext) -> Availability:
-        return Availability(True, current=1)
-
-    def current(self, ctx: HostContext) -> Value | None:
-        return 1
-
-    def apply(self, value: Value, env: ApplyEnv) -> None:
-        assert env.journal is not None and debugfs.debugfs_mounted(), \
-            "a debugfs knob was applied before debugfs was mounted"
-        FakeDebugfsKnob.applied.append(value)
-
-
-FAKE_KNOB = Knob(FAKE, Domain("int", 0, 1),
-                 FakeDebugfsKnob([Location(f"{roots.DEBUGFS}/sched/kvtune_fake")]),
-                 None, "a fake debugfs knob (tests)")
+# (the knob: tests/support/fake_knobs.py)
 
 STUDY = """\
 study: {name}
@@ -275,7 +232,7 @@ objective: {{metric: ops_per_sec}}
 SWEEP_SCRIPT = """\
 import sys
 sys.path.insert(0, {tests!r})
-from test_sched import FAKE_KNOB
+from support.fake_knobs import FAKE_KNOB
 from kvtune.knobs import catalog
 from kvtune.cli import main
 from kvtune.study.loader import parse_study

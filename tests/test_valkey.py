@@ -9,11 +9,12 @@ import json
 import re
 import subprocess
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
 from support.cli import kvtune, show
-from support.servers import served, wait_port
+from support.servers import Server, running
 from support.studies import make_study, study_file
 
 from kvtune.export import recommendation, write
@@ -22,7 +23,6 @@ from kvtune.knobs.appliers.base import Launch
 from kvtune.spec import TargetSpec
 from kvtune.store import Store
 from kvtune.targets import make_target
-from kvtune.targets.base import free_port
 from kvtune.telemetry import server_digest
 
 VALKEY_BASE = {"valkey.io_threads": 1, "valkey.hz": 10, "valkey.maxmemory_mb": 0,
@@ -98,19 +98,20 @@ def test_valkey_include_and_rollback(in_tmp: Path, valkey_bin: str) -> None:
               "maxmemory-policy": "allkeys-lru", "lazyfree-lazy-eviction": "no",
               "prefetch-batch-max-size": "32"}
 
-    def with_includes(includes: list[Path]) -> tuple[list[str], int]:
-        port = free_port()
-        conf = in_tmp / f"valkey-{port}.conf"
-        conf.write_text(f"port {port}\nbind 127.0.0.1\ndaemonize no\nlogfile \"\"\n"
-                        f"dir {in_tmp}\nsave \"\"\n" + "".join(f"include {i}\n" for i in includes))
-        return [valkey_bin, str(conf)], port
+    def with_includes(includes: list[Path]) -> AbstractContextManager[Server]:
+        def command(port: int) -> list[str]:
+            conf = in_tmp / f"valkey-{port}.conf"
+            conf.write_text(f"port {port}\nbind 127.0.0.1\ndaemonize no\nlogfile \"\"\n"
+                            f"dir {in_tmp}\nsave \"\"\n"
+                            + "".join(f"include {i}\n" for i in includes))
+            return [valkey_bin, str(conf)]
 
-    argv, port = with_includes([inc])
-    with served(argv, port, in_tmp):
-        assert {d: valkey_get(port, d) for d in expect} == expect
-    argv, port = with_includes([inc, back])
-    with served(argv, port, in_tmp):
-        got = {d: valkey_get(port, d) for d in expect}
+        return running("valkey", cwd=in_tmp, binary=valkey_bin, command=command)
+
+    with with_includes([inc]) as server:
+        assert {d: valkey_get(server.port, d) for d in expect} == expect
+    with with_includes([inc, back]) as server:
+        got = {d: valkey_get(server.port, d) for d in expect}
     assert got == {"io-threads": "1", "hz": "10", "maxmemory": "0",
                    "maxmemory-policy": "noeviction", "lazyfree-lazy-eviction": "yes",
                    "prefetch-batch-max-size": "16"}
@@ -135,11 +136,8 @@ def test_valkey_conf_as_target_config(tmp_path: Path, valkey_bin: str) -> None:
 
 
 def test_capture_of_valkey(tmp_path: Path, valkey_bin: str, kvload_bin: str) -> None:
-    port = free_port()
-    srv = subprocess.Popen([valkey_bin, "--port", str(port), "--bind", "127.0.0.1", "--save",
-                            "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
-    try:
-        wait_port(port, srv)
+    with running("valkey", cwd=tmp_path, binary=valkey_bin) as server:
+        port = server.port
         load = subprocess.Popen([kvload_bin, "--server", f"127.0.0.1:{port}", "--protocol",
                                  "resp", "--rate", "2000", "--duration", "5s", "--warmup",
                                  "1s", "--keys", "1000", "--mix", "get:8,set:2",
@@ -156,9 +154,6 @@ def test_capture_of_valkey(tmp_path: Path, valkey_bin: str, kvload_bin: str) -> 
         r = kvtune("workload", "capture", f"valkey://127.0.0.1:{port}", "--duration", "2m",
                    "-o", str(tmp_path / "long.json"), cwd=tmp_path)
         assert r.returncode == 2 and "MONITOR costs Valkey" in r.stderr, r.stderr
-    finally:
-        srv.terminate()
-        srv.wait()
 
 
 @pytest.mark.integration  # runs kvtune check as a process

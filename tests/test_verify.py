@@ -4,22 +4,16 @@ memcached started with and without the recommended flags and pinning."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.servers import Server, start, stop
 from support.studies import HOST_NOW, make_study
 
 from kvtune.cli import main
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _verify(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
@@ -31,29 +25,19 @@ def _verify(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
 
 @pytest.fixture
 def start_memcached(memcached_bin: str) -> Iterator:
-    procs: list[subprocess.Popen[bytes]] = []
+    """Starts memcached (as nobody, pinned to `cpus` when given) through tests/support:
+    (pid, port) of each, all stopped after the test."""
+    servers: list[Server] = []
 
-    def start(*args: str, cpus: str | None = None) -> tuple[int, int]:
-        port = _port()
-        argv = [memcached_bin, "-u", "nobody", "-l", "127.0.0.1", "-p", str(port), "-U", "0",
-                *args]
-        if cpus is not None:
-            argv = ["taskset", "-c", cpus, *argv]
-        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        procs.append(p)
-        t0 = time.time()
-        while time.time() - t0 < 10:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                return p.pid, port
-            except OSError:
-                time.sleep(0.05)
-        raise AssertionError("memcached did not start")
+    def start_one(*args: str, cpus: str | None = None) -> tuple[int, int]:
+        server = start("memcached", list(args), binary=memcached_bin, user="nobody",
+                       cpus=cpus)
+        servers.append(server)
+        return server.pid, server.port
 
-    yield start
-    for p in procs:
-        p.kill()
-        p.wait()
+    yield start_one
+    for server in servers:
+        stop(server.proc)
 
 
 SWAP_OTHER = 10 if HOST_NOW["vm.swappiness"] != 10 else 20

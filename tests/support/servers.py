@@ -13,10 +13,11 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 KVLOAD = REPO / "kvload" / "target" / "release" / "kvload"
 
 __all__ = ["KVLOAD", "REPO", "Server", "free_port", "mc_settings", "mc_stats", "redis_call",
-           "redis_info", "running", "served", "start_memcached", "start_redis", "wait_port"]
+           "redis_info", "require", "running", "start", "stop", "wait_port"]
 
 
 def require(binary: str) -> str:
@@ -71,75 +72,88 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.stderr.close()
 
 
-@contextmanager
-def served(argv: list[str], port: int, cwd: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """Any server started from `argv` that listens on loopback `port`, stopped afterwards."""
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
-    try:
-        wait_port(port, proc)
-        yield proc
-    finally:
-        stop(proc)
-
-
 @dataclass
 class Server:
     kind: str  # memcached, redis or valkey
     port: int
     proc: subprocess.Popen[bytes]
+    argv: list[str]  # the command as started (a test that checks what the server ran reads it)
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
 
-def _argv(kind: str, binary: str, port: int, args: list[str], cwd: Path) -> list[str]:
-    if kind == "memcached":
-        return [binary, "-p", str(port), "-l", "127.0.0.1", "-U", "0", "-u", "memcache", *args]
+BINARIES = {"memcached": "memcached", "redis": "redis-server", "valkey": "valkey-server"}
+
+
+def _argv(kind: str, binary: str, port: int, args: list[str], cwd: Path, user: str) -> list[str]:
+    if kind == "memcached":  # -u: the account a root-started memcached drops to
+        return [binary, "-p", str(port), "-l", "127.0.0.1", "-U", "0", "-u", user, *args]
     return [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
             "no", "--daemonize", "no", "--logfile", "", "--dir", str(cwd), *args]
 
 
 def start(kind: str, args: list[str] | None = None, cwd: Path | None = None,
-          binary: str | None = None) -> Server:
-    """A server of `kind` with extra `args` on a free loopback port, listening when returned.
-    The caller stops it (`stop(server.proc)`), or uses `running`."""
-    binary = binary or require({"memcached": "memcached", "redis": "redis-server",
-                                "valkey": "valkey-server"}[kind])
+          binary: str | None = None, *, user: str = "memcache",
+          command: Callable[[int], list[str]] | None = None, port: int | None = None,
+          cpus: str | None = None, wrap: Callable[[list[str]], list[str]] | None = None,
+          log: Path | None = None, run_as: str | None = None) -> Server:
+    """A server of `kind` on a free loopback port, listening when returned; the caller stops
+    it (`stop(server.proc)`), or uses `running`.
+
+    By default the test's own command line: `binary` (the installed one unless given) with
+    the loopback port, no persistence, and `args` after them. The rest is for a test that
+    starts the server as something else would:
+    - `command(port)`: the whole command for a port, for a server started from its own
+      configuration (a file naming the port, Debian's wrapper, a packaged unit's options);
+    - `port`: this port, not a free one (a server restarted where its file says);
+    - `cpus`: pinned (`taskset -c cpus`, which execs: the PID is the server's);
+    - `wrap(argv)`: started through a launcher that execs it (kvtune's scheduling shim);
+    - `log`: its output (stdout and stderr) appended to this file, as its logfile;
+    - `run_as`: as this account (user and group), not root."""
+    binary = binary or require(BINARIES[kind])
     cwd = cwd or Path("/tmp")
-    for _ in range(5):  # another process may take the port between the probe and the bind
-        port = free_port()
-        proc = subprocess.Popen(_argv(kind, binary, port, args or [], cwd),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
+    tries = 1 if port is not None else 5
+    for _ in range(tries):  # another process may take the port between the probe and the bind
+        p = port if port is not None else free_port()
+        argv = command(p) if command else _argv(kind, binary, p, args or [], cwd, user)
+        launched = argv
+        if wrap is not None:
+            launched = wrap(launched)
+        if cpus is not None:
+            launched = ["taskset", "-c", cpus, *launched]
+        extra: dict[str, object] = {}
+        if run_as is not None:
+            extra = {"user": run_as, "group": run_as, "extra_groups": []}
+        out = log.open("ab") if log is not None else None
         try:
-            wait_port(port, proc)
-            return Server(kind, port, proc)
-        except AssertionError:
+            proc = subprocess.Popen(launched, cwd=cwd, stdout=out or subprocess.DEVNULL,
+                                    stderr=subprocess.STDOUT if out else subprocess.PIPE,
+                                    **extra)  # type: ignore[call-overload]
+        finally:
+            if out is not None:
+                out.close()
+        try:
+            wait_port(p, proc)
+            return Server(kind, p, proc, launched)
+        except AssertionError as e:  # its message carries the server's stderr
             stop(proc)
-            if b"in use" not in (proc.stderr.read() if proc.stderr and not
-                                 proc.stderr.closed else b""):
+            said = str(e) + (log.read_text(errors="replace")[-4000:] if log else "")
+            if "in use" not in said or tries == 1:
                 raise
-    raise AssertionError(f"{kind}: no free port after 5 tries")
+    raise AssertionError(f"{kind}: no free port after {tries} tries")
 
 
 @contextmanager
 def running(kind: str, args: list[str] | None = None, cwd: Path | None = None,
-            binary: str | None = None) -> Iterator[Server]:
-    server = start(kind, args, cwd, binary)
+            binary: str | None = None, **how: Any) -> Iterator[Server]:
+    """`start(kind, args, cwd, binary, **how)`, stopped afterwards."""
+    server = start(kind, args, cwd, binary, **how)
     try:
         yield server
     finally:
         stop(server.proc)
-
-
-def start_memcached(binary: str, args: list[str], cwd: Path) -> Server:
-    return start("memcached", args, cwd, binary)
-
-
-def start_redis(binary: str, extra: list[str], cwd: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """redis-server or valkey-server (the same options) with `extra`: (process, port)."""
-    s = start("redis", extra, cwd, binary)
-    return s.proc, s.port
 
 
 # -- clients -------------------------------------------------------------------------------
