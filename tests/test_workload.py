@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support.cli import cli
+from support.servers import free_port, running
 
 from kvtune.workload.model import fit_popularity, parse_weighted, weighted_list
 
@@ -26,22 +27,6 @@ CORPUS = REPO / "tests" / "bad-inputs" / "traces"
 def kvtune(*args: str, cwd: Path | None = None,
            timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return cli(*args, cwd=cwd)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int) -> None:
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"nothing listens on {port}")
 
 
 # ---- the fit against known truth -------------------------------------------------------
@@ -208,11 +193,8 @@ def test_bad_capture_targets(tmp_path: Path, redis_bin: str) -> None:
         assert r.returncode == code and says in r.stderr, (url, r.stderr)
         assert "Traceback" not in r.stderr and not out.exists()
     # A Redis named memcached:// refuses `watch`: exit 3 with the reason, nothing written.
-    port = free_port()
-    p = subprocess.Popen([redis_bin, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                          "--appendonly", "no"], stdout=subprocess.DEVNULL)
-    try:
-        wait_port(port)
+    with running("redis", binary=redis_bin, cwd=tmp_path) as server:
+        port = server.port
         r = kvtune("workload", "capture", f"memcached://127.0.0.1:{port}", "-o", str(out),
                    "--duration", "1s")
         assert r.returncode == 3 and "memcached" in r.stderr, r.stderr
@@ -220,9 +202,6 @@ def test_bad_capture_targets(tmp_path: Path, redis_bin: str) -> None:
         r = kvtune("workload", "capture", f"redis://127.0.0.1:{port}", "-o",
                    str(tmp_path / "missing" / "m.json"))
         assert r.returncode == 2 and "does not exist" in r.stderr
-    finally:
-        p.terminate()
-        p.wait()
 
 
 # ---- live capture of known traffic, and its replay -------------------------------------
@@ -233,11 +212,9 @@ def _mix(doc: dict) -> dict[str, float]:
 
 def test_capture_of_memcached_recovers_the_known_workload_and_replays(
         tmp_path: Path, memcached_bin: str, kvload_bin: str) -> None:
-    port = free_port()
-    srv = subprocess.Popen([memcached_bin, "-p", str(port), "-l", "127.0.0.1", "-U", "0",
-                            "-t", "2", "-m", "256"] + (["-u", "nobody"] if _root() else []))
-    try:
-        wait_port(port)
+    with running("memcached", ["-t", "2", "-m", "256"], binary=memcached_bin,
+                 user="nobody") as server:
+        port = server.port
         load = subprocess.Popen([kvload_bin, "--server", f"127.0.0.1:{port}", "--rate",
                                  "8000", "--duration", "9s", "--warmup", "1s", "--keys",
                                  "5000", "--popularity", "zipf:0.99", "--mix", "get:9,set:1",
@@ -267,15 +244,9 @@ def test_capture_of_memcached_recovers_the_known_workload_and_replays(
         assert "increase_pct" in doc["about"]["captured"]["capture_cost"]
         d = kvtune("workload", "describe", str(out), "--html", str(tmp_path / "w.html"))
         assert d.returncode == 0 and "zipf" in d.stdout and (tmp_path / "w.html").exists()
-    finally:
-        srv.terminate()
-        srv.wait()
     # kvload replays the model on a fresh server, at twice its rate.
-    port = free_port()
-    srv = subprocess.Popen([memcached_bin, "-p", str(port), "-l", "127.0.0.1", "-U", "0"]
-                           + (["-u", "nobody"] if _root() else []))
-    try:
-        wait_port(port)
+    with running("memcached", binary=memcached_bin, user="nobody") as server:
+        port = server.port
         rep = tmp_path / "replay.json"
         subprocess.run([kvload_bin, "--server", f"127.0.0.1:{port}", "--workload", str(out),
                         "--duration", "2s", "--warmup", "0.5s", "--rate-scale", "2", "-q",
@@ -283,24 +254,12 @@ def test_capture_of_memcached_recovers_the_known_workload_and_replays(
         res = json.loads(rep.read_text())
         assert res["achieved_rate"] == pytest.approx(2 * doc["rate"], rel=0.05)
         assert res["config"]["ttl"] == doc["ttl"]
-    finally:
-        srv.terminate()
-        srv.wait()
-
-
-def _root() -> bool:
-    import os
-
-    return os.geteuid() == 0
 
 
 def test_capture_of_redis_by_monitor_and_by_sampling(tmp_path: Path, redis_bin: str,
                                                     kvload_bin: str) -> None:
-    port = free_port()
-    srv = subprocess.Popen([redis_bin, "--port", str(port), "--bind", "127.0.0.1", "--save",
-                            "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
-    try:
-        wait_port(port)
+    with running("redis", binary=redis_bin, cwd=tmp_path) as server:
+        port = server.port
         load = subprocess.Popen([kvload_bin, "--server", f"127.0.0.1:{port}", "--protocol",
                                  "resp", "--rate", "3000", "--duration", "8s", "--warmup",
                                  "1s", "--keys", "2000", "--popularity", "zipf:0.9", "--mix",
@@ -334,9 +293,6 @@ def test_capture_of_redis_by_monitor_and_by_sampling(tmp_path: Path, redis_bin: 
         r = kvtune("workload", "capture", f"redis://127.0.0.1:{port}", "--duration", "2m",
                    "-o", str(tmp_path / "long.json"))
         assert r.returncode == 2 and "60" in r.stderr
-    finally:
-        srv.terminate()
-        srv.wait()
 
 
 def test_replay_honours_ttls_and_tables_on_redis(tmp_path: Path, redis_bin: str,
@@ -346,11 +302,8 @@ def test_replay_honours_ttls_and_tables_on_redis(tmp_path: Path, redis_bin: str,
         "protocol": "resp", "rate": 2000, "mix": "get:1,set:1", "popularity":
         "table:10:0.5,990:0.5", "ttl": "list:0:1,900:1", "value_size": "64",
         "about": {"source": "test"}}))
-    port = free_port()
-    srv = subprocess.Popen([redis_bin, "--port", str(port), "--bind", "127.0.0.1", "--save",
-                            "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
-    try:
-        wait_port(port)
+    with running("redis", binary=redis_bin, cwd=tmp_path) as server:
+        port = server.port
         subprocess.run([kvload_bin, "--server", f"127.0.0.1:{port}", "--workload", str(model),
                         "--duration", "2s", "--warmup", "0.2s", "-q"], check=True, timeout=60)
         with socket.create_connection(("127.0.0.1", port)) as s:
@@ -362,9 +315,6 @@ def test_replay_honours_ttls_and_tables_on_redis(tmp_path: Path, redis_bin: str,
         keys, expires = int(m.group(1)), int(m.group(2))
         assert keys == 1000  # the table's keyspace, preloaded
         assert 0.2 < expires / keys < 0.8  # sets with a TTL on about half the keys touched
-    finally:
-        srv.terminate()
-        srv.wait()
 
 
 # ---- the normalized trace (--keep-trace) and its request-by-request replay --------------
@@ -392,11 +342,8 @@ def test_an_imported_trace_is_kept_and_replayed_request_by_request(
     assert {r[4] for r in sets} == {"100", "400"} and {r[5] for r in sets} == {"3600"}
     # Whole-second stamps, spread evenly over each second.
     assert [int(r[0]) for r in rows[:3]] == [0, 2000, 4000] and int(rows[-1][0]) == 7_998_000
-    port = free_port()
-    srv = subprocess.Popen([memcached_bin, "-p", str(port), "-l", "127.0.0.1", "-U", "0"]
-                           + (["-u", "nobody"] if _root() else []))
-    try:
-        wait_port(port)
+    with running("memcached", binary=memcached_bin, user="nobody") as server:
+        port = server.port
         rep = tmp_path / "replay.json"
         # At 4x: 8 s of trace in 2 s, the first 0.25 s as warm-up.
         r = subprocess.run([kvload_bin, "--server", f"127.0.0.1:{port}", "--trace", str(kept),
@@ -412,9 +359,6 @@ def test_an_imported_trace_is_kept_and_replayed_request_by_request(
         assert per_verb.get("set", 0) == sum(1 for r in after if r[1] == "s")
         assert per_verb["get"] == sum(1 for r in after if r[1] == "g"), res["requests"]
         assert res["hit_ratio"] == 1.0  # the keyspace was preloaded at the trace's sizes
-    finally:
-        srv.terminate()
-        srv.wait()
 
 
 def test_a_memcached_capture_says_the_deletes_its_stream_cannot_show(
@@ -422,11 +366,8 @@ def test_a_memcached_capture_says_the_deletes_its_stream_cannot_show(
     """memcached 1.6's watcher logs a delete as a fetch: the capture takes the deletes from
     the server's own counters into the model's mix and says so; with --mget-gap-us 0 no
     multi-get is invented."""
-    port = free_port()
-    srv = subprocess.Popen([memcached_bin, "-p", str(port), "-l", "127.0.0.1", "-U", "0"]
-                           + (["-u", "nobody"] if _root() else []))
-    try:
-        wait_port(port)
+    with running("memcached", binary=memcached_bin, user="nobody") as server:
+        port = server.port
         load = subprocess.Popen([kvload_bin, "--server", f"127.0.0.1:{port}", "--rate",
                                  "5000", "--duration", "6s", "--warmup", "0.5s", "--keys",
                                  "3000", "--mix", "get:7,set:2,delete:1", "--value-size",
@@ -446,18 +387,12 @@ def test_a_memcached_capture_says_the_deletes_its_stream_cannot_show(
         captured = doc["about"]["captured"]
         assert captured["server_counts"]["deletes"] > 0
         assert "shows no deletes" in r.stdout + r.stderr
-    finally:
-        srv.terminate()
-        srv.wait()
 
 
 def test_a_live_capture_keeps_its_trace(tmp_path: Path, memcached_bin: str,
                                         kvload_bin: str) -> None:
-    port = free_port()
-    srv = subprocess.Popen([memcached_bin, "-p", str(port), "-l", "127.0.0.1", "-U", "0"]
-                           + (["-u", "nobody"] if _root() else []))
-    try:
-        wait_port(port)
+    with running("memcached", binary=memcached_bin, user="nobody") as server:
+        port = server.port
         load = subprocess.Popen([kvload_bin, "--server", f"127.0.0.1:{port}", "--rate",
                                  "4000", "--duration", "6s", "--warmup", "0.5s", "--keys",
                                  "3000", "--mix", "get:3,set:1", "--value-size", "700",
@@ -483,9 +418,6 @@ def test_a_live_capture_keeps_its_trace(tmp_path: Path, memcached_bin: str,
                              capture_output=True, text=True, timeout=60)
         assert res.returncode == 0, res.stderr
         assert json.loads(res.stdout)["achieved_rate"] == pytest.approx(4000, rel=0.1)
-    finally:
-        srv.terminate()
-        srv.wait()
 
 
 def test_bad_traces_and_keep_trace_misuse(tmp_path: Path, kvload_bin: str) -> None:
