@@ -2,16 +2,20 @@
 and its --html page), a study's HTML report, and `kvtune workload mrc -o`.
 
 - `quick_curve(doc, kind)`: the curve of a workload model, drawn short enough for a screen
-  (QUICK_REQUESTS requests, QUICK_POINTS sizes): seconds, not tens of seconds;
+  (QUICK_REQUESTS requests, QUICK_POINTS sizes): seconds, not tens of seconds; a pure
+  function of its arguments (the stream is seeded), so a process remembers its last few
+  curves and draws a workload's curve once however many screens show it;
 - `figure(curve, ...)`: the Plotly figure, with measured points and marked memory sizes;
 - `summary(curve, ...)`: a few lines for the terminal.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -97,13 +101,41 @@ def quick_requests(doc: dict[str, Any]) -> int:
     return max(lo, min(hi, 10 * keys))
 
 
+_REMEMBERED: OrderedDict[str, curves.Curve] = OrderedDict()
+REMEMBER = 8  # curves a process keeps (a few KB each)
+
+
 def quick_curve(doc: dict[str, Any], kind: str = curves.LRU,
                 requests: int | None = None, seed: int = 1,
                 extra_sizes: Sequence[int] = ()) -> curves.Curve:
     """The curve of the workload model `doc` for `kind` on `requests` requests drawn from
     it (default: `quick_requests`; UserError for a model the stream cannot be drawn from).
     `extra_sizes` are computed too (a study's memory, so that its mark sits on a computed
-    point)."""
+    point). The same arguments give the same curve: the last REMEMBER are kept (copies
+    handed out), so a workload's curve is simulated once a process."""
+    try:
+        key = json.dumps([doc, kind, requests, seed, [int(s) for s in extra_sizes]],
+                         sort_keys=True, allow_nan=True)
+    except (TypeError, ValueError):  # a value JSON cannot say: not remembered
+        key = None
+    if key is not None and key in _REMEMBERED:
+        _REMEMBERED.move_to_end(key)
+        return _copy(_REMEMBERED[key])
+    c = _quick_curve(doc, kind, requests, seed, extra_sizes)
+    if key is not None:
+        _REMEMBERED[key] = _copy(c)
+        while len(_REMEMBERED) > REMEMBER:
+            _REMEMBERED.popitem(last=False)
+    return c
+
+
+def _copy(c: curves.Curve) -> curves.Curve:
+    return replace(c, sizes=list(c.sizes), hit_ratio=list(c.hit_ratio), low=list(c.low),
+                   high=list(c.high), notes=list(c.notes))
+
+
+def _quick_curve(doc: dict[str, Any], kind: str, requests: int | None, seed: int,
+                 extra_sizes: Sequence[int]) -> curves.Curve:
     req = rq.from_model(doc, requests=requests or quick_requests(doc), seed=seed)
     sizes = curves.default_sizes(req, kind, QUICK_POINTS)
     if extra_sizes:
