@@ -295,7 +295,7 @@ def compare_rounds(candidate: Mapping[int, float], baseline: Mapping[int, float]
 
     Only rounds both arms measured count. Values that are not positive have no ratio
     (an error count of 0): the comparison is then `compare`'s, unpaired."""
-    from scipy import stats as sps
+    from scipy import special
 
     better = Direction(direction)
     rounds = sorted(r for r in set(candidate) & set(baseline)
@@ -315,9 +315,11 @@ def compare_rounds(candidate: Mapping[int, float], baseline: Mapping[int, float]
         p = 1.0 if mean == 0 or (mean < 0 and not two_sided) else 0.0
         return Comparison(math.expm1(mean), math.expm1(mean), math.expm1(mean), p, n, n,
                           direction, PAIRED_TEST)
-    h = float(sps.t.ppf(0.5 + level / 2, n - 1)) * se
+    # Student's t as scipy.stats.t computes it (its ppf and sf are these two), without
+    # the distribution's wrapper (most of the time of a comparison)
+    h = float(special.stdtrit(n - 1, 0.5 + level / 2)) * se
     t = mean / se
-    p = float(2 * sps.t.sf(abs(t), n - 1) if two_sided else sps.t.sf(t, n - 1))
+    p = float(2 * special.stdtr(n - 1, -abs(t)) if two_sided else special.stdtr(n - 1, -t))
     return Comparison(math.expm1(mean), math.expm1(mean - h), math.expm1(mean + h), p, n, n,
                       direction, PAIRED_TEST)
 
