@@ -413,13 +413,17 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
 def f_test_p(extra_ss: float, df_extra: int, rss: float, df_res: int) -> float:
     """The p-value of the partial F test: does a term that explains `extra_ss` on
     `df_extra` degrees of freedom beat the residual `rss` on `df_res`?"""
+    from scipy import special
     from scipy import stats as sps
 
     if df_extra <= 0 or df_res <= 0:
         return 1.0
     if rss <= 1e-300:
         return 0.0 if extra_ss > 0 else 1.0
-    return float(sps.f.sf((extra_ss / df_extra) / (rss / df_res), df_extra, df_res))
+    f = (extra_ss / df_extra) / (rss / df_res)
+    if 0 < f < math.inf:  # scipy.stats.f.sf is fdtrc inside its support (without the wrapper)
+        return float(special.fdtrc(df_extra, df_res, f))
+    return float(sps.f.sf(f, df_extra, df_res))
 
 
 def benjamini_hochberg(p_values: Sequence[float]) -> list[float]:
@@ -458,10 +462,24 @@ _MWU_ARE = 3 / math.pi
 
 
 def _z(alpha: float, candidates: int, power: float, two_sided: bool) -> float:
+    level = alpha / max(candidates, 1) / (2 if two_sided else 1)
+    return float(_norm_ppf(1 - level) + _norm_ppf(power))
+
+
+def _norm_ppf(q: float) -> float:
+    """scipy.stats.norm.ppf(q): ndtri inside (0, 1), without the distribution's wrapper."""
+    from scipy import special
     from scipy import stats as sps
 
-    level = alpha / max(candidates, 1) / (2 if two_sided else 1)
-    return float(sps.norm.ppf(1 - level) + sps.norm.ppf(power))
+    return float(special.ndtri(q)) if 0 < q < 1 else float(sps.norm.ppf(q))
+
+
+def _t_ppf(q: float, df: float) -> float:
+    """scipy.stats.t.ppf(q, df): stdtrit inside (0, 1), without the distribution's wrapper."""
+    from scipy import special
+    from scipy import stats as sps
+
+    return float(special.stdtrit(df, q)) if 0 < q < 1 and df > 0 else float(sps.t.ppf(q, df))
 
 
 def detectable_improvement(cov_: float, rounds: int, alpha: float, candidates: int,
@@ -477,10 +495,8 @@ def detectable_improvement(cov_: float, rounds: int, alpha: float, candidates: i
     if rounds < 2 or math.isnan(cov_):
         return math.nan
     if paired:
-        from scipy import stats as sps
-
         level = alpha / max(candidates, 1) / (2 if two_sided else 1)
-        q = float(sps.t.ppf(1 - level, rounds - 1) + sps.t.ppf(power, rounds - 1))
+        q = _t_ppf(1 - level, rounds - 1) + _t_ppf(power, rounds - 1)
         return q * math.sqrt(2 / rounds) * cov_
     z = _z(alpha, candidates, power, two_sided)
     return float(z * math.sqrt(2 / (rounds * (_MWU_ARE if rank else 1.0))) * cov_)
