@@ -194,25 +194,11 @@ def host_slo(tmp_path_factory: pytest.TempPathFactory) -> str:
     floor and the latency at half the peak, so that the knee lies between half the peak
     and saturation (a host whose client is the limit first gets client_bound searches,
     which the tests check are said)."""
-    import shutil
-    import socket
-    import time
-
-    from support.servers import KVLOAD
+    from support.servers import KVLOAD, running
 
     d = tmp_path_factory.mktemp("profile")
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        port = sk.getsockname()[1]
-    mc = subprocess.Popen(["taskset", "-c", "0", shutil.which("memcached") or "memcached",
-                           "-u", "nobody", "-m", "64", "-l", "127.0.0.1", "-p", str(port),
-                           "-U", "0"])
-    try:
-        for _ in range(200):
-            with socket.socket() as sk:
-                if sk.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.02)
+    with running("memcached", ["-m", "64"], user="nobody", cpus="0") as mc:
+        port = mc.port
         r = subprocess.run([str(KVLOAD), "--server", f"127.0.0.1:{port}", "--cpus", "1",
                             "--connections", "4", "--keys", "2000", "--value-size", "200",
                             "--mix", "mget:9,set:1", "--mget-size", "16", "--duration",
@@ -221,9 +207,6 @@ def host_slo(tmp_path_factory: pytest.TempPathFactory) -> str:
                             "--json", str(d / "p.json"), "--quiet"],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
-    finally:
-        mc.terminate()
-        mc.wait()
     doc = json.loads((d / "p.json").read_text())
     lat = [x for x in (doc["floor"]["latency_us"], doc["mid"]["latency_us"]) if x]
     if not lat:  # the host disturbed every window of the profile: from the medians then

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import kvtune as run_kvtune
-from support.servers import KVLOAD, REPO, free_port, stop, wait_port
+from support.servers import KVLOAD, REPO, free_port, require, start, stop
 
 from kvtune.study.confirm import NO_CANDIDATE
 
@@ -183,23 +183,18 @@ def start_memcached(conf: Path) -> subprocess.Popen[bytes]:
             log = Path(line.split(None, 1)[1])
             continue
         args += line.split()
-    out = log.open("ab")
     port = int(args[args.index("-p") + 1])
-    proc = subprocess.Popen([shutil.which("memcached") or "memcached", *args], stdout=out,
-                            stderr=subprocess.STDOUT)
-    out.close()
-    wait_port(port, proc)
-    return proc
+    binary = require("memcached")
+    return start("memcached", port=port, log=log,
+                 command=lambda _port: [binary, *args]).proc
 
 
 def start_valkey(conf: Path, port: int) -> subprocess.Popen[bytes]:
     """valkey-server as its package's unit starts it: its configuration file, as the
     `valkey` account, in the foreground."""
-    proc = subprocess.Popen([shutil.which("valkey-server") or "valkey-server", str(conf)],
-                            user="valkey", group="valkey", extra_groups=[],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    wait_port(port, proc)
-    return proc
+    binary = require("valkey-server")
+    return start("valkey", port=port, run_as="valkey", cwd=conf.parent,
+                 command=lambda _port: [binary, str(conf)]).proc
 
 
 class Walk:

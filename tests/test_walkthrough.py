@@ -26,14 +26,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
 from support.cli import kvtune as run_kvtune
 from support.screens import Page, agreement, colour_of, plain, term_lines, term_table, word
+from support.servers import Server, running, start, stop
 
 from kvtune.cpulist import parse_cpus
 
@@ -91,22 +92,6 @@ logfile /var/log/memcached.log
 _PLACEMENT = {"-d": 0, "logfile": 1, "-p": 1, "-l": 1, "-u": 1, "-P": 1}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int) -> None:
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"nothing listens on 127.0.0.1:{port}")
-
-
 class User:
     """Runs kvtune as the user would, from the study's directory, and keeps every output
     (colours on: the verdict's colour is compared with the report's)."""
@@ -132,39 +117,23 @@ def one_line(text: str) -> str:
     return " ".join(plain(text).split())
 
 
-def installed(conf: Path, dropin: Path, port: int, memcached: str) -> subprocess.Popen[bytes]:
+def installed(conf: Path, dropin: Path, memcached: str) -> AbstractContextManager[Server]:
     """memcached as the packaged service starts it from the exported /etc/memcached.conf
     (its options as arguments) under the exported systemd drop-in (CPUAffinity), on a
     loopback port of this test and as nobody."""
     words: list[str] = []
     for line in conf.read_text().splitlines():
         words += line.split("#", 1)[0].split()
-    argv, i = [memcached], 0
+    options, i = [], 0
     while i < len(words):
         if words[i] in _PLACEMENT:
             i += 1 + _PLACEMENT[words[i]]
             continue
-        argv.append(words[i])
+        options.append(words[i])
         i += 1
-    argv += ["-p", str(port), "-l", "127.0.0.1", "-u", "nobody"]
     m = re.search(r"^CPUAffinity=(.+)$", dropin.read_text(), re.M)
-    cpus = parse_cpus(m.group(1).replace(" ", ",")) if m else None
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            preexec_fn=(lambda: os.sched_setaffinity(0, cpus))
-                            if cpus else None)
-    wait_port(port)
-    return proc
-
-
-def stop(*procs: subprocess.Popen[bytes] | None) -> None:
-    for p in procs:
-        if p is not None and p.poll() is None:
-            p.terminate()
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+    cpus = ",".join(map(str, sorted(parse_cpus(m.group(1).replace(" ", ","))))) if m else None
+    return running("memcached", options, binary=memcached, user="nobody", cpus=cpus)
 
 
 def test_the_readme_from_capture_to_verify(tmp_path: Path, memcached_bin: str,
@@ -172,12 +141,10 @@ def test_the_readme_from_capture_to_verify(tmp_path: Path, memcached_bin: str,
     user = User(tmp_path, kvload_bin)
 
     # -- 1. capture what a running memcached serves: known traffic, deletes included ----
-    port = free_port()
-    server = subprocess.Popen([memcached_bin, "-p", str(port), "-l", "127.0.0.1", "-U", "0",
-                               "-t", "2", "-m", "64", "-u", "nobody"])
+    server = start("memcached", ["-t", "2", "-m", "64"], binary=memcached_bin, user="nobody")
+    port = server.port
     load = None
     try:
-        wait_port(port)
         load = subprocess.Popen(
             [kvload_bin, "--server", f"127.0.0.1:{port}", "--rate", "5000", "--duration",
              "7s", "--warmup", "1s", "--keys", "2000", "--popularity", "zipf:0.99", "--mix",
@@ -187,7 +154,9 @@ def test_the_readme_from_capture_to_verify(tmp_path: Path, memcached_bin: str,
                                "--duration", "3s", "-o", "my-traffic.json")
         assert load.wait(timeout=60) == 0
     finally:
-        stop(load, server)
+        if load is not None and load.poll() is None:
+            stop(load)
+        stop(server.proc)
     text = one_line(out)
     assert f"capturing memcached://127.0.0.1:{port} for 3 s" in one_line(err)
     assert "wrote my-traffic.json" in text
@@ -335,10 +304,9 @@ def test_the_readme_from_capture_to_verify(tmp_path: Path, memcached_bin: str,
     _, out, _ = user.run("verify", "study.yaml", *which, "--host-only")
     assert "nothing to verify with --host-only: the recommendation changes no host knob; " \
            "it changes memcached.threads and its placement on CPUs 0" in one_line(out)
-    port = free_port()
-    plain_server = installed(tmp_path / "plain" / "memcached" / "memcached.conf", dropin,
-                             port, memcached_bin)
-    try:
+    with installed(tmp_path / "plain" / "memcached" / "memcached.conf", dropin,
+                   memcached_bin) as plain_server:
+        port = plain_server.port
         _, out, _ = user.run("verify", "study.yaml", *which, "--pid",
                              str(plain_server.pid), "--port", str(port))
         lines = plain(out).splitlines()
@@ -347,12 +315,9 @@ def test_the_readme_from_capture_to_verify(tmp_path: Path, memcached_bin: str,
         assert "ok      memcached -m (target.args): recommended 256" in lines
         assert any(re.fullmatch(r"all \d+ checks hold: the recommendation is in effect", ln)
                    for ln in lines), lines
-    finally:
-        stop(plain_server)
-    port = free_port()
-    prod_server = installed(tmp_path / "prod" / "memcached" / "memcached.conf", dropin,
-                            port, memcached_bin)
-    try:
+    with installed(tmp_path / "prod" / "memcached" / "memcached.conf", dropin,
+                   memcached_bin) as prod_server:
+        port = prod_server.port
         code, out, _ = user.run("verify", "study.yaml", *which, "--pid",
                                 str(prod_server.pid), "--port", str(port), codes=(0, 1))
         lines = plain(out).splitlines()
@@ -363,20 +328,14 @@ def test_the_readme_from_capture_to_verify(tmp_path: Path, memcached_bin: str,
         assert not differs and code == 0, lines
         assert "ok      memcached -m (target.args): recommended 256 (a test setting of the " \
                "study, not part of the recommendation: the server runs with 64)" in lines, lines
-    finally:
-        stop(prod_server)
     # A server without the recommendation is told apart.
-    port = free_port()
-    defaults = subprocess.Popen([memcached_bin, "-p", str(port), "-l", "127.0.0.1", "-m",
-                                 "256", "-u", "nobody"])
-    try:
-        wait_port(port)
+    with running("memcached", ["-m", "256"], binary=memcached_bin,
+                 user="nobody") as defaults:
+        port = defaults.port
         _, out, _ = user.run("verify", "study.yaml", *which, "--pid", str(defaults.pid),
                              "--port", str(port), codes=(1,))
         text = one_line(out)
         assert f"DIFFERS memcached -t: recommended {threads.group(1)}, found (absent)" in text
         assert re.search(r"\d+ of \d+ checks differ: the recommendation is not \(all\) in "
                          r"effect", text), text
-    finally:
-        stop(defaults)
     assert not any("Traceback" in s for s in user.seen)
