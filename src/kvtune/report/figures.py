@@ -159,7 +159,7 @@ def correlations(corrs: list[Correlation], metric: str, top: int = 15) -> go.Fig
         x=[c.rho for c in rows], y=[f"{c.metric} ({c.unit})" for c in rows], orientation="h",
         marker_color=[GREEN if c.rho > 0 else RED for c in rows],
         marker_opacity=[1.0 if c.lead() else 0.3 for c in rows],
-        text=[f"ρ={c.rho:+.2f}" + ("" if c.lead() else " (q≥0.05)") for c in rows],
+        text=[f"ρ={present.signed(c.rho)}" + ("" if c.lead() else " (q≥0.05)") for c in rows],
         textposition="auto",
         customdata=[[c.p_value, c.n, c.q_value] for c in rows],
         hovertemplate="%{y}: ρ=%{x:.3f}, p=%{customdata[0]:.2g}, BH q=%{customdata[2]:.2g}, "

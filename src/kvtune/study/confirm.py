@@ -316,8 +316,9 @@ class ConstraintCheck:
         if self.ci is None or self.value is None:
             return f"{self.constraint}: inconclusive (too few samples)"
         if self.relative:
-            what = (f"ratio to the baseline {self.value:.3f} (95% CI {self.ci[0]:.3f} … "
-                    f"{self.ci[1]:.3f})")
+            point, ci = present.with_interval(self.value, self.ci[0], self.ci[1],
+                                              present.PLAIN, decimals=3)
+            what = f"ratio to the baseline {point} (95% CI {ci})"
         else:
             what = (f"median {present.number(self.value)} (95% CI "
                     f"{present.number(self.ci[0])} … {present.number(self.ci[1])})")
