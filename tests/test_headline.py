@@ -4,6 +4,7 @@ case here."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from kvtune.errors import UserError
 from kvtune.present import change_record
 from kvtune.report.summary import next_steps
 from kvtune.stats import Comparison
-from kvtune.study.headline import decide
+from kvtune.study.headline import DEFAULTS_UNMEASURED, decide
 
 BASE = {"memcached.threads": 4, "memcached.reqs_per_event": 20}
 FULL = {"memcached.threads": 1, "memcached.reqs_per_event": 119}
@@ -143,3 +144,21 @@ def test_a_boolean_knob_reads_as_the_study_file_writes_it() -> None:
     assert present.fmt(True) == "true" and present.fmt(False) == "false"
     assert _names({"redis.lazyfree": False}, {"redis.lazyfree": True}) == \
         "redis.lazyfree true → false"
+
+
+def test_a_confirmation_that_never_measured_the_defaults_decides_nothing() -> None:
+    """CI's README walk: the host spoiled both of the defaults' confirmation rounds, the
+    candidate counted one. The headline said "Keep the defaults … every confirmed candidate
+    measured the same or worse" although nothing was compared with them."""
+    conf = _conf(False)
+    conf["baseline"] = {"config": BASE, "samples": [], "metrics": {}}
+    cand = conf["candidates"][0]
+    cand["comparison"] = Comparison(math.nan, math.nan, math.nan, 1.0, 1, 0,
+                                    "minimize").as_dict()
+    h = _decide(conf)
+    assert h.action == "not_decided" and h.text == DEFAULTS_UNMEASURED, h
+    assert "Keep the defaults" not in h.text and h.settle
+    # One round of the defaults counted: compared as before, not this headline.
+    conf["baseline"]["samples"] = [100.0]
+    cand["comparison"] = _comp(-0.1, -0.3, 0.1, n=1)
+    assert _decide(conf).text != DEFAULTS_UNMEASURED

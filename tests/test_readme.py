@@ -31,6 +31,7 @@ from support.cli import kvtune as run_kvtune
 from support.servers import KVLOAD, REPO, free_port, require, start, stop
 
 from kvtune.study.confirm import NO_CANDIDATE
+from kvtune.study.headline import DEFAULTS_UNMEASURED
 
 README = REPO / "README.md"
 DOCS = REPO / "docs"
@@ -235,6 +236,9 @@ def outcome(verb: str, r: subprocess.CompletedProcess[str]) -> str:
         # The search measured no feasible trial better than the defaults: nothing for
         # the README's `export --best-in-search` to write (a host outcome of --quick).
         return "no candidate"
+    if r.returncode == 1 and DEFAULTS_UNMEASURED in " ".join(r.stdout.split()):
+        # The host spoiled every confirmation round of the defaults: nothing compared.
+        return "defaults not measured"
     return {0: "confirmed", 1: "not confirmed"}.get(r.returncode, "failed")
 
 

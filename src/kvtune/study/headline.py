@@ -12,7 +12,8 @@ One of:
 - **keep_defaults**: nothing was confirmed better than the defaults, and a change large
   enough to matter would have shown;
 - **not_decided**: the best candidate leans better but its interval still spans no change,
-  or nothing was confirmed yet: what more measuring would settle it, and about how long;
+  or nothing was confirmed yet, or no confirmation round measured the defaults (the host
+  spoiled them): what more measuring would settle it, and about how long;
 - **pick** (a Pareto study: the person picks from the confirmed front), **failed** (the
   defaults themselves could not be measured).
 
@@ -33,6 +34,11 @@ from typing import Any, Literal
 from kvtune import present
 from kvtune.documents import Ablation, ChangeRecord, Confirmation, StoredComparison
 from kvtune.metrics import Direction
+
+# The headline when no confirmation round measured the defaults (tests read it too).
+DEFAULTS_UNMEASURED = ("Not decided: the confirmation could not measure the defaults (every "
+                       "round of theirs failed or was spoiled by the host); nothing was "
+                       "compared with them.")
 
 Action = Literal["ship", "ship_smaller", "keep_defaults", "not_decided", "pick", "failed"]
 
@@ -161,6 +167,18 @@ def decide(confirmation: Confirmation | None, ablation: Ablation | None,
                         changes=full, chosen="full", comparison=full_cmp,
                         why="confirmed against the defaults in interleaved rounds, "
                             "Holm-adjusted across the candidates")
+    if conf.candidates and conf.baseline is not None and not conf.baseline.samples \
+            and all(c.comparison is None or not c.comparison.n_baseline
+                    for c in conf.candidates):
+        # No round measured the defaults (each failed, or the host spoiled it): nothing was
+        # compared, so nothing can be kept or shipped for what a candidate measured.
+        return Headline("not_decided", DEFAULTS_UNMEASURED,
+                        why="the confirmation compares each candidate with the defaults "
+                            "measured in the same rounds, and none of the defaults' rounds "
+                            "counted (its lines above say why)",
+                        settle="measuring again when the host is quieter (its noise facts "
+                               "are below; `kvtune run` on the study file measures the "
+                               "defaults alone)")
     # Nothing recommended: the best candidate's lean and the rounds that would settle it.
     best, best_gain = None, -math.inf
     for c in conf.candidates:
