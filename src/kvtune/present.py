@@ -335,11 +335,6 @@ def judge(change: float | None, direction: Direction | None, significant: bool |
     return "better" if good else "worse"
 
 
-def interval_text(lo: Any, hi: Any) -> str:
-    """A change's interval, its ends formatted together: "−9.7% … +43.2%"."""
-    return interval(lo, hi, CHANGE)
-
-
 def level_text(c: float) -> str:
     """A confidence level as people write it: 95%, 97.5%, 99.5%, 99.95%."""
     if as_number(c) is None:
