@@ -41,8 +41,12 @@ from pathlib import Path
 import pytest
 from support import forkserver
 
-# Every case is a kvtune (or kvload) process: the integration tier.
-pytestmark = pytest.mark.integration
+# Every case is a kvtune (or kvload) process: the integration tier. Parallel-safe: every
+# case is refused before anything starts (nothing measured, no host knob written), and what
+# a case is judged by is its own: the wrapped binaries and the audit log of its sandbox, the
+# sandbox's files, its own journal, run directory and temporary directory (below), and the
+# /tmp names only the corpus points at.
+pytestmark = [pytest.mark.integration, pytest.mark.parallel]
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "tests" / "bad-inputs"
@@ -206,12 +210,14 @@ def _snapshot(root: Path, skip: set[str]) -> dict[str, str]:
 
 
 def _tmp_entries() -> set[str]:
-    # What a bad input could make appear in /tmp: the corpus's paths (all /tmp/kvtune-*),
-    # kvtune's own files, and what a server pointed at /tmp writes (Redis's dump and
-    # append-only files). Other processes sharing the host (other tools' scratch files,
-    # concurrent test runs) are not ours to judge.
+    # What a bad input could make appear in /tmp: the corpus's paths (all /tmp/kvtune-bad*)
+    # and what a server pointed at /tmp writes (Redis's dump and append-only files).
+    # kvtune's own temporary files go to the case's TMPDIR, inside its sandbox (compared
+    # there). Other processes sharing the host (other tools' scratch files, the tests that
+    # run beside this module, whose temporary directories are /tmp/kvtune-*) are not ours
+    # to judge.
     return {p.name for p in Path("/tmp").iterdir()
-            if p.name.startswith(("kvtune", "dump.rdb", "appendonly", "memcached"))}
+            if p.name.startswith(("kvtune-bad", "dump.rdb", "appendonly", "memcached"))}
 
 
 # kvtune under an audit hook (PEP 578): every program it starts and every watched file it
@@ -240,6 +246,8 @@ def _hook(event, args):
         pass
 sys.addaudithook(_hook)
 sys.argv[0] = "kvtune"
+import tempfile
+tempfile.tempdir = None  # a forked child reads its own TMPDIR, not the fork server's
 import runpy
 runpy.run_module("kvtune", run_name="__main__", alter_sys=True)
 """
@@ -515,9 +523,20 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], 
             SETUPS[name](cwd, stores)
         marker = sandbox / "executed.log"
         _wrappers(sandbox / "bin", marker)
-        env = {**os.environ, "PATH": f"{sandbox / 'bin'}:{os.environ.get('PATH', '')}",
+        (sandbox / "tmp").mkdir()
+        run_dir = base / "run-dirs" / sandbox.name
+        run_dir.mkdir(parents=True)
+        # The case's own journal, run directory (the host lock and the list of open
+        # journals: never /run/kvtune, which a kvtune elsewhere on the host may hold),
+        # temporary directory (in the sandbox: anything left there is seen) and no library;
+        # the console's width kvtune picks when piped (160; pytest-xdist's workers set
+        # COLUMNS=80), as in a serial run.
+        env = {**{k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
+               "PATH": f"{sandbox / 'bin'}:{os.environ.get('PATH', '')}",
                "KVLOAD": str(sandbox / "bin" / "kvload"), "PYTHONPATH": str(SRC),
                "KVTUNE_JOURNAL": str(sandbox / "journal.json"),
+               "KVTUNE_RUN_DIR": str(run_dir), "KVTUNE_LIBRARY": "off",
+               "TMPDIR": str(sandbox / "tmp"),
                "KVTUNE_TEST_AUDIT": str(sandbox / "audit.log")}
         if case is not None:
             env.update({k: _absolute(v, cwd) for k, v in case.env.items()})
