@@ -17,8 +17,9 @@ from kvtune.safety.binary import untrusted
 
 REPO = Path(__file__).resolve().parents[1]
 
-# kvtune as a process of its own, with untrusted programs first on PATH.
-pytestmark = [pytest.mark.integration,
+# kvtune as a process of its own, with untrusted programs first on PATH. Parallel: files
+# in the test's own directories judged and refused, nothing measured, no host knob.
+pytestmark = [pytest.mark.integration, pytest.mark.parallel,
               pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")]
 
 

@@ -115,6 +115,7 @@ def test_excluded_foot_guns_are_not_in_the_catalog() -> None:
 
 
 @pytest.mark.integration  # starts unshare -n
+@pytest.mark.parallel  # a fresh network namespace read, nothing written to the host
 def test_per_netns_tags_match_this_kernel() -> None:
     """A knob tagged netns:per is visible in a fresh network namespace; netns:init is not."""
     out = subprocess.run(["unshare", "-n", "sh", "-c", "cd /proc/sys && find net -type f"],
@@ -273,6 +274,7 @@ def redis_call(port: int, *args: str) -> str:
 
 
 @pytest.mark.integration  # starts redis-server --port
+@pytest.mark.parallel  # its own servers' CONFIG GET/SET: nothing measured, no host knob
 @pytest.mark.parametrize("kind", ["redis", "valkey"])
 def test_every_directive_and_its_live_flag(kind: str, tmp_path: Path,
                                           request: pytest.FixtureRequest) -> None:
@@ -355,6 +357,7 @@ def test_rules_pass_valid_combinations_and_can_be_relaxed() -> None:
 
 
 @pytest.mark.integration  # starts redis-server to check a preset
+@pytest.mark.parallel  # a version probe: nothing measured, no host knob
 def test_presets() -> None:
     app = catalog.preset_names("memcached-app", ctx())
     assert app == ["memcached.memory_mb", "memcached.max_connections", "memcached.growth_factor",

@@ -18,6 +18,10 @@ from kvtune.measure.session import Session
 from kvtune.study.loader import load_study as load
 from kvtune.targets.base import ServerTarget
 
+# Parallel (kvload_bin puts it in the integration tier): preflight applies nothing, and the
+# servers are started only to read their settings (on a free port): nothing measured.
+pytestmark = pytest.mark.parallel
+
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yaml"))
 # The synthetic surface's defaults, as its module documents them.
 SYNTHETIC_DEFAULTS = {"synthetic.x": 2.0, "synthetic.threads": 4, "synthetic.mode": "a",

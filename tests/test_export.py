@@ -52,12 +52,16 @@ from kvtune.store import Store
 from kvtune.targets import host_context
 
 # Each export is checked by its real consumer (sysctl, TuneD, systemd-analyze, memcached,
-# redis-server), and export itself asks tuned-adm which profile the host runs.
+# redis-server), and export itself asks tuned-adm which profile the host runs. The tests
+# marked parallel: stored studies, files read by their consumers, servers started only to
+# read their settings (nothing measured, no host knob written); not the two that apply a
+# sysctl.d file to the host.
 pytestmark = pytest.mark.integration
 
 # -- what is exported --------------------------------------------------------------------
 
 
+@pytest.mark.parallel
 def test_no_significant_recommendation_exits_1(in_tmp: Path) -> None:
     url = make_study(in_tmp, "nosig", "memcached", MC_BASE, MC_REC, confirmed=False)
     assert run_cli(["export", "nosig", "--storage", url]) == 1
@@ -69,6 +73,7 @@ def test_no_significant_recommendation_exits_1(in_tmp: Path) -> None:
         in text
 
 
+@pytest.mark.parallel
 def test_export_refuses_etc_and_unknown_formats(in_tmp: Path) -> None:
     url = make_study(in_tmp, "etc", "memcached", MC_BASE, MC_REC, confirmed=True)
     assert run_cli(["export", "etc", "--storage", url, "-o", "/etc/kvtune-test"]) == 2
@@ -85,6 +90,7 @@ def mc_export(in_tmp: Path) -> Path:
     return in_tmp / "out"
 
 
+@pytest.mark.parallel
 def test_the_measured_configuration_whole_with_its_header(mc_export: Path) -> None:
     conf = (mc_export / "memcached/memcached.conf").read_text()
     # The fixed server arguments, and the pinning in the drop-in.
@@ -106,6 +112,7 @@ def test_the_measured_configuration_whole_with_its_header(mc_export: Path) -> No
     assert "-L" not in conf.replace("# ", "")
 
 
+@pytest.mark.parallel
 def test_rollbacks_live_under_rollback_only(mc_export: Path) -> None:
     files = files_under(mc_export)
     outside = [f for f in files if not f.startswith("rollback/")]
@@ -120,6 +127,7 @@ def test_rollbacks_live_under_rollback_only(mc_export: Path) -> None:
     assert [f for f in files if "tuned" in f] == ["tuned/kvtune-mc/tuned.conf"]
 
 
+@pytest.mark.parallel
 def test_minimal_configuration_from_the_ablation(in_tmp: Path) -> None:
     minimal = {"memcached.threads": 2}
     abl = {"schema": 1, "minimal_changes": minimal, "minimal_config": {**MC_BASE, **minimal},
@@ -137,6 +145,7 @@ def test_minimal_configuration_from_the_ablation(in_tmp: Path) -> None:
         recommendation(Store(url2), "noabl", minimal=True)
 
 
+@pytest.mark.parallel
 def test_values_outside_the_stored_space_are_refused(in_tmp: Path) -> None:
     space = {"domains": {"memcached.threads": {"type": "int", "low": 4, "high": 8}},
              "baseline": {"memcached.threads": 4}}
@@ -146,6 +155,7 @@ def test_values_outside_the_stored_space_are_refused(in_tmp: Path) -> None:
     assert "memcached.threads=2 is outside" in str(e.value)
 
 
+@pytest.mark.parallel
 def test_large_pages_refused_while_thp_is_never(tmp_path: Path) -> None:
     root = tmp_path / "root"
     thp = root / "sys/kernel/mm/transparent_hugepage"
@@ -173,6 +183,7 @@ def sysctl_now(key: str) -> str:
     return Path("/proc/sys", key.replace(".", "/")).read_text().strip()
 
 
+# Not parallel: applies the sysctl.d file to the host (and rolls it back).
 def test_sysctl_dry_run_apply_and_roll_back(mc_export: Path) -> None:
     rec = mc_export / "sysctl.d/90-kvtune-mc.conf"
     back = mc_export / "rollback/sysctl.d/90-kvtune-mc.conf.rollback"
@@ -239,6 +250,7 @@ def tuned_installed() -> tuple[int, ...]:
     return v
 
 
+# Not parallel: applies the sysctl.d file to the host (and rolls it back).
 def test_tuned_profile_loads_includes_and_verifies(mc_export: Path, tmp_path: Path,
                                                    tuned_installed: tuple[int, ...]) -> None:
     text = (mc_export / "tuned/kvtune-mc/tuned.conf").read_text()
@@ -272,6 +284,7 @@ def test_tuned_profile_loads_includes_and_verifies(mc_export: Path, tmp_path: Pa
     assert "reapply_sysctl" in text
 
 
+@pytest.mark.parallel
 def test_tuned_version_gates_options(tmp_path: Path, tuned_installed: tuple[int, ...]) -> None:
     knob = catalog.CATALOG.get("sched.base_slice_ns")
     if knob is None:
@@ -316,6 +329,7 @@ def analyze_verify(tmp: Path, unit: str, drop_in: str) -> str:
     return out.stderr.strip()
 
 
+@pytest.mark.parallel
 @pytest.mark.parametrize("unit", ["memcached.service", "redis-server.service"])
 def test_systemd_analyze_verifies_the_drop_in(in_tmp: Path, unit: str) -> None:
     if not (Path("/lib/systemd/system") / unit).exists() or not shutil.which("systemd-analyze"):
@@ -369,6 +383,7 @@ def plain_memcached(binary: str, tmp: Path) -> dict[str, str]:
         return mc_settings(server.port)
 
 
+@pytest.mark.parallel
 def test_memcached_through_debians_wrapper(mc_export: Path, memcached_bin: str,
                                            tmp_path: Path) -> None:
     conf = mc_export / "memcached/memcached.conf"
@@ -388,6 +403,7 @@ def test_memcached_through_debians_wrapper(mc_export: Path, memcached_bin: str,
         assert {k: s[k] for k in SETTINGS} == {k: defaults[k] for k in SETTINGS}
 
 
+@pytest.mark.parallel
 def test_memcached_from_the_hosts_file(in_tmp: Path) -> None:
     prev = in_tmp / "memcached.conf"
     prev.write_text("# the admin's file\n-d\nlogfile /var/log/memcached.log\n-m 64\n-p 11211\n"
@@ -432,6 +448,7 @@ def redis_with(binary: str, tmp: Path, includes: list[Path]) -> AbstractContextM
     return running("redis", cwd=tmp, binary=binary, command=command)
 
 
+@pytest.mark.parallel
 def test_redis_include_and_rollback(in_tmp: Path, redis_bin: str) -> None:
     url = make_study(in_tmp, "rd", "redis", REDIS_BASE, REDIS_REC, confirmed=True,
                      args=["--maxclients", "2000"], cpus=None)
@@ -465,6 +482,7 @@ def test_redis_include_and_rollback(in_tmp: Path, redis_bin: str) -> None:
         assert {d: redis_get(server.port, d) for d in defaults} == defaults
 
 
+@pytest.mark.parallel
 def test_redis_rollback_from_the_hosts_file(in_tmp: Path, redis_bin: str) -> None:
     prev = in_tmp / "redis.conf"
     prev.write_text("hz 20\nsave 900 1\nsave 300 10\nmaxmemory-policy volatile-lru\n")
@@ -482,6 +500,7 @@ def test_redis_rollback_from_the_hosts_file(in_tmp: Path, redis_bin: str) -> Non
         assert redis_get(port, "io-threads") == "1"
 
 
+@pytest.mark.parallel
 def test_an_export_says_the_placement_it_depends_on(in_tmp: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 22 item 3: a thread count chosen on the CPUs the server was pinned to, and a

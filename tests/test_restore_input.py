@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 from support.cli import kvtune as run_kvtune
 
-# kvtune restore as a process, against a journal naming a live process
-pytestmark = pytest.mark.integration
+# kvtune restore as a process, against a journal naming a live process. Parallel: every
+# journal is refused before anything is written (the test compares the kernel files each
+# names), nothing measured; the host lock is the test's own (KVTUNE_RUN_DIR).
+pytestmark = [pytest.mark.integration, pytest.mark.parallel]
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = sorted((REPO / "tests" / "bad-inputs" / "journals").glob("*.json"))
