@@ -23,6 +23,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.parallel,
               pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")]
 
 
+@pytest.fixture(autouse=True)
+def _piped_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kvtune's width when piped (160), as in a serial run: the messages checked here are
+    not wrapped at the 80 columns pytest-xdist's workers set (the tests marked parallel)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def _fake_server(d: Path, marker: Path) -> Path:
     """A 'memcached' that leaves a marker when anything executes it."""
     d.mkdir(mode=0o755)

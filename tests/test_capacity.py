@@ -386,6 +386,7 @@ def test_a_rate_sweep_draws_the_curve_on_memcached(tmp_path: Path, memcached_bin
     assert "latency–throughput curve" in show.stdout and "best load.rate" not in show.stdout
 
 
+@pytest.mark.parallel  # kvtune processes refused before anything starts: nothing measured
 @pytest.mark.parametrize("study,values,words", [
     (RATE_STUDY, None, "needs --values"),
     (RATE_STUDY, "2k,fast", "'fast' is not a rate"),
@@ -409,6 +410,7 @@ def test_a_rate_sweep_refuses_what_it_cannot_measure(tmp_path: Path, kvload_bin:
     assert not list(tmp_path.rglob("*.db")), "nothing is written for a refused sweep"
 
 
+@pytest.mark.parallel  # kvload against a closed port: nothing measured, no host knob
 @pytest.mark.parametrize("load,objective", [
     (", rate: 2000000, duration: 86400s, window: 10",
      '{metric: capacity, slo: "p99_us <= 1s", rates: [1000, 10000000], precision: 0.01}'),

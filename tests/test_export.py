@@ -58,6 +58,13 @@ from kvtune.targets import host_context
 # sysctl.d file to the host.
 pytestmark = pytest.mark.integration
 
+
+@pytest.fixture(autouse=True)
+def _piped_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kvtune's width when piped (160), as in a serial run: the messages checked here are
+    not wrapped at the 80 columns pytest-xdist's workers set (the tests marked parallel)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
 # -- what is exported --------------------------------------------------------------------
 
 

@@ -33,6 +33,13 @@ QOS = Path(roots.PM_QOS)
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the idle path needs root")
 
 
+@pytest.fixture(autouse=True)
+def _piped_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kvtune's width when piped (160), as in a serial run: the messages checked here are
+    not wrapped at the 80 columns pytest-xdist's workers set (the tests marked parallel)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def qos_value() -> int:
     fd = os.open(QOS, os.O_RDONLY)
     try:
@@ -42,6 +49,7 @@ def qos_value() -> int:
 
 
 @pytest.mark.integration  # runs kvtune knobs as a process
+@pytest.mark.parallel  # reads the catalog's availability: nothing written, nothing measured
 def test_the_idle_path_is_in_the_catalog_with_its_availability() -> None:
     ctx = HostContext(this_host())
     for name in ("cpu.idle_max_latency_us", "cpu.halt_poll_ns", "cpu.idle_disable",
@@ -114,6 +122,7 @@ def test_restore_after_sigkill_leaves_the_idle_path_as_it_was(
 
 
 @pytest.mark.integration  # starts tuned-adm --version
+@pytest.mark.parallel  # export files only: nothing written to the host, nothing measured
 def test_exports_carry_the_idle_path(tmp_path: Path) -> None:
     """TuneD force_latency and [sysfs] lines; a unit that holds the PM QoS request."""
     from kvtune.export import exporters
@@ -133,6 +142,7 @@ def test_exports_carry_the_idle_path(tmp_path: Path) -> None:
     assert '\\\\024\\\\000\\\\000\\\\000' in unit[0].text  # 20, little-endian, octal
 
 
+@pytest.mark.parallel  # refused before anything is written (checked), nothing measured
 @pytest.mark.parametrize("setting,words", [
     ("cpu.idle_max_latency_us=5000", "outside"),
     ("cpu.halt_poll_ns=-1", "outside"),

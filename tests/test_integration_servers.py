@@ -22,6 +22,13 @@ from kvtune.host.journal import Journal, default_path
 
 pytestmark = pytest.mark.integration
 
+
+@pytest.fixture(autouse=True)
+def _piped_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kvtune's width when piped (160), as in a serial run: the messages checked here are
+    not wrapped at the 80 columns pytest-xdist's workers set (the tests marked parallel)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
 def cpu_cgroups() -> list[Path]:
     """kvtune's CPU cgroups on this host, in the hierarchy kvtune uses here (v1 `cpu`
     controller, or v2 at /sys/fs/cgroup or /sys/fs/cgroup/unified)."""
@@ -164,6 +171,7 @@ def test_killed_study_leaves_nothing_changed(in_tmp: Path, kvload_bin: str, memc
     assert r.returncode == 0 and "Nothing to restore" in r.stdout
 
 
+@pytest.mark.parallel  # the server refuses the configuration: nothing measured, no host knob
 def test_a_failing_configuration_fails_the_trial_with_stderr(in_tmp: Path, kvload_bin: str,
                                                              memcached_bin: str) -> None:
     # An inline knob: a catalog override may only narrow the catalog's choices (issue 10).
@@ -179,6 +187,7 @@ def test_a_failing_configuration_fails_the_trial_with_stderr(in_tmp: Path, kvloa
     assert "Item max size cannot be less than" in r.stdout  # the server's own stderr
 
 
+@pytest.mark.parallel  # refused before the server starts: nothing measured, no host knob
 def test_port_taken_stops_the_study(in_tmp: Path, kvload_bin: str, memcached_bin: str) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -30,6 +30,13 @@ from kvtune.study.loader import parse_study
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(missing() is not None, reason=str(missing()))]
 
+
+@pytest.fixture(autouse=True)
+def _piped_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kvtune's width when piped (160), as in a serial run: the messages checked here are
+    not wrapped at the 80 columns pytest-xdist's workers set (the tests marked parallel)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
 REPO = Path(__file__).resolve().parents[1]
 LOST_WITHIN = ALIVE_INTERVAL * (ALIVE_COUNT + 1) + 4  # s from the link drop to the failure
 
@@ -251,6 +258,7 @@ def test_redis_listens_on_the_named_address_for_the_load_host(env: LoadHost) -> 
     assert rep.raw["placement"]["load_host"] == env.url
 
 
+@pytest.mark.parallel  # refused before anything starts: no load host, nothing measured
 def test_a_peer_load_tool_is_refused_with_a_load_host(tmp_path: Path) -> None:
     """`kvtune run --load-tool redis-benchmark` would run the peer here, not on the load host:
     refused before anything starts (the addresses are never contacted)."""

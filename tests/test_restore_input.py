@@ -20,6 +20,13 @@ from support.cli import kvtune as run_kvtune
 # names), nothing measured; the host lock is the test's own (KVTUNE_RUN_DIR).
 pytestmark = [pytest.mark.integration, pytest.mark.parallel]
 
+
+@pytest.fixture(autouse=True)
+def _piped_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kvtune's width when piped (160), as in a serial run: the messages checked here are
+    not wrapped at the 80 columns pytest-xdist's workers set (the tests marked parallel)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = sorted((REPO / "tests" / "bad-inputs" / "journals").glob("*.json"))
 

@@ -25,6 +25,11 @@ from kvtune.telemetry import Collector, Probe, collectors, is_telemetry, registe
 from kvtune.telemetry.perf import PerfStat, find_perf, parse_csv
 
 pytestmark = pytest.mark.integration
+# The tests marked parallel: unpinned servers probed while this process sends them
+# requests; the assertions are counts and the figures' presence (a busy CPU changes how
+# many, not whether), nothing measured against a bound that needs a quiet CPU, no host knob.
+# Not the two tests that make a cgroup (kvtune's cgroups are what the host guard of a test
+# beside them compares).
 
 PERF_VM = """\
 # started on Sun Nov 22 05:08:22 2026
@@ -92,6 +97,7 @@ def memcached(memcached_bin: str) -> Iterator[tuple[Target, ServerProcess]]:
         t.stop(server)
 
 
+@pytest.mark.parallel
 def test_probe_on_real_memcached(memcached: tuple[Target, ServerProcess]) -> None:
     target, server = memcached
     probe = Probe(server.pid)
@@ -122,6 +128,7 @@ def test_probe_on_real_memcached(memcached: tuple[Target, ServerProcess]) -> Non
     assert all(is_telemetry(k) for k in m)
 
 
+@pytest.mark.parallel
 def test_memcached_digest_slabs_items_and_errors(memcached: tuple[Target, ServerProcess]) -> None:
     target, _ = memcached
     _mc_load(target, 0.3)
@@ -141,6 +148,7 @@ def test_memcached_digest_slabs_items_and_errors(memcached: tuple[Target, Server
     assert m["mc_outofmemory"] == 0
 
 
+@pytest.mark.parallel
 def test_memcached_evictions_under_a_small_memory_limit(memcached_bin: str) -> None:
     t = _memcached(["-m", "2"])
     server = t.start(Launch())
@@ -154,6 +162,7 @@ def test_memcached_evictions_under_a_small_memory_limit(memcached_bin: str) -> N
     assert m["mc_class_evictions"] == m["mc_evictions"]
 
 
+@pytest.mark.parallel
 def test_redis_info_digest(redis_bin: str) -> None:
     t = make_target(TargetSpec(kind="redis"))
     server = t.start(Launch())
@@ -181,6 +190,7 @@ def test_redis_info_digest(redis_bin: str) -> None:
     assert tel.metrics["proc_voluntary_switches"] > 0
 
 
+@pytest.mark.parallel
 def test_perf_missing_or_failing_falls_back_cleanly(
         memcached: tuple[Target, ServerProcess], monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path) -> None:
@@ -204,6 +214,7 @@ def test_perf_missing_or_failing_falls_back_cleanly(
     assert res.metrics() == {}
 
 
+@pytest.mark.parallel
 def test_only_software_events_when_asked(memcached: tuple[Target, ServerProcess]) -> None:
     target, server = memcached
     if find_perf() is None:
@@ -272,6 +283,7 @@ def test_own_cgroup_without_a_quota_is_measured(memcached_bin: str,
     assert not any(k.startswith("throttle_") for k in found.metrics)
 
 
+@pytest.mark.parallel
 def test_each_figure_is_measured_by_one_collector(
         memcached: tuple[Target, ServerProcess]) -> None:
     """Collectors report only under their own prefixes, and no two share a prefix: the
@@ -296,6 +308,7 @@ def test_each_figure_is_measured_by_one_collector(
                 "cgroup_nr_periods"} & tel.metrics.keys()
 
 
+@pytest.mark.parallel
 def test_a_failing_collector_fails_nothing_else(memcached: tuple[Target, ServerProcess],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     from kvtune.telemetry import base

@@ -33,6 +33,13 @@ VALKEY_REC = {**VALKEY_BASE, "valkey.io_threads": 2, "valkey.hz": 50,
               "valkey.lazyfree_lazy_eviction": False, "valkey.prefetch_batch_max_size": 32}
 
 
+@pytest.fixture(autouse=True)
+def _piped_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kvtune's width when piped (160), as in a serial run: the messages checked here are
+    not wrapped at the 80 columns pytest-xdist's workers set (the tests marked parallel)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def valkey_get(port: int, directive: str) -> str:
     import socket
 
@@ -67,6 +74,7 @@ def test_valkey_study_end_to_end(in_tmp: Path, kvload_bin: str, valkey_bin: str)
             str(rep["params"]["valkey.prefetch_batch_max_size"])
 
 
+@pytest.mark.parallel  # a server started to read its INFO: nothing measured, no host knob
 def test_valkey_info_digest_and_version(valkey_bin: str) -> None:
     t = make_target(TargetSpec(kind="valkey"))
     assert t.version() is not None and t.version()[0] >= 8  # type: ignore[index]
@@ -84,6 +92,7 @@ def test_valkey_info_digest_and_version(valkey_bin: str) -> None:
     assert raw["version"].startswith("8.")
 
 
+@pytest.mark.parallel  # servers started to read their CONFIG: nothing measured, no host knob
 def test_valkey_include_and_rollback(in_tmp: Path, valkey_bin: str) -> None:
     """The valkey.conf include sets what was measured on a real valkey-server; its rollback
     gives Valkey's own built-in defaults (lazyfree on, unlike Redis 7)."""
@@ -117,6 +126,7 @@ def test_valkey_include_and_rollback(in_tmp: Path, valkey_bin: str) -> None:
                    "prefetch-batch-max-size": "16"}
 
 
+@pytest.mark.parallel  # kvtune check reads the file: nothing measured, no host knob
 def test_valkey_conf_as_target_config(tmp_path: Path, valkey_bin: str) -> None:
     """An operator's valkey.conf is read as the study's baseline: a searched knob takes its
     value, Valkey 8's own directives are known, its thread pinning is kvtune's to place."""
@@ -157,6 +167,7 @@ def test_capture_of_valkey(tmp_path: Path, valkey_bin: str, kvload_bin: str) -> 
 
 
 @pytest.mark.integration  # runs kvtune check as a process
+@pytest.mark.parallel  # kvtune check: nothing measured, no host knob
 def test_an_inline_valkey_directive_is_checked_like_the_catalogs(tmp_path: Path) -> None:
     """`applier: {valkey_directive: ...}` (the kind's inline key): a safe directive with
     safe values is a knob; one that makes the server write files is refused, naming it."""

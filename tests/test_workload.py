@@ -24,6 +24,13 @@ REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "tests" / "bad-inputs" / "traces"
 
 
+@pytest.fixture(autouse=True)
+def _piped_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kvtune's width when piped (160), as in a serial run: the messages checked here are
+    not wrapped at the 80 columns pytest-xdist's workers set (the tests marked parallel)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def kvtune(*args: str, cwd: Path | None = None,
            timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return cli(*args, cwd=cwd)
@@ -183,6 +190,7 @@ def test_bad_workload_inputs_exit_2_naming_what_and_write_nothing(tmp_path: Path
     assert not out.exists()
 
 
+@pytest.mark.parallel  # captures refused before they measure: nothing measured, no host knob
 def test_bad_capture_targets(tmp_path: Path, redis_bin: str) -> None:
     out = tmp_path / "m.json"
     for url, code, says in (("http://127.0.0.1:80", 2, "memcached:// or redis://"),
@@ -420,6 +428,7 @@ def test_a_live_capture_keeps_its_trace(tmp_path: Path, memcached_bin: str,
         assert json.loads(res.stdout)["achieved_rate"] == pytest.approx(4000, rel=0.1)
 
 
+@pytest.mark.parallel  # kvload and kvtune refusing their arguments: nothing measured
 def test_bad_traces_and_keep_trace_misuse(tmp_path: Path, kvload_bin: str) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("# kvtune-trace/1\n0,g,ff,10,0,0\n5,g,nothex,10,0,0\n")
