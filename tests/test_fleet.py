@@ -4,14 +4,20 @@ streams, one baseline, the budget across workers, one confirmation, host fingerp
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import importlib.util
 import json
 import multiprocessing as mp
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+import traceback
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +49,15 @@ REPO = Path(__file__).resolve().parents[1]
 WORKER = REPO / "bench" / "fleet" / "worker.py"
 TrialState = optuna.trial.TrialState
 
+# bench/fleet/worker.py, imported once here (and with it kvtune's study run, Optuna's RDB
+# storage, SciPy): each worker is forked from this process, a process of its own that
+# measures, beats and can be killed as `python bench/fleet/worker.py` would, without the
+# 2 s (10 s on a loaded host) a fresh interpreter spends importing them first.
+_spec = importlib.util.spec_from_file_location("kvtune_fleet_worker", WORKER)
+assert _spec is not None and _spec.loader is not None
+worker_script = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(worker_script)
+
 
 def _study_file(tmp: Path, url: str, trials: int = 8, name: str = "fleet",
                 hosts: str | None = None) -> Path:
@@ -57,20 +72,104 @@ def _env() -> dict[str, str]:
     return {**os.environ, "KVTUNE_HEARTBEAT": "1,3", "PYTHONPATH": str(REPO / "src")}
 
 
-def _start(study: Path, worker: str, sleep: float, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, str(WORKER), str(study), worker, "--sleep",
-                             str(sleep), *extra], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_env())
+class Forked:
+    """`python bench/fleet/worker.py ARGV` as a child forked from this process (its
+    environment `env`, its standard output and error in files), with the parts of
+    subprocess.Popen the tests use: pid, returncode, communicate."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.out = tempfile.TemporaryFile()  # noqa: SIM115 (closed by communicate)
+        self.err = tempfile.TemporaryFile()  # noqa: SIM115
+        self.returncode: int | None = None
+        gc.collect()  # this process's unreferenced connections closed here, not in the child
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the worker
+            code = 70
+            try:
+                # Objects of this process the child never uses are never collected there
+                # (a pooled connection closed by the child would end the parent's session).
+                gc.freeze()
+                os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+                os.dup2(self.out.fileno(), 1)
+                os.dup2(self.err.fileno(), 2)
+                sys.stdout = open(1, "w", closefd=False, buffering=1)  # noqa: SIM115
+                sys.stderr = open(2, "w", closefd=False, buffering=1)  # noqa: SIM115
+                os.environ.clear()
+                os.environ.update(env)
+                code = worker_script.main(argv)
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            finally:
+                try:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code)
+        self.pid = pid
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG if deadline else 0)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+            elif deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(WORKER), timeout or 0)
+            else:
+                time.sleep(0.02)
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        texts = []
+        for f in (self.out, self.err):
+            f.seek(0)
+            texts.append(f.read().decode(errors="replace"))
+            f.close()
+        return texts[0], texts[1]
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            self.wait()
 
 
-def _finish(p: subprocess.Popen[str], timeout: float = 120) -> dict[str, Any]:
+_STARTED: list[Forked] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_worker_left() -> Iterator[None]:
+    """A test that fails midway leaves no worker measuring into the next one."""
+    yield
+    while _STARTED:
+        _STARTED.pop().kill()
+
+
+def _start(study: Path, worker: str, sleep: float, *extra: str) -> Forked:
+    p = Forked([str(study), worker, "--sleep", str(sleep), *extra], _env())
+    _STARTED.append(p)
+    return p
+
+
+def _finish(p: Forked, timeout: float = 120) -> dict[str, Any]:
     out, err = p.communicate(timeout=timeout)
     assert p.returncode == 0, (out, err[-3000:])
     return dict(json.loads(out.strip().splitlines()[-1]))
 
 
 def _trials(url: str, name: str = "fleet") -> list[optuna.trial.FrozenTrial]:
-    return optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
+    # Through open_storage's creation lock: the workers may be creating the schema now.
+    storage = open_storage(url, heartbeat=False)
+    try:
+        return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+    finally:
+        storage.engine.dispose()
 
 
 def _results(url: str, key_: str, name: str = "fleet") -> list[dict[str, Any]]:
@@ -333,9 +432,10 @@ def test_plain_tune_twice_at_once_is_refused_and_resume_retries_the_dead(
     likewise. After the first is killed (SIGKILL), a plain resume fails only that trial and
     measures it again with its original parameters."""
     study = _study_file(tmp_path, pg_url, trials=6)
-    # 5 s a trial: plain-a must still be measuring after the two refused starts, which
-    # took more than its 6 trials of 1 s on a loaded host (CI 2026-11-25).
-    a = _start(study, "plain-a", 5.0, "--plain", "--no-confirm")
+    # plain-a must still be measuring after the two refused starts, which took more than
+    # its 6 trials of 1 s on a loaded host (CI 2026-11-25): 60 s a search trial (it is
+    # killed in its first), its baseline's 2 repetitions (the noise floor) without a sleep.
+    a = _start(study, "plain-a", 60.0, "--plain", "--no-confirm", "--fast-first", "2")
     _wait_running(pg_url, "plain-a")
     for extra in (("--plain",), ()):
         b = _start(study, "plain-b", 0.0, "--no-confirm", *extra)

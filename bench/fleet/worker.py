@@ -1,15 +1,21 @@
 """One fleet worker of a synthetic study, as a process (used by tests/test_fleet.py and
 bench/fleet/run.py):
 
-    python bench/fleet/worker.py STUDY.yaml WORKER-NAME [--sleep SECONDS] [--no-confirm]
-        [--plain] [--fingerprint FIELD=VALUE ...]
+    python bench/fleet/worker.py STUDY.yaml WORKER-NAME [--sleep SECONDS] [--fast-first N]
+        [--no-confirm] [--plain] [--fingerprint FIELD=VALUE ...]
 
 The synthetic target is registered here with a fixed sleep per repetition (a bench-only
 target: the sleep stands for a real measurement, and sleeping workers do not compete for
 the CPUs). `--plain` runs a plain `kvtune tune` (StudyRun) instead of a fleet worker;
 `--fingerprint kernel=X` makes the worker report another host fingerprint (the tests of
-heterogeneous fleets run their "hosts" on one machine). Prints one JSON line: the worker,
-its result, and its wall time.
+heterogeneous fleets run their "hosts" on one machine); `--fast-first N`: the worker's
+first N repetitions take no sleep (a plain run's baseline: a test that needs a search trial
+measured for long gets to it at once). Prints one JSON line: the worker, its result, and
+its wall time.
+
+`main(argv)` is the whole worker: tests/test_fleet.py forks it from a process that has
+imported kvtune already (a fresh interpreter spends seconds importing Optuna, SQLAlchemy
+and SciPy before it measures anything).
 """
 
 from __future__ import annotations
@@ -32,13 +38,19 @@ from kvtune.study.worker import FleetWorker
 from kvtune.targets.synthetic import SyntheticTarget
 
 SLEEP = 0.0
+FAST_FIRST = 0  # repetitions measured without the sleep, first
 
 
 class SleepySynthetic(SyntheticTarget):
-    """The synthetic surface, taking `SLEEP` seconds per repetition."""
+    """The synthetic surface, taking `SLEEP` seconds per repetition (after the first
+    `FAST_FIRST`)."""
 
     def measure(self, params: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
-        time.sleep(SLEEP)
+        global FAST_FIRST
+        if FAST_FIRST > 0:
+            FAST_FIRST -= 1
+        else:
+            time.sleep(SLEEP)
         return super().measure(params, rng)
 
 
@@ -52,17 +64,18 @@ def faked(cls: type[StudyRun], fields: dict[str, str]) -> type[StudyRun]:
     return Faked
 
 
-def main() -> int:
-    global SLEEP
+def main(argv: list[str] | None = None) -> int:
+    global SLEEP, FAST_FIRST
     ap = argparse.ArgumentParser()
     ap.add_argument("study")
     ap.add_argument("worker")
     ap.add_argument("--sleep", type=float, default=0.0)
+    ap.add_argument("--fast-first", type=int, default=0)
     ap.add_argument("--no-confirm", action="store_true")
     ap.add_argument("--plain", action="store_true")
     ap.add_argument("--fingerprint", action="append", default=[])
-    a = ap.parse_args()
-    SLEEP = a.sleep
+    a = ap.parse_args(argv)
+    SLEEP, FAST_FIRST = a.sleep, a.fast_first
     targets.register("synthetic", SleepySynthetic)
     t0 = time.monotonic()
     try:
