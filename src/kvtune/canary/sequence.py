@@ -71,6 +71,7 @@ warns above STRONG_LAG1 that a longer --interval decides sooner."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -180,38 +181,19 @@ def _boundary(n: np.ndarray | float, alpha: float, t_opt: float) -> np.ndarray |
     return np.sqrt(2 * (n * rho2 + 1) / (n * n * rho2) * np.log(np.sqrt(n * rho2 + 1) / alpha))
 
 
+def _boundary_scalar(n: int, alpha: float, t_opt: float) -> float:
+    """_boundary at one look, in plain floats."""
+    rho2 = stats.cs_rho2(alpha, t_opt)
+    return math.sqrt(2 * (n * rho2 + 1) / (n * n * rho2) * math.log(math.sqrt(n * rho2 + 1)
+                                                                    / alpha))
+
+
 def radius(looks: int, sd: float, alpha: float, t_opt: float, rho: float = 0.0) -> float:
     """The half-width at `looks` looks for a series of long-run SD `sd` whose
     bias-corrected lag-1 coefficient is `rho` (rho_corrected): its degrees of freedom
     depend on both."""
     dof = _dof_scalar(looks, _upper_scalar(rho, looks))
-    return float(sd * _widening(dof, alpha) * _boundary(float(looks), alpha, t_opt))
-
-
-_CORRELATE_UPTO = 512  # values: below, np.correlate's all-lags products beat a dot a lag
-
-
-def _residual_variance(c: np.ndarray, r: float) -> float:
-    """Newey-West's long-run variance of e_t = c_t - r c_(t-1) (Bartlett kernel,
-    bandwidth(n - 1) lags), scaled by m / (m - 1) for its m = n - 1 values."""
-    e = c[1:] - r * c[:-1]
-    m = len(e)
-    lags = int(bandwidth(m))
-    if lags > 0 and m <= _CORRELATE_UPTO:
-        # every lag's sum in one call (m^2 products in C, fewer calls than one a lag)
-        ac = np.correlate(e, e, "full")[m - 1:m + lags]
-        w = 1 - np.arange(1, lags + 1) / (lags + 1)
-        v = float(ac[0]) + 2 * float(w @ ac[1:])
-    else:
-        v = float(e @ e)
-        for k in range(1, lags + 1):
-            v += 2 * (1 - k / (lags + 1)) * float(e[k:] @ e[:-k])
-    return max(v, 0.0) / max(m - 1, 1)
-
-
-def _lag1(c: np.ndarray) -> float:
-    ss = float(c @ c)
-    return float(c[1:] @ c[:-1]) / ss if len(c) > 2 and ss > 0 else math.nan
+    return float(sd * _widening(dof, alpha) * _boundary_scalar(looks, alpha, t_opt))
 
 
 def long_run_variance(x: np.ndarray) -> float:
@@ -219,19 +201,9 @@ def long_run_variance(x: np.ndarray) -> float:
     variance, filtered at the upper coefficient (rho_upper of the bias-corrected lag-1
     autocorrelation), over (1 - that coefficient)^2."""
     xs = np.asarray(x, dtype=float)
-    n = len(xs)
-    if n < 2:
+    if len(xs) < 2:
         return math.nan
-    c = xs - xs.mean()
-    return _long_run_centred(c, _lag1(c))
-
-
-def _long_run_centred(c: np.ndarray, lag1: float) -> float:
-    """long_run_variance of a series already centred on its mean, `c`, of lag-1
-    autocorrelation `lag1` (_lag1(c))."""
-    n = len(c)
-    up = _upper_scalar(_corrected_scalar(lag1, n), n)
-    return _residual_variance(c, up) / (1 - up) ** 2
+    return _sequences_of(xs[None, :], 0.05, 30, len(xs) + 1)[0].sd ** 2  # no interval
 
 
 def confidence_sequence(values: Sequence[float], alpha: float = 0.05, t_opt: float = 30,
@@ -239,17 +211,81 @@ def confidence_sequence(values: Sequence[float], alpha: float = 0.05, t_opt: flo
     """The two-sided sequence of the mean of `values` (one per look, in order; NaNs left
     out) at the last look: `sd` is the long-run SD (at the point estimate of the lag-1
     coefficient), `lag1` the plain lag-1 autocorrelation."""
-    xs = np.asarray(values, dtype=float)
-    xs = xs[~np.isnan(xs)]
-    n = len(xs)
-    est = float(xs.sum()) / n if n else math.nan
-    c = xs - est
-    lag1 = _lag1(c) if n else math.nan
-    sd = math.sqrt(_long_run_centred(c, lag1)) if n > 1 else math.nan
-    if n < max(min_looks, 2):
-        return Sequential(n, est, -math.inf, math.inf, sd, lag1, alpha)
-    r = radius(n, sd, alpha, t_opt, _corrected_scalar(lag1, n))
-    return Sequential(n, est, est - r, est + r, sd, lag1, alpha)
+    return confidence_sequences([values], alpha, t_opt, min_looks)[0]
+
+
+def confidence_sequences(series: Sequence[Sequence[float]], alpha: float = 0.05,
+                         t_opt: float = 30, min_looks: int = 5) -> list[Sequential]:
+    """confidence_sequence of each of `series` (the verdict's rules at one look), the
+    series of as many values computed together: one pass of array operations for all the
+    rules instead of one a rule (the same figures to rounding)."""
+    lengths = {len(values) for values in series}
+    if len(lengths) == 1 and lengths != {0}:  # the usual look: one block, NaNs checked once
+        block = np.array(series, dtype=float)
+        if not np.isnan(block).any():
+            return _sequences_of(block, alpha, t_opt, min_looks)
+    clean = []
+    for values in series:
+        xs = np.asarray(values, dtype=float)
+        clean.append(xs[~np.isnan(xs)])
+    out: list[Sequential | None] = [None] * len(clean)
+    by_length: dict[int, list[int]] = {}
+    for i, xs in enumerate(clean):
+        by_length.setdefault(len(xs), []).append(i)
+    for n, rows in by_length.items():
+        block = np.stack([clean[i] for i in rows]) if n else np.zeros((len(rows), 0))
+        for i, seq in zip(rows, _sequences_of(block, alpha, t_opt, min_looks), strict=True):
+            out[i] = seq
+    return [s for s in out if s is not None]
+
+
+@functools.lru_cache(maxsize=256)
+def _lagged(m: int, lags: int) -> tuple[np.ndarray, np.ndarray]:
+    """For m values and lags 1..lags: the index of value t + k in the values padded with
+    one 0 (m: beyond the end), m x lags, and the Bartlett weights 1 - k / (lags + 1)."""
+    idx = np.minimum(np.arange(m)[:, None] + np.arange(1, lags + 1), m)
+    return idx, 1 - np.arange(1, lags + 1) / (lags + 1)
+
+
+def _sequences_of(x: np.ndarray, alpha: float, t_opt: float, min_looks: int
+                  ) -> list[Sequential]:
+    """confidence_sequence of each row of `x` (rows x n values, no NaNs): the array work
+    done once for all the rows, the rest in plain floats."""
+    rows, n = x.shape
+    if n == 0:
+        return [Sequential(0, math.nan, -math.inf, math.inf, math.nan, math.nan, alpha)
+                for _ in range(rows)]
+    est = x.sum(axis=1) / n
+    c = x - est[:, None]
+    ests = est.tolist()
+    if n < 2:
+        return [Sequential(n, e, -math.inf, math.inf, math.nan, math.nan, alpha)
+                for e in ests]
+    lag1s = [math.nan] * rows
+    if n > 2:
+        ss = np.einsum("ij,ij->i", c, c).tolist()
+        a1 = np.einsum("ij,ij->i", c[:, 1:], c[:, :-1]).tolist()
+        lag1s = [a / q if q > 0 else math.nan for a, q in zip(a1, ss, strict=True)]
+    ups = [_upper_scalar(_corrected_scalar(r1, n), n) for r1 in lag1s]
+    up = np.array(ups)
+    e = c[:, 1:] - up[:, None] * c[:, :-1]  # the residuals of the AR(1) filter
+    m = n - 1
+    lags = int(bandwidth(m))
+    v = np.einsum("ij,ij->i", e, e)
+    if lags > 0:  # every lag's sum of every row in one product: e_t e_(t+k), k = 1..lags
+        idx, w = _lagged(m, lags)
+        ahead = np.concatenate([e, np.zeros((rows, 1))], axis=1)[:, idx]
+        v = v + 2 * (np.einsum("rt,rtk->rk", e, ahead) @ w)
+    sds = (np.sqrt(np.maximum(v, 0.0) / max(m - 1, 1)) / (1 - up)).tolist()
+    if n < min_looks:
+        return [Sequential(n, e_, -math.inf, math.inf, sd, r1, alpha)
+                for e_, sd, r1 in zip(ests, sds, lag1s, strict=True)]
+    bound = _boundary_scalar(n, alpha, t_opt)
+    out = []
+    for e_, sd, r1, u in zip(ests, sds, lag1s, ups, strict=True):
+        r = sd * _widening(_dof_scalar(n, u), alpha) * bound
+        out.append(Sequential(n, e_, e_ - r, e_ + r, sd, r1, alpha))
+    return out
 
 
 def _sums(x: np.ndarray, s: np.ndarray, k: int, m: np.ndarray
