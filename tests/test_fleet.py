@@ -57,6 +57,7 @@ _spec = importlib.util.spec_from_file_location("kvtune_fleet_worker", WORKER)
 assert _spec is not None and _spec.loader is not None
 worker_script = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(worker_script)
+worker_script.preload()
 
 
 def _study_file(tmp: Path, url: str, trials: int = 8, name: str = "fleet",
@@ -245,7 +246,9 @@ def test_two_workers_share_one_study(pg_url: str, tmp_path: Path) -> None:
     search trials, no repeated configuration, exactly one confirmation by one worker (the
     other ends saying who), every trial tagged with its worker and host fingerprint."""
     study = _study_file(tmp_path, pg_url, trials=10)
-    ps = [_start(study, w, 0.15) for w in ("w1", "w2")]
+    # 0.15 s a repetition: the two workers' search trials overlap; 0.02 s from the
+    # confirmation on (the confirmer's alone: the other ends when it is claimed).
+    ps = [_start(study, w, 0.15, "--confirm-sleep", "0.02") for w in ("w1", "w2")]
     outs = {o["worker"]: o for o in (_finish(p) for p in ps)}
     trials = _trials(pg_url)
     kinds = Counter(t.user_attrs.get("kind") for t in trials if t.state.is_finished())
@@ -466,8 +469,10 @@ def test_heterogeneous_hosts_get_their_own_baseline_and_confirmation(
     and one confirmation, run by its own worker on its own trials; show lists both hosts.
     Without the key the second worker is refused naming the difference."""
     study = _study_file(tmp_path, pg_url, trials=10, hosts="heterogeneous")
-    ps = [_start(study, "w1", 0.1), _start(study, "w2", 0.1, "--fingerprint",
-                                            "kernel=5.10.0-other")]
+    # The two confirmations (and ablations) still overlap at 0.02 s a repetition.
+    ps = [_start(study, "w1", 0.1, "--confirm-sleep", "0.02"),
+          _start(study, "w2", 0.1, "--confirm-sleep", "0.02", "--fingerprint",
+                 "kernel=5.10.0-other")]
     outs = {o["worker"]: o for o in (_finish(p) for p in ps)}
     trials = _trials(pg_url)
     fps = {t.user_attrs["worker"]: t.user_attrs["fingerprint"] for t in trials
