@@ -6,6 +6,7 @@ repetitions, `kvtune show`, and `kvtune dashboard` on loopback."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -101,7 +102,7 @@ def test_telemetry_is_stored_with_every_repetition(study: tuple[str, Path]) -> N
             assert ("perf_ipc" in m) == ("cycles" not in tel["perf"]["unsupported"])
 
 
-def test_report_renders_in_chromium(study: tuple[str, Path]) -> None:
+def test_report_renders_in_chromium(study: tuple[str, Path], chromium: Chromium) -> None:
     url, d = study
     out = d / "report.html"
     r = run_kvtune("report", "mc-report", "--storage", url, "-o", str(out), cwd=d)
@@ -113,7 +114,7 @@ def test_report_renders_in_chromium(study: tuple[str, Path]) -> None:
                    "Exact command lines", "memcached.growth_factor", "Optimizable zones"):
         assert needle in page, needle
     png = ARTIFACTS / "report.png"
-    res = render_in_chromium(out, png)
+    res = render_in_chromium(chromium, out, png)
     assert not res["errors"], res["errors"]
     assert {u.split(":", 1)[0] for u in res["requests"]} == {"file"}, res["requests"]
     plots = {p["id"]: p for p in res["plots"]}
@@ -138,7 +139,8 @@ def test_report_renders_in_chromium(study: tuple[str, Path]) -> None:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
 
 
-def test_describe_page_shows_the_curve_with_its_measured_points(tmp_path: Path) -> None:
+def test_describe_page_shows_the_curve_with_its_measured_points(tmp_path: Path,
+                                                                 chromium: Chromium) -> None:
     """`kvtune workload describe --html`: the model's plots and its miss-ratio curve with
     the points measured on a server, drawn in Chromium."""
     w = {"keys": 40000, "popularity": "zipf:0.9", "mix": "get:9,set:1", "key_size": 32,
@@ -152,7 +154,7 @@ def test_describe_page_shows_the_curve_with_its_measured_points(tmp_path: Path) 
                    cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "measured (mixed-ttl) at 8.0 MiB: 0.688" in r.stdout  # bench/mrc/check_real.json
-    res = render_in_chromium(out, ARTIFACTS / "describe.png")
+    res = render_in_chromium(chromium, out, ARTIFACTS / "describe.png")
     assert not res["errors"], res["errors"]
     assert {u.split(":", 1)[0] for u in res["requests"]} == {"file"}, res["requests"]
     plots = {p["id"]: p for p in res["plots"]}
@@ -313,57 +315,101 @@ class _DevTools:
         raise TimeoutError(event)
 
 
-def render_in_chromium(html_file: Path, png: Path, width: int = 1280) -> dict[str, Any]:
-    """Open the file in headless Chromium, wait for it to load, and return the plots found,
-    console errors, network requests and page height; the full page goes to `png`."""
-    chromium = shutil.which("chromium")
-    if not chromium:
-        pytest.fail("chromium is not installed: run `make setup`")
-    with tempfile.TemporaryDirectory(prefix="kvtune-chromium-") as profile:
+class Chromium:
+    """One headless Chromium (its own profile, DevTools on a loopback port): each render
+    opens a page of its own in it, closed afterwards (a fresh page: its own events, console
+    and requests), so the module starts the browser once instead of once a render."""
+
+    def __init__(self) -> None:
+        chromium = shutil.which("chromium")
+        if not chromium:
+            pytest.fail("chromium is not installed: run `make setup`")
+        self.profile = tempfile.TemporaryDirectory(prefix="kvtune-chromium-")
         argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                 "--no-first-run", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--disable-extensions",
                 "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
-                f"--user-data-dir={profile}", f"--window-size={width},900", "about:blank"]
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
+                f"--user-data-dir={self.profile.name}", "--window-size=1280,900",
+                "about:blank"]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     start_new_session=True)
         try:
-            port_file = Path(profile) / "DevToolsActivePort"
+            port_file = Path(self.profile.name) / "DevToolsActivePort"
             deadline = time.monotonic() + 60
             while not (port_file.exists() and port_file.read_text().strip()):
-                if proc.poll() is not None:
-                    err = proc.stderr.read().decode() if proc.stderr else ""
+                if self.proc.poll() is not None:
+                    err = self.proc.stderr.read().decode() if self.proc.stderr else ""
                     pytest.fail(f"chromium exited: {err[-2000:]}")
                 if time.monotonic() > deadline:
                     pytest.fail("chromium did not open its DevTools port within 60 s")
-                time.sleep(0.1)
-            port = int(port_file.read_text().split()[0])
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
-                target = next(t for t in json.load(r) if t["type"] == "page")
-            dt = _DevTools(target["webSocketDebuggerUrl"])
-            for domain in ("Runtime", "Log", "Page", "Network"):
-                dt.call(f"{domain}.enable")
-            dt.call("Emulation.setDeviceMetricsOverride", width=width, height=900,
-                    deviceScaleFactor=1, mobile=False)
-            dt.call("Page.navigate", url=html_file.resolve().as_uri())
-            dt.wait_for("Page.loadEventFired")
-            time.sleep(1.0)  # plotly draws on load; let the last frame land
-            res = dt.call("Runtime.evaluate", expression=_CHECK_PLOTS, returnByValue=True)
-            plots = json.loads(res["result"]["value"])
-            height = int(dt.call("Page.getLayoutMetrics")["cssContentSize"]["height"])
-            shot = dt.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
-                           clip={"x": 0, "y": 0, "width": width, "height": height,
-                                 "scale": 1})
-            png.parent.mkdir(parents=True, exist_ok=True)
-            png.write_bytes(base64.b64decode(shot["data"]))
-            dt.ws.close()
-        finally:
-            os.killpg(proc.pid, signal.SIGTERM)
+                time.sleep(0.05)
+            self.port = int(port_file.read_text().split()[0])
+        except BaseException:
+            self.stop()
+            raise
+
+    def _http(self, path: str, method: str = "GET") -> Any:
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", method=method)
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.load(r)
+
+    def new_page(self) -> tuple[str, str]:
+        """A new blank page: its target id and DevTools WebSocket URL."""
+        t = self._http("/json/new?about:blank", method="PUT")
+        return t["id"], t["webSocketDebuggerUrl"]
+
+    def close_page(self, target_id: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self._http(f"/json/close/{target_id}")
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
             try:
-                proc.wait(10)
+                self.proc.wait(10)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        finally:
+            self.profile.cleanup()
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Chromium]:
+    browser = Chromium()
+    try:
+        yield browser
+    finally:
+        browser.stop()
+
+
+def render_in_chromium(browser: Chromium, html_file: Path, png: Path,
+                       width: int = 1280) -> dict[str, Any]:
+    """Open the file in a new page of headless Chromium, wait for it to load, and return the
+    plots found, console errors, network requests and page height; the full page goes to
+    `png`."""
+    if browser.proc.poll() is not None:
+        pytest.fail("chromium exited")
+    target_id, ws_url = browser.new_page()
+    try:
+        dt = _DevTools(ws_url)
+        for domain in ("Runtime", "Log", "Page", "Network"):
+            dt.call(f"{domain}.enable")
+        dt.call("Emulation.setDeviceMetricsOverride", width=width, height=900,
+                deviceScaleFactor=1, mobile=False)
+        dt.call("Page.navigate", url=html_file.resolve().as_uri())
+        dt.wait_for("Page.loadEventFired")
+        time.sleep(1.0)  # plotly draws on load; let the last frame land
+        res = dt.call("Runtime.evaluate", expression=_CHECK_PLOTS, returnByValue=True)
+        plots = json.loads(res["result"]["value"])
+        height = int(dt.call("Page.getLayoutMetrics")["cssContentSize"]["height"])
+        shot = dt.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
+                       clip={"x": 0, "y": 0, "width": width, "height": height, "scale": 1})
+        png.parent.mkdir(parents=True, exist_ok=True)
+        png.write_bytes(base64.b64decode(shot["data"]))
+        dt.ws.close()
+    finally:
+        browser.close_page(target_id)
     errors, requests = [], []
     for e in dt.events:
         m, p = e.get("method"), e.get("params", {})
@@ -422,7 +468,8 @@ def test_reproduction_shows_the_load_command_from_new_and_old_stores(
     assert argv_line in html
 
 
-def test_default_marker_on_a_log_axis_and_no_clipping(tmp_path: Path) -> None:
+def test_default_marker_on_a_log_axis_and_no_clipping(tmp_path: Path,
+                                                      chromium: Chromium) -> None:
     """A log-axis sensitivity curve with the default at 20 (drawn at 1.3 before the fix),
     in the report's grid of two columns beside a long-titled plot: the marker is at 20
     and no plot leaves its grid cell."""
@@ -443,7 +490,7 @@ def test_default_marker_on_a_log_axis_and_no_clipping(tmp_path: Path) -> None:
             + _plot(log, "plot-log") + _plot(lin, "plot-lin") + "</div></main></body></html>")
     f = tmp_path / "log.html"
     f.write_text(page)
-    res = render_in_chromium(f, tmp_path / "log.png", width=1100)
+    res = render_in_chromium(chromium, f, tmp_path / "log.png", width=1100)
     assert not res["errors"], res["errors"]
     plots = {p["id"]: p for p in res["plots"]}
     assert plots["plot-log"]["defaults"][0]["log"] is True
