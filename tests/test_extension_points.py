@@ -423,6 +423,13 @@ REGISTRATION = ("from kvtune import load, targets; import pingload; "
                 "targets.register('mc2', 'mc2target:Mc2Target'); load.register(pingload.PingLoad)")
 
 
+def _own_host_state() -> dict[str, str]:
+    """This test's private journal, run directory (the host lock) and no library (conftest),
+    not the host's /run/kvtune and ~/.local/share/kvtune, for a child given an environment
+    of its own."""
+    return {k: os.environ[k] for k in ("KVTUNE_JOURNAL", "KVTUNE_RUN_DIR", "KVTUNE_LIBRARY")}
+
+
 def test_new_target_kind_and_load_driver_touch_two_files_each(
         memcached_bin: str, tmp_path: Path) -> None:
     """The architecture's promise: a target kind is its module plus one registry line, a
@@ -446,8 +453,7 @@ def test_new_target_kind_and_load_driver_touch_two_files_each(
         return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               timeout=120, cwd=tmp_path,
                               env={"PYTHONPATH": f"{tmp_path}:{src}", "PATH": "/usr/bin:/bin",
-                                   # this test's private journal (conftest), not the host's
-                                   "KVTUNE_JOURNAL": os.environ["KVTUNE_JOURNAL"]})
+                                   **_own_host_state()})
 
     out = kvtune("run", str(study), "--repetitions", "1", "--json")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
@@ -511,7 +517,7 @@ def test_a_new_server_kind_is_its_folder_and_one_registry_line(
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, cwd=tmp_path,
                          env={"PYTHONPATH": f"{tmp_path}:{src}", "PATH": "/usr/bin:/bin",
-                              "KVTUNE_JOURNAL": os.environ["KVTUNE_JOURNAL"]})
+                              **_own_host_state()})
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     doc = json.loads(out.stdout)
     assert doc["metrics"]["ops_per_sec"] > 0
