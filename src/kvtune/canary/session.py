@@ -191,6 +191,11 @@ def run(plan: Plan, say: Say, sleep: Callable[[float], None] = time.sleep) -> di
                     "settings": {n: list(v) for n, v in plan.change.settings.items()}}
                    if plan.change is not None else None),
         "probe_rate": plan.probe_rate}
+    # the t quantiles the first interval needs, now: importing SciPy takes seconds on a busy
+    # host, which stalled the first look due an interval (and the looks after it ran back to
+    # back to catch up, each measuring next to nothing)
+    sequence.radius(max(plan.min_looks, 2), 1.0, plan.alpha / max(len(plan.rules), 1),
+                    plan.t_opt)
     start = time.monotonic()
     try:
         prev, _ = _pair_figures(reader, plan, [])
@@ -203,7 +208,9 @@ def run(plan: Plan, say: Say, sleep: Callable[[float], None] = time.sleep) -> di
         if probe is not None:
             probe.start(servers, 0)
         while True:
-            deadline += plan.interval_s
+            # a look that came late (a stalled host) moves the next: each interval at least
+            # half of --interval, never a burst of near-empty intervals catching up
+            deadline = max(deadline + plan.interval_s, time.monotonic() + plan.interval_s / 2)
             sleep(max(deadline - time.monotonic(), 0.0))
             try:
                 p99s = probe.collect() if probe is not None else []
