@@ -191,16 +191,16 @@ def run(plan: Plan, say: Say, sleep: Callable[[float], None] = time.sleep) -> di
                     "settings": {n: list(v) for n, v in plan.change.settings.items()}}
                    if plan.change is not None else None),
         "probe_rate": plan.probe_rate}
-    # the t quantiles the first interval needs, now: importing SciPy takes seconds on a busy
-    # host, which stalled the first look due an interval (and the looks after it ran back to
-    # back to catch up, each measuring next to nothing)
-    sequence.radius(max(plan.min_looks, 2), 1.0, plan.alpha / max(len(plan.rules), 1),
-                    plan.t_opt)
-    start = time.monotonic()
     try:
         prev, _ = _pair_figures(reader, plan, [])
     except ConnectionError as e:
         raise UserError(f"{e}: not a {plan.kind} server answering its stats") from None
+    # the t quantiles the first interval needs, now (the servers answer): importing SciPy
+    # takes seconds on a busy host, which stalled the first look due an interval (and the
+    # looks after it ran back to back to catch up, each measuring next to nothing)
+    sequence.radius(max(plan.min_looks, 2), 1.0, plan.alpha / max(len(plan.rules), 1),
+                    plan.t_opt)
+    start = time.monotonic()
     deadline = start
     verdict = vd.judge(diffs, plan.rules, plan.alpha, plan.t_opt, plan.min_looks)
     n = 0
