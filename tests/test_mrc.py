@@ -340,6 +340,87 @@ def test_the_rebalancer_moves_a_page_a_second_after_its_window() -> None:
     assert memcached.simulate(early, 4 << 20, automove=True).pages[big] == 1
 
 
+def _recorded_stream(name: str) -> rq.Requests:
+    """The streams of _RECORDED, drawn by the repository's own generator (seeded)."""
+    if name == "mixed":  # TTLs, deletes, sets, three slab classes, 60 s
+        return rq.from_model({"keys": 20_000, "popularity": "zipf:0.9",
+                              "mix": "get:8,set:2,delete:0.3", "key_size": 20,
+                              "value_size": "list:50:5,600:3,9000:1", "ttl": "list:0:3,2:1"},
+                             requests=30_000, rate=500, seed=5)
+    # small items for 40 s, then larger ones (items over 512 KiB among them): pages move
+    a = rq.from_model({"keys": 20_000, "popularity": "uniform", "mix": "get:1",
+                       "key_size": 20, "value_size": 100}, requests=40_000, rate=1_000, seed=6)
+    b = rq.from_model({"keys": 3_000, "popularity": "zipf:0.8", "mix": "get:9,set:1",
+                       "key_size": 20, "value_size": "list:1500:3,300K:1,700K:1"},
+                      requests=15_000, rate=500, seed=7)
+    return rq.Requests(*(np.concatenate([getattr(a, f), getattr(b, f)])
+                         for f in ("key", "op", "klen", "vlen", "ttl")),
+                       np.concatenate([a.t, b.t + 40]), "shift")
+
+
+# (stream, MiB of -m, scale, automove): (gets, hits, evictions, pages per class), as
+# memcached.simulate gave them before it was rewritten for speed (the model of commit
+# ffe6276, one request at a time): the rewrite gives them all, and a change of the
+# model's behaviour changes some
+_RECORDED = {
+    ('mixed', 2, 1.0, True): (11755, 7319, 2785, {3: 1, 10: 1, 22: 1}),
+    ('mixed', 2, 1.0, False): (11755, 7319, 2785, {3: 1, 10: 1, 22: 1}),
+    ('mixed', 2, 0.5, True): (5950, 3668, 1442, {3: 1, 10: 1, 22: 1}),
+    ('mixed', 5, 1.0, True): (11755, 7463, 2277, {3: 1, 10: 1, 22: 3}),
+    ('mixed', 5, 1.0, False): (11755, 7463, 2277, {3: 1, 10: 1, 22: 3}),
+    ('mixed', 5, 0.5, True): (5950, 3745, 1175, {3: 1, 10: 1, 22: 3}),
+    ('mixed', 12, 1.0, True): (11755, 7907, 117, {3: 1, 10: 2, 22: 9}),
+    ('mixed', 12, 1.0, False): (11755, 7907, 117, {3: 1, 10: 2, 22: 9}),
+    ('mixed', 12, 0.5, True): (5950, 3984, 77, {3: 1, 10: 2, 22: 9}),
+    ('mixed', 60, 1.0, True): (11755, 7910, 0, {3: 1, 10: 3, 22: 10}),
+    ('mixed', 60, 1.0, False): (11755, 7910, 0, {3: 1, 10: 3, 22: 10}),
+    ('mixed', 60, 0.5, True): (5950, 3987, 0, {3: 1, 10: 3, 22: 10}),
+    ('mixed', 200, 1.0, True): (11755, 7910, 0, {3: 1, 10: 3, 22: 10}),
+    ('mixed', 200, 1.0, False): (11755, 7910, 0, {3: 1, 10: 3, 22: 10}),
+    ('mixed', 200, 0.5, True): (5950, 3987, 0, {3: 1, 10: 3, 22: 10}),
+    ('shift', 2, 1.0, True): (25947, 11871, 19786, {4: 2, 14: 1, 37: 1, 39: 1}),
+    ('shift', 2, 1.0, False): (25947, 11871, 19786, {4: 2, 14: 1, 37: 1, 39: 1}),
+    ('shift', 2, 0.5, True): (12818, 5797, 8431, {4: 2, 14: 1, 37: 1, 39: 1}),
+    ('shift', 5, 1.0, True): (25947, 15346, 14945, {4: 2, 14: 1, 37: 2, 39: 2}),
+    ('shift', 5, 1.0, False): (25947, 15184, 8716, {4: 4, 14: 1, 37: 1, 39: 1}),
+    ('shift', 5, 0.5, True): (12818, 7684, 5917, {4: 2, 14: 1, 37: 3, 39: 1}),
+    ('shift', 12, 1.0, True): (25947, 15827, 14395, {4: 2, 14: 1, 37: 3, 39: 6}),
+    ('shift', 12, 1.0, False): (25947, 15696, 8128, {4: 4, 14: 1, 37: 3, 39: 4}),
+    ('shift', 12, 0.5, True): (12818, 7727, 7167, {4: 2, 14: 1, 37: 3, 39: 6}),
+    ('shift', 60, 1.0, True): (25947, 17120, 12894, {4: 2, 14: 1, 37: 12, 39: 45}),
+    ('shift', 60, 1.0, False): (25947, 17113, 6486, {4: 4, 14: 1, 37: 13, 39: 42}),
+    ('shift', 60, 0.5, True): (12818, 8221, 6581, {4: 2, 14: 1, 37: 20, 39: 37}),
+    ('shift', 200, 1.0, True): (25947, 18280, 11410, {4: 2, 14: 1, 37: 48, 39: 149}),
+    ('shift', 200, 1.0, False): (25947, 18260, 5020, {4: 4, 14: 1, 37: 46, 39: 149}),
+    ('shift', 200, 0.5, True): (12818, 8816, 5850, {4: 2, 14: 1, 37: 57, 39: 140}),
+}
+
+
+@pytest.mark.parametrize("name", ["mixed", "shift"])
+def test_memcached_simulate_gives_the_recorded_results(name: str) -> None:
+    """simulate at each size, and simulate_sizes at all of them at once (in another order:
+    a run that never met its limit stands for the larger sizes), give the recorded results
+    exactly."""
+    req = _recorded_stream(name)
+    for scale, automove in ((1.0, True), (1.0, False), (0.5, True)):
+        sub = req if scale >= 1 else curve.sample(req, scale, 0)
+        want = {mib: v for (n, mib, sc, am), v in _RECORDED.items()
+                if (n, sc, am) == (name, scale, automove)}
+        assert len(want) == 5
+        for mib, (gets, hits, evictions, pages) in want.items():
+            r = memcached.simulate(sub, mib << 20, measure_from=len(sub) // 2, scale=scale,
+                                   automove=automove)
+            assert (r.memory, r.gets, r.hits, r.evictions, r.pages) == \
+                (mib << 20, gets, hits, evictions, pages), (name, mib, scale, automove)
+        if automove is False:
+            continue
+        sizes = [m << 20 for m in sorted(want, reverse=True)]
+        together = memcached.simulate_sizes(sub, sizes, measure_from=len(sub) // 2,
+                                            scale=scale, automove=automove)
+        assert [(r.memory, r.gets, r.hits, r.evictions, r.pages) for r in together] == \
+            [(m, *want[m >> 20]) for m in sizes]
+
+
 def test_a_public_trace_and_its_kept_trace_give_the_same_curve(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A Twitter-format trace read directly (--format twitter) and the normalized trace its

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -82,20 +83,8 @@ def classes_of(settings: Settings, item: np.ndarray) -> tuple[np.ndarray, np.nda
     return cls.astype(np.int64), chunks
 
 
-@dataclass
-class _Class:
-    chunk: int
-    per_page: int
-    pages: int = 0
-    used: int = 0  # chunks holding items
-    hot: OrderedDict[int, bool] = field(default_factory=OrderedDict)  # key -> active
-    warm: OrderedDict[int, bool] = field(default_factory=OrderedDict)
-    cold: OrderedDict[int, bool] = field(default_factory=OrderedDict)
-    evictions: int = 0
-    # the automover's view: evictions and pages at its last look, its window
-    evicted_before: int = 0
-    pages_before: int = 0
-    window: list[tuple[float, int, int]] = field(default_factory=list)  # (age, dirty, evicted)
+AUTOMOVE_WINDOW = 30  # slab_automove_window
+AUTOMOVE_RATIO = 0.8  # slab_automove_ratio
 
 
 def simulate(req: Requests, memory: int, settings: Settings = Settings(),
@@ -106,192 +95,368 @@ def simulate(req: Requests, memory: int, settings: Settings = Settings(),
     simulates a miniature cache (a sampled stream at rate R: pages of R·page_size).
     `automove` (default: the settings') runs the rebalancer's rule once a second of the
     stream's time."""
+    return _run(_Stream.of(req, settings), memory, settings, measure_from, scale,
+                automove)[0]
+
+
+def simulate_sizes(req: Requests, sizes: list[int], settings: Settings = Settings(),
+                   measure_from: int = 0, scale: float = 1.0, automove: bool | None = None
+                   ) -> list[SimResult]:
+    """`simulate` at each of `sizes`: the same results, in less time. The stream is read
+    once; and a run that never met its limit (never had to evict or reclaim an item to make
+    room) is the run of every larger size. Its pages_left (the pages `-m` has not given out)
+    is read only where a class needs a page, and there the run took one (a class takes a
+    page when pages_left > 0 or it has none); a run from more pages has at every request
+    the same state and at least as many pages left (taking a page lowers both by one, or
+    the larger alone when the smaller is at 0; a page the rebalancer frees adds one to
+    both; the rebalancer reads no pages_left), so it takes the same branches: the same
+    gets, hits, evictions and pages. Sizes are run from the fewest pages up."""
+    stream = _Stream.of(req, settings)
+    order = sorted(range(len(sizes)), key=lambda j: _limit_pages(sizes[j], settings, scale))
+    out: dict[int, SimResult] = {}
+    unmet: tuple[int, SimResult] | None = None  # (pages, result) of a run that never met
+    for j in order:
+        pages = _limit_pages(sizes[j], settings, scale)
+        if unmet is not None and pages >= unmet[0]:
+            r = unmet[1]
+            out[j] = SimResult(sizes[j], r.gets, r.hits, r.evictions, dict(r.pages))
+            continue
+        out[j], met_limit = _run(stream, sizes[j], settings, measure_from, scale, automove)
+        if not met_limit:
+            unmet = (pages, out[j])
+    return [out[j] for j in range(len(sizes))]
+
+
+def _limit_pages(memory: int, settings: Settings, scale: float) -> int:
+    """The pages `-m` gives (of R·page_size in a miniature cache)."""
+    page = max(1, int(settings.page_size * scale))
+    return max(0, int(memory // page)) if scale >= 1 else max(0, int(memory * scale // page))
+
+
+@dataclass(frozen=True)
+class _Stream:
+    """The requests as the simulation reads them, one list per field: each key numbered
+    (0..keys-1), the time of a get (+inf for other requests: an item is a hit when its
+    expiry is later), the expiry an item stored by the request has (its time plus the TTL
+    of its key's last set so far, else its own; +inf for none), its time, its slab class
+    (-1: a delete) and chunks."""
+
+    keys: int
+    key: list[int]
+    t_get: list[float]
+    expiry: list[float]
+    t: list[float]
+    cls: list[int]
+    chunks: list[int]
+    op: np.ndarray
+    seconds: np.ndarray  # whole seconds of the largest time so far (when the rebalancer looks)
+
+    @staticmethod
+    def of(req: Requests, settings: Settings) -> _Stream:
+        n = len(req)
+        cls, chunks = classes_of(settings, settings.item_bytes(req.klen, req.vlen))
+        cls = np.where(req.op == DELETE, -1, cls)
+        order = np.argsort(req.key, kind="stable")  # each key's requests, in time order
+        first = np.ones(n, dtype=bool)
+        first[1:] = req.key[order][1:] != req.key[order][:-1]
+        group = np.cumsum(first) - 1
+        key = np.empty(n, dtype=np.int64)
+        key[order] = group
+        inf = math.inf
+        if req.t.dtype == np.float64 and not req.ttl.any():  # no TTL: nothing expires
+            t_get = np.where(req.op == GET, req.t, inf).tolist()
+            expiry = [inf] * n
+        elif req.t.dtype == np.float64:
+            pos = np.arange(n)
+            last_set = np.maximum.accumulate(np.where(req.op[order] == SET, pos, -1))
+            ttl = req.ttl[order]
+            ttl = np.where(last_set >= np.flatnonzero(first)[group],
+                           ttl[np.maximum(last_set, 0)], ttl)
+            tt = np.empty_like(ttl)
+            tt[order] = ttl
+            t_get = np.where(req.op == GET, req.t, inf).tolist()
+            expiry = np.where(tt > 0, req.t + tt, inf).tolist()
+        else:  # the same, one request at a time, in the stream's own numbers
+            key_ttl: dict[int, int] = {}
+            t_get, expiry = [], []
+            for k, op, t, ttl_ in zip(key.tolist(), req.op.tolist(), req.t.tolist(),
+                                      req.ttl.tolist(), strict=True):
+                if op == SET:
+                    key_ttl[k] = ttl_
+                t_ = key_ttl.get(k, ttl_)
+                t_get.append(t if op == GET else inf)
+                expiry.append(t + t_ if t_ > 0 else inf)
+        seconds = np.maximum.accumulate(np.nan_to_num(np.maximum(np.floor(
+            np.asarray(req.t, dtype=np.float64)), 0.0), nan=0.0)).astype(np.int64) \
+            if n else np.zeros(0, dtype=np.int64)
+        return _Stream(int(group[-1]) + 1 if n else 0, key.tolist(), t_get, expiry,
+                       req.t.tolist(), cls.tolist(), chunks.tolist(), req.op, seconds)
+
+
+def _run(s: _Stream, memory: int, settings: Settings, measure_from: int, scale: float,
+         automove: bool | None) -> tuple[SimResult, bool]:
+    """The simulation at one memory size: (its result, whether it met its limit).
+
+    Written for speed, the model's steps in its order: each stored item is one list,
+    [class, chunks, expiry, its queue (its class's HOT, WARM or COLD), fetched (0: not yet,
+    1: fetched, 2: fetched and active), last access], and a key with none holds GONE; a
+    get that hits an item fetched and active (most gets) reads one list; a set that
+    replaces an item of its class updates its list; each class's free chunks and items
+    are kept, not recounted; the stream is cut where the rebalancer looks and where the
+    measured gets begin, not tested at each request."""
     if automove is None:
         automove = settings.automove
     page = max(1, int(settings.page_size * scale))
     sizes = settings.chunk_sizes()
-    chunk_scaled = sizes
-    item = settings.item_bytes(req.klen, req.vlen)
-    cls_arr, chunks_arr = classes_of(settings, item)
-    classes = [_Class(c, max(1, page // c) if scale >= 1 else max(1, int(PAGE // c * scale)))
-               for c in chunk_scaled]
-    limit_pages = max(0, int(memory // page)) if scale >= 1 else max(
-        0, int(memory * scale // page))
-    pages_left = limit_pages
-    where: dict[int, tuple[int, int, float]] = {}  # key -> (class, chunks, expiry)
-    fetched: set[int] = set()
-    keys, ops, ts = req.key.tolist(), req.op.tolist(), req.t.tolist()
-    ttls = req.ttl.tolist()
-    cl, ch = cls_arr.tolist(), chunks_arr.tolist()
-    key_ttl: dict[int, int] = {}
-    gets = hits = evictions = 0
+    ncls = len(sizes)
+    per_page = [max(1, page // c) if scale >= 1 else max(1, int(PAGE // c * scale))
+                for c in sizes]
+    pages_left = _limit_pages(memory, settings, scale)
+    hot_q: list[OrderedDict[int, None]] = [OrderedDict() for _ in sizes]
+    warm_q: list[OrderedDict[int, None]] = [OrderedDict() for _ in sizes]
+    cold_q: list[OrderedDict[int, None]] = [OrderedDict() for _ in sizes]
+    pages = [0] * ncls
+    free = [0] * ncls  # pages · per_page − chunks holding items
+    count = [0] * ncls  # items (in HOT, WARM and COLD)
+    evicted = [0] * ncls  # evictions to make room (what the rebalancer counts)
+    # the rebalancer's view: evictions and pages at its last look, its window
+    evicted_before = [0] * ncls
+    pages_before = [0] * ncls
+    win_age: list[list[float]] = [[] for _ in sizes]
+    win_dirty: list[list[int]] = [[] for _ in sizes]
+    win_evicted: list[list[int]] = [[] for _ in sizes]
     inf = math.inf
+    gone: list[Any] = [-1, 0, -inf, None, 0, 0.0]  # expired before any time: never a hit
+    items: list[list[Any]] = [gone] * s.keys
+    evictions = 0
+    met_limit = False
+    hot_most, warm_most = _most(settings.hot_pct, s.keys), _most(settings.warm_pct, s.keys)
 
-    def unlink(k: int) -> None:
-        c, n, _ = where.pop(k)
-        sc = classes[c]
-        for q in (sc.hot, sc.warm, sc.cold):
-            if k in q:
-                del q[k]
-                break
-        sc.used -= n
-        fetched.discard(k)
-
-    def juggle(sc: _Class) -> None:
-        items = len(sc.hot) + len(sc.warm) + len(sc.cold)
-        while sc.hot and len(sc.hot) > settings.hot_pct * items:
-            k, active = sc.hot.popitem(last=False)
-            if active:
-                sc.warm[k] = False
+    def juggle(c: int) -> None:
+        n_items = count[c]
+        hot = hot_q[c]
+        lim = hot_most[n_items]
+        while hot and len(hot) > lim:
+            k, _ = hot.popitem(last=False)
+            it = items[k]
+            if it[4] == 2:  # active: to WARM, inactive
+                it[4] = 1
+                q = warm_q[c]
             else:
-                sc.cold[k] = False
-        while sc.warm and len(sc.warm) > settings.warm_pct * items:
-            k, active = sc.warm.popitem(last=False)
-            if active:
-                sc.warm[k] = False
+                q = cold_q[c]
+            q[k] = None
+            it[3] = q
+        warm = warm_q[c]
+        lim = warm_most[n_items]
+        while warm and len(warm) > lim:
+            k, _ = warm.popitem(last=False)
+            it = items[k]
+            if it[4] == 2:  # active: back to WARM's head, inactive
+                it[4] = 1
+                warm[k] = None
             else:
-                sc.cold[k] = False
+                cold = cold_q[c]
+                cold[k] = None
+                it[3] = cold
 
     def make_room(c: int, n: int, t: float) -> bool:
-        nonlocal pages_left, evictions
-        sc = classes[c]
-        while sc.pages * sc.per_page - sc.used < n:
-            if pages_left > 0 or sc.pages == 0:
-                sc.pages += 1
+        nonlocal pages_left, evictions, met_limit
+        while free[c] < n:
+            if pages_left > 0 or pages[c] == 0:
+                pages[c] += 1
+                free[c] += per_page[c]
                 pages_left = max(0, pages_left - 1)
                 continue
-            q = sc.cold if sc.cold else (sc.hot if sc.hot else sc.warm)
+            met_limit = True
+            q = cold_q[c] or hot_q[c] or warm_q[c]
             if not q:
                 return False
-            k = next(iter(q))
-            expired = where[k][2] <= t
-            unlink(k)
-            if not expired:
+            k, _ = q.popitem(last=False)
+            it = items[k]
+            items[k] = gone
+            free[c] += it[1]
+            count[c] -= 1
+            if not it[2] <= t:  # not expired
                 evictions += 1
-                sc.evictions += 1
+                evicted[c] += 1
         return True
-
-    next_look = 1.0
-    looks = 0
-    atime: dict[int, float] = {}  # each item's last access (memcached's it->time)
 
     def move_page(src: int, dst: int) -> None:
         nonlocal pages_left, evictions
-        sc = classes[src]
         # the page's items go: what the class's free chunks cannot hold is evicted
-        drop = max(0, sc.per_page - (sc.pages * sc.per_page - sc.used))
+        drop = max(0, per_page[src] - free[src])
         while drop > 0:
-            q = sc.cold if sc.cold else (sc.hot if sc.hot else sc.warm)
+            q = cold_q[src] or hot_q[src] or warm_q[src]
             if not q:
                 break
-            k = next(iter(q))
-            drop -= where[k][1]
-            unlink(k)
+            k, _ = q.popitem(last=False)
+            it = items[k]
+            items[k] = gone
+            drop -= it[1]
+            free[src] += it[1]
+            count[src] -= 1
             evictions += 1
-        sc.pages -= 1
+        pages[src] -= 1
+        free[src] -= per_page[src]
         if dst < 0:
             pages_left += 1
         else:
-            classes[dst].pages += 1
+            pages[dst] += 1
+            free[dst] += per_page[dst]
 
-    for i in range(len(keys)):
-        k, op, t = keys[i], ops[i], ts[i]
-        while automove and t >= next_look:
-            looks += 1
-            mv = _automove(classes, next_look, atime, looks)
-            if mv is not None:
-                move_page(*mv)
-            next_look += 1.0
-        if op == DELETE:
-            if k in where:
-                unlink(k)
-            continue
-        if op == SET:
-            key_ttl[k] = ttls[i]
-        w = where.get(k)
-        if op == GET:
-            if i >= measure_from:
-                gets += 1
-            if w is not None and w[2] > t:
-                if i >= measure_from:
-                    hits += 1
-                atime[k] = t
-                sc = classes[w[0]]
-                if k in fetched:
-                    if k in sc.cold:
-                        del sc.cold[k]
-                        sc.warm[k] = False
-                        juggle(sc)
-                    elif k in sc.hot:
-                        sc.hot[k] = True
-                    elif k in sc.warm:
-                        sc.warm[k] = True
-                else:
-                    fetched.add(k)
+    def look(t: float, looks: int) -> None:
+        """memcached 1.6's slab_automove=1 (slab_automove.c), run once a second: per class
+        a window of 30 looks (the age of its COLD tail, whether it evicted, whether it
+        gained a page); a class with more than 2.5 pages of free chunks and a clean window
+        gives a page back (to the global pool); else, once the window has filled, a page
+        moves from the oldest class (window-average age, more than 2 pages) to the
+        youngest class that evicted in more than half the window (or did a quarter of this
+        second's evictions) and evicted in this second, when the youngest's age is below
+        0.8 of the oldest's."""
+        total = sum(evicted[x] - evicted_before[x] for x in range(ncls))
+        oldest = youngest = -1
+        oldest_age, youngest_age = -1.0, inf
+        youngest_evicting = False
+        move: tuple[int, int] | None = None
+        for x in range(ncls):
+            ev = evicted[x] - evicted_before[x]
+            pg = pages[x]
+            cold = cold_q[x]
+            age = t - items[next(iter(cold))][5] if cold else 0.0
+            ages, dirty, evd = win_age[x], win_dirty[x], win_evicted[x]
+            ages.append(age)
+            dirty.append(1 if ev > 0 or pg > pages_before[x] else 0)
+            evd.append(1 if ev > 0 else 0)
+            if len(ages) > AUTOMOVE_WINDOW:
+                del ages[0], dirty[0], evd[0]
+            w_age = sum(ages) / AUTOMOVE_WINDOW
+            evicted_before[x], pages_before[x] = evicted[x], pg
+            if move is None and free[x] > per_page[x] * 2.5 and not any(dirty):
+                move = (x, -1)
+            if w_age > oldest_age and pg > 2:
+                oldest, oldest_age = x, w_age
+            if w_age < youngest_age and (sum(evd) > AUTOMOVE_WINDOW / 2 or ev > total / 4):
+                youngest, youngest_age = x, w_age
+                youngest_evicting = ev > 0
+        if move is not None:
+            move_page(*move)
+        elif youngest >= 0 and oldest >= 0 and looks > AUTOMOVE_WINDOW \
+                and youngest != oldest and youngest_age < oldest_age * AUTOMOVE_RATIO \
+                and youngest_evicting:
+            move_page(oldest, youngest)
+
+    n_req = len(s.key)
+    split = min(max(math.ceil(measure_from), 0), n_req)  # the first request measured
+    due = s.seconds if automove else np.zeros(n_req, dtype=np.int64)  # looks before i
+    cuts = sorted({split, n_req, *np.flatnonzero(np.diff(due, prepend=0)).tolist()})
+    looks_due = due.tolist()
+    stream = zip(s.key, s.t_get, s.expiry, s.t, s.cls, s.chunks, strict=True)
+    looks = 0
+    hits = warm_hits = 0
+    at = 0
+    for cut in cuts:
+        for k, tg, e, t, c, n in islice(stream, cut - at):
+            it = items[k]
+            if it[2] > tg:  # a get, of an item stored and not expired
+                hits += 1
+                it[5] = tg
+                if it[4] == 2:
+                    continue
+                if it[4] == 0:  # fetched for the first time
+                    it[4] = 1
+                    continue
+                q = it[3]
+                if q is cold_q[it[0]]:  # fetched again in COLD: to WARM, inactive
+                    del q[k]
+                    warm = warm_q[it[0]]
+                    warm[k] = None
+                    it[3] = warm
+                    juggle(it[0])
+                else:  # fetched again: active
+                    it[4] = 2
                 continue
-        # a set, or a get that missed: the item is stored (as new)
-        if w is not None:
-            unlink(k)
-        c, n = cl[i], ch[i]
-        if not make_room(c, n, t):
-            continue
-        tt = key_ttl.get(k, ttls[i])
-        sc = classes[c]
-        sc.hot[k] = False
-        atime[k] = t
-        sc.used += n
-        where[k] = (c, n, t + tt if tt > 0 else inf)
-        juggle(sc)
-    return SimResult(memory, gets, hits, evictions,
-                     {i + 1: sc.pages for i, sc in enumerate(classes) if sc.pages})
+            if c < 0:  # a delete
+                if it is not gone:
+                    items[k] = gone
+                    del it[3][k]
+                    free[it[0]] += it[1]
+                    count[it[0]] -= 1
+                continue
+            # a set, or a get that missed: the item is stored (as new), in place of the
+            # item stored under its key if any
+            hot = hot_q[c]
+            if it is gone:
+                if free[c] < n and not make_room(c, n, t):
+                    continue
+                hot[k] = None
+                items[k] = [c, n, e, hot, 0, t]
+                free[c] -= n
+                cnt = count[c] + 1
+                count[c] = cnt
+            elif it[0] == c and (it[1] == n or free[c] + it[1] >= n):
+                # the same class, and room once the old item goes (free chunks are never
+                # negative): its list is reused
+                if it[1] != n:
+                    free[c] += it[1] - n
+                    it[1] = n
+                q = it[3]
+                if q is hot:
+                    hot.move_to_end(k)
+                else:
+                    del q[k]
+                    hot[k] = None
+                    it[3] = hot
+                it[2] = e
+                it[4] = 0
+                it[5] = t
+                cnt = count[c]
+            else:
+                del it[3][k]
+                free[it[0]] += it[1]
+                count[it[0]] -= 1
+                items[k] = gone
+                if free[c] < n and not make_room(c, n, t):
+                    continue
+                hot[k] = None
+                items[k] = [c, n, e, hot, 0, t]
+                free[c] -= n
+                cnt = count[c] + 1
+                count[c] = cnt
+            # juggle(c), its usual case written out: one item leaves HOT's tail
+            if len(hot) > hot_most[cnt]:
+                k, _ = hot.popitem(last=False)
+                it = items[k]
+                if it[4] == 2:  # active: to WARM, inactive
+                    it[4] = 1
+                    q = warm_q[c]
+                else:
+                    q = cold_q[c]
+                q[k] = None
+                it[3] = q
+                if len(hot) > hot_most[cnt] or len(warm_q[c]) > warm_most[cnt]:
+                    juggle(c)
+            elif len(warm_q[c]) > warm_most[cnt]:
+                juggle(c)
+        at = cut
+        if cut == split:
+            warm_hits = hits
+        if cut < n_req:
+            while looks < looks_due[cut]:
+                looks += 1
+                look(float(looks), looks)
+    gets = int(np.count_nonzero(s.op[split:] == GET))
+    return (SimResult(memory, gets, hits - warm_hits, evictions,
+                      {x + 1: pages[x] for x in range(ncls) if pages[x]}), met_limit)
 
 
-AUTOMOVE_WINDOW = 30  # slab_automove_window
-AUTOMOVE_RATIO = 0.8  # slab_automove_ratio
-
-
-def _automove(classes: list[_Class], t: float, atime: dict[int, float],
-              looks: int) -> tuple[int, int] | None:
-    """memcached 1.6's slab_automove=1 (slab_automove.c), run once a second: per class a
-    window of 30 looks (the age of its COLD tail, whether it evicted, whether it gained
-    a page); a class with more than 2.5 pages of free chunks and a clean window gives a
-    page back (destination 0); else, once the window has filled, a page moves from the
-    oldest class (window-average age, more than 2 pages) to the youngest class that
-    evicted in more than half the window (or did a quarter of this second's evictions)
-    and evicted in this second, when the youngest's age is below 0.8 of the oldest's.
-    Returns (source, destination) as class indexes (destination -1: the global pool)."""
-    total = sum(sc.evictions - sc.evicted_before for sc in classes)
-    oldest = youngest = None
-    oldest_age, youngest_age = -1.0, math.inf
-    youngest_evicting = False
-    move: tuple[int, int] | None = None
-    for n, sc in enumerate(classes):
-        ev = sc.evictions - sc.evicted_before
-        dirty = 1 if ev > 0 or sc.pages > sc.pages_before else 0
-        tail = next(iter(sc.cold), None) if sc.cold else None
-        age = t - atime[tail] if tail is not None else 0.0
-        sc.window.append((age, dirty, 1 if ev > 0 else 0))
-        if len(sc.window) > AUTOMOVE_WINDOW:
-            sc.window.pop(0)
-        w_age = sum(a for a, _, _ in sc.window) / AUTOMOVE_WINDOW
-        w_dirty = sum(d for _, d, _ in sc.window)
-        w_evicted = sum(e for _, _, e in sc.window)
-        sc.evicted_before, sc.pages_before = sc.evictions, sc.pages
-        if move is None and sc.pages * sc.per_page - sc.used > sc.per_page * 2.5 \
-                and w_dirty == 0:
-            move = (n, -1)
-        if w_age > oldest_age and sc.pages > 2:
-            oldest, oldest_age = n, w_age
-        if w_age < youngest_age and (w_evicted > AUTOMOVE_WINDOW / 2 or ev > total / 4):
-            youngest, youngest_age = n, w_age
-            youngest_evicting = ev > 0
-    if move is not None:
-        return move
-    if youngest is not None and oldest is not None and looks > AUTOMOVE_WINDOW \
-            and youngest != oldest and youngest_age < oldest_age * AUTOMOVE_RATIO \
-            and youngest_evicting:
-        return oldest, youngest
-    return None
+def _most(pct: float, items: int) -> list[int]:
+    """At each item count x up to `items`, the longest queue that is not over pct·x (a
+    queue of L items is over it when L > pct·x: when L > floor(pct·x), the same product)."""
+    big = float(1 << 62)  # beyond any queue: no queue is over NaN or +inf, all over -inf
+    with np.errstate(invalid="ignore"):  # inf·0
+        lim = np.floor(pct * np.arange(items + 1, dtype=np.float64))
+    return np.clip(np.nan_to_num(lim, nan=big, posinf=big, neginf=-big), -big, big
+                   ).astype(np.int64).tolist()
 
 
 class Client:
@@ -385,10 +550,22 @@ def alternatives(req: Requests, memory: int, sample_rate: float,
     return out
 
 
+class _HitRatio:
+    """The model's simulate: the hit ratio at one memory size; `at_sizes`, at several
+    (kvtune.mrc.curve asks for it when a model's simulate has it): `simulate_sizes`."""
+
+    def __call__(self, req: Requests, memory: int, measure_from: int, scale: float) -> float:
+        return simulate(req, memory, measure_from=measure_from, scale=scale).hit_ratio
+
+    def at_sizes(self, req: Requests, sizes: list[int], measure_from: int, scale: float
+                 ) -> list[float]:
+        return [r.hit_ratio for r in simulate_sizes(req, sizes, measure_from=measure_from,
+                                                    scale=scale)]
+
+
 MODEL = MemoryModel(
     name="memcached",
-    simulate=lambda req, memory, measure_from, scale: simulate(
-        req, memory, measure_from=measure_from, scale=scale).hit_ratio,
+    simulate=_HitRatio(),
     working_set=working_set,
     smallest=lambda top: PAGE,
     client=Client,
@@ -402,4 +579,4 @@ MODEL = MemoryModel(
 )
 
 __all__ = ["MODEL", "Client", "Settings", "SimResult", "alternatives", "classes_of",
-           "simulate", "working_set"]
+           "simulate", "simulate_sizes", "working_set"]
