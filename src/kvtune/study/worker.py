@@ -17,8 +17,9 @@ trials; see `kvtune.fleet.claims` for the mechanisms):
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import optuna
@@ -95,6 +96,39 @@ class FleetSearch(Search):
                 self.evaluator.better(e.value, r.incumbent.value):
             r.incumbent = e
         return out
+
+
+@contextlib.contextmanager
+def own_baseline_trial(study: optuna.Study, fixed: dict[str, Any]) -> Iterator[None]:
+    """While the baseline phase enqueues the defaults and asks: this worker's ask takes a
+    waiting trial at exactly the defaults, or, when another worker's search asked first and
+    took it (Optuna's queue is the study's, shared by every worker), a trial of its own at
+    the defaults, created RUNNING so that no other worker can take it. Without this, two
+    workers starting together gave the baseline a sampled configuration (seen as a baseline
+    in the failure region of the synthetic surface)."""
+    storage = study._storage
+    study_id = study._study_id
+    waiting = (optuna.trial.TrialState.WAITING,)
+
+    def pop() -> int:
+        for t in storage.get_all_trials(study_id, deepcopy=False, states=waiting):
+            if t.system_attrs.get("fixed_params") != fixed:
+                continue
+            try:
+                if storage.set_trial_state_values(t._trial_id,
+                                                  state=optuna.trial.TrialState.RUNNING):
+                    return t._trial_id
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue
+        trial_id = storage.create_new_trial(study_id)  # RUNNING from the start
+        storage.set_trial_system_attr(trial_id, "fixed_params", fixed)
+        return trial_id
+
+    study._pop_waiting_trial_id = pop  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del study._pop_waiting_trial_id
 
 
 class FleetWorker(Strategy):
@@ -239,7 +273,9 @@ class FleetWorker(Strategy):
         while True:
             got = r.fleet.claim_or_take_over(key)
             if got.won:
-                return BaselinePhase(context).run(study).evaluation
+                with own_baseline_trial(study, context.space.fixed_params(
+                        context.space.baseline)):
+                    return BaselinePhase(context).run(study).evaluation
             if early and self.may_search_without_baseline(study):
                 r.console.print(f"  the baseline is measured by worker {got.worker}; "
                                 "start-up trials meanwhile")
