@@ -527,3 +527,34 @@ def test_heterogeneous_hosts_get_their_own_baseline_and_confirmation(
     assert p.returncode == 2
     msg = json.loads(out.strip().splitlines()[-1])["error"]
     assert "5.10.0-other" in msg and "hosts: heterogeneous" in msg
+
+
+def test_the_baseline_is_asked_at_the_defaults_when_another_worker_took_its_queue(
+        tmp_path: Path) -> None:
+    """Optuna's queue of waiting trials is the study's: another worker's search may ask
+    between the baseline's enqueue and its ask, and take the defaults. The baseline's ask is
+    then still at the defaults (a trial of its own, RUNNING at once); when nobody took it,
+    it is the queued trial itself."""
+    from kvtune.study.worker import own_baseline_trial
+
+    storage = open_storage(f"sqlite:///{tmp_path}/q.db", heartbeat=False)
+    study = optuna.create_study(study_name="q", storage=storage)
+    other = optuna.load_study(study_name="q", storage=storage)  # another worker's view
+    defaults = {"x": 0.25}
+    dist = optuna.distributions.FloatDistribution(0, 1)
+    with own_baseline_trial(study, defaults):
+        study.enqueue_trial(defaults)
+        taken = other.ask()  # the other worker's search asks first: the queued defaults
+        assert taken.suggest_float("x", 0, 1) == 0.25
+        mine = study.ask()
+        assert mine.suggest_float("x", 0, 1) == 0.25 and mine.number != taken.number
+        assert storage.get_trial(mine._trial_id).state == TrialState.RUNNING
+        study.enqueue_trial(defaults)  # nobody takes it: the baseline's ask takes it
+        queued = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        again = study.ask()
+        assert [again.number] == [t.number for t in queued]
+        assert again.suggest_float("x", 0, 1) == 0.25
+    # Outside the baseline's ask, the queue is Optuna's again (and empty): a sampled trial.
+    sampled = study.ask(fixed_distributions={"x": dist})
+    assert sampled.number not in (taken.number, mine.number, again.number)
+    assert not study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
