@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import math
 import random
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -95,135 +97,180 @@ def simulate(req: Requests, maxmemory: int, policy: Policy = Policy(),
     """Redis or Valkey with `maxmemory` bytes over the requests (cache-aside), hit ratio
     of the gets from `measure_from` on. `scale` < 1 is a miniature cache of a sampled
     stream (the data's share of the limit scaled by R)."""
+    return _run(req, maxmemory, policy, measure_from, baseline, scale, bytes_scale, seed)[0]
+
+
+def simulate_sizes(req: Requests, sizes: list[int], policy: Policy = Policy(),
+                   measure_from: int = 0, baseline: int = BASELINE, scale: float = 1.0,
+                   bytes_scale: float = 1.0, seed: int = 1) -> list[SimResult]:
+    """`simulate` at each of `sizes`: the same results, in less time. A run that never
+    evicted (used memory plus the buckets never above its room, the limit less the
+    baseline, scaled) is the run of every size with as much room or more: the room is read
+    only there, and nothing else (no random draw) depends on it."""
+    def room(m: int) -> float:
+        return (m - baseline) * scale
+    out: dict[int, SimResult] = {}
+    unmet: tuple[float, SimResult] | None = None  # (room, result) of a run that never evicted
+    for j in sorted(range(len(sizes)), key=lambda j: room(sizes[j])):
+        if unmet is not None and room(sizes[j]) >= unmet[0]:
+            r = unmet[1]
+            out[j] = SimResult(sizes[j], r.gets, r.hits, r.evictions)
+            continue
+        out[j], met = _run(req, sizes[j], policy, measure_from, baseline, scale, bytes_scale,
+                           seed)
+        if not met:
+            unmet = (room(sizes[j]), out[j])
+    return [out[j] for j in range(len(sizes))]
+
+
+def _run(req: Requests, maxmemory: int, policy: Policy, measure_from: int, baseline: int,
+         scale: float, bytes_scale: float, seed: int) -> tuple[SimResult, bool]:
+    """One size: (its result, whether it ever evicted). Written for speed, the steps and
+    the random draws of the model in its order: keys numbered 0..keys-1, their state in
+    lists; the bucket bytes of each key count computed once; the pool kept as two sorted
+    lists."""
     rng = random.Random(seed)
+    n_req = len(req)
+    ids, key_id = np.unique(req.key, return_inverse=True)
     size = key_bytes(req.klen, req.vlen, req.ttl, bytes_scale).tolist()
-    keys, ops, ts, ttls = req.key.tolist(), req.op.tolist(), req.t.tolist(), req.ttl.tolist()
+    ops, ts, ttls = req.op.tolist(), req.t.tolist(), req.ttl.tolist()
+    # the LRU clock of each request: math.floor of its time
+    lru_t = np.floor(req.t).astype(np.int64).tolist() if req.t.dtype == np.float64 \
+        and n_req and np.all(np.abs(req.t) < 2.0 ** 62) else [math.floor(t) for t in ts]
     lfu = policy.name.endswith("lfu")
     room = (maxmemory - baseline) * scale
+    nan = math.nan
     slots: list[int] = []  # keys, for drawing at random
-    index: dict[int, int] = {}
-    cur: dict[int, int] = {}
-    last: dict[int, float] = {}  # LRU: access time (s); LFU: last decrement time (min)
-    counter: dict[int, int] = {}
-    exp: dict[int, float] = {}
-    key_ttl: dict[int, int] = {}
-    pool: list[tuple[float, int]] = []  # (score, key), ascending score
+    index = [-1] * len(ids)  # each key's place in slots, -1: not stored
+    cur = [0] * len(ids)
+    last: list[float] = [0] * len(ids)  # LRU: access time (s); LFU: last decrement (min)
+    counter = [0] * len(ids)
+    exp = [nan] * len(ids)  # expiry; NaN: none (never <= a time)
+    key_ttl: list[int | None] = [None] * len(ids)
+    pscore: list[float] = []  # the pool: scores ascending, and their keys
+    pkey: list[int] = []
     used = 0
-    gets = hits = evictions = 0
+    hits = evictions = 0
+    met = False
+    held: dict[int, float] = {}  # bucket bytes at each key count
+    decay_time, log_factor = policy.lfu_decay_time, policy.lfu_log_factor
 
     def remove(k: int) -> None:
         nonlocal used
-        i = index.pop(k)
+        i = index[k]
+        index[k] = -1
         tail = slots.pop()
         if tail != k:
             slots[i] = tail
             index[tail] = i
-        used -= cur.pop(k)
-        last.pop(k, None)
-        counter.pop(k, None)
-        exp.pop(k, None)
+        used -= cur[k]
+        exp[k] = nan
 
-    def score(k: int, now: float) -> float:
-        if lfu:
-            return 255 - _decayed(k, now)
-        return math.floor(now) - last[k]
-
-    def _decayed(k: int, now: float) -> int:
+    def decayed(k: int, now: float) -> int:
         mins = int(now // 60)
-        periods = (mins - int(last[k])) // policy.lfu_decay_time if policy.lfu_decay_time \
-            else 0
+        periods = (mins - int(last[k])) // decay_time if decay_time else 0
         return max(0, counter[k] - periods)
 
-    # the dict's bucket bytes at the last key count asked (a write asks at the count of
-    # the one before, mostly)
-    held = [-1, 0.0]
     getrandbits, samples = rng.getrandbits, policy.samples
 
-    def evict(now: float) -> None:
-        # the hot path of a curve (every write asks): the bucket bytes looked up, an LRU
-        # score and the draw inline; the same draws and evictions as randrange, score()
-        # and buckets() give
-        nonlocal evictions
-        lru_now = math.floor(now)
+    def evict(now: float, lru_now: int) -> None:
+        nonlocal evictions, met, used
+        met = True
+        pooled = len(pscore)
         while slots:
             n = len(slots)
-            if held[0] != n:
-                held[0], held[1] = n, buckets(n) * bytes_scale * scale
-            if not used + held[1] > room:
+            h = held.get(n)
+            if h is None:
+                h = held[n] = buckets(n) * bytes_scale * scale
+            if not used + h > room:
                 return
             bits = n.bit_length()
-            for _ in range(min(samples, n)):
-                # rng.randrange(n), inline: Random's own draw below n (getrandbits of n's
-                # bit length until below n), the same numbers without its two calls
+            for _ in range(samples if samples < n else n):
+                # rng.randrange(n): getrandbits of n's bit length until below n
                 r = getrandbits(bits)
                 while r >= n:
                     r = getrandbits(bits)
                 k = slots[r]
-                sc = score(k, now) if lfu else lru_now - last[k]
-                if len(pool) >= POOL and sc <= pool[0][0]:
+                sc = 255 - decayed(k, now) if lfu else lru_now - last[k]
+                if pooled >= POOL and sc <= pscore[0]:
                     continue
-                j = 0
-                while j < len(pool) and pool[j][0] < sc:
-                    j += 1
-                pool.insert(j, (sc, k))
-                if len(pool) > POOL:
-                    pool.pop(0)
-            while pool:
-                _, k = pool.pop()
-                if k in index:
-                    remove(k)
+                j = bisect_left(pscore, sc)  # before the first as high
+                pscore.insert(j, sc)
+                pkey.insert(j, k)
+                if pooled == POOL:
+                    del pscore[0], pkey[0]
+                else:
+                    pooled += 1
+            while pooled:  # the pool's best that is still stored goes
+                pscore.pop()
+                k = pkey.pop()
+                pooled -= 1
+                i = index[k]
+                if i >= 0:
+                    index[k] = -1
+                    tail = slots.pop()
+                    if tail != k:
+                        slots[i] = tail
+                        index[tail] = i
+                    used -= cur[k]
+                    exp[k] = nan
                     evictions += 1
                     break
 
-    def touch(k: int, now: float) -> None:
-        if lfu:
-            c = _decayed(k, now)
-            if c < 255:
-                base = max(0, c - 5)
-                if rng.random() < 1.0 / (base * policy.lfu_log_factor + 1):
-                    c += 1
-            counter[k] = c
-            last[k] = now // 60
-        else:
-            last[k] = math.floor(now)
-
-    for i in range(len(keys)):
-        k, op, t = keys[i], ops[i], ts[i]
-        if k in exp and exp[k] <= t:
-            remove(k)
-        if op == DELETE:
-            if k in index:
+    split = min(max(math.ceil(measure_from), 0), n_req)  # the first request measured
+    stream = zip(key_id.tolist(), ops, ts, lru_t, size, ttls, strict=True)
+    warm_hits = 0
+    for part in (islice(stream, split), stream):
+        for k, op, t, lt, sz, ttl in part:
+            if exp[k] <= t:
                 remove(k)
-            continue
-        if op == SET:
-            key_ttl[k] = ttls[i]
-        if op == GET:
-            if i >= measure_from:
-                gets += 1
-            if k in index:
-                if i >= measure_from:
+            if op == GET:
+                if index[k] >= 0:
                     hits += 1
-                touch(k, t)
+                    if lfu:
+                        c = decayed(k, t)
+                        if c < 255:
+                            base = max(0, c - 5)
+                            if rng.random() < 1.0 / (base * log_factor + 1):
+                                c += 1
+                        counter[k] = c
+                        last[k] = t // 60
+                    else:
+                        last[k] = lt
+                    continue
+            elif op == DELETE:
+                if index[k] >= 0:
+                    remove(k)
                 continue
-        # a write: eviction runs before it, as processCommand does
-        evict(t)
-        if k in index:
-            used -= cur[k]
-        else:
-            index[k] = len(slots)
-            slots.append(k)
-            counter[k] = 5
-            last[k] = t // 60 if lfu else math.floor(t)
-        cur[k] = size[i]
-        used += size[i]
-        tt = key_ttl.get(k, ttls[i])
-        if tt > 0:
-            exp[k] = t + tt
-        else:
-            exp.pop(k, None)
-        if not lfu:
-            last[k] = math.floor(t)
-    return SimResult(maxmemory, gets, hits, evictions)
+            elif op == SET:
+                key_ttl[k] = ttl
+            # a write: eviction runs before it, as processCommand does
+            if slots:
+                n = len(slots)
+                h = held.get(n)
+                if h is None:
+                    h = held[n] = buckets(n) * bytes_scale * scale
+                if used + h > room:
+                    evict(t, lt)
+            if index[k] >= 0:
+                used -= cur[k]
+            else:
+                index[k] = len(slots)
+                slots.append(k)
+                counter[k] = 5
+                last[k] = t // 60 if lfu else lt
+            cur[k] = sz
+            used += sz
+            tt = key_ttl[k]
+            if tt is None:
+                tt = ttl
+            exp[k] = t + tt if tt > 0 else nan
+            if not lfu:
+                last[k] = lt
+        if part is not stream:
+            warm_hits = hits
+    gets = int(np.count_nonzero(req.op[split:] == GET))
+    return SimResult(maxmemory, gets, hits - warm_hits, evictions), met
 
 
 def _resp(*args: bytes) -> bytes:
@@ -332,14 +379,30 @@ def configured(stats: dict[str, Any]) -> int | None:
     return int(v) if isinstance(v, int | float) and v > 0 else None
 
 
+class _HitRatio:
+    """A model's simulate: the hit ratio at one memory size; `at_sizes`, at several
+    (kvtune.mrc.curve asks for it when a model's simulate has it): `simulate_sizes`."""
+
+    def __init__(self, bytes_scale: float) -> None:
+        self.bytes_scale = bytes_scale
+
+    def __call__(self, req: Requests, memory: int, measure_from: int, scale: float) -> float:
+        return simulate(req, memory, measure_from=measure_from, scale=scale,
+                        bytes_scale=self.bytes_scale).hit_ratio
+
+    def at_sizes(self, req: Requests, sizes: list[int], measure_from: int, scale: float
+                 ) -> list[float]:
+        return [r.hit_ratio for r in simulate_sizes(req, sizes, measure_from=measure_from,
+                                                    scale=scale,
+                                                    bytes_scale=self.bytes_scale)]
+
+
 def model(name: str, bytes_scale: float = 1.0, notes: tuple[str, ...] = ()) -> MemoryModel:
     """The memory model of this kind (or a fork of it: `bytes_scale` corrects the
     per-key bytes)."""
     return MemoryModel(
         name=name,
-        simulate=lambda req, memory, measure_from, scale: simulate(
-            req, memory, measure_from=measure_from, scale=scale,
-            bytes_scale=bytes_scale).hit_ratio,
+        simulate=_HitRatio(bytes_scale),
         working_set=working_set,
         smallest=lambda top: BASELINE + max(64 << 10, (top - BASELINE) // 200),
         client=Client,
@@ -355,4 +418,4 @@ def model(name: str, bytes_scale: float = 1.0, notes: tuple[str, ...] = ()) -> M
 MODEL = model("redis")
 
 __all__ = ["MODEL", "Client", "Policy", "SimResult", "buckets", "key_bytes", "model",
-           "per_key_bytes", "simulate", "working_set"]
+           "per_key_bytes", "simulate", "simulate_sizes", "working_set"]
