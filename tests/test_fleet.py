@@ -529,12 +529,12 @@ def test_heterogeneous_hosts_get_their_own_baseline_and_confirmation(
     assert "5.10.0-other" in msg and "hosts: heterogeneous" in msg
 
 
-def test_the_baseline_is_asked_at_the_defaults_when_another_worker_took_its_queue(
+def test_the_baseline_is_asked_at_the_defaults_whoever_asks_meanwhile(
         tmp_path: Path) -> None:
-    """Optuna's queue of waiting trials is the study's: another worker's search may ask
-    between the baseline's enqueue and its ask, and take the defaults. The baseline's ask is
-    then still at the defaults (a trial of its own, RUNNING at once); when nobody took it,
-    it is the queued trial itself."""
+    """Optuna's queue of waiting trials is the study's: another worker's search asking
+    between the baseline's enqueue and its ask took the defaults (and the baseline got a
+    sampled configuration). The baseline's trial is not queued: it is created at the
+    defaults, RUNNING at once; another worker's ask meanwhile gets a trial of its own."""
     from kvtune.study.worker import own_baseline_trial
 
     storage = open_storage(f"sqlite:///{tmp_path}/q.db", heartbeat=False)
@@ -543,18 +543,16 @@ def test_the_baseline_is_asked_at_the_defaults_when_another_worker_took_its_queu
     defaults = {"x": 0.25}
     dist = optuna.distributions.FloatDistribution(0, 1)
     with own_baseline_trial(study, defaults):
-        study.enqueue_trial(defaults)
-        taken = other.ask()  # the other worker's search asks first: the queued defaults
-        assert taken.suggest_float("x", 0, 1) == 0.25
+        study.enqueue_trial(defaults)  # what the baseline phase does, then asks
+        assert not study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        theirs = other.ask(fixed_distributions={"x": dist})  # a search asks in between
         mine = study.ask()
-        assert mine.suggest_float("x", 0, 1) == 0.25 and mine.number != taken.number
+        assert mine.suggest_float("x", 0, 1) == 0.25 and mine.number != theirs.number
         assert storage.get_trial(mine._trial_id).state == TrialState.RUNNING
-        study.enqueue_trial(defaults)  # nobody takes it: the baseline's ask takes it
-        queued = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-        again = study.ask()
-        assert [again.number] == [t.number for t in queued]
-        assert again.suggest_float("x", 0, 1) == 0.25
-    # Outside the baseline's ask, the queue is Optuna's again (and empty): a sampled trial.
-    sampled = study.ask(fixed_distributions={"x": dist})
-    assert sampled.number not in (taken.number, mine.number, again.number)
+        with pytest.raises(ValueError, match="not the defaults"):
+            study.enqueue_trial({"x": 0.5})
+    # Outside the baseline's ask, the queue is Optuna's again.
+    study.enqueue_trial({"x": 0.5})
+    queued = study.ask()
+    assert queued.suggest_float("x", 0, 1) == 0.5
     assert not study.get_trials(deepcopy=False, states=(TrialState.WAITING,))

@@ -100,35 +100,30 @@ class FleetSearch(Search):
 
 @contextlib.contextmanager
 def own_baseline_trial(study: optuna.Study, fixed: dict[str, Any]) -> Iterator[None]:
-    """While the baseline phase enqueues the defaults and asks: this worker's ask takes a
-    waiting trial at exactly the defaults, or, when another worker's search asked first and
-    took it (Optuna's queue is the study's, shared by every worker), a trial of its own at
-    the defaults, created RUNNING so that no other worker can take it. Without this, two
-    workers starting together gave the baseline a sampled configuration (seen as a baseline
-    in the failure region of the synthetic surface)."""
+    """While the baseline phase enqueues the defaults and asks: nothing is queued (Optuna's
+    queue of waiting trials is the study's, and another worker's search asking in between
+    took it: the baseline then got a sampled configuration, and the defaults were measured
+    as a search trial), and the ask creates this worker's trial at the defaults, RUNNING
+    from the start, so that no other worker can take it."""
     storage = study._storage
     study_id = study._study_id
-    waiting = (optuna.trial.TrialState.WAITING,)
 
     def pop() -> int:
-        for t in storage.get_all_trials(study_id, deepcopy=False, states=waiting):
-            if t.system_attrs.get("fixed_params") != fixed:
-                continue
-            try:
-                if storage.set_trial_state_values(t._trial_id,
-                                                  state=optuna.trial.TrialState.RUNNING):
-                    return t._trial_id
-            except optuna.exceptions.UpdateFinishedTrialError:
-                continue
         trial_id = storage.create_new_trial(study_id)  # RUNNING from the start
         storage.set_trial_system_attr(trial_id, "fixed_params", fixed)
         return trial_id
 
+    def enqueue(params: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        if params != fixed:
+            raise ValueError(f"the baseline phase enqueued {params}, not the defaults {fixed}")
+
     study._pop_waiting_trial_id = pop  # type: ignore[method-assign]
+    study.enqueue_trial = enqueue  # type: ignore[method-assign]
     try:
         yield
     finally:
         del study._pop_waiting_trial_id
+        del study.enqueue_trial
 
 
 class FleetWorker(Strategy):
