@@ -399,8 +399,8 @@ _RECORDED = {
 @pytest.mark.parametrize("name", ["mixed", "shift"])
 def test_memcached_simulate_gives_the_recorded_results(name: str) -> None:
     """simulate at each size, and simulate_sizes at all of them at once (in another order:
-    a run that never met its limit stands for the larger sizes), give the recorded results
-    exactly."""
+    a run that never met its limit stands for the larger sizes, as 60 MiB does for 200 in
+    mixed), give the recorded results exactly."""
     req = _recorded_stream(name)
     for scale, automove in ((1.0, True), (1.0, False), (0.5, True)):
         sub = req if scale >= 1 else curve.sample(req, scale, 0)
@@ -412,7 +412,7 @@ def test_memcached_simulate_gives_the_recorded_results(name: str) -> None:
                                    automove=automove)
             assert (r.memory, r.gets, r.hits, r.evictions, r.pages) == \
                 (mib << 20, gets, hits, evictions, pages), (name, mib, scale, automove)
-        if automove is False:
+        if automove is False or name == "shift":  # (every size of shift meets its limit)
             continue
         sizes = [m << 20 for m in sorted(want, reverse=True)]
         together = memcached.simulate_sizes(sub, sizes, measure_from=len(sub) // 2,
