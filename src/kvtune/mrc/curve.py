@@ -126,10 +126,8 @@ def build(req: Requests, kind: str = LRU, sizes: list[int] | None = None,
         sample_rate = sample_rate or default_rate(req)
         n_salts = 1 if sample_rate >= 1 else max(1, min(salts, 2))
         runs = []
-        # a model's simulate may simulate several sizes at once (`at_sizes`: the same hit
-        # ratios, faster: the stream read once, a run that never filled its memory standing
-        # for the larger sizes)
-        at_sizes = getattr(model.simulate, "at_sizes", None)
+        # a model may simulate several sizes at once (the same hit ratios, faster)
+        at_sizes = model.simulate_sizes
         for s in range(n_salts):
             sub = sample(req, sample_rate, s)
             mf = int(np.searchsorted(sub.t, half_t)) if sample_rate < 1 else len(req) // 2

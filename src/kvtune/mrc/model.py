@@ -54,7 +54,10 @@ class MemoryModel:
     `client(port)` its protocol on 127.0.0.1; `notes(rate)` caveats of the curve;
     `configured(stats)` the memory setting in bytes read from the server's stats as a study
     stores them (None: not there, or no limit); `memory_knob` the catalog knob (in MB)
-    that sets it."""
+    that sets it; `simulate_sizes(req, sizes, measure_from, scale)` (optional) the hit
+    ratios `simulate` gives at each of `sizes`, at once (the stream read once; a run that
+    never had to make room standing for every larger size), which a curve uses when the
+    kind has it."""
 
     name: str
     simulate: Callable[[Requests, int, int, float], float]
@@ -67,6 +70,7 @@ class MemoryModel:
     notes: Callable[[float], list[str]] = field(default=lambda rate: [])
     configured: Callable[[dict[str, Any]], int | None] = field(default=lambda stats: None)
     memory_knob: str | None = None
+    simulate_sizes: Callable[[Requests, list[int], int, float], list[float]] | None = None
 
 
 def model_of(kind: str) -> MemoryModel:

@@ -550,22 +550,13 @@ def alternatives(req: Requests, memory: int, sample_rate: float,
     return out
 
 
-class _HitRatio:
-    """The model's simulate: the hit ratio at one memory size; `at_sizes`, at several
-    (kvtune.mrc.curve asks for it when a model's simulate has it): `simulate_sizes`."""
-
-    def __call__(self, req: Requests, memory: int, measure_from: int, scale: float) -> float:
-        return simulate(req, memory, measure_from=measure_from, scale=scale).hit_ratio
-
-    def at_sizes(self, req: Requests, sizes: list[int], measure_from: int, scale: float
-                 ) -> list[float]:
-        return [r.hit_ratio for r in simulate_sizes(req, sizes, measure_from=measure_from,
-                                                    scale=scale)]
-
-
 MODEL = MemoryModel(
     name="memcached",
-    simulate=_HitRatio(),
+    simulate=lambda req, memory, measure_from, scale: simulate(
+        req, memory, measure_from=measure_from, scale=scale).hit_ratio,
+    simulate_sizes=lambda req, sizes, measure_from, scale: [
+        r.hit_ratio for r in simulate_sizes(req, sizes, measure_from=measure_from,
+                                            scale=scale)],
     working_set=working_set,
     smallest=lambda top: PAGE,
     client=Client,

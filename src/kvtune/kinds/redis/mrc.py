@@ -379,30 +379,17 @@ def configured(stats: dict[str, Any]) -> int | None:
     return int(v) if isinstance(v, int | float) and v > 0 else None
 
 
-class _HitRatio:
-    """A model's simulate: the hit ratio at one memory size; `at_sizes`, at several
-    (kvtune.mrc.curve asks for it when a model's simulate has it): `simulate_sizes`."""
-
-    def __init__(self, bytes_scale: float) -> None:
-        self.bytes_scale = bytes_scale
-
-    def __call__(self, req: Requests, memory: int, measure_from: int, scale: float) -> float:
-        return simulate(req, memory, measure_from=measure_from, scale=scale,
-                        bytes_scale=self.bytes_scale).hit_ratio
-
-    def at_sizes(self, req: Requests, sizes: list[int], measure_from: int, scale: float
-                 ) -> list[float]:
-        return [r.hit_ratio for r in simulate_sizes(req, sizes, measure_from=measure_from,
-                                                    scale=scale,
-                                                    bytes_scale=self.bytes_scale)]
-
-
 def model(name: str, bytes_scale: float = 1.0, notes: tuple[str, ...] = ()) -> MemoryModel:
     """The memory model of this kind (or a fork of it: `bytes_scale` corrects the
     per-key bytes)."""
     return MemoryModel(
         name=name,
-        simulate=_HitRatio(bytes_scale),
+        simulate=lambda req, memory, measure_from, scale: simulate(
+            req, memory, measure_from=measure_from, scale=scale,
+            bytes_scale=bytes_scale).hit_ratio,
+        simulate_sizes=lambda req, sizes, measure_from, scale: [
+            r.hit_ratio for r in simulate_sizes(req, sizes, measure_from=measure_from,
+                                                scale=scale, bytes_scale=bytes_scale)],
         working_set=working_set,
         smallest=lambda top: BASELINE + max(64 << 10, (top - BASELINE) // 200),
         client=Client,
