@@ -259,3 +259,24 @@ def test_an_export_leaves_out_what_the_deny_list_refuses(in_tmp: Path) -> None:
         assert exporters()["sysctl"].files(rec) == []
     finally:
         type(knob.applier).export_entry = orig  # type: ignore[method-assign]
+
+
+def test_the_parsing_budget_is_cpu_time_not_the_hosts_wall_clock(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A study file's parse is stopped by its own CPU time, never by a busy host: the bad-
+    inputs corpus saw a 20,001-node file refused for "parsing took more than 2s" instead of
+    its node count while other jobs loaded both CPUs."""
+    import itertools
+    import time
+
+    import yaml
+
+    from kvtune.safety import yamlload
+
+    text = "\n".join(f"k{i}: {i}" for i in range(600))  # 1,201 nodes: checked 4 times
+    wall = itertools.count(0.0, 10.0)  # a wall clock that jumps 10 s between reads
+    monkeypatch.setattr(time, "monotonic", lambda: next(wall))
+    assert len(yamlload.load(text)) == 600
+    monkeypatch.setattr(yamlload, "MAX_SECONDS", -1.0)  # any CPU time is over the budget
+    with pytest.raises(yaml.YAMLError, match="of CPU time"):
+        yamlload.load(text)
