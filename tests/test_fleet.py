@@ -533,26 +533,45 @@ def test_the_baseline_is_asked_at_the_defaults_whoever_asks_meanwhile(
         tmp_path: Path) -> None:
     """Optuna's queue of waiting trials is the study's: another worker's search asking
     between the baseline's enqueue and its ask took the defaults (and the baseline got a
-    sampled configuration). The baseline's trial is not queued: it is created at the
-    defaults, RUNNING at once; another worker's ask meanwhile gets a trial of its own."""
-    from kvtune.study.worker import own_baseline_trial
+    sampled configuration). A fleet worker's asks take its storage's lock, and the
+    baseline's enqueue and ask happen under it (`TrackedStudy.ask_at`): another worker's
+    ask meanwhile waits, then gets a trial of its own."""
+    import threading
 
-    storage = open_storage(f"sqlite:///{tmp_path}/q.db", heartbeat=False)
-    study = optuna.create_study(study_name="q", storage=storage)
-    other = optuna.load_study(study_name="q", storage=storage)  # another worker's view
-    defaults = {"x": 0.25}
+    from kvtune.fleet.claims import creation_lock
+    from kvtune.study.tracked import TrackedStudy
+
+    url = f"sqlite:///{tmp_path}/q.db"
+    storage = open_storage(url, heartbeat=False)
+    optuna.create_study(study_name="q", storage=storage)
+
+    def worker() -> TrackedStudy:
+        return TrackedStudy(optuna.load_study(study_name="q", storage=storage), storage,
+                            lambda _t: None, lambda _n: None,
+                            queue_lock=lambda: creation_lock(url, timeout_s=30))
+
+    mine, other = worker(), worker()
     dist = optuna.distributions.FloatDistribution(0, 1)
-    with own_baseline_trial(study, defaults):
-        study.enqueue_trial(defaults)  # what the baseline phase does, then asks
-        assert not study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-        theirs = other.ask(fixed_distributions={"x": dist})  # a search asks in between
-        mine = study.ask()
-        assert mine.suggest_float("x", 0, 1) == 0.25 and mine.number != theirs.number
-        assert storage.get_trial(mine._trial_id).state == TrialState.RUNNING
-        with pytest.raises(ValueError, match="not the defaults"):
-            study.enqueue_trial({"x": 0.5})
-    # Outside the baseline's ask, the queue is Optuna's again.
-    study.enqueue_trial({"x": 0.5})
-    queued = study.ask()
-    assert queued.suggest_float("x", 0, 1) == 0.5
-    assert not study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    theirs: dict[str, Any] = {}
+    enqueue = mine.enqueue_trial
+
+    def enqueue_then_the_other_asks(params: dict[str, Any], **kw: Any) -> None:
+        enqueue(params, **kw)  # the defaults wait in the queue; a search asks now
+        t = threading.Thread(target=lambda: theirs.update(
+            trial=other.ask(fixed_distributions={"x": dist})))
+        t.start()
+        t.join(0.5)
+        theirs["waited"], theirs["thread"] = t.is_alive(), t
+
+    mine.enqueue_trial = enqueue_then_the_other_asks  # type: ignore[method-assign]
+    trial = mine.ask_at({"x": 0.25})
+    theirs["thread"].join(30)
+    assert theirs["waited"], "the other worker's ask did not wait for the queue lock"
+    assert trial.suggest_float("x", 0, 1) == 0.25
+    assert theirs["trial"].number != trial.number
+    assert not mine.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    # A plain run (no lock) asks through Optuna's queue as before.
+    plain = TrackedStudy(optuna.load_study(study_name="q", storage=storage), storage,
+                         lambda _t: None, lambda _n: None)
+    assert plain.ask_at({"x": 0.5}).suggest_float("x", 0, 1) == 0.5
+    assert not plain.get_trials(deepcopy=False, states=(TrialState.WAITING,))

@@ -51,6 +51,7 @@ from kvtune.study.noise import NoiseFloor, check_not_client_bound
 from kvtune.study.progress import progress
 from kvtune.study.record import evaluation_of, tell
 from kvtune.study.search import Search, search_counts, search_trials_done
+from kvtune.study.tracked import ask_at
 
 if TYPE_CHECKING:
     from kvtune.library.warm import WarmStart
@@ -174,8 +175,7 @@ class BaselinePhase:
         full = max(ev.noise_floor_runs, c.spec.repetitions)
         c.warm.open_bracket()
         n = c.warm.baseline_runs(full)  # fewer with the library's noise prior
-        study.enqueue_trial(space.fixed_params(space.baseline))
-        trial = study.ask()
+        trial = ask_at(study, space.fixed_params(space.baseline))  # no other worker's
         config = space.suggest(trial)
         c.console.print(f"[bold]Baseline[/] (trial {trial.number}, the defaults): "
                         f"{n} repetitions to measure the noise floor")

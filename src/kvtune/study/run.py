@@ -5,6 +5,7 @@ ablation), keeping what they return; its `Strategy` says how this process takes 
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from collections.abc import Callable
@@ -170,7 +171,8 @@ class StudyRun:
             self.console.print(f"  [yellow]trial {number} was failed meanwhile (its "
                                "heartbeat stalled); its retry is measured again[/]")
 
-        return TrackedStudy(study, self.store.storage, tag, lost)
+        return TrackedStudy(study, self.store.storage, tag, lost,
+                            queue_lock=self.strategy.queue_lock)
 
     def beat(self) -> None:
         """The heartbeat: every trial this process measures, and its own last_seen."""
@@ -278,6 +280,11 @@ class Strategy:
     def seed(self) -> int:
         """The seed of this process's random streams."""
         return self.run.spec.seed
+
+    def queue_lock(self) -> contextlib.AbstractContextManager[None]:
+        """Held around each ask (`TrackedStudy`): nothing for a plain run, which holds
+        the study alone; fleet workers share their storage's lock."""
+        return contextlib.nullcontext()
 
     def check_hosts(self) -> None:
         """Refuse a process whose host fingerprint differs from those of the study's other

@@ -11,10 +11,16 @@ Optuna's integrations extend it, instead of methods replaced on an instance.
   trial as it was finished.
   No error is classified by its message text.
 - `live` holds the ids of the trials this process is measuring, for its heartbeat.
+- `ask_at(params)`: a trial at `params`, through Optuna's queue (`enqueue_trial`, then
+  `ask`) under the study's queue lock (`queue_lock`; a fleet's workers share one, its
+  storage's lock), which every `ask` takes too: Optuna's queue of waiting trials is the
+  study's, and another worker's search asking between the enqueue and the ask took the
+  queued trial (the baseline then got a sampled configuration).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,7 +31,9 @@ from optuna.trial import TrialState
 class TrackedStudy(optuna.Study):
     def __init__(self, study: optuna.Study, storage: optuna.storages.BaseStorage,
                  on_ask: Callable[[optuna.Trial], None],
-                 on_lost: Callable[[int], None]) -> None:
+                 on_lost: Callable[[int], None],
+                 queue_lock: Callable[[], contextlib.AbstractContextManager[None]]
+                 = contextlib.nullcontext) -> None:
         super().__init__(study_name=study.study_name, storage=storage,
                          sampler=study.sampler, pruner=study.pruner)
         self.heartbeats = storage
@@ -33,12 +41,33 @@ class TrackedStudy(optuna.Study):
         self.on_ask = on_ask
         self.on_lost = on_lost
         self.live: dict[int, int] = {}  # trial number -> trial id, measured here
+        self.queue_lock = queue_lock
+        self._queue_held = 0  # this process holds the queue lock (asks within ask_at)
 
     def trial_id(self, number: int) -> int:
         return self.heartbeats.get_trial_id_from_study_id_trial_number(self.study_id, number)
 
+    @contextlib.contextmanager
+    def _queue(self) -> Any:
+        if self._queue_held:
+            yield
+            return
+        with self.queue_lock():
+            self._queue_held += 1
+            try:
+                yield
+            finally:
+                self._queue_held -= 1
+
+    def ask_at(self, params: dict[str, Any]) -> optuna.Trial:
+        """A trial at `params` (the queue's, taken by this process's ask, no other's)."""
+        with self._queue():
+            self.enqueue_trial(params, skip_if_exists=False)
+            return self.ask()
+
     def ask(self, fixed_distributions: dict[str, Any] | None = None) -> optuna.Trial:
-        trial = super().ask(fixed_distributions)
+        with self._queue():
+            trial = super().ask(fixed_distributions)
         trial_id = self.trial_id(trial.number)
         beat = getattr(self.heartbeats, "record_heartbeat", None)  # RDBStorage's, public
         if beat is not None:
@@ -60,3 +89,11 @@ class TrackedStudy(optuna.Study):
             # Already finished when told: failed meanwhile as stale (or told elsewhere).
             self.on_lost(number)
         return frozen
+
+
+def ask_at(study: optuna.Study, params: dict[str, Any]) -> optuna.Trial:
+    """A trial at `params`: `TrackedStudy.ask_at`, or Optuna's enqueue and ask."""
+    if isinstance(study, TrackedStudy):
+        return study.ask_at(params)
+    study.enqueue_trial(params, skip_if_exists=False)
+    return study.ask()

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import optuna
 
 from kvtune.documents import Confirmation, NoiseFloor
 from kvtune.errors import UserError
-from kvtune.fleet.claims import fail_stale, masked, worker_seed
+from kvtune.fleet.claims import creation_lock, fail_stale, masked, worker_seed
 from kvtune.measure.evaluator import Evaluation
 from kvtune.optimizer import startup_trials
 from kvtune.study.phases import (
@@ -98,34 +98,6 @@ class FleetSearch(Search):
         return out
 
 
-@contextlib.contextmanager
-def own_baseline_trial(study: optuna.Study, fixed: dict[str, Any]) -> Iterator[None]:
-    """While the baseline phase enqueues the defaults and asks: nothing is queued (Optuna's
-    queue of waiting trials is the study's, and another worker's search asking in between
-    took it: the baseline then got a sampled configuration, and the defaults were measured
-    as a search trial), and the ask creates this worker's trial at the defaults, RUNNING
-    from the start, so that no other worker can take it."""
-    storage = study._storage
-    study_id = study._study_id
-
-    def pop() -> int:
-        trial_id = storage.create_new_trial(study_id)  # RUNNING from the start
-        storage.set_trial_system_attr(trial_id, "fixed_params", fixed)
-        return trial_id
-
-    def enqueue(params: dict[str, Any], *args: Any, **kwargs: Any) -> None:
-        if params != fixed:
-            raise ValueError(f"the baseline phase enqueued {params}, not the defaults {fixed}")
-
-    study._pop_waiting_trial_id = pop  # type: ignore[method-assign]
-    study.enqueue_trial = enqueue  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        del study._pop_waiting_trial_id
-        del study.enqueue_trial
-
-
 class FleetWorker(Strategy):
     """One worker of a study shared by several (also correct when it is the only one):
     `StudyRun(loaded, worker=NAME, strategy=FleetWorker)`."""
@@ -141,6 +113,12 @@ class FleetWorker(Strategy):
 
     def seed(self) -> int:
         return worker_seed(self.run.spec.seed, self.run.worker)
+
+    def queue_lock(self) -> contextlib.AbstractContextManager[None]:
+        """The storage's lock (PostgreSQL's advisory lock, or a flock beside the SQLite
+        file), so that a trial this worker queues is the one its next ask takes: the
+        baseline at the defaults, not a trial another worker's search asked for meanwhile."""
+        return creation_lock(self.run.store.engine.url.render_as_string(hide_password=False))
 
     def admit(self) -> None:
         """Announce this worker (its `fleet:NAME` claim) and refuse it while a plain
@@ -268,9 +246,7 @@ class FleetWorker(Strategy):
         while True:
             got = r.fleet.claim_or_take_over(key)
             if got.won:
-                with own_baseline_trial(study, context.space.fixed_params(
-                        context.space.baseline)):
-                    return BaselinePhase(context).run(study).evaluation
+                return BaselinePhase(context).run(study).evaluation
             if early and self.may_search_without_baseline(study):
                 r.console.print(f"  the baseline is measured by worker {got.worker}; "
                                 "start-up trials meanwhile")
