@@ -157,11 +157,13 @@ class _Watch:
     def __init__(self) -> None:
         self.started: list[str] = []
         self.host_touched = False
+        self.host_written = False  # by this process itself (not through a process it started)
         self.armed = False
 
     def reset(self) -> None:
         self.started.clear()
         self.host_touched = False
+        self.host_written = False
 
 
 WATCH = _Watch()
@@ -194,17 +196,37 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
             writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
                 bool(isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR))
             if writes and _under_host(args[0]):
-                WATCH.host_touched = True
+                WATCH.host_touched = WATCH.host_written = True
         elif event in _FS_EVENTS:
             if any(_under_host(a) for a in args[:2]):
-                WATCH.host_touched = True
+                WATCH.host_touched = WATCH.host_written = True
         elif event == "ctypes.call_function":  # kvtune's mount(2) and unshare(2) calls
-            WATCH.host_touched = True
+            WATCH.host_touched = WATCH.host_written = True
     except Exception:  # the hook must never break the code under test
-        WATCH.host_touched = True
+        WATCH.host_touched = WATCH.host_written = True
 
 
 sys.addaudithook(_audit)
+
+
+# Programs that change the host whatever a test asks of them (their arguments say how).
+_HOST_CHANGERS = {"sysctl": ("-w", "-p", "--write", "--load", "--system"),
+                  "tuned-adm": ("profile", "off"), "mount": (), "umount": (),
+                  "cpupower": ("frequency-set", "idle-set", "set")}
+
+
+def _changes_host(command: str) -> bool:
+    """Whether a started command line (as the audit hook records it) changes the host."""
+    words = command.split()
+    if not words:
+        return False
+    name = os.path.basename(words[0])
+    if name not in _HOST_CHANGERS:
+        return False
+    verbs, args = _HOST_CHANGERS[name], words[1:]
+    if not verbs:  # mount, umount: any operand (alone they list)
+        return any(not w.startswith("-") for w in args)
+    return any(w in verbs or (name == "sysctl" and "=" in w) for w in args)
 
 
 def _host_snapshot() -> dict[str, Any]:
@@ -255,12 +277,21 @@ def host_unchanged(request: pytest.FixtureRequest, _module_host: dict[str, Any],
     WATCH.armed = False
     tier = request.node.stash.get(TIER, "unit")
     started, touched = list(WATCH.started), WATCH.host_touched
+    written = WATCH.host_written
     WATCH.reset()
     if touched:
         after = _host_snapshot()
         before, _module_host["snap"] = _module_host["snap"], after
         _unchanged(before, after, "the test")
     assert not journal.exists(), f"the test left a journal at {journal} (host not restored)"
+    if tier != "unit" and request.node.get_closest_marker("parallel") is not None:
+        # A parallel test runs beside others: a host write, even one put back, would be
+        # seen half-way by their host guard (and blamed on them).
+        changers = [c for c in started if _changes_host(c)]
+        assert not written and not changers, (
+            "a test marked `parallel` changed the host "
+            + (f"(started {changers[0]!r})" if changers else "(wrote under /proc or /sys, "
+               "or called libc)") + ": it runs one at a time, not `parallel`")
     if tier != "unit" or not (started or touched):
         return
     what = (f"started {len(started)} process(es), first: {started[0]!r}" if started else
