@@ -19,7 +19,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import optuna
 
@@ -132,6 +132,23 @@ def measured_trials(study: optuna.Study) -> dict[str, optuna.trial.FrozenTrial]:
     return out
 
 
+@runtime_checkable
+class QueueLocked(Protocol):
+    """A study whose queued trial is taken by the ask that follows its enqueue, no other
+    worker's (`kvtune.study.tracked.TrackedStudy`: under the study's queue lock)."""
+
+    def ask_at(self, params: dict[str, Any]) -> optuna.Trial: ...
+
+
+def ask_at(study: optuna.Study, params: dict[str, Any]) -> optuna.Trial:
+    """A trial at `params`: through the study's queue lock when it keeps one (a fleet's
+    workers share the study's queue of waiting trials), else Optuna's enqueue and ask."""
+    if isinstance(study, QueueLocked):
+        return study.ask_at(params)
+    study.enqueue_trial(params, skip_if_exists=False)
+    return study.ask()
+
+
 def ask(study: optuna.Study, space: Space, check: RuleCheck,
         repair: RuleRepair | None = None, max_rejections: int = MAX_REJECTIONS) -> Asked:
     """The next candidate worth a measurement (or a repeat to reuse). Rule-breaking
@@ -139,8 +156,10 @@ def ask(study: optuna.Study, space: Space, check: RuleCheck,
     the search cannot go on (UserError)."""
     rejected: list[dict[str, Any]] = []
     repaired_from: int | None = None
+    pending: dict[str, Any] | None = None  # the repaired configuration, asked for next
     while True:
-        trial = study.ask()
+        trial = study.ask() if pending is None else ask_at(study, pending)
+        pending = None
         config = space.suggest(trial)
         broken = check(config)
         if not broken:
@@ -151,7 +170,7 @@ def ask(study: optuna.Study, space: Space, check: RuleCheck,
                          "rules": [name for name, _ in broken]})
         fixed = repaired(config, space, check, repair) if repair else None
         if fixed is not None:
-            study.enqueue_trial(space.fixed_params(fixed), skip_if_exists=False)
+            pending = space.fixed_params(fixed)  # this worker's next ask, no other's
             repaired_from = trial.number
         if len(rejected) >= max_rejections:
             names = sorted({n for r in rejected for n in r["rules"]})

@@ -39,6 +39,7 @@ from kvtune.errors import UserError
 from kvtune.measure.evaluator import Evaluation, Evaluator
 from kvtune.measure.session import Repetition, Session
 from kvtune.metrics import Direction
+from kvtune.optimizer import ask_at
 from kvtune.present import fmt
 from kvtune.space import Config, Space
 from kvtune.spec import StudySpec
@@ -51,7 +52,6 @@ from kvtune.study.noise import NoiseFloor, check_not_client_bound
 from kvtune.study.progress import progress
 from kvtune.study.record import evaluation_of, tell
 from kvtune.study.search import Search, search_counts, search_trials_done
-from kvtune.study.tracked import ask_at
 
 if TYPE_CHECKING:
     from kvtune.library.warm import WarmStart

@@ -90,10 +90,3 @@ class TrackedStudy(optuna.Study):
             self.on_lost(number)
         return frozen
 
-
-def ask_at(study: optuna.Study, params: dict[str, Any]) -> optuna.Trial:
-    """A trial at `params`: `TrackedStudy.ask_at`, or Optuna's enqueue and ask."""
-    if isinstance(study, TrackedStudy):
-        return study.ask_at(params)
-    study.enqueue_trial(params, skip_if_exists=False)
-    return study.ask()
