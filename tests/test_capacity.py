@@ -311,6 +311,15 @@ def test_an_slo_below_the_hosts_floor_is_refused_with_its_figures(
         # Another task on the server's CPU spoiled the profile: said, and no capacity.
         assert "no capacity" in r.stdout, r.stdout[-2000:]
         return
+    lows = [float(x.replace(",", "").replace("\u2212", "-"))
+            for x in re.findall(r"95% CI (\u2212?[\d,.]+) …", r.stdout + r.stderr)]
+    if r.returncode == 1 and lows and min(lows) <= 1:
+        # A disturbed profile: one of its two rates' intervals reaches down to the bound (CI's
+        # run 32: 2,212 µs, 95% CI 0.0141 … 11,933, at 22,321 req/s), so the profile cannot
+        # refuse; the searches then find no rate within the SLO. Said, and no capacity.
+        said = r.stdout + r.stderr
+        assert "no capacity" in said and "no rate met the SLO" in said, said[-3000:]
+        return
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
     assert "this host cannot show p99 <= 1 µs" in r.stderr, r.stderr[-2000:]
     assert "req/s" in r.stderr and "Traceback" not in r.stderr
