@@ -121,6 +121,13 @@ def _sqlite_without_fsync() -> None:
             cur.close()
 
 
+# First among the plugins: pytest-xdist's worker reads the `xdist_group` marks in its own
+# pytest_collection_modifyitems (it appends "@group" to each node id, which is what
+# --dist loadgroup schedules by). Were ours to run after it, the marks given here would
+# be read by nobody, and every test of a parallel module would be scheduled alone: each
+# worker would then set up the module's fixtures (the bad-inputs corpus ran twice, on both
+# workers, 90 s each).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         tier = tier_of(item)
@@ -140,6 +147,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 TIER = pytest.StashKey[str]()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """On a pytest-xdist worker scheduling by group, a test given an `xdist_group` above
+    carries its group in its node id, or it fails: the group would not have been scheduled
+    as one (each worker would set up the module's fixtures and run its tests beside each
+    other's)."""
+    if getattr(item.config.option, "loadgroup", False) \
+            and item.get_closest_marker("xdist_group") is not None \
+            and "@" not in item.nodeid.rsplit("]", 1)[-1]:
+        pytest.fail("pytest-xdist did not group this test (its xdist_group mark came too late, "
+                    "or this pytest and pytest-xdist do not agree on node ids, "
+                    "pytest-dev/pytest-xdist#1386): its module's tests may run on two workers",
+                    pytrace=False)
 
 
 # -- the audit hook: what a test starts and what it may have written -----------------------
