@@ -100,6 +100,10 @@ PARALLEL = ("parallel: an integration or e2e test that measures nothing on this 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", PARALLEL)
+    # Given by pytest_collection_modifyitems below; pytest-xdist declares it, and a run
+    # without xdist (`-p no:xdist`, for a profiler) must not fail --strict-markers on it.
+    config.addinivalue_line("markers", "xdist_group(name): the tests pytest-xdist's "
+                            "--dist loadgroup sends to one worker")
     _sqlite_without_fsync()
 
 
