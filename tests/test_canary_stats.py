@@ -194,10 +194,19 @@ def test_looks_to_exclude_is_where_the_radius_falls_below_the_gap() -> None:
 METRIC_NAMES = ["cpu_per_request", "hit_ratio", "errors", "refused", "p99"]
 
 
+def _ar1_row(rng: np.random.Generator, phi: float, looks: int) -> np.ndarray:
+    """_ar1 of one run (the same draws and arithmetic, in plain floats: faster for one)."""
+    e = rng.normal(0, 1, (1, looks))[0].tolist()
+    x = [e[0] / math.sqrt(1 - phi * phi)]
+    for i in range(1, looks):
+        x.append(phi * x[-1] + e[i])
+    return np.array(x)
+
+
 def _noise(rng: np.random.Generator, looks: int, sd: float, phi: float) -> np.ndarray:
     """Per-interval noise of SD `sd`, AR(1) with lag-1 autocorrelation `phi` (a drift
     that outlasts an interval)."""
-    return sd * _ar1(rng, phi, 1, looks)[0] * math.sqrt(1 - phi * phi) if phi else \
+    return sd * _ar1_row(rng, phi, looks) * math.sqrt(1 - phi * phi) if phi else \
         rng.normal(0, sd, looks)
 
 
@@ -222,19 +231,30 @@ def _diffs(canary: dict[str, list[float]], control: dict[str, list[float]]
             for k in canary}
 
 
-def _run(rng: np.random.Generator, looks: int, rules: list[v.Rule], phi: float = 0.0,
-         **change: float) -> list[v.Verdict]:
-    """Verdicts at every look of one simulated session, up to the first decision (the
-    rules' states only: the forecast of looks to a decision is left out, for speed)."""
-    d = _diffs(_series(rng, looks, phi=phi, **change), _series(rng, looks, phi=phi))
-    out = []
-    for n in range(1, looks + 1):
-        verdict = v.judge({k: x[:n] for k, x in d.items()}, rules, final=n == looks,
-                          forecast=False)
-        out.append(verdict)
-        if verdict.outcome in (v.PROMOTE, v.ROLL_BACK):
-            break
-    return out
+def _sessions(rng: np.random.Generator, runs: int, looks: int, rules: list[v.Rule],
+              phi: float = 0.0, **change: float) -> tuple[np.ndarray, list[v.Verdict]]:
+    """`runs` simulated sessions of `looks` looks, each judged at every look up to its first
+    decision (promote or roll back): whether each said anything (a rule breached, met or
+    worse at any of those looks: verdict.false_alarm), and judge's verdict at its last
+    look. The rules' states at every look are the array verdict's
+    (verdict.states_at_every_look, the same states as judge's look by look: the test
+    below); at each session's last look judge itself is asked, and must agree."""
+    drawn = [_diffs(_series(rng, looks, phi=phi, **change), _series(rng, looks, phi=phi))
+             for _ in range(runs)]
+    d = {k: np.array([x[k] for x in drawn]) for k in drawn[0]}
+    states = v.states_at_every_look(d, rules)
+    decided = v.outcomes_at_every_look(states, rules) != v.OUTCOMES.index(v.WATCH)
+    stop = np.where(decided.any(axis=1), decided.argmax(axis=1), looks - 1)
+    said = np.isin(states, [v.BREACHED, v.MET, v.WORSE]).any(axis=0)
+    alarm = (said & (np.arange(looks) <= stop[:, None])).any(axis=1)
+    last = []
+    for i, n in enumerate(stop.tolist()):
+        verdict = v.judge({k: x[i, :n + 1] for k, x in d.items()}, rules,
+                          final=n == looks - 1, forecast=False)
+        assert [s.state for s in verdict.rules] == [v.STATES[c] for c in states[:, i, n]]
+        assert (verdict.outcome in (v.PROMOTE, v.ROLL_BACK)) == bool(decided[i, n])
+        last.append(verdict)
+    return alarm, last
 
 
 ZERO_MARGINS = ["cpu_per_request not worse than +0%", "hit_ratio not worse than 0",
@@ -254,26 +274,58 @@ def test_a_a_false_alarms_at_most_alpha_over_200_simulated_runs(
     in at most 5% of them, zero margins included."""
     rng = np.random.default_rng(2026)
     rules = v.rules_for(guardrails, goal, METRIC_NAMES, latency=True)
-    runs = [_run(rng, 60, rules, phi=phi) for _ in range(200)]
-    rate = sum(v.false_alarm(r) for r in runs) / len(runs)
+    alarm, _ = _sessions(rng, 200, 60, rules, phi=phi)
+    rate = alarm.mean()
     print(f"\nA/A (AR {phi}, {goal or 'zero-margin guardrails'}): a false verdict in "
-          f"{rate:.1%} of {len(runs)} simulated sessions")
+          f"{rate:.1%} of {len(alarm)} simulated sessions")
     assert rate <= 0.05
 
 
 def test_a_harmful_change_is_rolled_back_and_a_helpful_one_promoted() -> None:
     rng = np.random.default_rng(3)
     rules = v.rules_for([], "cpu_per_request better", METRIC_NAMES, latency=True)
-    harm = [_run(rng, 60, rules, evict=0.05) for _ in range(40)]  # hit ratio -5 points
-    help_ = [_run(rng, 160, rules, cpu=0.85) for _ in range(40)]  # 15% less CPU per request
-    rolled = [r[-1] for r in harm if r[-1].outcome == v.ROLL_BACK]
-    promoted = [r[-1] for r in help_ if r[-1].outcome == v.PROMOTE]
+    _, harm = _sessions(rng, 40, 60, rules, evict=0.05)  # hit ratio -5 points
+    _, help_ = _sessions(rng, 40, 160, rules, cpu=0.85)  # 15% less CPU per request
+    rolled = [r for r in harm if r.outcome == v.ROLL_BACK]
+    promoted = [r for r in help_ if r.outcome == v.PROMOTE]
     print(f"\nharmful: rolled back in {len(rolled)}/40, at look "
           f"{np.median([x.looks for x in rolled])} (median); helpful: promoted in "
           f"{len(promoted)}/40, at look "
           f"{np.median([x.looks for x in promoted])}")
     assert len(rolled) >= 38 and all("hit_ratio" in x.deciding for x in rolled)
     assert len(promoted) >= 36
+
+
+def test_the_verdict_at_every_look_is_judges() -> None:
+    """verdict.states_at_every_look and outcomes_at_every_look (what the simulated sessions
+    above are judged with) give judge's rule states and outcome at every look: a goal,
+    default and zero-margin guardrails, a series that stays 0 (a zero-width interval, held
+    at a zero margin) and one that is 0 for its first 20 looks, decisions either way."""
+    rng = np.random.default_rng(9)
+    change = [{"evict": 0.02}, {"cpu": 0.85}, {}, {"cpu": 1.1}] * 2
+    drawn = [_diffs(_series(rng, 30, **c), _series(rng, 30)) for c in change]
+    d = {k: np.array([x[k] for x in drawn]) for k in drawn[0]}
+    d["errors"][::2, :20] = 0.0
+    seen: set[tuple[str, str]] = set()
+    for rules in (v.rules_for([], "cpu_per_request better", METRIC_NAMES, latency=True),
+                  v.rules_for(ZERO_MARGINS, None, METRIC_NAMES, latency=True),
+                  v.rules_for(["refused not worse", "errors not worse"], None, METRIC_NAMES,
+                              latency=True)):
+        states = v.states_at_every_look(d, rules)
+        outcomes = v.outcomes_at_every_look(states, rules)
+        for i in range(len(change)):
+            for n in range(1, 31):
+                verdict = v.judge({k: x[i, :n] for k, x in d.items()}, rules, forecast=False)
+                got = [v.STATES[c] for c in states[:, i, n - 1]]
+                assert [s.state for s in verdict.rules] == got, (i, n)
+                assert verdict.outcome == v.OUTCOMES[outcomes[i, n - 1]], (i, n)
+                seen.update((r.rule.text, r.state) for r in verdict.rules)
+                seen.add(("", verdict.outcome))
+    states_seen = {state for _, state in seen}
+    assert states_seen >= {"open", "held", "breached", "met"}, states_seen  # not vacuous
+    assert {("", v.PROMOTE), ("", v.ROLL_BACK), ("", v.WATCH),
+            ("refused not worse", "held"), ("errors not worse", "held"),
+            ("errors not worse", "open")} <= seen
 
 
 def test_keep_watching_says_how_many_looks_remain() -> None:

@@ -23,6 +23,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from kvtune import present
 from kvtune.canary import sequence
 from kvtune.canary.watch import METRICS, Metric
@@ -254,6 +256,62 @@ def _leans_bad(s: RuleState) -> bool:
         return False
     worse = 1.0 if m.direction.sign < 0 else -1.0
     return worse * x > (0.0 if r.goal else r.margin)
+
+
+# judge's rule states and outcomes as the codes of the array verdict (states_at_every_look)
+STATES = ("open", "held", "breached", "met", "worse")
+OPEN, HELD, BREACHED, MET, WORSE = range(len(STATES))
+OUTCOMES = (WATCH, PROMOTE, ROLL_BACK)
+
+
+def states_at_every_look(diffs: Mapping[str, np.ndarray], rules: Sequence[Rule],
+                         alpha: float = 0.05, t_opt: float = 30, min_looks: int = 5
+                         ) -> np.ndarray:
+    """judge's rule states at every look of many sessions at once, for simulations of
+    hundreds of sessions (the A/A checks of tests/test_canary_stats.py): `diffs` holds each
+    metric's paired differences, sessions x looks, without NaNs. Returns codes into STATES,
+    rules x sessions x looks: at look N, the states judge gives on the first N looks of
+    each session. The intervals are sequence.prefixes' (confidence_sequence's figures to
+    float rounding, 1e-6 relative); a session whose looks so far are all the same value
+    has a zero-width interval at that value, as in judge."""
+    each = alpha / max(len(rules), 1)
+    shape = next(iter(diffs.values())).shape
+    out = np.full((len(rules), *shape), OPEN, dtype=np.int8)
+    for i, rule in enumerate(rules):
+        if rule.metric.name not in diffs:
+            continue  # no figures: open for ever, as judge has it
+        x = np.asarray(diffs[rule.metric.name], dtype=float)
+        if np.isnan(x).any():
+            raise ValueError(f"{rule.metric.name}: NaN differences (judge them look by look)")
+        m, r = sequence.prefixes(x, each, t_opt)
+        flat = np.maximum.accumulate(x, axis=1) == np.minimum.accumulate(x, axis=1)
+        m = np.where(flat, x[:, :1], m)
+        r = np.where(flat, 0.0, r)
+        worse = 1.0 if rule.metric.direction.sign < 0 else -1.0
+        lo, hi = worse * (m - r), worse * (m + r)
+        lo_w, hi_w = np.minimum(lo, hi), np.maximum(lo, hi)
+        if rule.goal:
+            state = np.where(hi_w < 0, MET, np.where(lo_w > 0, WORSE, OPEN))
+        else:
+            held = (hi_w < rule.margin) | (flat & (hi_w <= rule.margin))
+            state = np.where(lo_w > rule.margin, BREACHED, np.where(held, HELD, OPEN))
+        state[~(np.isfinite(lo) & np.isfinite(hi))] = OPEN
+        state[:, :max(min_looks, 2) - 1] = OPEN  # no interval before min_looks looks
+        out[i] = state
+    return out
+
+
+def outcomes_at_every_look(states: np.ndarray, rules: Sequence[Rule], min_looks: int = 5
+                           ) -> np.ndarray:
+    """judge's outcome at every look from states_at_every_look's states: codes into
+    OUTCOMES (keep watching, promote, roll back; the time limit's "inconclusive" is the
+    last look's keep watching), sessions x looks."""
+    bad = ((states == BREACHED) | (states == WORSE)).any(axis=0)
+    goal = np.array([r.goal for r in rules], dtype=bool)[:, None, None]
+    settled = np.where(goal, states == MET, states == HELD).all(axis=0)
+    settled[:, :min_looks - 1] = False
+    return np.where(bad, OUTCOMES.index(ROLL_BACK),
+                    np.where(settled, OUTCOMES.index(PROMOTE), OUTCOMES.index(WATCH)))
 
 
 def false_alarm(verdicts: Sequence[Verdict]) -> bool:
