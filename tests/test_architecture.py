@@ -38,6 +38,17 @@ def _parse(path: Path) -> ast.Module:
     return _parse_source(path.read_text(), str(path))
 
 
+@functools.cache
+def _nodes_of_source(source: str, name: str) -> tuple[ast.AST, ...]:
+    """Every node of a module's tree in `ast.walk`'s order, walked once for all the checks
+    of this file (keyed by the text, as the tree is: a test may rewrite a file)."""
+    return tuple(ast.walk(_parse_source(source, name)))
+
+
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    return _nodes_of_source(path.read_text(), str(path))
+
+
 def _module(path: Path) -> str:
     rel = path.relative_to(SRC).with_suffix("")
     parts = list(rel.parts)
@@ -83,10 +94,17 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
     return {m for m in out if m in modules and m != me}
 
 
-def _graph() -> dict[str, set[str]]:
+@functools.cache
+def _graph_of_src() -> dict[str, frozenset[str]]:
     files = [p for p in PKG.rglob("*.py")]
     modules = {_module(p) for p in files}
-    return {_module(p): _imports(p, modules) for p in files}
+    return {_module(p): frozenset(_imports(p, modules)) for p in files}
+
+
+def _graph() -> dict[str, set[str]]:
+    """The module import graph of src, computed once for the tests that read it (each gets
+    its own copy)."""
+    return {m: set(deps) for m, deps in _graph_of_src().items()}
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -198,10 +216,11 @@ def _offenders(find: Callable[[Path], list[tuple[int, str]]],
     return out
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
-    """The ids of the docstring constants of `tree`: prose about the code, not code."""
+def _docstrings(nodes: tuple[ast.AST, ...]) -> set[int]:
+    """The ids of the docstring constants among a tree's `nodes`: prose about the code, not
+    code."""
     docs = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef |
                       ast.ClassDef) and node.body:
             first = node.body[0]
@@ -213,10 +232,18 @@ def _docstrings(tree: ast.AST) -> set[int]:
 def _names_in_code(path: Path, pattern: re.Pattern[str]) -> list[tuple[int, str]]:
     """Where `path` names `pattern` in code: identifiers, attributes, imports and string
     literals; docstrings and comments are prose about the code, not code."""
-    tree = _parse(path)
-    docs = _docstrings(tree)
-    found = []
-    for node in ast.walk(tree):
+    return [(line, t[:60]) for line, t in _code_names(path.read_text(), str(path))
+            if pattern.search(t)]
+
+
+@functools.cache
+def _code_names(source: str, name: str) -> tuple[tuple[int, str], ...]:
+    """Every name and string literal of a module's code with its line, in the tree's order
+    (what `_names_in_code` searches, gathered once a module for every pattern)."""
+    nodes = _nodes_of_source(source, name)
+    docs = _docstrings(nodes)
+    found: list[tuple[int, str]] = []
+    for node in nodes:
         texts: list[str] = []
         if isinstance(node, ast.Constant) and isinstance(node.value, str) \
                 and id(node) not in docs:
@@ -235,8 +262,8 @@ def _names_in_code(path: Path, pattern: re.Pattern[str]) -> list[tuple[int, str]
             texts.append(node.arg)
         elif isinstance(node, ast.ImportFrom) and node.module:
             texts.append(node.module)
-        found += [(getattr(node, "lineno", 0), t[:60]) for t in texts if pattern.search(t)]
-    return found
+        found += [(getattr(node, "lineno", 0), t) for t in texts]
+    return tuple(found)
 
 
 REGISTRY = PKG / "kind_registry.py"  # one line a kind: the one module outside kinds/ naming them
@@ -270,10 +297,10 @@ def _host_paths(path: Path) -> list[tuple[int, str]]:
     """Where `path` spells a host path (/proc, /sys, /dev ...) in code: a string literal, or
     the literal start of an f-string; docstrings and messages for people (text with spaces)
     are not paths."""
-    tree = _parse(path)
-    docs = _docstrings(tree)
+    nodes = _nodes(path)
+    docs = _docstrings(nodes)
     found = []
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.JoinedStr) and node.values:
             first = node.values[0]
             if isinstance(first, ast.Constant):
@@ -309,7 +336,7 @@ def test_the_checker_sees_a_host_path_spelled(tmp_path: Path) -> None:
 
 
 def _imports_scipy_stats(path: Path) -> bool:
-    for node in ast.walk(_parse(path)):
+    for node in _nodes(path):
         if isinstance(node, ast.ImportFrom) and node.module and (
                 node.module.startswith("scipy.stats")
                 or (node.module == "scipy" and any(a.name == "stats" for a in node.names))):
@@ -370,7 +397,7 @@ def _adhoc_figures(path: Path) -> list[tuple[int, str]]:
     or thousands separators (`:,.0f`), which present.py owns (`pct`, `share`, `figure`,
     `number`: a real minus, one spelling of a change everywhere)."""
     found = []
-    for node in ast.walk(_parse(path)):
+    for node in _nodes(path):
         if isinstance(node, ast.FormattedValue) and node.format_spec is not None:
             spec = "".join(v.value if isinstance(v, ast.Constant) else "{}"
                            for v in node.format_spec.values if isinstance(v, ast.Constant))
@@ -468,7 +495,7 @@ _OS_STARTS = ("system", "popen", "fork", "forkpty", "posix_spawn", "posix_spawnp
 _OS_PREFIXES = ("exec", "spawn")
 
 
-def _starts(source: str) -> list[str]:
+def _starts(source: str, name: str = "<unknown>") -> list[str]:
     """Where `source` could start a program other than through the runner: an import of
     subprocess (or pty, multiprocessing), os.exec*/os.spawn*/os.system/os.popen/os.fork/
     os.posix_spawn*, shutil.which (a found binary must come from the runner, judged), and
@@ -505,7 +532,7 @@ def _starts(source: str) -> list[str]:
                     found.append(f"line {line}: {mod}.{attr}")
             visit(child)
 
-    visit(_parse_source(source))
+    visit(_parse_source(source, name))
     return found
 
 
@@ -516,7 +543,7 @@ def test_only_the_runner_starts_programs() -> None:
     for p in PKG.rglob("*.py"):
         if _module(p) == RUNNER:
             continue
-        found = _starts(p.read_text())
+        found = _starts(p.read_text(), str(p))
         if found:
             offenders[_module(p)] = found
     assert not offenders, offenders
