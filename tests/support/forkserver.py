@@ -2,7 +2,7 @@
 
 A fork server is one Python that imports kvtune's heavy third-party libraries once (optuna
 and its RDB storage's SQLAlchemy and Alembic, pydantic, NumPy, SciPy, Plotly, rich, typer)
-and kvtune's study-file schema,
+and kvtune's study-file schema and its typed results (kvtune.documents),
 and then, per job, forks a child that takes the job's working directory, environment and
 standard streams and runs a given boot script (which imports the rest of kvtune afresh: its
 consoles, the knob catalog and its probes, and caches such as the binaries found on PATH
@@ -36,9 +36,15 @@ for name in ("optuna", "sqlalchemy", "pydantic", "numpy", "scipy.stats", "plotly
              "optuna.storages._rdb.models", "alembic.command", "alembic.config",
              "alembic.migration", "alembic.script", "sqlalchemy.orm",
              "sqlalchemy.dialects.sqlite",
+             # what a command that gets past the study file imports (kvtune.study.run and
+             # the report): rich's progress bars, plotly's subplots and narwhals
+             "rich.progress", "plotly.subplots",
              # kvtune's study-file schema and loader: pure definitions (no console, no cache
              # filled, nothing started, no environment read at import)
-             "kvtune.spec", "kvtune.study.loader"):
+             "kvtune.spec", "kvtune.study.loader",
+             # kvtune's typed results (pydantic models over kvtune.stats and kvtune.metrics):
+             # definitions too
+             "kvtune.documents"):
     try:
         __import__(name)
     except Exception:
