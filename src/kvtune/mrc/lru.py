@@ -71,52 +71,129 @@ class _Fenwick:
             i -= i & -i
         return s
 
+    def between(self, lo: int, hi: int) -> int:
+        """Sum of positions [lo, hi): prefix(hi) - prefix(lo), the two walks stopped where
+        they meet (a recent position's: a few steps instead of two whole walks)."""
+        s, t = 0, self.t
+        while hi != lo:
+            if hi > lo:
+                s += t[hi]
+                hi -= hi & -hi
+            else:
+                s -= t[lo]
+                lo -= lo & -lo
+        return s
+
 
 def stack_distances(req: Requests, item_bytes: ItemBytes = plain_bytes,
                     scale: float = 1.0, weight: float = 1.0,
                     measure_from: float = 0.0) -> Distances:
     """Exact byte-LRU stack distances of the gets of `req` (every request of it is
     simulated), each distance multiplied by `scale` (1/R for a sampled stream); only the
-    gets at or after time `measure_from` are counted (the ones before warm up)."""
+    gets at or after time `measure_from` are counted (the ones before warm up).
+
+    Computed offline, in arrays: a request j (not a delete) holds its item's bytes from j
+    until its key's next request nxt(j) (any: a get or set moves the item to the top, a
+    delete removes it). A get i of a key whose last request p was not a delete (nor expired)
+    has the distance size(p) + the bytes of the requests j in (p, i) still held at i
+    (nxt(j) >= i):
+
+        size(p) + [C(i) - C(p + 1)] - [E(i) - X(p)]
+
+    with C(x) the bytes of the requests before x, E(x) those of the requests whose nxt is
+    before x, and X(p) those of the requests before p whose nxt is before nxt(p) = i (a
+    two-dimensional dominance sum: _held_before). The same integers as Mattson's algorithm
+    over a Fenwick tree walked request by request (tests/test_mrc.py), 3 times faster."""
     n = len(req)
-    size = item_bytes(req.klen, req.vlen).tolist()
-    keys = req.key.tolist()
-    ops = req.op.tolist()
-    ttls = req.ttl.tolist()
-    ts = req.t.tolist()
-    fw = _Fenwick(n)
-    pos: dict[int, int] = {}  # key -> position of its last touch
-    cur: dict[int, int] = {}  # key -> its item's bytes
-    exp: dict[int, float] = {}  # key -> expiry time (inf: none)
-    key_ttl: dict[int, int] = {}
-    out: list[float] = []
-    inf = math.inf
-    for i in range(n):
-        k, op, t = keys[i], ops[i], ts[i]
-        if op == DELETE:
-            p = pos.pop(k, None)
-            if p is not None:
-                fw.add(p, -cur.pop(k))
-                exp.pop(k, None)
-            continue
-        p = pos.get(k)
-        if op == SET:
-            key_ttl[k] = ttls[i]
-        if op == GET and t >= measure_from:
-            if p is None or exp.get(k, inf) <= t:
-                out.append(inf)
-            else:
-                out.append((fw.prefix(i) - fw.prefix(p + 1) + cur[k]) * scale)
-        if p is not None:
-            fw.add(p, -cur[k])
-        s = size[i]
-        fw.add(i, s)
-        pos[k], cur[k] = i, s
-        if op == SET or p is None or exp.get(k, inf) <= t:
-            tt = key_ttl.get(k, ttls[i])
-            exp[k] = t + tt if tt > 0 else inf
-    d = np.array(out, dtype=np.float64)
+    size = np.asarray(item_bytes(req.klen, req.vlen), dtype=np.int64)
+    key, op, t = req.key, req.op, req.t
+    prev, nxt = _neighbours(key)
+    deleted = op == DELETE
+    held = np.where(deleted, 0, size)  # the bytes each request holds until its key's next
+    present = (prev >= 0) & ~deleted[np.maximum(prev, 0)]
+    counted = (op == GET) & (t >= measure_from)
+    out = np.full(n, math.inf)
+    hits = counted & present
+    if hits.any() and (req.ttl > 0).any():
+        hits &= ~_expired(req, present)
+    q = np.flatnonzero(hits)
+    if len(q):
+        p = prev[q]
+        before = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(held, out=before[1:])
+        ended = np.zeros(n + 1, dtype=np.int64)  # by nxt: each position is one request's
+        gone = nxt < n
+        ended[nxt[gone] + 1] = held[gone]
+        np.cumsum(ended, out=ended)
+        x = _held_before(nxt, held)[p]
+        out[q] = (size[p] + (before[q] - before[p + 1]) - (ended[q] - x)) * scale
+    d = out[counted]
     return Distances(d, np.full(len(d), weight), float(len(d)) * weight)
+
+
+def _neighbours(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's previous and next request of the same key (-1, len(key): none)."""
+    n = len(key)
+    order = np.argsort(key, kind="stable")
+    same = key[order][1:] == key[order][:-1]
+    prev, nxt = np.full(n, -1, dtype=np.int64), np.full(n, n, dtype=np.int64)
+    prev[order[1:][same]] = order[:-1][same]
+    nxt[order[:-1][same]] = order[1:][same]
+    return prev, nxt
+
+
+def _expired(req: Requests, present: np.ndarray) -> np.ndarray:
+    """Whether each request finds its key's item expired (its expiry time, set when it was
+    stored, or fetched into the cache after a miss, by the TTL of the key's last set or
+    else the request's own, is past): walked request by request, over the keys that ever
+    have a TTL only."""
+    out = np.zeros(len(req), dtype=bool)
+    sel = np.flatnonzero(np.isin(req.key, req.key[req.ttl > 0]))
+    exp: dict[int, float] = {}
+    key_ttl: dict[int, int] = {}
+    inf = math.inf
+    for i, k, op, t, ttl, there in zip(sel.tolist(), req.key[sel].tolist(),
+                                       req.op[sel].tolist(), req.t[sel].tolist(),
+                                       req.ttl[sel].tolist(), present[sel].tolist(),
+                                       strict=True):
+        if op == DELETE:
+            exp.pop(k, None)
+            continue
+        if op == SET:
+            key_ttl[k] = ttl
+        gone = exp.get(k, inf) <= t
+        if gone:
+            out[i] = True
+        if op == SET or not there or gone:
+            tt = key_ttl.get(k, ttl)
+            exp[k] = t + tt if tt > 0 else inf
+    return out
+
+
+def _held_before(b: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """For each point e (in order): the sum of w over the points before it whose b is
+    smaller, by merging sorted blocks (1, 2, 4, ... points): at each level the points of
+    every odd block add the weights of the even block before it that are smaller."""
+    m = len(b)
+    acc = np.zeros(m, dtype=np.int64)
+    if m < 2:
+        return acc
+    big = np.int64(int(b.max()) + 1)
+    order = np.arange(m)  # at level l: the points, each block of 2^l sorted by b
+    at = np.arange(m)
+    level = 0
+    while (1 << level) < m:
+        sb = b[order]
+        blocks = at >> level
+        cw = np.zeros(m + 1, dtype=np.int64)
+        np.cumsum(w[order], out=cw[1:])
+        e = np.flatnonzero(blocks & 1)  # the points of the odd blocks (blocks keep order)
+        left = blocks[e] - 1
+        hi = np.searchsorted(blocks * big + sb, left * big + b[e], side="left")
+        acc[e] += cw[hi] - cw[left << level]
+        order = order[np.argsort((at >> (level + 1)) * big + sb, kind="stable")]
+        level += 1
+    return acc
 
 
 def shards_fixed_rate(req: Requests, rate: float, salt: int = 0,
@@ -214,7 +291,7 @@ def _fixed_size_step(i: int, k: int, hk: int, op: int, t: float, ttl: int, s: in
         if p is None or exp.get(k, inf) <= t:
             dist.append(inf)
         else:
-            dist.append((fw.prefix(i) - fw.prefix(p + 1) + cur[k]) / r)
+            dist.append((fw.between(p + 1, i) + cur[k]) / r)
     if p is not None:
         fw.add(p, -cur[k])
     else:
