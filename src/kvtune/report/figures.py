@@ -6,11 +6,13 @@ figure can be tested, shown in a notebook, or written on its own.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Any
 
 import plotly.graph_objects as go
+import plotly.io as pio
 from plotly.subplots import make_subplots
 
 from kvtune import present
@@ -22,6 +24,30 @@ BLUE, ORANGE, GREY, GREEN, RED = "#1f77b4", "#ff7f0e", "#9e9e9e", "#2ca02c", "#d
 _LAYOUT: dict[str, Any] = {"template": "plotly_white", "height": 380,
                            "margin": {"l": 70, "r": 30, "t": 60, "b": 60},
                            "font": {"size": 13}}
+
+
+@functools.cache
+def _template(name: str) -> go.layout.Template:
+    """A registered template as plotly's validation leaves it (its keys in plotly's order),
+    built once."""
+    return go.layout.Template(pio.templates[name])
+
+
+def update_layout(fig: go.Figure, **layout: Any) -> go.Figure:
+    """`fig.update_layout(**layout)`, with its `template` (a registered template's name)
+    validated once a process and set as plotly sets its default template on every new
+    figure: without validating it again. Through update_layout, each figure copied the
+    whole template twice and checked every property of it (dozens of figures a report);
+    the figure's JSON is the same, byte for byte."""
+    name = layout.pop("template", None)
+    if name is not None:
+        lay = fig.layout
+        lay._validate = False
+        try:
+            lay.template = _template(name)
+        finally:
+            lay._validate = fig._validate
+    return fig.update_layout(**layout)
 
 
 def _short(knob: str) -> str:
@@ -75,8 +101,8 @@ def convergence(data: StudyData) -> go.Figure | None:
             best_y.append(best)
     fig.add_trace(go.Scatter(x=best_x, y=best_y, mode="lines", name="best so far",
                              line={"color": ORANGE, "width": 3, "shape": "hv"}))
-    fig.update_layout(**_LAYOUT, title=f"Convergence: {data.metric} ({data.direction})",
-                      xaxis_title="trial", yaxis_title=data.metric)
+    update_layout(fig, **_LAYOUT, title=f"Convergence: {data.metric} ({data.direction})",
+                       xaxis_title="trial", yaxis_title=data.metric)
     fig.update_xaxes(tickformat="d", dtick=1 if len(done) <= 20 else None)
     return fig
 
@@ -100,12 +126,12 @@ def importance(imp: Importance) -> go.Figure | None:
                                         "ranking")
     of = (f"{imp.n_trials} of {imp.n_searched}" if imp.n_searched > imp.n_trials
           else str(imp.n_trials))
-    fig.update_layout(**{**_LAYOUT, "height": max(240, 90 + 40 * len(names)),
-                         "margin": {"l": 200, "r": 30, "t": 80, "b": 60}},
-                      title=f"Knob importance ({imp.method}, {of} trials, bootstrap "
-                            f"95% intervals)<br><sup>{sub}</sup>",
-                      xaxis_title="share of importance", xaxis_tickformat=".0%",
-                      xaxis_range=[0, 1.05])
+    update_layout(fig, **{**_LAYOUT, "height": max(240, 90 + 40 * len(names)),
+                          "margin": {"l": 200, "r": 30, "t": 80, "b": 60}},
+                       title=f"Knob importance ({imp.method}, {of} trials, bootstrap "
+                             f"95% intervals)<br><sup>{sub}</sup>",
+                       xaxis_title="share of importance", xaxis_tickformat=".0%",
+                       xaxis_range=[0, 1.05])
     return fig
 
 
@@ -136,11 +162,11 @@ def sensitivity(curve: Curve, metric: str) -> go.Figure | None:
                            font={"color": "#555"})
     how = ("one-knob sweep, others at defaults" if curve.source == "sweep"
            else "over the search, other knobs varying")
-    fig.update_layout(**{**_LAYOUT, "margin": {"l": 70, "r": 20, "t": 70, "b": 60}},
-                      title=f"{metric} against {_short(curve.knob)}<br>"
-                                       f"<sup>{how}</sup>",
-                      xaxis_title=curve.knob, yaxis_title=f"{metric} (median, 95% CI)",
-                      showlegend=False)
+    update_layout(fig, **{**_LAYOUT, "margin": {"l": 70, "r": 20, "t": 70, "b": 60}},
+                       title=f"{metric} against {_short(curve.knob)}<br>"
+                                        f"<sup>{how}</sup>",
+                       xaxis_title=curve.knob, yaxis_title=f"{metric} (median, 95% CI)",
+                       showlegend=False)
     if curve.numeric and curve.log:
         fig.update_xaxes(type="log")
     if not curve.numeric:
@@ -164,10 +190,10 @@ def correlations(corrs: list[Correlation], metric: str, top: int = 15) -> go.Fig
         customdata=[[c.p_value, c.n, c.q_value] for c in rows],
         hovertemplate="%{y}: ρ=%{x:.3f}, p=%{customdata[0]:.2g}, BH q=%{customdata[2]:.2g}, "
                       "n=%{customdata[1]}<extra></extra>"))
-    fig.update_layout(**{**_LAYOUT, "height": max(260, 80 + 28 * len(rows)),
-                         "margin": {"l": 230, "r": 30, "t": 60, "b": 60}},
-                      title=f"Telemetry correlated with {metric} (Spearman, per repetition)",
-                      xaxis_title="Spearman ρ", xaxis_range=[-1, 1])
+    update_layout(fig, **{**_LAYOUT, "height": max(260, 80 + 28 * len(rows)),
+                          "margin": {"l": 230, "r": 30, "t": 60, "b": 60}},
+                       title=f"Telemetry correlated with {metric} (Spearman, per repetition)",
+                       xaxis_title="Spearman ρ", xaxis_range=[-1, 1])
     return fig
 
 
@@ -191,8 +217,8 @@ def telemetry_scatter(data: StudyData, corrs: list[Correlation], top: int = 3
                 marker={"color": palette[j % len(palette)], "size": 7, "opacity": 0.75},
                 hovertemplate=f"{c.metric}=%{{x:,.4r}}<br>{data.metric}=%{{y:,.4r}}"
                               "<extra>" + kind + "</extra>"), row=1, col=i)
-    fig.update_layout(**_LAYOUT, title=f"{data.metric} against its strongest telemetry "
-                                       "correlates (one dot per repetition)")
+    update_layout(fig, **_LAYOUT, title=f"{data.metric} against its strongest telemetry "
+                                        "correlates (one dot per repetition)")
     fig.update_yaxes(title_text=data.metric, row=1, col=1)
     return fig
 
@@ -212,8 +238,8 @@ def slab_pages(tables: dict[str, list[dict[str, float]]]) -> go.Figure | None:
             text=[f"{int(by[c]['chunk_size'])} B chunks" if c in by and "chunk_size" in by[c]
                   else "" for c in classes],
             hovertemplate="class %{x}: %{y} pages<br>%{text}<extra>" + name + "</extra>"))
-    fig.update_layout(**_LAYOUT, barmode="group", title="pages per slab class",
-                      xaxis_title="slab class", yaxis_title="total_pages", xaxis_type="category")
+    update_layout(fig, **_LAYOUT, barmode="group", title="pages per slab class",
+                       xaxis_title="slab class", yaxis_title="total_pages", xaxis_type="category")
     return fig
 
 
@@ -246,12 +272,12 @@ def spectrum(series: dict[str, dict[str, dict[str, float]]]) -> go.Figure | None
                 hovertemplate="%{y:,.0f} µs<extra>" + f"{cfg} {verb}" + "</extra>"))
     if not fig.data:
         return None
-    fig.update_layout(**{**_LAYOUT, "height": 420, "legend": {"orientation": "h", "y": -0.25}},
-                      title="Latency percentile spectrum (median over repetitions)",
-                      yaxis_title="latency (µs, log)", yaxis_type="log",
-                      xaxis={"tickvals": ticks, "ticktext": ["p50", "p90", "p99", "p99.9",
-                                                             "p99.99"],
-                             "title": "percentile"})
+    update_layout(fig, **{**_LAYOUT, "height": 420, "legend": {"orientation": "h", "y": -0.25}},
+                       title="Latency percentile spectrum (median over repetitions)",
+                       yaxis_title="latency (µs, log)", yaxis_type="log",
+                       xaxis={"tickvals": ticks, "ticktext": ["p50", "p90", "p99", "p99.9",
+                                                              "p99.99"],
+                              "title": "percentile"})
     return fig
 
 
@@ -284,12 +310,12 @@ def ablation(res: Ablation | None) -> go.Figure | None:
         insidetextanchor="start",
         error_x={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo,
                  "color": "#444"}))
-    fig.update_layout(**{**_LAYOUT, "height": max(240, 100 + 45 * len(rows)),
-                         "margin": {"l": 260, "r": 30, "t": 70, "b": 60}},
-                      title="Ablation: each change's share of the gain (the interval its "
-                            "verdict was decided by)<br><sup>green carries the gain, grey does "
-                            "not carry it or is still ambiguous, red hurts it</sup>",
-                      xaxis_title="share of the gain", xaxis_tickformat=".0%")
+    update_layout(fig, **{**_LAYOUT, "height": max(240, 100 + 45 * len(rows)),
+                          "margin": {"l": 260, "r": 30, "t": 70, "b": 60}},
+                       title="Ablation: each change's share of the gain (the interval its "
+                             "verdict was decided by)<br><sup>green carries the gain, grey does "
+                             "not carry it or is still ambiguous, red hurts it</sup>",
+                       xaxis_title="share of the gain", xaxis_tickformat=".0%")
     fig.add_vline(x=0, line={"color": "#888"})
     return fig
 

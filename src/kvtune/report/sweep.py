@@ -103,10 +103,11 @@ def sweep_figure(view: SweepView) -> go.Figure:
         if view.best is p:
             fig.add_trace(go.Scatter(x=[x], y=[p.median], mode="markers", name="best",
                                      marker={"color": GREEN, "size": 15, "symbol": "star"}))
-    fig.update_layout(template="plotly_white", height=400, title=f"{view.metric} against "
-                      f"{view.knob} (sweep, others at their defaults)",
-                      xaxis_title=view.knob, yaxis_title=view.metric,
-                      margin={"l": 70, "r": 30, "t": 60, "b": 60})
+    figures.update_layout(fig, template="plotly_white", height=400,
+                          title=f"{view.metric} against {view.knob} (sweep, others at their "
+                                "defaults)",
+                          xaxis_title=view.knob, yaxis_title=view.metric,
+                          margin={"l": 70, "r": 30, "t": 60, "b": 60})
     return fig
 
 
@@ -170,10 +171,10 @@ def timeline_figure(rec: dict[str, Any]) -> go.Figure | None:
         fig.add_vline(x=x0, line_dash="dash", line_color=GREY,
                       annotation_text=f"phase {i}: {ph.get('value_size')} B "
                                       f"{ph.get('mix') or ''}", annotation_position="top right")
-    fig.update_layout(template="plotly_white", height=400, xaxis_title="seconds after the "
-                      "window start", yaxis_title=ytitle,
-                      title="Server stats over time (1 s samples), phases marked",
-                      margin={"l": 70, "r": 70, "t": 60, "b": 60})
+    figures.update_layout(fig, template="plotly_white", height=400,
+                          xaxis_title="seconds after the window start", yaxis_title=ytitle,
+                          title="Server stats over time (1 s samples), phases marked",
+                          margin={"l": 70, "r": 70, "t": 60, "b": 60})
     return fig
 
 
