@@ -172,26 +172,27 @@ def _expired(req: Requests, present: np.ndarray) -> np.ndarray:
 
 def _held_before(b: np.ndarray, w: np.ndarray) -> np.ndarray:
     """For each point e (in order): the sum of w over the points before it whose b is
-    smaller, by merging sorted blocks (1, 2, 4, ... points): at each level the points of
-    every odd block add the weights of the even block before it that are smaller."""
+    smaller, by merging sorted blocks (1, 2, 4, ... points; a stable sort of two sorted
+    runs): in each merge, every point of the right block adds the weights of the left
+    block's points merged before it (at an equal b, the right block's point goes first)."""
     m = len(b)
     acc = np.zeros(m, dtype=np.int64)
     if m < 2:
         return acc
-    big = np.int64(int(b.max()) + 1)
-    order = np.arange(m)  # at level l: the points, each block of 2^l sorted by b
+    big = np.int64(2 * (int(b.max()) + 1))
+    b2 = 2 * np.asarray(b, dtype=np.int64)
+    order = np.arange(m)  # before the merge of level l: each block of 2^l points sorted by b
     at = np.arange(m)
+    cl = np.zeros(m + 1, dtype=np.int64)
     level = 0
     while (1 << level) < m:
-        sb = b[order]
-        blocks = at >> level
-        cw = np.zeros(m + 1, dtype=np.int64)
-        np.cumsum(w[order], out=cw[1:])
-        e = np.flatnonzero(blocks & 1)  # the points of the odd blocks (blocks keep order)
-        left = blocks[e] - 1
-        hi = np.searchsorted(blocks * big + sb, left * big + b[e], side="left")
-        acc[e] += cw[hi] - cw[left << level]
-        order = order[np.argsort((at >> (level + 1)) * big + sb, kind="stable")]
+        left = ((at >> level) & 1) == 0
+        perm = np.argsort((at >> (level + 1)) * big + b2[order] + left, kind="stable")
+        order = order[perm]
+        from_left = left[perm]
+        np.cumsum(np.where(from_left, w[order], 0), out=cl[1:])
+        r = np.flatnonzero(~from_left)
+        acc[order[r]] += cl[r] - cl[(r >> (level + 1)) << (level + 1)]
         level += 1
     return acc
 
