@@ -65,10 +65,12 @@ def pool_intervals(estimates: Sequence[float], cis: Sequence[tuple[float, float]
     Cochran's Q measures how much more the estimates disagree than their errors say, and
     the between-estimate variance τ² it implies widens the pooled interval. One estimate is
     its own interval. The pooled interval uses the normal quantile, so with few and
-    disagreeing estimates it leans narrow (bench/capacity/repeatability.py measures it)."""
-    from scipy import stats as sps
+    disagreeing estimates it leans narrow (bench/capacity/repeatability.py measures it).
+    The quantile and Cochran's p from scipy.special (ndtri, chdtrc: what scipy.stats'
+    norm.ppf and chi2.sf compute, without their wrappers, a fifth of the time)."""
+    from scipy import special
 
-    z = float(sps.norm.ppf((1 + level) / 2))
+    z = _norm_ppf((1 + level) / 2)
     y = np.log(np.asarray(estimates, dtype=float))
     lo = np.log(np.asarray([c[0] for c in cis], dtype=float))
     hi = np.log(np.asarray([c[1] for c in cis], dtype=float))
@@ -85,7 +87,7 @@ def pool_intervals(estimates: Sequence[float], cis: Sequence[tuple[float, float]
     ws = 1 / (se**2 + tau2)
     mu = float(np.sum(ws * y) / np.sum(ws))
     half = z * math.sqrt(1 / float(np.sum(ws)))
-    p = float(sps.chi2.sf(q, k - 1))
+    p = float(special.chdtrc(k - 1, q))  # chi2.sf(q, k - 1)
     return Pooled(math.exp(mu), (math.exp(mu - half), math.exp(mu + half)), k,
                   math.sqrt(tau2), p)
 
