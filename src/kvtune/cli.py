@@ -1140,12 +1140,25 @@ def predict(
     predict_command(study, storage, library, as_json)
 
 
+_COMMAND: list[Any] = []  # the click command built from `app`, once per process
+
+
+def _command() -> Any:
+    """The click command of `app`. `app(...)` builds it again from every command's signature
+    on each call (a tenth of a second; `typer.main.get_command`); a process that calls
+    `main` more than once (the unit tests, in process) builds it once. `app` has
+    pretty_exceptions off, so calling the command is what `app(...)` does."""
+    if not _COMMAND:
+        _COMMAND.append(typer.main.get_command(app))
+    return _COMMAND[0]
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point. Usage errors are typer's (exit 2); kvtune's own errors are printed as
     one message for people, never a stack trace, with their exit code."""
     cli_options.fit_consoles()
     try:
-        app(args=argv)
+        _command()(args=argv)
     except PermissionError as e:
         # A file kvtune needs is root's: one line, never a traceback (exit 2: how it was run).
         err.print(f"[red]kvtune: error:[/] permission denied: {escape(e.filename or e)}: this "
