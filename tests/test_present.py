@@ -15,6 +15,7 @@ import shutil
 import sqlite3
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -179,6 +180,21 @@ def _hyphen_minus(text: str) -> list[str]:
 
 
 @functools.cache
+def _collected(db: Path) -> dict[str, dict[str, Any]]:
+    """What `kvtune show` renders (`collect`) of every study the database holds, read in
+    process on a copy, once a database: the screens and the trial table's columns below
+    both read it (neither changes it)."""
+    from kvtune.report.summary import collect
+    from kvtune.store import Store
+
+    with tempfile.TemporaryDirectory() as d:
+        copy = Path(d) / db.name
+        shutil.copy2(db, copy)
+        store = Store(f"sqlite:///{copy}", create=False)
+        return {name: collect(store, name) for name in _studies(copy)}
+
+
+@functools.cache
 def _screens(db: Path) -> dict[str, str]:
     """`kvtune show` and the report of every study the database holds, rendered in
     process on a copy (the shipped file is never opened for writing), once a database."""
@@ -189,7 +205,7 @@ def _screens(db: Path) -> dict[str, str]:
 def _render(db: Path, tmp: Path) -> dict[str, str]:
     from kvtune.analysis import analyse, load
     from kvtune.report import html
-    from kvtune.report.summary import collect, next_steps, render
+    from kvtune.report.summary import next_steps, render
     from kvtune.report.sweep import sweep_only_page
     from kvtune.store import Store
 
@@ -197,9 +213,10 @@ def _render(db: Path, tmp: Path) -> dict[str, str]:
     shutil.copy2(db, copy)
     store = Store(f"sqlite:///{copy}", create=False)
     out: dict[str, str] = {}
+    collected = _collected(db)
     for name in _studies(copy):
         console = Console(record=True, width=200, color_system=None)
-        data = collect(store, name)
+        data = collected[name]
         render(data, console, next_steps(data, name))
         out[f"{name}: show"] = console.export_text()
         if name in store.study_names():
@@ -239,18 +256,12 @@ def test_the_hyphen_check_sees_a_hyphen_minus() -> None:
 
 
 @pytest.mark.parametrize("db", SHIPPED, ids=lambda p: p.stem)
-def test_show_formats_each_column_of_the_trial_table_together(db: Path,
-                                                              tmp_path: Path) -> None:
+def test_show_formats_each_column_of_the_trial_table_together(db: Path) -> None:
     """`kvtune show`'s trial table: the objective's column has one number of decimals,
     and so has the column of changes against the baseline."""
-    from kvtune.report.summary import collect, trial_columns
-    from kvtune.store import Store
+    from kvtune.report.summary import trial_columns
 
-    copy = tmp_path / db.name
-    shutil.copy2(db, copy)
-    store = Store(f"sqlite:///{copy}", create=False)
-    for name in _studies(copy):
-        data = collect(store, name)
+    for data in _collected(db).values():
         if "trials" not in data:
             continue
         values, intervals, counts, vs = trial_columns(data["trials"], data["metric"])
