@@ -81,13 +81,14 @@ class Search:
         failed): nothing is left for the search to learn."""
         if self.spec.sampler != "grid":
             return False
-        done = {config_key(t.user_attrs.get("config", {})) for t in study.trials
-                if t.state.is_finished()}
+        done = {config_key(t.user_attrs.get("config", {}))
+                for t in study.get_trials(deepcopy=False) if t.state.is_finished()}
         return all(config_key(c) in done for c in self.space.grid())
 
     def enqueue_grid(self, study: optuna.Study) -> None:
         """The grid sampler's configurations not measured yet, queued in order."""
-        done = {config_key(t.user_attrs.get("config", {})) for t in study.trials}
+        done = {config_key(t.user_attrs.get("config", {}))
+                for t in study.get_trials(deepcopy=False)}
         for c in self.space.grid():
             if config_key(c) not in done:
                 study.enqueue_trial(self.space.fixed_params(c), skip_if_exists=True)
