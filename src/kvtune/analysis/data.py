@@ -99,10 +99,10 @@ def _knob_from_domain(name: str, d: Domain) -> KnobInfo:
     return KnobInfo(name, d.type, log=d.log, special=tuple(d.special))
 
 
-def _knobs(study: optuna.Study, trials: list[optuna.trial.FrozenTrial]) -> list[KnobInfo]:
-    """The study's knobs with the domains it searched (stored by the study); for a study
-    stored before kvtune kept them, the trials' distributions."""
-    domains = stored_domains(study.user_attrs.get("space"))
+def _knobs(attrs: dict[str, Any], trials: list[optuna.trial.FrozenTrial]) -> list[KnobInfo]:
+    """The study's knobs with the domains it searched (stored by the study in its attributes
+    `attrs`); for a study stored before kvtune kept them, the trials' distributions."""
+    domains = stored_domains(attrs.get("space"))
     if domains:
         return [_knob_from_domain(n, d) for n, d in domains.items()]
     knobs: dict[str, KnobInfo] = {}
@@ -145,20 +145,23 @@ def load(store: Store, name: str) -> StudyData:
         study_id = store.storage.get_study_id_from_name(name)
         trials = [_first_objective(t, store.storage.get_trial_id_from_study_id_trial_number(
             study_id, t.number)) for t in trials]
-    spec = study.user_attrs.get("spec", {}) or {}
-    sig = study.user_attrs.get("signature", {}) or {}
+    # The study's attributes, read (and checked, store.CheckedStorage) once: each read of
+    # `study.user_attrs` is a query, a check of every attribute and a deep copy.
+    attrs = study.user_attrs
+    spec = attrs.get("spec", {}) or {}
+    sig = attrs.get("signature", {}) or {}
     metric = spec.get("objective", {}).get("metric") or sig.get("metric") or "value"
     data = StudyData(
         engine=store.engine, name=name, metric=metric,
         direction=Direction(study.directions[0].name.lower()), study=study,
-        trials=trials, reps=store.repetitions(name), knobs=_knobs(study, trials), spec=spec,
-        host=study.user_attrs.get("host", {}) or {},
-        baseline=study.user_attrs.get("baseline", {}) or {},
+        trials=trials, reps=store.repetitions(name), knobs=_knobs(attrs, trials), spec=spec,
+        host=attrs.get("host", {}) or {},
+        baseline=attrs.get("baseline", {}) or {},
         noise_floor=store.document(name, NoiseFloor),
         confirmation=store.document(name, Confirmation),
         drift=store.results(name, "drift"), storage=store.url,
         ablation=store.document(name, Ablation),
-        spec_text=study.user_attrs.get("spec_text"),
+        spec_text=attrs.get("spec_text"),
         host_noise=None)
     from kvtune.measure.host_noise import with_study
 

@@ -69,7 +69,8 @@ def collect(store: Store, name: str) -> dict[str, Any]:
     from kvtune.present import change_fraction, change_record
     from kvtune.study.stored import stored_spec
 
-    spec = stored_spec(study.user_attrs, name, store.url).data  # checked as a study file
+    attrs = study.user_attrs  # read (and checked) once: each read is a query and a deep copy
+    spec = stored_spec(attrs, name, store.url).data  # checked as a study file
 
     for tr in trials:  # the metric's own change against its baseline, as shown (present.py)
         if tr.get("baseline_ref") is not None:
@@ -93,8 +94,8 @@ def collect(store: Store, name: str) -> dict[str, Any]:
     return {
         "study": name, "storage": store.url, "direction": direction,
         "headline": headline.as_dict(),
-        "metric": metric, "host": study.user_attrs.get("host"),
-        "objectives": study.user_attrs.get("objectives"),
+        "metric": metric, "host": attrs.get("host"),
+        "objectives": attrs.get("objectives"),
         "trials": trials, "baseline": base, "best": best,
         "noise_floor": store.document(name, NoiseFloor),
         "drift": drift,
