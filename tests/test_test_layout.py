@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,9 +169,15 @@ class _Servers:
         return False
 
 
+@functools.cache
+def _parse(source: str) -> ast.Module:
+    """A module's syntax tree, parsed once for the three checks below (none changes it)."""
+    return ast.parse(source)
+
+
 def server_starts(source: str) -> list[str]:
     """Where a module starts a server's program itself."""
-    tree = ast.parse(source)
+    tree = _parse(source)
     found = []
 
     def visit(node: ast.AST, scope: _Scope) -> None:
@@ -191,7 +198,7 @@ def server_starts(source: str) -> list[str]:
 
 def port_helpers(source: str) -> list[str]:
     """Where a module finds a free port or waits for one itself."""
-    tree = ast.parse(source)
+    tree = _parse(source)
     found = []
     for n in ast.walk(tree):
         if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -218,7 +225,7 @@ def port_helpers(source: str) -> list[str]:
 
 def imported_test_modules(source: str) -> list[str]:
     """Where a module imports a test module (or hands a child Python code that does)."""
-    tree = ast.parse(source)
+    tree = _parse(source)
     found = []
     for n in ast.walk(tree):
         names: list[str] = []
