@@ -275,7 +275,10 @@ def states_at_every_look(diffs: Mapping[str, np.ndarray], rules: Sequence[Rule],
     float rounding, 1e-6 relative); a session whose looks so far are all the same value
     has a zero-width interval at that value, as in judge."""
     each = alpha / max(len(rules), 1)
-    shape = next(iter(diffs.values())).shape
+    shapes = {np.shape(x) for x in diffs.values()}
+    if len(shapes) != 1 or len(next(iter(shapes))) != 2:
+        raise ValueError(f"differences of one shape, sessions x looks, not {shapes or 'none'}")
+    shape = next(iter(shapes))
     out = np.full((len(rules), *shape), OPEN, dtype=np.int8)
     for i, rule in enumerate(rules):
         if rule.metric.name not in diffs:
