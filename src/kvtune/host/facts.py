@@ -172,45 +172,71 @@ def noise_facts(fs: HostFS | None = None, window: float = 0.5,
     itself and `ignore` left out). Values that cannot be read are None."""
     import time
 
-    fs = fs or HostFS()
-    cpu = Path(roots.CPU_DEVICES)
-    govs = sorted({fs.read_text(str(p), default="").strip()
-                   for p in fs.path(str(cpu)).glob("cpu[0-9]*/cpufreq/scaling_governor")}
-                  - {""})
-    turbo: bool | None = None
-    no_turbo = fs.read_text(str(cpu / "intel_pstate/no_turbo"), default="").strip()
-    boost = fs.read_text(str(cpu / "cpufreq/boost"), default="").strip()
-    if no_turbo in ("0", "1"):
-        turbo = no_turbo == "0"
-    elif boost in ("0", "1"):
-        turbo = boost == "1"
-    isolated = fs.read_text(str(cpu / "isolated"), default="").strip() or None
-    nohz = fs.read_text(str(cpu / "nohz_full"), default="").strip()
-    proc = fs.path(roots.PROC)
-    t0, s0 = _cpu_times(fs)
-    p0 = _proc_ticks(proc)
+    opened = NoiseWindow(fs, ignore)
     time.sleep(window)
-    t1, s1 = _cpu_times(fs)
-    p1 = _proc_ticks(proc)
-    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    me = {os.getpid(), os.getppid(), *ignore}
-    busy: list[dict[str, Any]] = []
-    for pid, (comm, ticks) in p1.items():
-        if pid in me or pid not in p0:
-            continue
-        share = (ticks - p0[pid][1]) / hz / window
-        if share > 0.05:
-            busy.append({"pid": pid, "comm": comm, "cpu": round(share, 3)})
-    busy.sort(key=lambda b: -float(b["cpu"]))
-    irqbalance = any(comm == "irqbalance" for comm, _ in p1.values())
-    return {
-        "governor": ",".join(govs) if govs else None,
-        "turbo": turbo,
-        "isolated_cpus": isolated,
-        "nohz_full": nohz if nohz and nohz != "(null)" else None,
-        "irqbalance": irqbalance,
-        "steal": (s1 - s0) / (t1 - t0) if t1 > t0 else None,
-        "busy_processes": busy[:8],
-        "virtualized": this_host().virtualized,
-        "window_s": window,
-    }
+    return opened.facts(window)
+
+
+class NoiseWindow:
+    """`noise_facts` with its window open from now until `close`: a process that has other
+    work meanwhile (a study on a target simulated in the process itself) need not sleep
+    through it. The window is at least `least` seconds (`close` sleeps the rest)."""
+
+    def __init__(self, fs: HostFS | None = None, ignore: tuple[int, ...] = ()) -> None:
+        import time
+
+        self.fs = fs or HostFS()
+        self.ignore = ignore
+        self.opened = time.monotonic()
+        self.t0, self.s0 = _cpu_times(self.fs)
+        self.p0 = _proc_ticks(self.fs.path(roots.PROC))
+
+    def close(self, least: float = 0.5) -> dict[str, Any]:
+        import time
+
+        rest = least - (time.monotonic() - self.opened)
+        if rest > 0:
+            time.sleep(rest)
+        return self.facts(round(time.monotonic() - self.opened, 3))
+
+    def facts(self, window: float) -> dict[str, Any]:
+        """The facts now, over the `window` seconds since the window opened."""
+        fs = self.fs
+        cpu = Path(roots.CPU_DEVICES)
+        govs = sorted({fs.read_text(str(p), default="").strip()
+                       for p in fs.path(str(cpu)).glob("cpu[0-9]*/cpufreq/scaling_governor")}
+                      - {""})
+        turbo: bool | None = None
+        no_turbo = fs.read_text(str(cpu / "intel_pstate/no_turbo"), default="").strip()
+        boost = fs.read_text(str(cpu / "cpufreq/boost"), default="").strip()
+        if no_turbo in ("0", "1"):
+            turbo = no_turbo == "0"
+        elif boost in ("0", "1"):
+            turbo = boost == "1"
+        isolated = fs.read_text(str(cpu / "isolated"), default="").strip() or None
+        nohz = fs.read_text(str(cpu / "nohz_full"), default="").strip()
+        t0, s0, p0 = self.t0, self.s0, self.p0
+        t1, s1 = _cpu_times(fs)
+        p1 = _proc_ticks(fs.path(roots.PROC))
+        hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        me = {os.getpid(), os.getppid(), *self.ignore}
+        busy: list[dict[str, Any]] = []
+        for pid, (comm, ticks) in p1.items():
+            if pid in me or pid not in p0:
+                continue
+            share = (ticks - p0[pid][1]) / hz / window
+            if share > 0.05:
+                busy.append({"pid": pid, "comm": comm, "cpu": round(share, 3)})
+        busy.sort(key=lambda b: -float(b["cpu"]))
+        irqbalance = any(comm == "irqbalance" for comm, _ in p1.values())
+        return {
+            "governor": ",".join(govs) if govs else None,
+            "turbo": turbo,
+            "isolated_cpus": isolated,
+            "nohz_full": nohz if nohz and nohz != "(null)" else None,
+            "irqbalance": irqbalance,
+            "steal": (s1 - s0) / (t1 - t0) if t1 > t0 else None,
+            "busy_processes": busy[:8],
+            "virtualized": this_host().virtualized,
+            "window_s": window,
+        }

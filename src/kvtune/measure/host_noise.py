@@ -116,6 +116,25 @@ def record(store: Store, study: str, console: Console | None, steal_threshold: f
     return facts
 
 
+class Opened:
+    """The facts of `record` with their window open from now until `record()` stores them
+    (`kvtune.host.facts.NoiseWindow`): for a study whose target is simulated in kvtune's own
+    process (nothing else is started, and kvtune is left out of the busy processes), the
+    window spans the search instead of 0.5 s of sleep after the baseline."""
+
+    def __init__(self, store: Store, study: str, steal_threshold: float = 0.05) -> None:
+        from kvtune.host.facts import NoiseWindow
+
+        self.store, self.study, self.steal_threshold = store, study, steal_threshold
+        self.window = NoiseWindow()
+
+    def record(self) -> dict[str, Any]:
+        facts = self.window.close()
+        facts["checks"] = checks(facts, self.steal_threshold)
+        self.store.put_result(self.study, KEY, facts)
+        return facts
+
+
 def lines(facts: dict[str, Any] | None) -> list[str]:
     if not facts:
         return []

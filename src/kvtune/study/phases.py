@@ -55,6 +55,7 @@ from kvtune.study.search import Search, search_counts, search_trials_done
 
 if TYPE_CHECKING:
     from kvtune.library.warm import WarmStart
+    from kvtune.measure.host_noise import Opened
     from kvtune.measure.hostprofile import HostProfile, Judgement
 
 
@@ -159,19 +160,38 @@ class BaselineResult:
     trial: int
     evaluation: Evaluation
     noise: NoiseFloor
+    # The host's noise facts still being gathered (a target simulated in kvtune's own
+    # process): the run stores them (`record()`) when its search ends. None: stored.
+    host_noise: Opened | None = None
+
+
+def in_process(session: Session) -> bool:
+    """Whether the study's target is simulated in kvtune's own process: nothing is started
+    (no server, no load generator; a capacity objective's knee searches are kvload's, a
+    process), so nothing but kvtune runs for it while it measures."""
+    from kvtune.targets.base import SimulatedTarget
+
+    return isinstance(session.target, SimulatedTarget) and session.spec.capacity is None
 
 
 class BaselinePhase:
     """Trial 0: the baseline configuration, measured for the noise floor. Afterwards the
     evaluator judges by its noise and its relative constraints are resolved. A failed
-    baseline, or one the load generator (or a neighbour's steal) limited, is refused."""
+    baseline, or one the load generator (or a neighbour's steal) limited, is refused.
+    The host's noise facts (`kvtune.measure.host_noise`) are stored after the noise floor,
+    over 0.5 s; for a target simulated in kvtune's process their window opens with the
+    baseline and stays open (`BaselineResult.host_noise`) until the run's search ends."""
 
     def __init__(self, context: PhaseContext) -> None:
         self.context = context
 
     def run(self, study: optuna.Study) -> BaselineResult:
+        from kvtune.measure import host_noise
+
         c = self.context
         space, ev, metric = c.space, c.spec.evaluation, c.metric
+        opened = host_noise.Opened(c.store, c.name, ev.steal_threshold) \
+            if in_process(c.session) else None
         full = max(ev.noise_floor_runs, c.spec.repetitions)
         c.warm.open_bracket()
         n = c.warm.baseline_runs(full)  # fewer with the library's noise prior
@@ -194,11 +214,15 @@ class BaselinePhase:
         c.evaluator.noise_cov = noise.cov.get(metric)
         c.store.put_result(c.name, "noise_floor", noise.as_dict())
         noise.report(c.console, metric, ev)
-        from kvtune.measure.host_noise import record as record_host_noise
-
-        record_host_noise(c.store, c.name, None, ev.steal_threshold)
-        check_not_client_bound(e)
-        return BaselineResult(trial.number, e, noise)
+        if opened is None:
+            host_noise.record(c.store, c.name, None, ev.steal_threshold)
+        try:
+            check_not_client_bound(e)
+        except UserError:
+            if opened is not None:
+                opened.record()  # a refused baseline keeps its facts too
+            raise
+        return BaselineResult(trial.number, e, noise, opened)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from rich.console import Console
@@ -29,6 +29,7 @@ from kvtune.study.loader import Loaded
 from kvtune.study.phases import (
     AblationPhase,
     BaselinePhase,
+    BaselineResult,
     ConfirmationPhase,
     DriftPhase,
     HostProfilePhase,
@@ -39,6 +40,9 @@ from kvtune.study.phases import (
 )
 from kvtune.study.tracked import TrackedStudy
 from kvtune.workload.features import summary as workload_summary
+
+if TYPE_CHECKING:
+    from kvtune.measure.host_noise import Opened
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -86,6 +90,9 @@ class StudyRun:
         self.study: optuna.Study | None = None
         self.incumbent: Evaluation | None = None
         self.baseline_eval: Evaluation | None = None
+        # The host's noise facts still being gathered (`BaselineResult.host_noise`): stored
+        # when the search ends.
+        self.host_noise: Opened | None = None
         self.fingerprint: dict[str, Any] = {}
         self.fp_key = ""
         from kvtune.library.warm import WarmStart
@@ -247,7 +254,14 @@ class StudyRun:
                     self.incumbent = self.baseline_eval
             self.warm.open_bracket()
             self.warm.enqueue(study, space)
-            self.incumbent = self.strategy.search(context, study, started, drift).incumbent
+            try:
+                self.incumbent = self.strategy.search(context, study, started,
+                                                      drift).incumbent
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    self.record_host_noise()
+                raise
+            self.record_host_noise()
             if not confirm:
                 return None
             result = self.strategy.confirm(context, study)
@@ -259,6 +273,17 @@ class StudyRun:
         if result is not None and self.strategy.confirmed(result):
             self.warm.add_entry(result)
         return result
+
+    def baseline_measured(self, result: BaselineResult) -> Evaluation:
+        """The baseline phase's evaluation; its host noise facts, if still being gathered,
+        are stored when the search ends."""
+        self.host_noise = result.host_noise
+        return result.evaluation
+
+    def record_host_noise(self) -> None:
+        opened, self.host_noise = self.host_noise, None
+        if opened is not None:
+            opened.record()
 
     def profile_host(self, config: dict[str, Any]) -> dict[str, Any] | None:
         """A capacity study's host profile at `config` (`phases.HostProfilePhase`), as
@@ -324,7 +349,7 @@ class Strategy:
 
     def baseline(self, context: PhaseContext, study: optuna.Study) -> Evaluation | None:
         """Trial 0 and the noise floor (None: not known yet; the search begins without)."""
-        return BaselinePhase(context).run(study).evaluation
+        return self.run.baseline_measured(BaselinePhase(context).run(study))
 
     def search(self, context: PhaseContext, study: optuna.Study, started: float,
                drift: Callable[[int | None], object]) -> SearchResult:

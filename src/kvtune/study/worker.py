@@ -246,7 +246,7 @@ class FleetWorker(Strategy):
         while True:
             got = r.fleet.claim_or_take_over(key)
             if got.won:
-                return BaselinePhase(context).run(study).evaluation
+                return r.baseline_measured(BaselinePhase(context).run(study))
             if early and self.may_search_without_baseline(study):
                 r.console.print(f"  the baseline is measured by worker {got.worker}; "
                                 "start-up trials meanwhile")
