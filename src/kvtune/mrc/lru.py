@@ -1,5 +1,5 @@
-"""Byte-LRU miss-ratio curves: exact stack distances (Mattson's algorithm over item bytes,
-with a Fenwick tree), and SHARDS spatial sampling (Waldspurger et al., FAST '15) in its
+"""Byte-LRU miss-ratio curves: exact stack distances (Mattson's, over item bytes, computed
+in arrays), and SHARDS spatial sampling (Waldspurger et al., FAST '15) in its
 fixed-rate and fixed-size forms.
 
 The stack distance of a get is the bytes of the distinct items touched since its key was
@@ -51,40 +51,6 @@ class Distances:
         return np.clip(cw[idx] / self.gets, 0.0, 1.0)
 
 
-class _Fenwick:
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.t = [0] * (n + 1)
-
-    def add(self, i: int, v: int) -> None:
-        i += 1
-        t, n = self.t, self.n
-        while i <= n:
-            t[i] += v
-            i += i & -i
-
-    def prefix(self, i: int) -> int:
-        """Sum of positions [0, i)."""
-        s, t = 0, self.t
-        while i > 0:
-            s += t[i]
-            i -= i & -i
-        return s
-
-    def between(self, lo: int, hi: int) -> int:
-        """Sum of positions [lo, hi): prefix(hi) - prefix(lo), the two walks stopped where
-        they meet (a recent position's: a few steps instead of two whole walks)."""
-        s, t = 0, self.t
-        while hi != lo:
-            if hi > lo:
-                s += t[hi]
-                hi -= hi & -hi
-            else:
-                s -= t[lo]
-                lo -= lo & -lo
-        return s
-
-
 def stack_distances(req: Requests, item_bytes: ItemBytes = plain_bytes,
                     scale: float = 1.0, weight: float = 1.0,
                     measure_from: float = 0.0) -> Distances:
@@ -103,32 +69,42 @@ def stack_distances(req: Requests, item_bytes: ItemBytes = plain_bytes,
     with C(x) the bytes of the requests before x, E(x) those of the requests whose nxt is
     before x, and X(p) those of the requests before p whose nxt is before nxt(p) = i (a
     two-dimensional dominance sum: _held_before). The same integers as Mattson's algorithm
-    over a Fenwick tree walked request by request (tests/test_mrc.py), 3 times faster."""
-    n = len(req)
+    over a Fenwick tree walked request by request, which this replaced (commit 428d32d:
+    compared equal on seeded streams), 3-7 times faster; tests/test_mrc.py checks them
+    against a byte-LRU cache simulated item by item."""
     size = np.asarray(item_bytes(req.klen, req.vlen), dtype=np.int64)
-    key, op, t = req.key, req.op, req.t
+    counted = (req.op == GET) & (req.t >= measure_from)
+    q, dist = _byte_distances(req.key, req.op, req.t, req.ttl, size, counted)
+    out = np.full(len(req), math.inf)
+    out[q] = dist * scale
+    d = out[counted]
+    return Distances(d, np.full(len(d), weight), float(len(d)) * weight)
+
+
+def _byte_distances(key: np.ndarray, op: np.ndarray, t: np.ndarray, ttl: np.ndarray,
+                    size: np.ndarray, counted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """stack_distances' integers: (the requests among `counted` that find their item,
+    their distances in bytes); the other counted ones miss at every size."""
+    n = len(key)
     prev, nxt = _neighbours(key)
     deleted = op == DELETE
     held = np.where(deleted, 0, size)  # the bytes each request holds until its key's next
     present = (prev >= 0) & ~deleted[np.maximum(prev, 0)]
-    counted = (op == GET) & (t >= measure_from)
-    out = np.full(n, math.inf)
     hits = counted & present
-    if hits.any() and (req.ttl > 0).any():
-        hits &= ~_expired(req, present)
+    if hits.any() and (ttl > 0).any():
+        hits &= ~_expired(key, op, t, ttl, present)
     q = np.flatnonzero(hits)
-    if len(q):
-        p = prev[q]
-        before = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(held, out=before[1:])
-        ended = np.zeros(n + 1, dtype=np.int64)  # by nxt: each position is one request's
-        gone = nxt < n
-        ended[nxt[gone] + 1] = held[gone]
-        np.cumsum(ended, out=ended)
-        x = _held_before(nxt, held)[p]
-        out[q] = (size[p] + (before[q] - before[p + 1]) - (ended[q] - x)) * scale
-    d = out[counted]
-    return Distances(d, np.full(len(d), weight), float(len(d)) * weight)
+    if not len(q):
+        return q, np.zeros(0, dtype=np.int64)
+    p = prev[q]
+    before = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(held, out=before[1:])
+    ended = np.zeros(n + 1, dtype=np.int64)  # by nxt: each position is one request's
+    gone = nxt < n
+    ended[nxt[gone] + 1] = held[gone]
+    np.cumsum(ended, out=ended)
+    x = _held_before(nxt, held)[p]
+    return q, size[p] + (before[q] - before[p + 1]) - (ended[q] - x)
 
 
 def _neighbours(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -142,20 +118,20 @@ def _neighbours(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return prev, nxt
 
 
-def _expired(req: Requests, present: np.ndarray) -> np.ndarray:
+def _expired(keys: np.ndarray, ops: np.ndarray, ts: np.ndarray, ttls: np.ndarray,
+             present: np.ndarray) -> np.ndarray:
     """Whether each request finds its key's item expired (its expiry time, set when it was
     stored, or fetched into the cache after a miss, by the TTL of the key's last set or
     else the request's own, is past): walked request by request, over the keys that ever
     have a TTL only."""
-    out = np.zeros(len(req), dtype=bool)
-    sel = np.flatnonzero(np.isin(req.key, req.key[req.ttl > 0]))
+    out = np.zeros(len(keys), dtype=bool)
+    sel = np.flatnonzero(np.isin(keys, keys[ttls > 0]))
     exp: dict[int, float] = {}
     key_ttl: dict[int, int] = {}
     inf = math.inf
-    for i, k, op, t, ttl, there in zip(sel.tolist(), req.key[sel].tolist(),
-                                       req.op[sel].tolist(), req.t[sel].tolist(),
-                                       req.ttl[sel].tolist(), present[sel].tolist(),
-                                       strict=True):
+    for i, k, op, t, ttl, there in zip(sel.tolist(), keys[sel].tolist(), ops[sel].tolist(),
+                                       ts[sel].tolist(), ttls[sel].tolist(),
+                                       present[sel].tolist(), strict=True):
         if op == DELETE:
             exp.pop(k, None)
             continue
@@ -224,19 +200,21 @@ def shards_fixed_size(req: Requests, max_keys: int, salt: int = 0,
     """SHARDS with at most `max_keys` keys tracked: the threshold falls (the key of the
     largest hash leaves) whenever one more would be tracked; each get counts with weight
     1/R at the rate of its time, its distance scaled by 1/R; the difference between the
-    gets of the stream and the sample's weight counts at distance 0 (SHARDS_adj)."""
+    gets of the stream and the sample's weight counts at distance 0 (SHARDS_adj).
+
+    The sample is walked request by request (the threshold, the keys tracked, the rate at
+    each get); a key that leaves is a delete of it in the sampled stream (its hash is the
+    new threshold: it never comes back), whose stack distances are stack_distances'."""
     hashes = salted_hash(req.key, salt)
     sizes = item_bytes(req.klen, req.vlen)
     n = len(req)
-    fw = _Fenwick(n)
     two64 = float(2 ** 64)
     thresh = 2 ** 64  # keys with hash < thresh are sampled
-    pos: dict[int, int] = {}
-    cur: dict[int, int] = {}
-    exp: dict[int, float] = {}
-    key_ttl: dict[int, int] = {}
+    tracked: set[int] = set()  # the keys sampled and stored
     heap: list[tuple[int, int]] = []  # (-hash, key) of tracked keys
-    dist: list[float] = []
+    walked: list[int] = []  # the sampled stream: a request's index, or -1: a key leaving
+    leaving: list[int] = []  # the keys leaving, in order
+    rates: list[float] = []  # R at each counted get
     wts: list[float] = []
     total = 0.0
     # The threshold only falls: each chunk is cut by the threshold at its start (numpy),
@@ -251,66 +229,49 @@ def shards_fixed_size(req: Requests, max_keys: int, salt: int = 0,
         k_c = req.key[a:a + chunk][sel].tolist()
         op_c = req.op[a:a + chunk][sel].tolist()
         t_c = req.t[a:a + chunk][sel].tolist()
-        ttl_c = req.ttl[a:a + chunk][sel].tolist()
-        s_c = sizes[a:a + chunk][sel].tolist()
         for j, i in enumerate(idx):
             k, hk = k_c[j], h_c[j]
             if hk >= thresh:
                 continue
-            thresh, total = _fixed_size_step(
-                i, k, hk, op_c[j], t_c[j], ttl_c[j], s_c[j], thresh, total, two64, fw, pos,
-                cur, exp, key_ttl, heap, dist, wts, max_keys, measure_from)
+            walked.append(i)
+            op = op_c[j]
+            if op == DELETE:
+                tracked.discard(k)
+                continue
+            if op == GET and t_c[j] >= measure_from:
+                r = thresh / two64
+                total += 1 / r
+                wts.append(1 / r)
+                rates.append(r)
+            if k not in tracked:
+                tracked.add(k)
+                heapq.heappush(heap, (-hk, k))
+            while len(tracked) > max_keys:
+                nh, ek = heapq.heappop(heap)
+                if ek not in tracked:
+                    continue
+                thresh = -nh
+                tracked.remove(ek)
+                walked.append(-1)
+                leaving.append(ek)
+    w = np.array(walked, dtype=np.int64)
+    real = w >= 0
+    at = np.maximum.accumulate(np.maximum(w, 0)) if len(w) else w  # a key leaving: the
+    key = req.key[at]  # request it leaves after (its time is not read)
+    key[~real] = np.array(leaving, dtype=req.key.dtype)
+    op = np.where(real, req.op[at], DELETE)
+    t = req.t[at]
+    counted = real & (op == GET) & (t >= measure_from)
+    q, dist = _byte_distances(key, op, t, np.where(real, req.ttl[at], 0),
+                              np.where(real, sizes[at], 0), counted)
+    r_of = np.zeros(len(w))
+    r_of[counted] = rates
+    out = np.full(len(w), math.inf)
+    out[q] = dist / r_of[q]
     # SHARDS_adj: the gets the sample stands for, against the gets there were
     gets = float(np.count_nonzero((req.op == GET) & (req.t >= measure_from)))
-    dist.append(0.0)
-    wts.append(gets - total)
-    return Distances(np.array(dist, dtype=np.float64), np.array(wts, dtype=np.float64),
-                     gets)
-
-
-def _fixed_size_step(i: int, k: int, hk: int, op: int, t: float, ttl: int, s: int,
-                     thresh: int, total: float, two64: float, fw: _Fenwick,
-                     pos: dict[int, int], cur: dict[int, int], exp: dict[int, float],
-                     key_ttl: dict[int, int], heap: list[tuple[int, int]],
-                     dist: list[float], wts: list[float], max_keys: int,
-                     measure_from: float) -> tuple[int, float]:
-    """One sampled request of shards_fixed_size: (the threshold, the gets' weight)."""
-    inf = math.inf
-    r = thresh / two64
-    if op == DELETE:
-        p = pos.pop(k, None)
-        if p is not None:
-            fw.add(p, -cur.pop(k))
-            exp.pop(k, None)
-        return thresh, total
-    p = pos.get(k)
-    if op == SET:
-        key_ttl[k] = ttl
-    if op == GET and t >= measure_from:
-        total += 1 / r
-        wts.append(1 / r)
-        if p is None or exp.get(k, inf) <= t:
-            dist.append(inf)
-        else:
-            dist.append((fw.between(p + 1, i) + cur[k]) / r)
-    if p is not None:
-        fw.add(p, -cur[k])
-    else:
-        heapq.heappush(heap, (-hk, k))
-    fw.add(i, s)
-    pos[k], cur[k] = i, s
-    if op == SET or p is None or exp.get(k, inf) <= t:
-        tt = key_ttl.get(k, ttl)
-        exp[k] = t + tt if tt > 0 else inf
-    while len(pos) > max_keys:
-        nh, ek = heapq.heappop(heap)
-        if ek not in pos:
-            continue
-        thresh = -nh
-        fw.add(pos.pop(ek), -cur.pop(ek))
-        exp.pop(ek, None)
-        key_ttl.pop(ek, None)
-    return thresh, total
+    return Distances(np.concatenate([out[counted], [0.0]]),
+                     np.array([*wts, gets - total], dtype=np.float64), gets)
 
 
 __all__ = ["GET", "SET", "Distances", "plain_bytes", "shards_fixed_rate",
