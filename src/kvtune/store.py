@@ -102,6 +102,8 @@ class Store:
 
             note_input(url.removeprefix("sqlite:///").split("?", 1)[0])
         self.tag: dict[str, Any] = {}
+        # A store that only reads (`results_store`) loads each study once (`load_study`).
+        self._studies: dict[str, optuna.Study] | None = None if create else {}
 
     def add_repetition(self, study: str, kind: str, trial_number: int | None,
                        config_key: str, status: str, value: float | None,
@@ -167,6 +169,19 @@ class Store:
         document, or None."""
         return documents.latest([d for d in documents_in(self.engine, study, key or kind.KEY)
                                  if isinstance(d, kind)], fingerprint)
+
+    def load_study(self, name: str) -> optuna.Study:
+        """Optuna's study `name` (KeyError when the database holds none). A store that only
+        reads (`results_store`) loads each study once: the parts of a command read it
+        through one study and Optuna's cache of its finished trials (`kvtune show` read
+        every trial from the database twice, for its table and for its analysis)."""
+        if self._studies is None:
+            return optuna.load_study(study_name=name, storage=self.storage)
+        study = self._studies.get(name)
+        if study is None:
+            study = optuna.load_study(study_name=name, storage=self.storage)
+            self._studies[name] = study
+        return study
 
     def study_names(self) -> list[str]:
         return [s.study_name for s in optuna.get_all_study_summaries(self.storage)]

@@ -134,7 +134,7 @@ def _first_objective(t: optuna.trial.FrozenTrial, trial_id: int) -> optuna.trial
 
 def load(store: Store, name: str) -> StudyData:
     try:
-        study = optuna.load_study(study_name=name, storage=store.storage)
+        study = store.load_study(name)
     except KeyError:
         known = ", ".join(s for s in store.study_names() if ".sweep." not in s) or "none"
         raise UserError(f"no study named {name!r} in {store.url} (studies there: {known})") \

@@ -94,8 +94,6 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
     `full`, the confirmed configuration whole; or (with `best_in_search`) the best
     feasible trial of the search; with `minimal`, the ablation's minimal configuration
     (only the changes that carry the gain). Raises NoRecommendation when there is none."""
-    import optuna
-
     from kvtune.study.result import collect
 
     data = collect(store, name)
@@ -106,7 +104,7 @@ def recommendation(store: Any, name: str, best_in_search: bool = False, minimal:
                                "recommendation")
     from kvtune.study.stored import stored_spec
 
-    study = optuna.load_study(study_name=name, storage=store.storage)
+    study = store.load_study(name)
     # The study file stored with the study, checked as a study file is (a results database
     # is input: kvtune.study.stored), and the workload the study measured, as its run
     # described it (a workload model's own mix, keys and sizes, which the stored

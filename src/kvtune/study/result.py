@@ -20,7 +20,7 @@ from kvtune.study.record import stored_eval
 def collect(store: Store, name: str) -> dict[str, Any]:
     sweeps = _sweeps(store, name)
     try:
-        study = optuna.load_study(study_name=name, storage=store.storage)
+        study = store.load_study(name)
     except KeyError:
         if sweeps:  # a study that only ran `kvtune sweep`
             return {"study": name, "storage": store.url, "sweeps": sweeps}
