@@ -287,14 +287,15 @@ def test_a_repeated_configuration_is_not_a_new_trial(in_tmp: Path) -> None:
     run = StudyRun(load(p), base_dir=in_tmp)
     run.run(confirm=False)
     study = optuna.load_study(study_name="rp", storage=run.store.storage)
-    kinds = [t.user_attrs.get("kind") for t in study.trials]
+    trials = study.trials  # one copy (each study.trials deep-copies every trial)
+    kinds = [t.user_attrs.get("kind") for t in trials]
     assert kinds.count("trial") == 1 and kinds.count("repeat") >= 2
     reps = run.store.repetitions("rp")
     assert {r["kind"] for r in reps} == {"baseline", "trial"}
     assert len([r for r in reps if r["kind"] == "trial"]) <= 6  # one trial's repetitions
-    for t in study.trials:
+    for t in trials:
         if t.user_attrs.get("kind") == "repeat":
-            src = study.trials[t.user_attrs["repeat_of"]]
+            src = trials[t.user_attrs["repeat_of"]]
             assert src.user_attrs["config"] == t.user_attrs["config"] and src.value == t.value
 
 
