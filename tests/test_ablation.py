@@ -7,26 +7,15 @@ significantly better."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
-from support.sqlite import unsynced_sqlite
 
 from kvtune.documents import Confirmation, build
 from kvtune.spec import EvaluationSpec
 from kvtune.study import ablation
 from kvtune.targets.synthetic import SYNTHETIC_KNOBS, true_value
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _unsynced_sqlite() -> Iterator[None]:
-    """This module's study databases are thrown away: no fsync at each of their commits
-    (support.sqlite; what is stored is the same)."""
-    with unsynced_sqlite():
-        yield
-
 
 BASELINE = {k.name: k.default for k in SYNTHETIC_KNOBS.values()}
 

@@ -5,14 +5,12 @@ that move with the objective, and zones mark where the best is reachable."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
 from rich.console import Console
-from support.sqlite import unsynced_sqlite
 
 from kvtune.analysis import analyse, correlations, importance, load, sensitivity, zones
 from kvtune.analysis.data import KnobInfo, StudyData
@@ -21,15 +19,6 @@ from kvtune.report.summary import collect, render
 from kvtune.study.commands import sweep
 from kvtune.study.loader import load_study
 from kvtune.study.run import StudyRun
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _unsynced_sqlite() -> Iterator[None]:
-    """This module's study databases are thrown away: no fsync at each of their commits
-    (support.sqlite; what is stored is the same)."""
-    with unsynced_sqlite():
-        yield
-
 
 STUDY = """\
 study: {name}

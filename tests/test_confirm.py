@@ -7,14 +7,12 @@ verdict line."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from rich.console import Console
-from support.sqlite import unsynced_sqlite
 
 from kvtune.report.summary import change_cell, collect, render
 from kvtune.spec import EvaluationSpec, parse_constraint
@@ -22,15 +20,6 @@ from kvtune.stats import compare_rounds
 from kvtune.study import confirm as cf
 from kvtune.study.loader import load_study, parse_study
 from kvtune.study.run import StudyRun
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _unsynced_sqlite() -> Iterator[None]:
-    """This module's study databases are thrown away: no fsync at each of their commits
-    (support.sqlite; what is stored is the same)."""
-    with unsynced_sqlite():
-        yield
-
 
 EV = EvaluationSpec(confirm_rounds=8, confirm_top=1)
 

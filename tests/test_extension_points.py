@@ -7,13 +7,11 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from support.sqlite import unsynced_sqlite
 
 from kvtune import load, telemetry
 from kvtune.errors import UserError
@@ -23,14 +21,6 @@ from kvtune.measure.session import Session
 from kvtune.study.loader import parse_study
 from kvtune.telemetry import Collector
 from kvtune.telemetry import base as telemetry_base
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _unsynced_sqlite() -> Iterator[None]:
-    """This module's study databases are thrown away: no fsync at each of their commits
-    (support.sqlite; what is stored is the same)."""
-    with unsynced_sqlite():
-        yield
 
 
 class ToyDriver(load.LoadDriver):

@@ -13,13 +13,11 @@ import sqlite3
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.cli import cli
-from support.sqlite import unsynced_sqlite
 
 from kvtune import __version__
 from kvtune.library.entry import Entry, Host, Objective, Recommendation, parse
@@ -27,15 +25,6 @@ from kvtune.library.nearest import Context, incompatibility, neighbours
 from kvtune.library.profiles import agreed, categories
 from kvtune.library.store import Library, LibraryUnavailable, resolve
 from kvtune.workload.features import ALIKE, distance, of_model, zipf_equivalent
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _unsynced_sqlite() -> Iterator[None]:
-    """This module's study databases are thrown away: no fsync at each of their commits
-    (support.sqlite; what is stored is the same)."""
-    with unsynced_sqlite():
-        yield
-
 
 REPO = Path(__file__).resolve().parents[1]
 

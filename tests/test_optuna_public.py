@@ -7,21 +7,10 @@ and the check of a study's stored attributes a storage subclass (`kvtune.store.C
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
 import pytest
-from support.sqlite import unsynced_sqlite
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _unsynced_sqlite() -> Iterator[None]:
-    """This module's study databases are thrown away: no fsync at each of their commits
-    (support.sqlite; what is stored is the same)."""
-    with unsynced_sqlite():
-        yield
-
 
 PKG = Path(__file__).resolve().parents[1] / "src" / "kvtune"
 # Attributes of Optuna's objects kvtune once read although they are private.

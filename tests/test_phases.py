@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import time
-from collections.abc import Iterator
 from dataclasses import FrozenInstanceError, replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,7 +14,6 @@ from typing import Any
 import optuna
 import pytest
 from rich.console import Console
-from support.sqlite import unsynced_sqlite
 
 from kvtune import documents
 from kvtune.errors import UserError
@@ -38,15 +36,6 @@ from kvtune.study.phases import (
 )
 from kvtune.study.tracked import TrackedStudy
 from kvtune.targets.synthetic import SYNTHETIC_KNOBS, true_value
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _unsynced_sqlite() -> Iterator[None]:
-    """This module's study databases are thrown away: no fsync at each of their commits
-    (support.sqlite; what is stored is the same)."""
-    with unsynced_sqlite():
-        yield
-
 
 STUDY = """\
 study: {name}

@@ -8,26 +8,15 @@ import os
 import subprocess
 import sys
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
 import pytest
 from support.cli import cli
-from support.sqlite import unsynced_sqlite
 
 from kvtune.study.loader import load_study as load
 from kvtune.study.run import StudyRun
 from kvtune.targets.synthetic import true_value
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _unsynced_sqlite() -> Iterator[None]:
-    """This module's study databases are thrown away: no fsync at each of their commits
-    (support.sqlite; what is stored is the same)."""
-    with unsynced_sqlite():
-        yield
-
 
 STUDY = """\
 study: {name}
