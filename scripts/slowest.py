@@ -25,7 +25,11 @@ def main(argv: list[str]) -> int:
         for suite in root.iter("testsuite"):
             print(f"{run:>12}: {suite.get('tests')} tests in {float(suite.get('time', 0)):.0f} s")
             for case in suite.iter("testcase"):
-                name = f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}"
+                # pytest-xdist's --dist loadgroup appends "@group" to a grouped test's name
+                test = str(case.get("name"))
+                if test.rfind("@") > test.rfind("]"):
+                    test = test[:test.rfind("@")]
+                name = f"{case.get('classname', '').replace('.', '/')}.py::{test}"
                 prop = case.find("properties/property[@name='tier']")
                 tier = prop.get("value", run) if prop is not None else run
                 tiers[tier] += 1

@@ -408,3 +408,30 @@ def test_a_test_module_import_is_found(name: str) -> None:
 def test_support_imports_are_not_counted() -> None:
     assert imported_test_modules("from support.servers import running\nimport pytest\n"
                         "from kvtune.cli import main\n") == []
+
+
+def test_the_slowest_tests_are_named_as_pytest_names_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """scripts/slowest.py (what `make test` prints last) names a test pytest-xdist grouped
+    without the "@group" xdist appends to it in the JUnit file, and keeps an "@" that is
+    part of a parameter's id."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "slowest", Path(__file__).resolve().parent.parent / "scripts" / "slowest.py")
+    assert spec is not None and spec.loader is not None
+    slowest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(slowest)
+    (tmp_path / "junit-parallel.xml").write_text(
+        '<testsuites><testsuite tests="3" time="9.5">'
+        '<testcase classname="tests.test_a" name="test_x[p]@test_a" time="7.0"/>'
+        '<testcase classname="tests.test_a" name="test_y[u@h]" time="2.0"/>'
+        '<testcase classname="tests.test_b" name="test_z@test_b" time="0.5"/>'
+        '</testsuite></testsuites>')
+    assert slowest.main(["3", str(tmp_path / "junit-parallel.xml")]) == 0
+    out = capsys.readouterr().out
+    assert "parallel: 3 tests in 10 s" in out
+    lines = out.splitlines()[-3:]
+    assert lines[0].endswith("tests/test_a.py::test_x[p]"), lines
+    assert lines[1].endswith("tests/test_a.py::test_y[u@h]"), lines
+    assert lines[2].endswith("tests/test_b.py::test_z"), lines
