@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -1140,17 +1141,13 @@ def predict(
     predict_command(study, storage, library, as_json)
 
 
-_COMMAND: list[Any] = []  # the click command built from `app`, once per process
-
-
+@functools.cache
 def _command() -> Any:
     """The click command of `app`. `app(...)` builds it again from every command's signature
     on each call (a tenth of a second; `typer.main.get_command`); a process that calls
     `main` more than once (the unit tests, in process) builds it once. `app` has
     pretty_exceptions off, so calling the command is what `app(...)` does."""
-    if not _COMMAND:
-        _COMMAND.append(typer.main.get_command(app))
-    return _COMMAND[0]
+    return typer.main.get_command(app)
 
 
 def main(argv: list[str] | None = None) -> None:
