@@ -73,14 +73,15 @@ test-rust-build:
 	@cargo test $(CARGO_FLAGS) --no-run
 
 # The unit tier and the parallel-safe tests of the other tiers (marker `parallel`: measuring
-# nothing, changing no host knob) together on the workers, then the rest one at a time.
+# nothing, changing no host knob) together on the workers, then the rest of the integration
+# and e2e tiers one at a time, in one run (one start and one collection, not two: each test
+# carries its tier in the JUnit file).
 test-python: setup kvload
 	@mkdir -p test-artifacts
 	@$(PYTEST) -m "unit or parallel" -n $(UNIT_WORKERS) --dist loadgroup \
 	  --junitxml=test-artifacts/junit-parallel.xml
-	@$(PYTEST) -m "integration and not e2e and not parallel" \
-	  --junitxml=test-artifacts/junit-integration.xml
-	@$(PYTEST) -m "e2e and not parallel" --junitxml=test-artifacts/junit-e2e.xml
+	@$(PYTEST) -m "(integration or e2e) and not parallel" \
+	  --junitxml=test-artifacts/junit-serial.xml
 
 # The unit tier: no process, no server binary (tests/conftest.py fails a unit test that
 # starts one), in parallel.

@@ -428,10 +428,21 @@ def test_the_slowest_tests_are_named_as_pytest_names_them(
         '<testcase classname="tests.test_a" name="test_y[u@h]" time="2.0"/>'
         '<testcase classname="tests.test_b" name="test_z@test_b" time="0.5"/>'
         '</testsuite></testsuites>')
-    assert slowest.main(["3", str(tmp_path / "junit-parallel.xml")]) == 0
+    # the serial run: two tiers in one file, each test carrying its tier
+    (tmp_path / "junit-serial.xml").write_text(
+        '<testsuites><testsuite tests="2" time="4.2">'
+        '<testcase classname="tests.test_c" name="test_i" time="1.0"><properties>'
+        '<property name="tier" value="integration"/></properties></testcase>'
+        '<testcase classname="tests.test_c" name="test_e" time="3.0"><properties>'
+        '<property name="tier" value="e2e"/></properties></testcase>'
+        '</testsuite></testsuites>')
+    assert slowest.main(["3", str(tmp_path / "junit-parallel.xml"),
+                         str(tmp_path / "junit-serial.xml")]) == 0
     out = capsys.readouterr().out
-    assert "parallel: 3 tests in 10 s" in out
+    assert "parallel: 3 tests in 10 s" in out and "serial: 2 tests in 4 s" in out
+    assert "tiers: e2e 1 (3 s of tests), integration 1 (1 s of tests), parallel 3 (10 s " \
+        "of tests)" in out, out
     lines = out.splitlines()[-3:]
     assert lines[0].endswith("tests/test_a.py::test_x[p]"), lines
-    assert lines[1].endswith("tests/test_a.py::test_y[u@h]"), lines
-    assert lines[2].endswith("tests/test_b.py::test_z"), lines
+    assert lines[1].endswith("e2e         tests/test_c.py::test_e"), lines
+    assert lines[2].endswith("tests/test_a.py::test_y[u@h]"), lines
