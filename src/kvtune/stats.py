@@ -416,7 +416,6 @@ def f_test_p(extra_ss: float, df_extra: int, rss: float, df_res: int) -> float:
     """The p-value of the partial F test: does a term that explains `extra_ss` on
     `df_extra` degrees of freedom beat the residual `rss` on `df_res`?"""
     from scipy import special
-    from scipy import stats as sps
 
     if df_extra <= 0 or df_res <= 0:
         return 1.0
@@ -425,6 +424,8 @@ def f_test_p(extra_ss: float, df_extra: int, rss: float, df_res: int) -> float:
     f = (extra_ss / df_extra) / (rss / df_res)
     if 0 < f < math.inf:  # scipy.stats.f.sf is fdtrc inside its support (without the wrapper)
         return float(special.fdtrc(df_extra, df_res, f))
+    from scipy import stats as sps
+
     return float(sps.f.sf(f, df_extra, df_res))
 
 
@@ -471,17 +472,23 @@ def _z(alpha: float, candidates: int, power: float, two_sided: bool) -> float:
 def _norm_ppf(q: float) -> float:
     """scipy.stats.norm.ppf(q): ndtri inside (0, 1), without the distribution's wrapper."""
     from scipy import special
-    from scipy import stats as sps
 
-    return float(special.ndtri(q)) if 0 < q < 1 else float(sps.norm.ppf(q))
+    if 0 < q < 1:
+        return float(special.ndtri(q))
+    from scipy import stats as sps  # (its import is most of a short command's time)
+
+    return float(sps.norm.ppf(q))
 
 
 def _t_ppf(q: float, df: float) -> float:
     """scipy.stats.t.ppf(q, df): stdtrit inside (0, 1), without the distribution's wrapper."""
     from scipy import special
+
+    if 0 < q < 1 and df > 0:
+        return float(special.stdtrit(df, q))
     from scipy import stats as sps
 
-    return float(special.stdtrit(df, q)) if 0 < q < 1 and df > 0 else float(sps.t.ppf(q, df))
+    return float(sps.t.ppf(q, df))
 
 
 def detectable_improvement(cov_: float, rounds: int, alpha: float, candidates: int,
