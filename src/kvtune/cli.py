@@ -1142,11 +1142,12 @@ def predict(
 
 
 @functools.cache
-def _command() -> Any:
+def command() -> Any:
     """The click command of `app`. `app(...)` builds it again from every command's signature
     on each call (a tenth of a second; `typer.main.get_command`); a process that calls
-    `main` more than once (the unit tests, in process) builds it once. `app` has
-    pretty_exceptions off, so calling the command is what `app(...)` does."""
+    `main` more than once (the unit tests, in process), or forks processes that do (the
+    tests' fork server), builds it once. `app` has pretty_exceptions off, so calling the
+    command is what `app(...)` does."""
     return typer.main.get_command(app)
 
 
@@ -1155,7 +1156,7 @@ def main(argv: list[str] | None = None) -> None:
     one message for people, never a stack trace, with their exit code."""
     cli_options.fit_consoles()
     try:
-        _command()(args=argv)
+        command()(args=argv)
     except PermissionError as e:
         # A file kvtune needs is root's: one line, never a traceback (exit 2: how it was run).
         err.print(f"[red]kvtune: error:[/] permission denied: {escape(e.filename or e)}: this "

@@ -75,9 +75,13 @@ err = Console(stderr=True, width=width(sys.stderr))
 
 
 def fit_consoles() -> None:
-    """Size the consoles for this invocation (its COLUMNS and streams)."""
-    for console, stream in ((out, sys.stdout), (err, sys.stderr)):
-        console._width = width(stream)  # None: rich asks the terminal
+    """Set the consoles up for this invocation, as consoles made now would be: its width
+    (COLUMNS, the streams), colours (NO_COLOR, FORCE_COLOR, TERM) and streams. A process that
+    runs `main` more than once (the tests, in process), or one forked from a process that
+    imported kvtune under another environment, writes as a fresh `kvtune` would. In place:
+    modules hold these two objects."""
+    Console.__init__(out, width=width(sys.stdout))
+    Console.__init__(err, stderr=True, width=width(sys.stderr))
 
 
 def summary(cmd: Any) -> str:

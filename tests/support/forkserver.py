@@ -1,12 +1,14 @@
 """Many short `kvtune` command lines in few processes, each still a process of its own.
 
 A fork server is one Python that imports kvtune's heavy third-party libraries once (optuna
-and its RDB storage's SQLAlchemy and Alembic, pydantic, NumPy, SciPy, Plotly, rich, typer)
-and kvtune's study-file schema and its typed results (kvtune.documents),
-and then, per job, forks a child that takes the job's working directory, environment and
-standard streams and runs a given boot script (which imports the rest of kvtune afresh: its
-consoles, the knob catalog and its probes, and caches such as the binaries found on PATH
-start in every child as in a new process). A job costs a fork and kvtune's own import
+and its RDB storage's SQLAlchemy and Alembic, pydantic, NumPy, SciPy, Plotly, rich, typer),
+kvtune's study-file schema and its typed results (kvtune.documents) and its command line
+(kvtune.cli, its click command built), and then, per job, forks a child that takes the job's
+working directory, environment and standard streams and runs a given boot script (which
+imports the rest of kvtune afresh: the knob catalog and its probes, and caches such as the
+binaries found on PATH start in every child as in a new process; kvtune's two consoles,
+made when kvtune.cli was imported, are made again by `main` for each invocation from the
+child's environment and streams). A job costs a fork and kvtune's own import
 instead of a whole interpreter start: the bad-inputs corpus (hundreds of command lines)
 runs in two processes.
 
@@ -49,6 +51,14 @@ for name in ("optuna", "sqlalchemy", "pydantic", "numpy", "scipy.stats", "plotly
         __import__(name)
     except Exception:
         pass
+# kvtune's command line, built: its click command from every command's signature (a tenth of
+# a second a child), its few modules (nothing started or cached at import; the consoles,
+# made at import, are set up again for each invocation by kvtune.cli.main).
+try:
+    import kvtune.cli
+    kvtune.cli.command()
+except Exception:
+    pass
 reply = os.fdopen(os.dup(1), "w")
 os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nothing of the server's own reaches the reply
 for line in sys.stdin:
