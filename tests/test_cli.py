@@ -75,3 +75,28 @@ def test_run_tables_print_figures_for_people(tmp_path: Path) -> None:
     # The median with its unit, its interval in the same unit (issue 44: one formatter a unit).
     assert re.search(r"ops_per_sec\s*│\s*\d{1,3},\d{3} req/s\s*│\s*95% CI \d{1,3},\d{3} … "
                      r"\d{1,3},\d{3}", r.stdout), r.stdout
+
+
+def test_each_invocation_writes_in_its_own_environments_colours_and_width(
+        tmp_path: Path) -> None:
+    """The consoles are set up for each invocation (kvtune.cli_options.fit_consoles): one
+    process running kvtune's main several times (these tests, the tests' fork server's
+    children) colours and sizes each run's output as a fresh kvtune in that environment."""
+    missing = str(tmp_path / "missing.yaml")
+    forced = cli("check", missing, env={"FORCE_COLOR": "1", "TERM": "xterm-256color",
+                                        "NO_COLOR": None, "COLUMNS": "200"})  # type: ignore[dict-item]
+    plain = cli("check", missing, env={"FORCE_COLOR": None, "NO_COLOR": "1",  # type: ignore[dict-item]
+                                       "COLUMNS": "200"})
+    again = cli("check", missing, env={"FORCE_COLOR": "1", "TERM": "xterm-256color",
+                                       "NO_COLOR": None, "COLUMNS": "200"})  # type: ignore[dict-item]
+    assert forced.returncode == plain.returncode == again.returncode == 2
+    said = {k: r.stdout + r.stderr for k, r in (("forced", forced), ("plain", plain),
+                                                  ("again", again))}
+    assert "\x1b[" in said["forced"] and "\x1b[" in said["again"], said
+    assert "\x1b[" not in said["plain"] and "missing.yaml" in said["plain"], said
+    narrow = cli("check", missing, env={"COLUMNS": "40", "FORCE_COLOR": None})  # type: ignore[dict-item]
+    wide = cli("check", missing, env={"COLUMNS": "300", "FORCE_COLOR": None})  # type: ignore[dict-item]
+    n_lines = (narrow.stdout + narrow.stderr).splitlines()
+    w_lines = (wide.stdout + wide.stderr).splitlines()
+    assert max(map(len, n_lines)) <= 40 < len(missing) + 20, n_lines
+    assert len(w_lines) < len(n_lines), (w_lines, n_lines)
