@@ -84,18 +84,18 @@ def test_each_invocation_writes_in_its_own_environments_colours_and_width(
     children) colours and sizes each run's output as a fresh kvtune in that environment."""
     missing = str(tmp_path / "missing.yaml")
     forced = cli("check", missing, env={"FORCE_COLOR": "1", "TERM": "xterm-256color",
-                                        "NO_COLOR": None, "COLUMNS": "200"})  # type: ignore[dict-item]
-    plain = cli("check", missing, env={"FORCE_COLOR": None, "NO_COLOR": "1",  # type: ignore[dict-item]
+                                        "NO_COLOR": None, "COLUMNS": "200"})
+    plain = cli("check", missing, env={"FORCE_COLOR": None, "NO_COLOR": "1",
                                        "COLUMNS": "200"})
     again = cli("check", missing, env={"FORCE_COLOR": "1", "TERM": "xterm-256color",
-                                       "NO_COLOR": None, "COLUMNS": "200"})  # type: ignore[dict-item]
+                                       "NO_COLOR": None, "COLUMNS": "200"})
     assert forced.returncode == plain.returncode == again.returncode == 2
     said = {k: r.stdout + r.stderr for k, r in (("forced", forced), ("plain", plain),
                                                   ("again", again))}
     assert "\x1b[" in said["forced"] and "\x1b[" in said["again"], said
     assert "\x1b[" not in said["plain"] and "missing.yaml" in said["plain"], said
-    narrow = cli("check", missing, env={"COLUMNS": "40", "FORCE_COLOR": None})  # type: ignore[dict-item]
-    wide = cli("check", missing, env={"COLUMNS": "300", "FORCE_COLOR": None})  # type: ignore[dict-item]
+    narrow = cli("check", missing, env={"COLUMNS": "40", "FORCE_COLOR": None})
+    wide = cli("check", missing, env={"COLUMNS": "300", "FORCE_COLOR": None})
     n_lines = (narrow.stdout + narrow.stderr).splitlines()
     w_lines = (wide.stdout + wide.stderr).splitlines()
     assert max(map(len, n_lines)) <= 40 < len(missing) + 20, n_lines
