@@ -9,10 +9,12 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
 import plotly.io as pio
+from _plotly_utils.utils import convert_to_base64
 from plotly.subplots import make_subplots
 
 from kvtune import present
@@ -50,6 +52,110 @@ def update_layout(fig: go.Figure, **layout: Any) -> go.Figure:
     return fig.update_layout(**layout)
 
 
+def _merge(into: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    """`more` merged into `into` key by key, nested dicts merged (as plotly's update does),
+    `more`'s dicts copied (the module's shared ones, such as _LAYOUT's margin, stay as
+    they are)."""
+    for key, value in more.items():
+        if isinstance(value, dict):
+            node = into.get(key)
+            into[key] = _merge(node if isinstance(node, dict) else {}, value)
+        else:
+            into[key] = value
+    return into
+
+
+def _nested(layout: dict[str, Any]) -> dict[str, Any]:
+    """plotly's layout keywords (its "magic underscores": xaxis_title="x" is xaxis.title)
+    as one nested dict, merged in their order."""
+    out: dict[str, Any] = {}
+    for key, value in layout.items():
+        *path, last = key.split("_")
+        node = out
+        for part in path:
+            node = node.setdefault(part, {})
+        _merge(node, {last: value})
+    return out
+
+
+def new_figure(data: Any = None, *, shapes: Sequence[dict[str, Any]] = (),
+               annotations: Sequence[dict[str, Any]] = (), **layout: Any) -> go.Figure:
+    """`go.Figure(data)` with `layout` (update_layout's keywords, a template by its
+    registered name), its `shapes` and `annotations` (dicts, as `vline` and `hrect` give
+    them) given to the constructor: the figure `go.Figure(data)`, `update_layout(...)` and
+    add_vline/add_hrect... would build, property for property (its JSON the same but for
+    the order of the layout's keys), without plotly's per-call update machinery (about
+    5 ms a figure; add_vline about 8 ms a line)."""
+    name = layout.pop("template", None)
+    lay = _nested(layout)
+    if shapes:
+        lay["shapes"] = list(shapes)
+    if annotations:
+        lay["annotations"] = list(annotations)
+    fig = go.Figure(data, layout=lay)
+    if name is not None:
+        update_layout(fig, template=name)
+    return fig
+
+
+def vline(x: Any, line: dict[str, Any], text: str | None = None,
+          position: str = "top right") -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The shape and annotation `fig.add_vline(x=x, line=line, annotation_text=text,
+    annotation_position=position)` adds to a figure without subplots ("top right" and
+    "top left" only)."""
+    shape = {"type": "line", "x0": x, "x1": x, "xref": "x", "y0": 0, "y1": 1,
+             "yref": "y domain", "line": line}
+    if text is None:
+        return shape, None
+    anchor = {"top right": "left", "top left": "right"}[position]
+    return shape, {"showarrow": False, "text": text, "x": x, "xanchor": anchor, "xref": "x",
+                   "y": 1, "yanchor": "top", "yref": "y domain"}
+
+
+def _hline(y: Any, line: dict[str, Any]) -> dict[str, Any]:
+    """The shape `fig.add_hline(y=y, line=line)` adds to a figure without subplots."""
+    return {"type": "line", "x0": 0, "x1": 1, "xref": "x domain", "y0": y, "y1": y,
+            "yref": "y", "line": line}
+
+
+def _hrect_top_left(y0: Any, y1: Any, text: str, **style: Any) -> tuple[dict[str, Any],
+                                                                        dict[str, Any]]:
+    """The shape and annotation `fig.add_hrect(y0=y0, y1=y1, annotation_text=text,
+    annotation_position="top left", **style)` adds to a figure without subplots."""
+    return ({"type": "rect", "x0": 0, "x1": 1, "xref": "x domain", "y0": y0, "y1": y1,
+             "yref": "y", **style},
+            {"showarrow": False, "text": text, "x": 0, "xanchor": "left", "xref": "x domain",
+             "y": y1, "yanchor": "top", "yref": "y"})
+
+
+def to_html(fig: go.Figure, div_id: str, **options: Any) -> str:
+    """`fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, **options)`,
+    the same text, without deep-copying the figure first (`Figure.to_dict` copies every
+    value, the template's hundreds included, with copy.deepcopy): its dicts and lists are
+    copied here (what plotly's base64 conversion of arrays may replace in them), its
+    values shared. The layout's template, a registered one (`update_layout`) read from
+    plotly's JSON, holds lists only, never an array to convert: it is neither copied nor
+    walked."""
+    layout = dict(fig._layout)
+    template = layout.pop("template", None)
+    fig_dict = {"data": _containers(fig._data), "layout": _containers(layout)}
+    convert_to_base64(fig_dict)
+    if template is not None:
+        fig_dict["layout"]["template"] = template
+    return str(pio.to_html(fig_dict, validate=False, full_html=False,
+                           include_plotlyjs=False, div_id=plot_id(div_id), **options))
+
+
+def _containers(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _containers(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_containers(x) for x in v]
+    if isinstance(v, tuple):
+        return tuple(_containers(x) for x in v)
+    return v
+
+
 def _short(knob: str) -> str:
     return knob.split(".", 1)[-1]
 
@@ -69,15 +175,20 @@ def convergence(data: StudyData) -> go.Figure | None:
     done = [r for r in rows if _finite(r[1])]
     if not done:
         return None
-    fig = go.Figure()
+    shapes, notes = [], []
     base = next((t for t in data.trials if t.user_attrs.get("kind") == "baseline"
                  and _finite(t.value)), None)
     if base is not None:
         ci = stored_eval(base).get("ci") or [None, None]
         if _finite(ci[0]) and _finite(ci[1]):
-            fig.add_hrect(y0=ci[0], y1=ci[1], fillcolor=GREY, opacity=0.18, line_width=0,
-                          annotation_text="baseline 95% CI", annotation_position="top left")
-        fig.add_hline(y=base.value, line={"color": GREY, "dash": "dash"})
+            band, note = _hrect_top_left(ci[0], ci[1], "baseline 95% CI", fillcolor=GREY,
+                                         opacity=0.18, line={"width": 0})
+            shapes.append(band)
+            notes.append(note)
+        shapes.append(_hline(base.value, {"color": GREY, "dash": "dash"}))
+    fig = new_figure(**_LAYOUT, title=f"Convergence: {data.metric} ({data.direction})",
+                     xaxis_title="trial", yaxis_title=data.metric, shapes=shapes,
+                     annotations=notes)
 
     def hover(cfg: dict[str, Any]) -> str:
         return "<br>".join(f"{_short(k)}={v}" for k, v in cfg.items())
@@ -101,8 +212,6 @@ def convergence(data: StudyData) -> go.Figure | None:
             best_y.append(best)
     fig.add_trace(go.Scatter(x=best_x, y=best_y, mode="lines", name="best so far",
                              line={"color": ORANGE, "width": 3, "shape": "hv"}))
-    update_layout(fig, **_LAYOUT, title=f"Convergence: {data.metric} ({data.direction})",
-                       xaxis_title="trial", yaxis_title=data.metric)
     fig.update_xaxes(tickformat="d", dtick=1 if len(done) <= 20 else None)
     return fig
 
@@ -116,23 +225,22 @@ def importance(imp: Importance) -> go.Figure | None:
     lo = [imp.values[k] - imp.intervals[k][0] if k in imp.intervals else 0 for k in names]
     hi = [imp.intervals[k][1] - imp.values[k] if k in imp.intervals else 0 for k in names]
     colors = [BLUE if k in imp.ranking else GREY for k in names]
-    fig = go.Figure(go.Bar(x=[imp.values[k] for k in names], y=names, orientation="h",
+    bar = go.Bar(x=[imp.values[k] for k in names], y=names, orientation="h",
                            marker_color=colors, text=[present.share(imp.values[k]) for k in names],
                            textposition="inside", insidetextanchor="start",
                            error_x={"type": "data", "symmetric": False, "array": hi,
-                                    "arrayminus": lo, "color": "#444"}))
+                                    "arrayminus": lo, "color": "#444"})
     sub = ("ranked: the blue knobs' effects stand out of the noise (grey: no measurable "
            "effect)" if imp.ranked else "not enough trials to rank: the bars are not a "
                                         "ranking")
     of = (f"{imp.n_trials} of {imp.n_searched}" if imp.n_searched > imp.n_trials
           else str(imp.n_trials))
-    update_layout(fig, **{**_LAYOUT, "height": max(240, 90 + 40 * len(names)),
-                          "margin": {"l": 200, "r": 30, "t": 80, "b": 60}},
-                       title=f"Knob importance ({imp.method}, {of} trials, bootstrap "
-                             f"95% intervals)<br><sup>{sub}</sup>",
-                       xaxis_title="share of importance", xaxis_tickformat=".0%",
-                       xaxis_range=[0, 1.05])
-    return fig
+    return new_figure(bar, **{**_LAYOUT, "height": max(240, 90 + 40 * len(names)),
+                              "margin": {"l": 200, "r": 30, "t": 80, "b": 60}},
+                      title=f"Knob importance ({imp.method}, {of} trials, bootstrap "
+                            f"95% intervals)<br><sup>{sub}</sup>",
+                      xaxis_title="share of importance", xaxis_tickformat=".0%",
+                      xaxis_range=[0, 1.05])
 
 
 def sensitivity(curve: Curve, metric: str) -> go.Figure | None:
@@ -145,33 +253,31 @@ def sensitivity(curve: Curve, metric: str) -> go.Figure | None:
     base = curve.baseline_value
     xs: list[Any] = [p.x for p in pts] if curve.numeric else [p.label for p in pts]
     colors = [ORANGE if (not curve.numeric and str(base) == p.label) else BLUE for p in pts]
-    fig = go.Figure(go.Scatter(
+    trace = go.Scatter(
         x=xs, y=[p.median for p in pts], mode="lines+markers" if curve.numeric else "markers",
         marker={"size": 10, "color": colors}, line={"color": BLUE},
         error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo},
         text=[f"{p.label}: n={p.n_reps} repetitions of {p.n_configs} configuration(s)"
               for p in pts], name=metric,
-        hovertemplate="%{text}<br>median %{y:,.4r}<extra></extra>"))
+        hovertemplate="%{text}<br>median %{y:,.4r}<extra></extra>")
+    shapes, notes = [], []
     if curve.numeric and _finite(base) and not (curve.log and float(base) <= 0):
         # A shape's x is in data coordinates, also on a log axis (plotly.js converts it);
         # an annotation's x on a log axis is the exponent.
-        fig.add_shape(type="line", x0=float(base), x1=float(base), y0=0, y1=1, xref="x",
-                      yref="paper", line={"color": GREY, "dash": "dash"}, name="default")
-        fig.add_annotation(x=math.log10(float(base)) if curve.log else float(base), y=1,
-                           yref="paper", text="default", showarrow=False, yanchor="bottom",
-                           font={"color": "#555"})
+        shapes.append({"type": "line", "x0": float(base), "x1": float(base), "y0": 0, "y1": 1,
+                       "xref": "x", "yref": "paper", "line": {"color": GREY, "dash": "dash"},
+                       "name": "default"})
+        notes.append({"x": math.log10(float(base)) if curve.log else float(base), "y": 1,
+                      "yref": "paper", "text": "default", "showarrow": False,
+                      "yanchor": "bottom", "font": {"color": "#555"}})
     how = ("one-knob sweep, others at defaults" if curve.source == "sweep"
            else "over the search, other knobs varying")
-    update_layout(fig, **{**_LAYOUT, "margin": {"l": 70, "r": 20, "t": 70, "b": 60}},
-                       title=f"{metric} against {_short(curve.knob)}<br>"
-                                        f"<sup>{how}</sup>",
-                       xaxis_title=curve.knob, yaxis_title=f"{metric} (median, 95% CI)",
-                       showlegend=False)
-    if curve.numeric and curve.log:
-        fig.update_xaxes(type="log")
-    if not curve.numeric:
-        fig.update_xaxes(type="category")
-    return fig
+    axis = ({"xaxis_type": "log"} if curve.numeric and curve.log else
+            {"xaxis_type": "category"} if not curve.numeric else {})
+    return new_figure(trace, **{**_LAYOUT, "margin": {"l": 70, "r": 20, "t": 70, "b": 60}},
+                      title=f"{metric} against {_short(curve.knob)}<br><sup>{how}</sup>",
+                      xaxis_title=curve.knob, yaxis_title=f"{metric} (median, 95% CI)",
+                      showlegend=False, **axis, shapes=shapes, annotations=notes)
 
 
 def correlations(corrs: list[Correlation], metric: str, top: int = 15) -> go.Figure | None:
@@ -181,7 +287,7 @@ def correlations(corrs: list[Correlation], metric: str, top: int = 15) -> go.Fig
     if not rows:
         return None
     rows = rows[::-1]
-    fig = go.Figure(go.Bar(
+    bar = go.Bar(
         x=[c.rho for c in rows], y=[f"{c.metric} ({c.unit})" for c in rows], orientation="h",
         marker_color=[GREEN if c.rho > 0 else RED for c in rows],
         marker_opacity=[1.0 if c.lead() else 0.3 for c in rows],
@@ -189,12 +295,11 @@ def correlations(corrs: list[Correlation], metric: str, top: int = 15) -> go.Fig
         textposition="auto",
         customdata=[[c.p_value, c.n, c.q_value] for c in rows],
         hovertemplate="%{y}: ρ=%{x:.3f}, p=%{customdata[0]:.2g}, BH q=%{customdata[2]:.2g}, "
-                      "n=%{customdata[1]}<extra></extra>"))
-    update_layout(fig, **{**_LAYOUT, "height": max(260, 80 + 28 * len(rows)),
-                          "margin": {"l": 230, "r": 30, "t": 60, "b": 60}},
-                       title=f"Telemetry correlated with {metric} (Spearman, per repetition)",
-                       xaxis_title="Spearman ρ", xaxis_range=[-1, 1])
-    return fig
+                      "n=%{customdata[1]}<extra></extra>")
+    return new_figure(bar, **{**_LAYOUT, "height": max(260, 80 + 28 * len(rows)),
+                              "margin": {"l": 230, "r": 30, "t": 60, "b": 60}},
+                      title=f"Telemetry correlated with {metric} (Spearman, per repetition)",
+                      xaxis_title="Spearman ρ", xaxis_range=[-1, 1])
 
 
 def telemetry_scatter(data: StudyData, corrs: list[Correlation], top: int = 3
@@ -229,7 +334,8 @@ def slab_pages(tables: dict[str, list[dict[str, float]]]) -> go.Figure | None:
                       if r.get("total_pages", 0) > 0})
     if not classes:
         return None
-    fig = go.Figure()
+    fig = new_figure(**_LAYOUT, barmode="group", title="pages per slab class",
+                     xaxis_title="slab class", yaxis_title="total_pages", xaxis_type="category")
     for (name, rows), color in zip(tables.items(), (GREY, BLUE, ORANGE), strict=False):
         by = {int(r["class"]): r for r in rows}
         fig.add_trace(go.Bar(
@@ -238,8 +344,6 @@ def slab_pages(tables: dict[str, list[dict[str, float]]]) -> go.Figure | None:
             text=[f"{int(by[c]['chunk_size'])} B chunks" if c in by and "chunk_size" in by[c]
                   else "" for c in classes],
             hovertemplate="class %{x}: %{y} pages<br>%{text}<extra>" + name + "</extra>"))
-    update_layout(fig, **_LAYOUT, barmode="group", title="pages per slab class",
-                       xaxis_title="slab class", yaxis_title="total_pages", xaxis_type="category")
     return fig
 
 
@@ -253,10 +357,15 @@ def spectrum(series: dict[str, dict[str, dict[str, float]]]) -> go.Figure | None
     {verb: {"p50_us": median, ...}}}."""
     if not series:
         return None
-    fig = go.Figure()
     palette = {0: GREY, 1: BLUE, 2: ORANGE}
     dashes = {"all": "solid", "get": "dot", "set": "dash"}
     ticks = [-math.log10(1 - q / 100) for _, q in PERCENTILES]
+    fig = new_figure(**{**_LAYOUT, "height": 420, "legend": {"orientation": "h", "y": -0.25}},
+                     title="Latency percentile spectrum (median over repetitions)",
+                     yaxis_title="latency (µs, log)", yaxis_type="log",
+                     xaxis={"tickvals": ticks, "ticktext": ["p50", "p90", "p99", "p99.9",
+                                                            "p99.99"],
+                            "title": "percentile"})
     for i, (cfg, verbs) in enumerate(series.items()):
         for verb, pts in verbs.items():
             if verb == "_n":  # how many repetitions (compare.latency_by_verb), not a verb
@@ -272,12 +381,6 @@ def spectrum(series: dict[str, dict[str, dict[str, float]]]) -> go.Figure | None
                 hovertemplate="%{y:,.0f} µs<extra>" + f"{cfg} {verb}" + "</extra>"))
     if not fig.data:
         return None
-    update_layout(fig, **{**_LAYOUT, "height": 420, "legend": {"orientation": "h", "y": -0.25}},
-                       title="Latency percentile spectrum (median over repetitions)",
-                       yaxis_title="latency (µs, log)", yaxis_type="log",
-                       xaxis={"tickvals": ticks, "ticktext": ["p50", "p90", "p99", "p99.9",
-                                                              "p99.99"],
-                              "title": "percentile"})
     return fig
 
 
@@ -303,21 +406,20 @@ def ablation(res: Ablation | None) -> go.Figure | None:
           for s, r in zip(share, rows, strict=True)]
     hi = [bound(r, 1) - s if math.isfinite(bound(r, 1)) else 0
           for s, r in zip(share, rows, strict=True)]
-    fig = go.Figure(go.Bar(
+    bar = go.Bar(
         x=share, y=[f"{r.knob} → {present.fmt(r.recommended)}" for r in rows],
         orientation="h", marker_color=[color.get(r.effect or "", GREY) for r in rows],
         text=[f"{points[r.knob][0]} ({r.effect})" for r in rows], textposition="inside",
         insidetextanchor="start",
         error_x={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo,
-                 "color": "#444"}))
-    update_layout(fig, **{**_LAYOUT, "height": max(240, 100 + 45 * len(rows)),
-                          "margin": {"l": 260, "r": 30, "t": 70, "b": 60}},
-                       title="Ablation: each change's share of the gain (the interval its "
-                             "verdict was decided by)<br><sup>green carries the gain, grey does "
-                             "not carry it or is still ambiguous, red hurts it</sup>",
-                       xaxis_title="share of the gain", xaxis_tickformat=".0%")
-    fig.add_vline(x=0, line={"color": "#888"})
-    return fig
+                 "color": "#444"})
+    zero, _ = vline(0, {"color": "#888"})
+    return new_figure(bar, **{**_LAYOUT, "height": max(240, 100 + 45 * len(rows)),
+                              "margin": {"l": 260, "r": 30, "t": 70, "b": 60}},
+                      title="Ablation: each change's share of the gain (the interval its "
+                            "verdict was decided by)<br><sup>green carries the gain, grey does "
+                            "not carry it or is still ambiguous, red hurts it</sup>",
+                      xaxis_title="share of the gain", xaxis_tickformat=".0%", shapes=[zero])
 
 
 def all_figures(data: StudyData, a: Analysis,

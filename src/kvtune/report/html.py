@@ -585,9 +585,7 @@ def _plot(fig: go.Figure | None, div_id: str) -> str:
     if fig is None:
         return ""
     figures.tidy(fig)
-    body: str = fig.to_html(full_html=False, include_plotlyjs=False,
-                            div_id=figures.plot_id(div_id),
-                            config={"displaylogo": False, "responsive": True})
+    body = figures.to_html(fig, div_id, config={"displaylogo": False, "responsive": True})
     return f'<div class="plot">{body}</div>'
 
 

@@ -77,7 +77,11 @@ def sweep_text(view: SweepView, width: int = 40) -> str:
 
 
 def sweep_figure(view: SweepView) -> go.Figure:
-    fig = go.Figure()
+    fig = figures.new_figure(template="plotly_white", height=400,
+                             title=f"{view.metric} against {view.knob} (sweep, others at "
+                                   "their defaults)",
+                             xaxis_title=view.knob, yaxis_title=view.metric,
+                             margin={"l": 70, "r": 30, "t": 60, "b": 60})
     xs = [p.value if view.numeric else str(p.value) for p in view.points]
     if view.plateau and len(view.plateau) > 1 and view.numeric:
         fig.add_vrect(x0=view.plateau[0], x1=view.plateau[-1], fillcolor=GREEN, opacity=0.08,
@@ -103,11 +107,6 @@ def sweep_figure(view: SweepView) -> go.Figure:
         if view.best is p:
             fig.add_trace(go.Scatter(x=[x], y=[p.median], mode="markers", name="best",
                                      marker={"color": GREEN, "size": 15, "symbol": "star"}))
-    figures.update_layout(fig, template="plotly_white", height=400,
-                          title=f"{view.metric} against {view.knob} (sweep, others at their "
-                                "defaults)",
-                          xaxis_title=view.knob, yaxis_title=view.metric,
-                          margin={"l": 70, "r": 30, "t": 60, "b": 60})
     return fig
 
 
@@ -147,9 +146,19 @@ def timeline_figure(rec: dict[str, Any]) -> go.Figure | None:
     samples = [s for s in rec.get("samples", []) if s.get("t_s") is not None]
     if not samples:
         return None
-    fig = go.Figure()
     t = [s["t_s"] for s in samples]
-    if _slabs(rec):
+    lines = [figures.vline(float(ph.get("start_s") or 0), {"color": GREY, "dash": "dash"},
+                           f"phase {i}: {ph.get('value_size')} B {ph.get('mix') or ''}")
+             for i, ph in enumerate(rec.get("phases") or [])]
+    slabs = _slabs(rec)
+    fig = figures.new_figure(template="plotly_white", height=400,
+                             xaxis_title="seconds after the window start",
+                             yaxis_title="1 MB slab pages" if slabs else "MB",
+                             title="Server stats over time (1 s samples), phases marked",
+                             margin={"l": 70, "r": 70, "t": 60, "b": 60},
+                             shapes=[shape for shape, _ in lines],
+                             annotations=[note for _, note in lines if note is not None])
+    if slabs:
         for b in BUCKETS:
             ys = []
             for s in samples:
@@ -160,21 +169,10 @@ def timeline_figure(rec: dict[str, Any]) -> go.Figure | None:
         fig.add_trace(go.Scatter(x=t, y=ev, mode="lines", name="evictions (total)",
                                  yaxis="y2", line={"dash": "dot", "color": GREY}))
         fig.update_layout(yaxis2={"overlaying": "y", "side": "right", "title": "evictions"})
-        ytitle = "1 MB slab pages"
     else:
         fig.add_trace(go.Scatter(x=t, y=[s["stats"].get("used_memory", 0) / 2**20
                                          for s in samples], mode="lines+markers",
                                  name="used_memory (MB)"))
-        ytitle = "MB"
-    for i, ph in enumerate(rec.get("phases") or []):
-        x0 = float(ph.get("start_s") or 0)
-        fig.add_vline(x=x0, line_dash="dash", line_color=GREY,
-                      annotation_text=f"phase {i}: {ph.get('value_size')} B "
-                                      f"{ph.get('mix') or ''}", annotation_position="top right")
-    figures.update_layout(fig, template="plotly_white", height=400,
-                          xaxis_title="seconds after the window start", yaxis_title=ytitle,
-                          title="Server stats over time (1 s samples), phases marked",
-                          margin={"l": 70, "r": 70, "t": 60, "b": 60})
     return fig
 
 
@@ -188,8 +186,7 @@ def _e(v: Any) -> str:
 def _plot(fig: go.Figure | None, div_id: str) -> str:
     if fig is None:
         return ""
-    return str(fig.to_html(full_html=False, include_plotlyjs=False,
-                           div_id=figures.plot_id(div_id)))
+    return figures.to_html(fig, div_id)
 
 
 def phase_rows_html(rec: dict[str, Any], load_raw: dict[str, Any] | None) -> str:
