@@ -15,8 +15,9 @@ UNIT_WORKERS ?= $(shell n=$$(nproc); [ $$n -gt 4 ] && n=4; echo $$n)
 PYTEST := $(PY) -m pytest -q
 CARGO_FLAGS := --release --quiet --manifest-path kvload/Cargo.toml
 
-.PHONY: setup kvload demo demo-capacity test test-rust test-rust-build test-python test-unit \
-        test-integration test-e2e test-install test-installed dist lint bench clean
+.PHONY: setup kvload demo demo-capacity test test-rust test-rust-build test-rust-sim \
+        test-rust-servers test-python test-unit test-integration test-e2e test-install \
+        test-installed dist lint lint-python lint-rust bench clean
 
 setup:
 	@scripts/setup.sh
@@ -37,14 +38,16 @@ demo-capacity: kvload
 
 # Every test: the three Python tiers (README "Tests"), the Rust tests, lint, the wheels
 # installed the way people install them, and the slowest 15 tests of the Python tiers.
-# Lint, the Rust tests' build and the wheels' install measure nothing: they run side by side
-# (mypy and pip take one CPU or none while cargo builds); the Rust tests, which measure rates
-# on pinned CPUs, and the Python tiers then run alone.
+# Lint, the Rust tests' build, kvload's library tests (simulations and parsers: no server,
+# no pinned CPU) and the wheels' install measure nothing: they run side by side (mypy and
+# pip take one CPU or none while cargo builds); the Rust tests on real servers, which measure
+# rates on pinned CPUs, and the Python tiers then run alone.
 test: kvload
 	@rm -f test-artifacts/junit-*.xml
 	@$(MAKE) --no-print-directory dist
-	@$(MAKE) --no-print-directory -j3 --output-sync=target lint test-rust-build test-installed
-	@$(MAKE) --no-print-directory test-rust test-python
+	@$(MAKE) --no-print-directory -j4 --output-sync=target lint-python lint-rust \
+	  test-rust-sim test-installed
+	@$(MAKE) --no-print-directory test-rust-servers test-python
 	@$(PY) scripts/slowest.py 15 test-artifacts/junit-*.xml
 
 # The wheels people install: kvload (a platform wheel with the binary, maturin) and kvtune
@@ -65,12 +68,25 @@ test-install: dist
 test-installed:
 	@scripts/test_install.sh
 
+# Every Rust test.
 test-rust:
 	@cargo test $(CARGO_FLAGS)
 
 # The Rust tests built, not run (make test builds them beside lint and test-install).
 test-rust-build:
 	@cargo test $(CARGO_FLAGS) --no-run
+
+# kvload's library tests (the knee search on simulated curves, the engine's simulator, the
+# parsers; nothing started, no CPU pinned) and its doc tests: beside lint in make test.
+test-rust-sim: test-rust-build
+	@cargo test $(CARGO_FLAGS) --lib
+	@# rustdoc warns that it cannot reach make's jobserver under make -j: it runs without
+	@MAKEFLAGS= cargo test $(CARGO_FLAGS) --doc
+
+# The rest of the Rust tests: the binary's and the integration tests (tests/*.rs: kvload on
+# real memcached and redis-server, its searches on pinned CPUs), alone in make test.
+test-rust-servers: test-rust-build
+	@cargo test $(CARGO_FLAGS) --bins --test '*'
 
 # The unit tier and the parallel-safe tests of the other tiers (marker `parallel`: measuring
 # nothing, changing no host knob) together on the workers, then the rest of the integration
@@ -100,9 +116,13 @@ test-e2e: kvload
 	@mkdir -p test-artifacts
 	@$(PYTEST) -m e2e --junitxml=test-artifacts/junit-e2e.xml
 
-lint: setup
-	@.venv/bin/ruff check -q src tests bench
+lint: lint-python lint-rust
+
+lint-python: setup
+	@.venv/bin/ruff check -q src tests bench scripts
 	@out=$$(.venv/bin/mypy src) || { echo "$$out"; exit 1; }
+
+lint-rust: setup
 	@cargo fmt --manifest-path kvload/Cargo.toml --check
 	@# A target directory of its own: clippy's checks share nothing with the release build's
 	@# artifacts, and cargo's lock on a shared one would make it wait for the tests' build.
