@@ -4,7 +4,10 @@ that move with the objective, and zones mark where the best is reachable."""
 
 from __future__ import annotations
 
+import fcntl
 import math
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ from kvtune.analysis import analyse, correlations, importance, load, sensitivity
 from kvtune.analysis.data import KnobInfo, StudyData
 from kvtune.analysis.sensitivity import curve_from_reps
 from kvtune.report.summary import collect, render
+from kvtune.store import Store
 from kvtune.study.commands import sweep
 from kvtune.study.loader import load_study
 from kvtune.study.run import StudyRun
@@ -33,14 +37,36 @@ seed: 11
 """
 
 
-@pytest.fixture(scope="module")
-def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[StudyData, Path]:
-    d = tmp_path_factory.mktemp("analysis")
+def _study_a(d: Path) -> StudyRun:
     p = d / "a.yaml"
     p.write_text(STUDY.format(name="a", trials=40))
     run = StudyRun(load_study(p), Console(quiet=True), base_dir=d)
     run.run()
-    return load(run.store, "a"), p
+    return run
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[StudyData, Path]:
+    """Study "a" (40 trials), which the tests only read. pytest-xdist's default scheduling
+    (--dist load, `make test-unit`) gives this module's tests to both workers, and each
+    built the study (about 4 s of CPU): the workers of one session now share it, the first
+    to ask builds it (under a lock file in the session's own temporary directory, which
+    no other session reads), the other reads the same database."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        d = tmp_path_factory.mktemp("analysis")
+        return load(_study_a(d).store, "a"), d / "a.yaml"
+    root = tmp_path_factory.getbasetemp().parent  # the session's, above each worker's
+    d, built = root / "analysis-study", root / "analysis-study.url"
+    with open(root / "analysis-study.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not built.exists():
+                shutil.rmtree(d, ignore_errors=True)  # a build that failed half-way
+                d.mkdir()
+                built.write_text(_study_a(d).store.url)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return load(Store(built.read_text(), create=False), "a"), d / "a.yaml"
 
 
 def test_importance_finds_the_knob_with_the_peak(synthetic: tuple[StudyData, Path]) -> None:
