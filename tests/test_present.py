@@ -11,9 +11,7 @@ from __future__ import annotations
 import functools
 import html.parser
 import re
-import shutil
 import sqlite3
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
+from support import shipped
 
 from kvtune import present
 from kvtune.present import CHANGE, MINUS, MISSING, SHARE, column
@@ -182,50 +181,35 @@ def _hyphen_minus(text: str) -> list[str]:
 @functools.cache
 def _collected(db: Path) -> dict[str, dict[str, Any]]:
     """What `kvtune show` renders (`collect`) of every study the database holds, read in
-    process on a copy, once a database: the screens and the trial table's columns below
-    both read it (neither changes it)."""
+    process on the process's copy of it (support.shipped), once a database: the screens
+    and the trial table's columns below both read it (neither changes it)."""
     from kvtune.report.summary import collect
     from kvtune.store import Store
 
-    with tempfile.TemporaryDirectory() as d:
-        copy = Path(d) / db.name
-        shutil.copy2(db, copy)
-        store = Store(f"sqlite:///{copy}", create=False)
-        return {name: collect(store, name) for name in _studies(copy)}
+    copy = shipped.copy(db)
+    store = Store(f"sqlite:///{copy}", create=False)
+    return {name: collect(store, name) for name in _studies(copy)}
 
 
 @functools.cache
 def _screens(db: Path) -> dict[str, str]:
     """`kvtune show` and the report of every study the database holds, rendered in
     process on a copy (the shipped file is never opened for writing), once a database."""
-    with tempfile.TemporaryDirectory() as d:
-        return _render(db, Path(d))
-
-
-def _render(db: Path, tmp: Path) -> dict[str, str]:
-    from kvtune.analysis import analyse, load
-    from kvtune.report import html
     from kvtune.report.summary import next_steps, render
-    from kvtune.report.sweep import sweep_only_page
-    from kvtune.store import Store
 
-    copy = tmp / db.name
-    shutil.copy2(db, copy)
-    store = Store(f"sqlite:///{copy}", create=False)
     out: dict[str, str] = {}
     collected = _collected(db)
-    for name in _studies(copy):
+    for name in _studies(shipped.copy(db)):
         console = Console(record=True, width=200, color_system=None)
         data = collected[name]
         render(data, console, next_steps(data, name))
         out[f"{name}: show"] = console.export_text()
-        if name in store.study_names():
-            data = load(store, name)
-            page = html.render(data, analyse(data))
-        else:
-            page = sweep_only_page(store, name) or ""
+        # `kvtune report NAME` (a study's report, or a sweep's own page), rendered once a
+        # process for every test that reads it (support.shipped).
+        report = shipped.report(db, name)
+        assert report.ran.returncode == 0, (name, report.ran.stderr[-2000:])
         visible = _Visible()
-        visible.feed(page)
+        visible.feed(report.page)
         out[f"{name}: report"] = "".join(visible.parts)
     return out
 
