@@ -188,14 +188,15 @@ def test_a_damaged_trial_is_refused_by_every_screen(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
-def test_the_reports_commands_follow_the_headline() -> None:
+def test_the_reports_commands_follow_the_headline(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
     """Issue 44's case: the 002 study's report said "Keep the defaults" at the top and
     offered `kvtune run … --set … # the recommended configuration` in its Commands. The
     command now says what the configuration is: here the best candidate, not shown better
     than the defaults; only a headline that ships calls it that. (The report of the shipped
-    database, rendered once a process: support.shipped.)"""
+    database, rendered once a session: support.shipped.)"""
     report = shipped.report(REPO / "results" / "cs002-redis-preemption-thp.db",
-                            "cs002-redis-preemption-thp")
+                            "cs002-redis-preemption-thp", shipped.root(tmp_path_factory))
     assert report.ran.returncode == 0, report.ran.stderr
     page = report.page
     # Its headline ships nothing (not decided, on the paired statistic: 4 rounds).

@@ -179,34 +179,35 @@ def _hyphen_minus(text: str) -> list[str]:
 
 
 @functools.cache
-def _collected(db: Path) -> dict[str, dict[str, Any]]:
+def _collected(db: Path, where: Path) -> dict[str, dict[str, Any]]:
     """What `kvtune show` renders (`collect`) of every study the database holds, read in
-    process on the process's copy of it (support.shipped), once a database: the screens
-    and the trial table's columns below both read it (neither changes it)."""
+    process on the session's copy of it (support.shipped, kept in `where`), once a
+    database: the screens and the trial table's columns below both read it (neither
+    changes it)."""
     from kvtune.report.summary import collect
     from kvtune.store import Store
 
-    copy = shipped.copy(db)
+    copy = shipped.copy(db, where)
     store = Store(f"sqlite:///{copy}", create=False)
     return {name: collect(store, name) for name in _studies(copy)}
 
 
 @functools.cache
-def _screens(db: Path) -> dict[str, str]:
+def _screens(db: Path, where: Path) -> dict[str, str]:
     """`kvtune show` and the report of every study the database holds, rendered in
     process on a copy (the shipped file is never opened for writing), once a database."""
     from kvtune.report.summary import next_steps, render
 
     out: dict[str, str] = {}
-    collected = _collected(db)
-    for name in _studies(shipped.copy(db)):
+    collected = _collected(db, where)
+    for name in _studies(shipped.copy(db, where)):
         console = Console(record=True, width=200, color_system=None)
         data = collected[name]
         render(data, console, next_steps(data, name))
         out[f"{name}: show"] = console.export_text()
         # `kvtune report NAME` (a study's report, or a sweep's own page), rendered once a
-        # process for every test that reads it (support.shipped).
-        report = shipped.report(db, name)
+        # session for every test that reads it (support.shipped).
+        report = shipped.report(db, name, where)
         assert report.ran.returncode == 0, (name, report.ran.stderr[-2000:])
         visible = _Visible()
         visible.feed(report.page)
@@ -215,18 +216,21 @@ def _screens(db: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("db", SHIPPED, ids=lambda p: p.stem)
-def test_every_screen_of_a_shipped_database_writes_one_minus_sign(db: Path) -> None:
-    screens = _screens(db)
+def test_every_screen_of_a_shipped_database_writes_one_minus_sign(
+        db: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    screens = _screens(db, shipped.root(tmp_path_factory))
     assert screens
     found = {where: hits for where, text in screens.items() if (hits := _hyphen_minus(text))}
     assert not found, found
 
 
-def test_the_shipped_screens_print_negative_figures_at_all() -> None:
+def test_the_shipped_screens_print_negative_figures_at_all(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
     """The check above is not vacuous: the shipped results hold negative changes, and the
     screens print them with U+2212 (003's trials mostly measured below the baseline; a
     database the repository ships, not one `make demo` leaves behind)."""
-    screens = _screens(REPO / "results" / "atune-memcached-003.db")
+    screens = _screens(REPO / "results" / "atune-memcached-003.db",
+                       shipped.root(tmp_path_factory))
     assert screens
     for where, text in screens.items():
         assert re.search(MINUS + r"\d", text), where
@@ -240,12 +244,13 @@ def test_the_hyphen_check_sees_a_hyphen_minus() -> None:
 
 
 @pytest.mark.parametrize("db", SHIPPED, ids=lambda p: p.stem)
-def test_show_formats_each_column_of_the_trial_table_together(db: Path) -> None:
+def test_show_formats_each_column_of_the_trial_table_together(
+        db: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     """`kvtune show`'s trial table: the objective's column has one number of decimals,
     and so has the column of changes against the baseline."""
     from kvtune.report.summary import trial_columns
 
-    for data in _collected(db).values():
+    for data in _collected(db, shipped.root(tmp_path_factory)).values():
         if "trials" not in data:
             continue
         values, intervals, counts, vs = trial_columns(data["trials"], data["metric"])

@@ -1,56 +1,79 @@
 """The results databases the repository ships (results/*.db, examples/**/*.db), as the unit
-tier reads them: each rendered screen of each once a test process.
+tier reads them: each rendered screen of each once a test session.
 
-`report(db, study)` is `kvtune report STUDY --storage sqlite:///COPY -o PAGE`, in process
-(support.cli.cli), on a copy of `db` made once a process (the shipped file is never
-opened for writing), its page written in a directory of its own. The run and the page are
-kept, keyed by the database's content (sha256) and the command line: every test that only
-reads that page of that unchanged database asserts on the one rendering (a report of a
-shipped case study is seconds: its analysis, its figures, its memory section's curve). The
-copy stays as it was: a reading command creates nothing beside it, nor changes it
-(tests/test_readonly.py); `report` checks it against the shipped file's digest before
-handing out a page."""
+`report(db, study, root)` is `kvtune report STUDY --storage sqlite:///COPY -o PAGE`, in
+process (support.cli.cli), on a copy of `db` (the shipped file is never opened for
+writing), its page written in a directory of its own. The run (exit code, output) and the
+page are kept in `root`, keyed by the database's content (sha256) and the command line:
+every test that only reads that page of that unchanged database asserts on the one
+rendering (a report of a shipped case study is seconds: its analysis, its figures, its
+memory section's curve). `root(tmp_path_factory)` is the session's: pytest-xdist's
+workers share it (--dist load hands a module's tests to both), the first to ask renders
+under a lock file, the other reads what it wrote. The copy stays as it was: a reading
+command creates nothing beside it, nor changes it (tests/test_readonly.py); `report`
+checks it against the shipped file's digest before handing out a page."""
 
 from __future__ import annotations
 
-import atexit
+import fcntl
 import functools
 import hashlib
+import json
+import os
 import shutil
 import subprocess
-import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from support.cli import cli
 
-_ROOT: list[Path] = []
+
+def root(factory: pytest.TempPathFactory) -> Path:
+    """Where the session's renderings are kept: under the session's own temporary
+    directory (above each pytest-xdist worker's; pytest removes it with the session's
+    others), which no other session reads."""
+    base = factory.getbasetemp()
+    d = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shipped"
+    d.mkdir(exist_ok=True)
+    return d
 
 
-def _root() -> Path:
-    """This process's directory of copies and pages (removed when the process ends)."""
-    if not _ROOT:
-        _ROOT.append(Path(tempfile.mkdtemp(prefix="test-kvtune-shipped-")))
-        atexit.register(shutil.rmtree, _ROOT[0], True)
-    return _ROOT[0]
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+@functools.cache
 def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@functools.cache
-def _copy(sha: str, db: Path) -> Path:
-    d = _root() / "db" / sha
-    d.mkdir(parents=True)
-    shutil.copy2(db, d / db.name)
-    return d / db.name
+def _digest_now(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def copy(db: Path) -> Path:
-    """A copy of `db`, one a content a process: read it, never write it."""
+def copy(db: Path, where: Path) -> Path:
+    """The session's copy of `db` (one a content): read it, never write it."""
     db = db.resolve()
-    return _copy(digest(db), db)
+    sha = digest(db)
+    dest = where / "db" / sha / db.name
+    with _locked(where / "db" / f"{sha}.lock"):
+        if not (dest.parent / "copied").exists():
+            shutil.rmtree(dest.parent, ignore_errors=True)  # a copy that failed half-way
+            dest.parent.mkdir(parents=True)
+            shutil.copy2(db, dest)
+            (dest.parent / "copied").touch()
+    return dest
 
 
 @dataclass(frozen=True)
@@ -59,19 +82,30 @@ class Report:
     page: str  # the page it wrote ("" when it wrote none)
 
 
-def report(db: Path, study: str) -> Report:
-    """`kvtune report STUDY` of the shipped database `db`, rendered once a process."""
+def report(db: Path, study: str, where: Path) -> Report:
+    """`kvtune report STUDY` of the shipped database `db`, rendered once a session."""
     db = db.resolve()
-    sha = digest(db)
-    out = _report(sha, db, ("report", study, "--storage", f"sqlite:///{_copy(sha, db)}"))
-    # What was rendered is what is read: the copy is still the shipped content.
-    assert digest(_copy(sha, db)) == sha, f"the copy of {db.name} was written to"
-    return out
+    return _report(db, digest(db), study, where)
 
 
 @functools.cache
-def _report(sha: str, db: Path, args: tuple[str, ...]) -> Report:
-    page = _root() / "pages" / sha / f"{args[1]}.html"  # one study of one database
-    page.parent.mkdir(parents=True, exist_ok=True)
-    ran = cli(*args, "-o", str(page))
-    return Report(ran, page.read_text() if page.exists() else "")
+def _report(db: Path, sha: str, study: str, where: Path) -> Report:
+    data = copy(db, where)
+    args = ["report", study, "--storage", f"sqlite:///{data}"]
+    key = hashlib.sha256(json.dumps([sha, args]).encode()).hexdigest()
+    d = where / "pages" / key
+    page = d / "page.html"
+    with _locked(where / "pages" / f"{key}.lock"):
+        if not (d / "ran.json").exists():
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True)
+            ran = cli(*args, "-o", str(page))
+            (d / "ran.json").write_text(json.dumps({
+                "returncode": ran.returncode, "stdout": ran.stdout, "stderr": ran.stderr}))
+    done = json.loads((d / "ran.json").read_text())
+    # What was rendered is what is read: the copy is still the shipped content.
+    assert _digest_now(data) == sha, f"the copy of {db.name} was written to"
+    return Report(subprocess.CompletedProcess(["kvtune", *args, "-o", str(page)],
+                                              done["returncode"], done["stdout"],
+                                              done["stderr"]),
+                  page.read_text() if page.exists() else "")
