@@ -14,6 +14,8 @@ unexport PYTHONDONTWRITEBYTECODE
 UNIT_WORKERS ?= $(shell n=$$(nproc); [ $$n -gt 4 ] && n=4; echo $$n)
 PYTEST := $(PY) -m pytest -q
 CARGO_FLAGS := --release --quiet --manifest-path kvload/Cargo.toml
+# When make started (make test says how long each of its phases took from there).
+STARTED := $(shell date +%s)
 
 .PHONY: setup kvload demo demo-capacity test test-rust test-rust-build test-rust-sim \
         test-rust-servers test-python test-unit test-integration test-e2e test-install \
@@ -44,10 +46,15 @@ demo-capacity: kvload
 # rates on pinned CPUs, and the Python tiers then run alone.
 test: kvload
 	@rm -f test-artifacts/junit-*.xml
+	@echo "make test: set-up done at $$(( $$(date +%s) - $(STARTED) )) s"
 	@$(MAKE) --no-print-directory dist
 	@$(MAKE) --no-print-directory -j4 --output-sync=target lint-python lint-rust \
 	  test-rust-sim test-installed
-	@$(MAKE) --no-print-directory test-rust-servers test-python
+	@echo "make test: wheels, lint, Rust library tests, install done at $$(( $$(date +%s) - $(STARTED) )) s"
+	@$(MAKE) --no-print-directory test-rust-servers
+	@echo "make test: Rust tests on real servers done at $$(( $$(date +%s) - $(STARTED) )) s"
+	@$(MAKE) --no-print-directory test-python
+	@echo "make test: Python tests done at $$(( $$(date +%s) - $(STARTED) )) s"
 	@$(PY) scripts/slowest.py 15 test-artifacts/junit-*.xml
 
 # The wheels people install: kvload (a platform wheel with the binary, maturin) and kvtune
