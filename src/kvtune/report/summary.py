@@ -29,6 +29,10 @@ from kvtune.study import result
 
 SHOWN = ("ops_per_sec", "p50_us", "p99_us", "p999_us", "hit_ratio", "errors", "server_errors")
 
+# What the summary says when no trial of the search finished feasible (each failed: the
+# host spoiled its measurements, or its configuration broke a rule): the defaults stand.
+NO_FEASIBLE_TRIAL = "No feasible search trial finished"
+
 
 def change_cell(ch: dict[str, Any] | None) -> str:
     """A metric's confirmed change for the comparison table: "−18.0% (95% CI −21.0% …
@@ -227,8 +231,8 @@ def render(data: dict[str, Any], console: Console, next_commands: list[str] | No
         base_m = base["metrics"] if base else {}
         label = f"best in search (trial {best['number']}), NOT confirmed"
     else:
-        console.print("No feasible search trial finished: nothing to set beside the baseline "
-                      "(the defaults stand).")
+        console.print(f"{NO_FEASIBLE_TRIAL}: nothing to set beside the baseline (the defaults "
+                      "stand).")
         return
     if base is None:
         return
