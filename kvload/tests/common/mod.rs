@@ -64,27 +64,84 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
     d
 }
 
-fn wait_ready(child: &mut Child, ready: impl Fn() -> bool, what: &str) {
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(10) {
-        if ready() {
-            return;
-        }
-        if let Ok(Some(st)) = child.try_wait() {
-            panic!("{what} exited early: {st}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+/// Whether a server answers on 127.0.0.1:`port`: `ask` sent, a reply that starts with
+/// `reply` read back. A bare connect is not enough: a port another process holds (ours
+/// then failing to bind and exiting), or a connect to a port nothing listens on that Linux
+/// pairs with itself (its source port the same), would look ready.
+fn answers(port: u16, ask: &[u8], reply: &[u8]) -> bool {
+    use std::io::{Read, Write};
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(ask).is_err() {
+        return false;
     }
-    panic!("{what} did not become ready within 10s");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    while got.len() < reply.len() {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    got.starts_with(reply)
 }
 
-/// Starts memcached listening on a unix socket (`-s`) as well as a TCP port.
-pub fn memcached_unix(extra: &[&str]) -> Server {
-    let bin = require_binary("memcached");
-    let port = free_port();
-    let dir = scratch_dir("mc");
-    let sock = dir.join("mc.sock");
-    let mut cmd = Command::new(bin);
+/// `answers` on a unix socket (memcached with -s listens there only).
+fn answers_unix(path: &Path, ask: &[u8], reply: &[u8]) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::os::unix::net::UnixStream::connect(path) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(ask).is_err() {
+        return false;
+    }
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    while got.len() < reply.len() {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    got.starts_with(reply)
+}
+
+/// Starts a server on a free port (`command` given the port) and waits until `ready`:
+/// another port when it exits first (the free port was taken in between), up to 5 times.
+fn start(
+    what: &str,
+    command: impl Fn(u16) -> Command,
+    ready: impl Fn(u16) -> bool,
+) -> (Child, u16) {
+    for _ in 0..5 {
+        let port = free_port();
+        let mut child = command(port)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = child.try_wait() {
+                break; // exited: its port was taken; another one
+            }
+            if ready(port) {
+                return (child, port);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    panic!("{what} did not start and answer on a free port in 5 tries");
+}
+
+fn memcached_command(port: u16, extra: &[&str], sock: Option<&Path>) -> Command {
+    let mut cmd = Command::new(require_binary("memcached"));
     cmd.args([
         "-l",
         "127.0.0.1",
@@ -95,15 +152,26 @@ pub fn memcached_unix(extra: &[&str]) -> Server {
         "-t",
         "1",
     ]);
-    cmd.arg("-s").arg(&sock).args(["-a", "0700"]);
+    if let Some(sock) = sock {
+        cmd.arg("-s").arg(sock).args(["-a", "0700"]);
+    }
     // memcached refuses to run as root without -u.
     if unsafe { libc::geteuid() } == 0 {
         cmd.args(["-u", "root"]);
     }
-    cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::null());
-    let mut child = cmd.spawn().expect("spawn memcached");
-    let s = sock.clone();
-    wait_ready(&mut child, move || s.exists(), "memcached");
+    cmd.args(extra);
+    cmd
+}
+
+/// Starts memcached listening on a unix socket (`-s`; memcached then listens on no TCP port).
+pub fn memcached_unix(extra: &[&str]) -> Server {
+    let dir = scratch_dir("mc");
+    let sock = dir.join("mc.sock");
+    let (child, port) = start(
+        "memcached",
+        |port| memcached_command(port, extra, Some(&sock)),
+        |_| answers_unix(&sock, b"version\r\n", b"VERSION "),
+    );
     Server {
         child,
         port,
@@ -114,29 +182,11 @@ pub fn memcached_unix(extra: &[&str]) -> Server {
 
 /// Starts memcached on a TCP port.
 pub fn memcached_tcp(extra: &[&str]) -> Server {
-    let bin = require_binary("memcached");
-    let port = free_port();
     let dir = scratch_dir("mct");
-    let mut cmd = Command::new(bin);
-    cmd.args([
-        "-l",
-        "127.0.0.1",
-        "-p",
-        &port.to_string(),
-        "-U",
-        "0",
-        "-t",
-        "1",
-    ]);
-    if unsafe { libc::geteuid() } == 0 {
-        cmd.args(["-u", "root"]);
-    }
-    cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::null());
-    let mut child = cmd.spawn().expect("spawn memcached");
-    wait_ready(
-        &mut child,
-        move || TcpStream::connect(("127.0.0.1", port)).is_ok(),
+    let (child, port) = start(
         "memcached",
+        |port| memcached_command(port, extra, None),
+        |port| answers(port, b"version\r\n", b"VERSION "),
     );
     Server {
         child,
@@ -148,27 +198,26 @@ pub fn memcached_tcp(extra: &[&str]) -> Server {
 
 /// Starts redis-server without persistence.
 pub fn redis(extra: &[&str]) -> Server {
-    let bin = require_binary("redis-server");
-    let port = free_port();
     let dir = scratch_dir("redis");
-    let mut cmd = Command::new(bin);
-    cmd.args([
-        "--port",
-        &port.to_string(),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-    ]);
-    cmd.arg("--dir").arg(&dir);
-    cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::null());
-    let mut child = cmd.spawn().expect("spawn redis-server");
-    wait_ready(
-        &mut child,
-        move || TcpStream::connect(("127.0.0.1", port)).is_ok(),
+    let (child, port) = start(
         "redis-server",
+        |port| {
+            let mut cmd = Command::new(require_binary("redis-server"));
+            cmd.args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ]);
+            cmd.arg("--dir").arg(&dir);
+            cmd.args(extra);
+            cmd
+        },
+        |port| answers(port, b"PING\r\n", b"+PONG"),
     );
     Server {
         child,
