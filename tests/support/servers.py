@@ -47,11 +47,57 @@ def wait_port(port: int, proc: subprocess.Popen[bytes] | None = None, timeout: f
             err = proc.stderr.read() if proc.stderr else b""
             raise AssertionError(f"server exited ({proc.returncode}): {err!r}")
         try:
-            socket.create_connection((host, port), timeout=0.2).close()
-            return
+            with socket.create_connection((host, port), timeout=0.2) as s:
+                # a connect to a port nothing listens on that Linux paired with itself (its
+                # source port the same) is no listener
+                if s.getsockname() != s.getpeername():
+                    return
         except OSError:
-            time.sleep(0.02)
+            pass
+        time.sleep(0.02)
     raise AssertionError(f"nothing listened on {host}:{port} within {timeout} s")
+
+
+# What a cache server is asked, and how its answer starts, to know it is the one listening
+# (memcached's version; Redis's and Valkey's PING, answered +PONG, or -NOAUTH/-LOADING:
+# still the server).
+_ASK = {"memcached": (b"version\r\n", (b"VERSION ",)),
+        "redis": (b"PING\r\n", (b"+", b"-")), "valkey": (b"PING\r\n", (b"+", b"-"))}
+
+
+def answers(kind: str, port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server of `kind` answers on host:port (not merely something accepting)."""
+    ask, replies = _ASK[kind]
+    got = b""
+    try:
+        with socket.create_connection((host, port), timeout=0.5) as s:
+            if s.getsockname() == s.getpeername():
+                return False
+            s.settimeout(0.5)
+            s.sendall(ask)
+            while b"\n" not in got and len(got) < 256:
+                chunk = s.recv(256)
+                if not chunk:
+                    break
+                got += chunk
+    except OSError:
+        return False
+    return got.startswith(replies)
+
+
+def wait_answer(kind: str, port: int, proc: subprocess.Popen[bytes], timeout: float = 10
+                ) -> None:
+    """Until the server `proc` started answers on 127.0.0.1:port (`answers`); fails at once
+    when it exits first (a port another process took: its stderr says so)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read() if proc.stderr else b""
+            raise AssertionError(f"server exited ({proc.returncode}): {err!r}")
+        if answers(kind, port):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"no {kind} answered on 127.0.0.1:{port} within {timeout} s")
 
 
 # A test's server is thrown away after it: SIGTERM, and SIGKILL when it has not exited by
@@ -136,6 +182,9 @@ def start(kind: str, args: list[str] | None = None, cwd: Path | None = None,
                 out.close()
         try:
             wait_port(p, proc)
+            # the server itself, not another process that holds the port while ours fails to
+            # bind and exits (the start is then tried again on another port)
+            wait_answer(kind, p, proc)
             return Server(kind, p, proc, launched)
         except AssertionError as e:  # its message carries the server's stderr
             stop(proc)
