@@ -69,33 +69,25 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
 /// then failing to bind and exiting), or a connect to a port nothing listens on that Linux
 /// pairs with itself (its source port the same), would look ready.
 fn answers(port: u16, ask: &[u8], reply: &[u8]) -> bool {
-    use std::io::{Read, Write};
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
+    let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-    if s.write_all(ask).is_err() {
-        return false;
-    }
-    let mut got = Vec::new();
-    let mut buf = [0u8; 64];
-    while got.len() < reply.len() {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-        }
-    }
-    got.starts_with(reply)
+    exchange(s, ask, reply)
 }
 
 /// `answers` on a unix socket (memcached with -s listens there only).
 fn answers_unix(path: &Path, ask: &[u8], reply: &[u8]) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::os::unix::net::UnixStream::connect(path) else {
+    let Ok(s) = std::os::unix::net::UnixStream::connect(path) else {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    exchange(s, ask, reply)
+}
+
+/// `ask` written on a connected stream, and whether the answer starts with `reply`.
+fn exchange(mut s: impl std::io::Read + std::io::Write, ask: &[u8], reply: &[u8]) -> bool {
     if s.write_all(ask).is_err() {
         return false;
     }
