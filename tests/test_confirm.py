@@ -282,4 +282,6 @@ def test_a_failed_capacity_candidate_is_still_said_at_the_slo() -> None:
                      slo="p99_us <= 2000")
     text = res["candidates"][0]["text"]
     assert "req/s at p99_us <= 2000: no significant change" in text, text
+    # Why there is no interval: the candidate measured no round (the baseline 8).
+    assert f"({cf.NOT_COMPARED} 0 of its rounds measured, the baseline's 8)" in text, text
     assert re.search(r"capacity \d{2},\d{3} → - req/s", text) and res["recommended"] is None

@@ -495,6 +495,10 @@ def verdict(base: Arm, cands: list[tuple[dict[str, Any], Arm]], metric: str, dir
             "candidates": rows, "recommended": best, "verdict": text}
 
 
+# A candidate with fewer than two measured rounds (or a baseline with fewer): no interval.
+NOT_COMPARED = "not compared, a comparison needs 2 rounds of each:"
+
+
 def candidate_text(row: dict[str, Any], metric: str, changes: Mapping[str, MetricChange],
                    at_slo: tuple[str, float | None] | None = None) -> str:
     """The verdict line of one candidate: the objective's change with its CI, every metric
@@ -516,6 +520,10 @@ def candidate_text(row: dict[str, Any], metric: str, changes: Mapping[str, Metri
         # Still said at the SLO with the baseline's capacity when the candidate has none
         # (every one of its searches failed: client-bound, no rate met the SLO).
         head = f"{label.rstrip(',')}: {NO_SIGNIFICANT_CHANGE}"
+        if min(obj.n) < 2:
+            # Rounds the host spoiled, or searches that failed: too few to compare, said.
+            head += (f" ({NOT_COMPARED} {obj.n[0]} of its rounds measured, "
+                     f"the baseline's {obj.n[1]})")
     text = f"{row['name']}: {head}"
     if row["objective_significant"]:
         text += f" (Holm-adjusted p={present.p_value(row.get('p_adjusted'))})"
