@@ -18,7 +18,7 @@ CARGO_FLAGS := --release --quiet --manifest-path kvload/Cargo.toml
 STARTED := $(shell date +%s)
 
 .PHONY: setup kvload demo demo-capacity test test-rust test-rust-build test-rust-sim \
-        test-rust-servers test-python test-unit test-integration test-e2e test-install \
+        test-rust-servers test-python test-unit test-integration test-e2e test-install test-collect \
         test-installed dist lint lint-python lint-rust bench clean
 
 setup:
@@ -49,7 +49,7 @@ test: kvload
 	@echo "make test: set-up done at $$(( $$(date +%s) - $(STARTED) )) s"
 	@$(MAKE) --no-print-directory dist
 	@$(MAKE) --no-print-directory -j4 --output-sync=target lint-python lint-rust \
-	  test-rust-sim test-installed
+	  test-rust-sim test-installed test-collect
 	@echo "make test: wheels, lint, Rust library tests, install done at $$(( $$(date +%s) - $(STARTED) )) s"
 	@$(MAKE) --no-print-directory test-rust-servers
 	@echo "make test: Rust tests on real servers done at $$(( $$(date +%s) - $(STARTED) )) s"
@@ -105,6 +105,13 @@ test-python: setup kvload
 	  --junitxml=test-artifacts/junit-parallel.xml
 	@$(PYTEST) -m "(integration or e2e) and not parallel" \
 	  --junitxml=test-artifacts/junit-serial.xml
+
+# Every test collected, nothing run: a module that no longer imports fails here, and the
+# modules the test runs import (kvtune, its dependencies, the test modules) are compiled once,
+# beside lint, instead of by each of the parallel run's processes at once (a fresh
+# environment's collection takes 11.8 s, a compiled one's 3.1 s).
+test-collect: setup
+	@$(PYTEST) --collect-only -p no:xdist >/dev/null || $(PYTEST) --collect-only -p no:xdist
 
 # The unit tier: no process, no server binary (tests/conftest.py fails a unit test that
 # starts one), in parallel.

@@ -132,8 +132,11 @@ repetitions: 1
 # steal_threshold: these tests are about the harness, not host noise; a busy hypervisor's
 # steal must not stop them. ablation_max_rounds = confirm_rounds: the ablation's fixed design
 # (its sequential rounds are tested in test_ablation.py), so the test's time stays bounded.
+# intensify: false: a trial that may beat the incumbent is not measured again and again (that
+# racing is the search loop's: the unit tier's synthetic studies run it, test_study_units.py
+# checks its policy); here it doubled a 2-trial study's repetitions (20 instead of 10).
 evaluation: {{noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 3, alpha: 0.1, drift_every: 0,
-              max_reruns: 1, steal_threshold: 0.5, ablation_max_rounds: 3}}
+              max_reruns: 1, steal_threshold: 0.5, ablation_max_rounds: 3, intensify: false}}
 sampler: {sampler}
 seed: 1
 """
