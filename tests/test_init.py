@@ -224,6 +224,8 @@ def test_quick_is_a_short_study(tmp_path: Path) -> None:
     doc = yaml.safe_load((tmp_path / "study.yaml").read_text())
     assert doc["budget"] == {"trials": 1} and doc["repetitions"] == 1
     assert doc["evaluation"]["ablation"] is False
+    # Its one trial is measured once: not again and again to race the defaults.
+    assert doc["evaluation"]["intensify"] is False
 
 
 def test_on_a_terminal_the_slo_and_objective_are_asked(monkeypatch: pytest.MonkeyPatch) -> None:

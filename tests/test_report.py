@@ -57,9 +57,10 @@ budget: {trials: 3}
 repetitions: 1
 # These tests are about the report, not host noise: a busy hypervisor's steal must not stop them.
 # ablation_max_rounds: the test's wall time stays bounded (the sequential ablation would
-# otherwise add rounds up to 30 for changes still ambiguous at 1 s repetitions).
+# otherwise add rounds up to 30 for changes still ambiguous at 1 s repetitions). intensify:
+# the search's racing (tested on the synthetic target) is not the report's.
 evaluation: {noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 3, alpha: 0.1, drift_every: 0,
-             steal_threshold: 0.5, ablation_max_rounds: 4}
+             steal_threshold: 0.5, ablation_max_rounds: 4, intensify: false}
 sampler: random
 seed: 5
 """

@@ -116,9 +116,10 @@ def render(p: Plan) -> str:
     if quick:
         out += ["budget: {trials: 1}                # --quick: the steps, not an answer",
                 "repetitions: 1",
-                "evaluation: {noise_floor_runs: 2, confirm_top: 1, confirm_rounds: 2, "
-                "alpha: 0.2,",
-                "             ablation: false, drift_every: 0}"]
+                "evaluation: {noise_floor_runs: 2, intensify: false, confirm_top: 1, "
+                "confirm_rounds: 2,",
+                "             alpha: 0.2, ablation: false, drift_every: 0}"
+                "   # the one trial measured once"]
     else:
         out += ["budget:",
                 "  trials: 8",
