@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import kvtune, show
-from support.servers import Server, running
+from support.servers import Server, running, wait_traffic
 from support.studies import make_study, study_file
 
 from kvtune.export import recommendation, write
@@ -152,10 +152,11 @@ def test_capture_of_valkey(tmp_path: Path, valkey_bin: str, kvload_bin: str) -> 
                                  "resp", "--rate", "2000", "--duration", "5s", "--warmup",
                                  "1s", "--keys", "1000", "--mix", "get:8,set:2",
                                  "--value-size", "200", "-q"])
-        time.sleep(2.0)
+        wait_traffic("valkey", port)
         out = tmp_path / "m.json"
         r = kvtune("workload", "capture", f"valkey://127.0.0.1:{port}", "--duration", "1s",
                    "-o", str(out), cwd=tmp_path)
+        load.terminate()  # the capture is done: the rest of the traffic is not needed
         load.wait(timeout=30)
         assert r.returncode == 0, r.stderr
         doc = json.loads(out.read_text())

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support.cli import cli
-from support.servers import free_port, running
+from support.servers import free_port, running, wait_traffic
 
 from kvtune.workload.model import fit_popularity, parse_weighted, weighted_list
 
@@ -229,7 +229,7 @@ def test_capture_of_memcached_recovers_the_known_workload_and_replays(
                                  "--value-size", "list:100:1,1000:1", "--key-size",
                                  "list:12:1,30:1", "--ttl", "list:0:1,600:1",
                                  "--connections", "4", "-q"])
-        time.sleep(2.5)
+        wait_traffic("memcached", port)
         out = tmp_path / "model.json"
         r = kvtune("workload", "capture", f"memcached://127.0.0.1:{port}", "--duration", "3s",
                    "-o", str(out))
@@ -272,7 +272,7 @@ def test_capture_of_redis_by_monitor_and_by_sampling(tmp_path: Path, redis_bin: 
                                  "resp", "--rate", "3000", "--duration", "8s", "--warmup",
                                  "1s", "--keys", "2000", "--popularity", "zipf:0.9", "--mix",
                                  "get:8,set:2", "--value-size", "300", "--ttl", "900", "-q"])
-        time.sleep(2.5)
+        wait_traffic("redis", port)
         mon, smp = tmp_path / "monitor.json", tmp_path / "sample.json"
         r = kvtune("workload", "capture", f"redis://127.0.0.1:{port}", "--duration", "2s",
                    "-o", str(mon))
@@ -380,7 +380,7 @@ def test_a_memcached_capture_says_the_deletes_its_stream_cannot_show(
                                  "5000", "--duration", "6s", "--warmup", "0.5s", "--keys",
                                  "3000", "--mix", "get:7,set:2,delete:1", "--value-size",
                                  "300", "-q"])
-        time.sleep(2)
+        wait_traffic("memcached", port)
         model = tmp_path / "m.json"
         r = kvtune("workload", "capture", f"memcached://127.0.0.1:{port}", "--duration",
                    "2s", "--mget-gap-us", "0", "-o", str(model))
@@ -405,7 +405,7 @@ def test_a_live_capture_keeps_its_trace(tmp_path: Path, memcached_bin: str,
                                  "4000", "--duration", "6s", "--warmup", "0.5s", "--keys",
                                  "3000", "--mix", "get:3,set:1", "--value-size", "700",
                                  "--ttl", "120", "-q"])
-        time.sleep(2)
+        wait_traffic("memcached", port)
         model, kept = tmp_path / "m.json", tmp_path / "kept.csv"
         r = kvtune("workload", "capture", f"memcached://127.0.0.1:{port}", "--duration",
                    "2s", "-o", str(model), "--keep-trace", str(kept))

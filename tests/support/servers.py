@@ -266,6 +266,28 @@ def redis_info(port: int, section: str = "stats") -> dict[str, str]:
     return out
 
 
+def gets_served(kind: str, port: int) -> int:
+    """How many gets the server has answered (memcached's cmd_get, Redis's and Valkey's
+    GET calls)."""
+    if kind == "memcached":
+        return int(mc_stats(port).get("cmd_get", 0))
+    calls = redis_info(port, "commandstats").get("cmdstat_get", "")
+    fields = dict(f.split("=", 1) for f in calls.split(",") if "=" in f)
+    return int(fields.get("calls", 0))
+
+
+def wait_traffic(kind: str, port: int, settle: float = 0.3, timeout: float = 30) -> None:
+    """Until a load generator started on the server is past its preload (its sets) and
+    sending its traffic (the server answers gets), then `settle` seconds more: what a
+    capture of that traffic should see, without sleeping a fixed guess of it."""
+    deadline = time.monotonic() + timeout
+    while gets_served(kind, port) == 0:
+        assert time.monotonic() < deadline, f"no get reached {kind} on port {port} " \
+            f"within {timeout:g} s"
+        time.sleep(0.05)
+    time.sleep(settle)
+
+
 # -- fixtures ------------------------------------------------------------------------------
 
 
