@@ -4,16 +4,14 @@ that move with the objective, and zones mark where the best is reachable."""
 
 from __future__ import annotations
 
-import fcntl
 import math
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
 from rich.console import Console
+from support import session
 
 from kvtune.analysis import analyse, correlations, importance, load, sensitivity, zones
 from kvtune.analysis.data import KnobInfo, StudyData
@@ -49,24 +47,11 @@ def _study_a(d: Path) -> StudyRun:
 def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[StudyData, Path]:
     """Study "a" (40 trials), which the tests only read. pytest-xdist's default scheduling
     (--dist load, `make test-unit`) gives this module's tests to both workers, and each
-    built the study (about 4 s of CPU): the workers of one session now share it, the first
-    to ask builds it (under a lock file in the session's own temporary directory, which
-    no other session reads), the other reads the same database."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        d = tmp_path_factory.mktemp("analysis")
-        return load(_study_a(d).store, "a"), d / "a.yaml"
-    root = tmp_path_factory.getbasetemp().parent  # the session's, above each worker's
-    d, built = root / "analysis-study", root / "analysis-study.url"
-    with open(root / "analysis-study.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if not built.exists():
-                shutil.rmtree(d, ignore_errors=True)  # a build that failed half-way
-                d.mkdir()
-                built.write_text(_study_a(d).store.url)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-    return load(Store(built.read_text(), create=False), "a"), d / "a.yaml"
+    built the study (about 4 s of CPU): the workers of one session share it
+    (support.session.once: the first to ask builds it, the other reads the same database)."""
+    d = session.once(session.root(tmp_path_factory), "analysis-study",
+                     lambda d: (d / "url").write_text(_study_a(d).store.url))
+    return load(Store((d / "url").read_text(), create=False), "a"), d / "a.yaml"
 
 
 def test_importance_finds_the_knob_with_the_peak(synthetic: tuple[StudyData, Path]) -> None:

@@ -9,48 +9,29 @@ every test that only reads that page of that unchanged database asserts on the o
 rendering (a report of a shipped case study is seconds: its analysis, its figures, its
 memory section's curve). `root(tmp_path_factory)` is the session's: pytest-xdist's
 workers share it (--dist load hands a module's tests to both), the first to ask renders
-under a lock file, the other reads what it wrote. The copy stays as it was: a reading
+(support.session.once), the other reads what it wrote. The copy stays as it was: a reading
 command creates nothing beside it, nor changes it (tests/test_readonly.py); `report`
 checks it against the shipped file's digest before handing out a page."""
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import hashlib
 import json
-import os
 import shutil
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from support import session
 from support.cli import cli
 
 
 def root(factory: pytest.TempPathFactory) -> Path:
-    """Where the session's renderings are kept: under the session's own temporary
-    directory (above each pytest-xdist worker's; pytest removes it with the session's
-    others), which no other session reads."""
-    base = factory.getbasetemp()
-    d = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shipped"
-    d.mkdir(exist_ok=True)
-    return d
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    """Where the session's renderings are kept (support.session.root)."""
+    return session.root(factory) / "shipped"
 
 
 @functools.cache
@@ -65,15 +46,7 @@ def _digest_now(path: Path) -> str:
 def copy(db: Path, where: Path) -> Path:
     """The session's copy of `db` (one a content): read it, never write it."""
     db = db.resolve()
-    sha = digest(db)
-    dest = where / "db" / sha / db.name
-    with _locked(where / "db" / f"{sha}.lock"):
-        if not (dest.parent / "copied").exists():
-            shutil.rmtree(dest.parent, ignore_errors=True)  # a copy that failed half-way
-            dest.parent.mkdir(parents=True)
-            shutil.copy2(db, dest)
-            (dest.parent / "copied").touch()
-    return dest
+    return session.once(where, f"db/{digest(db)}", lambda d: shutil.copy2(db, d)) / db.name
 
 
 @dataclass(frozen=True)
@@ -93,15 +66,14 @@ def _report(db: Path, sha: str, study: str, where: Path) -> Report:
     data = copy(db, where)
     args = ["report", study, "--storage", f"sqlite:///{data}"]
     key = hashlib.sha256(json.dumps([sha, args]).encode()).hexdigest()
-    d = where / "pages" / key
+
+    def render(d: Path) -> None:
+        ran = cli(*args, "-o", str(d / "page.html"))
+        (d / "ran.json").write_text(json.dumps({
+            "returncode": ran.returncode, "stdout": ran.stdout, "stderr": ran.stderr}))
+
+    d = session.once(where, f"pages/{key}", render)
     page = d / "page.html"
-    with _locked(where / "pages" / f"{key}.lock"):
-        if not (d / "ran.json").exists():
-            shutil.rmtree(d, ignore_errors=True)
-            d.mkdir(parents=True)
-            ran = cli(*args, "-o", str(page))
-            (d / "ran.json").write_text(json.dumps({
-                "returncode": ran.returncode, "stdout": ran.stdout, "stderr": ran.stderr}))
     done = json.loads((d / "ran.json").read_text())
     # What was rendered is what is read: the copy is still the shipped content.
     assert _digest_now(data) == sha, f"the copy of {db.name} was written to"
