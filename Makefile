@@ -18,8 +18,8 @@ CARGO_FLAGS := --release --quiet --manifest-path kvload/Cargo.toml
 STARTED := $(shell date +%s)
 
 .PHONY: setup kvload demo demo-capacity test test-rust test-rust-build test-rust-sim \
-        test-rust-servers test-python test-unit test-integration test-e2e test-install test-collect \
-        test-installed dist lint lint-python lint-rust bench clean
+        test-rust-servers test-python test-unit test-integration test-e2e test-install \
+        test-collect test-installed dist lint lint-python lint-rust bench clean
 
 setup:
 	@scripts/setup.sh
@@ -111,7 +111,7 @@ test-python: setup kvload
 # beside lint, instead of by each of the parallel run's processes at once (a fresh
 # environment's collection takes 11.8 s, a compiled one's 3.1 s).
 test-collect: setup
-	@$(PYTEST) --collect-only -p no:xdist >/dev/null || $(PYTEST) --collect-only -p no:xdist
+	@out=$$($(PYTEST) --collect-only -p no:xdist 2>&1) || { echo "$$out" | tail -40; exit 1; }
 
 # The unit tier: no process, no server binary (tests/conftest.py fails a unit test that
 # starts one), in parallel.

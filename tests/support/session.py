@@ -27,7 +27,7 @@ def root(factory: pytest.TempPathFactory) -> Path:
 
 
 @contextmanager
-def locked(path: Path) -> Iterator[None]:
+def _locked(path: Path) -> Iterator[None]:
     """`path` held as an exclusive lock file (flock) for the block."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as lock:
@@ -42,7 +42,7 @@ def once(where: Path, name: str, build: Callable[[Path], object]) -> Path:
     """The directory `where/name`, `build` run into it once a session (the first worker to
     ask builds, the others read)."""
     d = where / name
-    with locked(where / f"{name}.lock"):
+    with _locked(where / f"{name}.lock"):
         if not (d / ".built").exists():
             shutil.rmtree(d, ignore_errors=True)  # a build that failed half-way
             d.mkdir(parents=True)
