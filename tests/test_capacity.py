@@ -154,6 +154,27 @@ def test_the_verdict_says_both_capacities_and_the_slo() -> None:
                            "+24.1% (95% CI +20.0% … +28.0%), better"), text
 
 
+def test_the_verdicts_two_capacities_are_the_ones_its_change_is_the_ratio_of() -> None:
+    # A capacity's change is the ratio of the pooled figures (each search's knee with its
+    # interval); the rounds' medians can move the other way. The line says the pooled
+    # figures, as the "Best configuration" table does: never "55,479 → 58,887, −2.8%".
+    from kvtune.study.confirm import MetricChange, candidate_text
+
+    row = {"name": "trial 1", "comparison": {"change": -0.028, "change_ci_low": -0.998,
+                                             "change_ci_high": 460.3},
+           "objective_significant": False, "p_adjusted": 0.6, "tradeoffs": [],
+           "constraints": [], "metrics": {"capacity": 58_887.0}}
+    ch = MetricChange("capacity", "maximize", 55_859.0, 53_967.0, -0.028, (-0.998, 460.3),
+                      0.6, False, (2, 2))
+    text = candidate_text(row, "capacity", {"capacity": ch}, ("p99_us <= 1000", 55_479.0))
+    assert text.startswith("trial 1: capacity 55,859 → 53,967 req/s at p99_us <= 1000, −2.8%"), \
+        text
+    m = re.search(r"capacity ([\d,]+) → ([\d,]+) req/s at [^,]+, ([+−])", text)
+    assert m is not None, text
+    before, after = (float(g.replace(",", "")) for g in m.group(1, 2))
+    assert (after < before) == (m.group(3) == "−"), text
+
+
 # -- on a real memcached ---------------------------------------------------------------------
 
 # The study's SLO is chosen from the host profile (SLO_PLACEHOLDER is replaced): never a

@@ -503,15 +503,21 @@ def candidate_text(row: dict[str, Any], metric: str, changes: Mapping[str, Metri
                    at_slo: tuple[str, float | None] | None = None) -> str:
     """The verdict line of one candidate: the objective's change with its CI, every metric
     it makes significantly worse ("at the cost of …"), and constraints not settled.
-    `at_slo` (the SLO, the baseline's median): a capacity is said with both figures,
+    `at_slo` (the SLO, the baseline's median, used where the comparison pooled none): a
+    capacity is said with both figures, those its change is the ratio of,
     "capacity 162,000 → 201,000 req/s at p99_us <= 200, +24.1% (95% CI …), better"."""
     comp = row["comparison"]
     obj = changes[metric]
     ci = (comp["change_ci_low"], comp["change_ci_high"])
     label = metric
     if at_slo is not None:
+        # The figures the change is the ratio of (a capacity's pooled ones, kept in
+        # `changes`), so that "a → b" and the change it is said with agree; the medians
+        # only where the comparison has none.
         slo, before = at_slo
         after = (row.get("metrics") or {}).get(metric)
+        if obj.baseline is not None and obj.candidate is not None and obj.change is not None:
+            before, after = obj.baseline, obj.candidate
         label = (f"{metric} {number(before)} → {number(after)} {metric_unit(metric)} at "
                  f"{slo},")
     head = describe_change(label, comp["change"], guess_direction(metric), ci,
