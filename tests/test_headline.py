@@ -20,14 +20,15 @@ BASE = {"memcached.threads": 4, "memcached.reqs_per_event": 20}
 FULL = {"memcached.threads": 1, "memcached.reqs_per_event": 119}
 
 
-def _comp(improvement: float, lo: float, hi: float, n: int = 4) -> dict[str, Any]:
-    return Comparison(improvement, lo, hi, 0.01, n, n, "minimize").as_dict()
+def _comp(improvement: float, lo: float, hi: float, n: int = 4,
+          df: int | None = None) -> dict[str, Any]:
+    return Comparison(improvement, lo, hi, 0.01, n, n, "minimize", df=df).as_dict()
 
 
 def _conf(recommended: bool, improvement: float = 0.5, lo: float = 0.2,
-          hi: float = 0.9) -> dict[str, Any]:
+          hi: float = 0.9, n: int = 4, df: int | None = None) -> dict[str, Any]:
     cand = {"trial": 3, "name": "trial 3", "config": FULL,
-            "comparison": _comp(improvement, lo, hi), "significant": recommended}
+            "comparison": _comp(improvement, lo, hi, n, df), "significant": recommended}
     out: dict[str, Any] = {"metric": "p99_us", "direction": "minimize", "rounds": 4,
                            "baseline": {"config": BASE}, "candidates": [cand],
                            "verdict": "trial 3: p99_us ..."}
@@ -90,11 +91,65 @@ def test_nothing_better_keeps_the_defaults_and_offers_nothing_to_ship() -> None:
 
 
 def test_a_lean_that_more_rounds_would_settle_is_not_decided_with_its_cost() -> None:
+    # A normal interval: 4 rounds gave log(0.95) … log(1.45), ±0.21 around log(1.2) = 0.18 on
+    # the log scale; below 0.18 at 4 × (0.21/0.18)² → 6 rounds, 2 more of 2 arms at 3 s each.
     h = _decide(_conf(False, improvement=0.2, lo=-0.05, hi=0.45))
     assert h.action == "not_decided"
-    # 4 rounds gave ±25%; ±20% needs 4 × (25/20)² → 7 rounds, 3 more of 2 arms at 3 s each.
-    assert h.settle and h.settle.startswith("about 3 more rounds of 2 arms, 18 s: "), h.settle
-    assert "a confirmation of 7 rounds (evaluation.confirm_rounds)" in h.settle
+    assert h.settle and h.settle.startswith("about 2 more rounds of 2 arms, 12 s: "), h.settle
+    assert "a confirmation of 6 rounds (evaluation.confirm_rounds)" in h.settle
+    # The paired t interval of the same width (3 degrees of freedom: t = 3.18): at 5 rounds
+    # t is 2.78 and the half-width 2.78 · (0.21 · 2 / 3.18) / √5 = 0.165 < 0.18: 1 more.
+    h = _decide(_conf(False, improvement=0.2, lo=-0.05, hi=0.45, df=3))
+    assert h.settle and h.settle.startswith("about 1 more round of 2 arms, 6 s: "), h.settle
+    assert "a confirmation of 5 rounds (evaluation.confirm_rounds)" in h.settle
+
+
+def test_two_rounds_wide_interval_is_the_t_at_one_degree_of_freedom_not_the_noise() -> None:
+    """A quick study's 2 rounds: +78.2% (95% CI −90.7% … +3,315.7%). The width is mostly
+    Student's t at 1 degree of freedom (12.7, against 4.3 at 2): 4 rounds would show that
+    gain, not "about 948" — not decided, never "Keep the defaults: … below what this host's
+    noise can show"."""
+    conf = _conf(False, improvement=0.782, lo=-0.907, hi=33.157, n=2, df=1)
+    conf["direction"] = "maximize"
+    conf["candidates"][0]["comparison"]["direction"] = "maximize"
+    h = decide(build("confirmation", conf), None, metric="capacity", direction="maximize",
+               study="demo", seconds_per_rep=4.0)
+    assert h.action == "not_decided", h.text
+    assert h.settle and h.settle.startswith("about 2 more rounds of 2 arms, 16 s: "), h.settle
+    assert "a confirmation of 4 rounds" in h.settle
+
+
+def test_the_rounds_said_to_settle_a_lean_settle_it_about_half_the_time() -> None:
+    """The claim behind "a confirmation of N rounds would show this gain if it is real",
+    against simulated confirmations of a known truth: per-round log ratios N(μ, σ²), the
+    interval of 2 rounds at its expected width projected; at the rounds said, the paired t
+    interval (`stats.compare_rounds`) excludes no change about half the time (its lower end
+    sits at no change there), and at one round fewer less often."""
+    import numpy as np
+    from scipy import special
+
+    from kvtune.stats import compare_rounds
+    from kvtune.study.headline import rounds_to_show
+
+    mu, sigma, n = 0.1, 0.1, 2
+    h = float(special.stdtrit(n - 1, 0.975)) * sigma / math.sqrt(n)
+    m = int(rounds_to_show(math.expm1(mu), math.expm1(mu - h), math.expm1(mu + h), n, n - 1,
+                           0.95))
+    assert m == 7  # t at 6 degrees of freedom, 2.45 · 0.1 / √7 = 0.093 < 0.1; at 6, 0.105
+    rng = np.random.default_rng(7)
+
+    def shown(rounds: int) -> float:
+        hits = 0
+        for _ in range(2000):
+            d = np.exp(rng.normal(mu, sigma, rounds))
+            c = compare_rounds(dict(enumerate(d)), dict.fromkeys(range(rounds), 1.0),
+                               "maximize", level=0.95, two_sided=True)
+            hits += c.ci_low > 0
+        return hits / 2000
+
+    at, before = shown(m), shown(m - 1)
+    assert 0.4 <= at <= 0.7, at
+    assert before < at, (before, at)
 
 
 def test_a_lean_far_below_the_noise_keeps_the_defaults() -> None:

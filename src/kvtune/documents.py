@@ -94,6 +94,7 @@ class StoredComparison(_Doc):
     test: str = MEDIANS_TEST
     ci_level: Number = None  # the interval's level (simultaneous over the candidates)
     ci_simultaneous_over: int | None = None
+    df: int | None = None  # its Student t's degrees of freedom; None: not a t interval
 
 
 class ChangeRecord(_Doc):

@@ -150,7 +150,7 @@ def compare_paired(candidate: Sequence[float], cand_cis: Sequence[tuple[float, f
     t = float(sps.t.ppf(1 - (1 - level) / 2, max(k - 1, 1)))
     p = float(sps.t.sf(mu / s, max(k - 1, 1))) if s > 0 else (0.0 if mu > 0 else 1.0)
     return Comparison(math.expm1(mu), math.expm1(mu - t * s), math.expm1(mu + t * s), p,
-                      k, k, direction, POOLED_TEST)
+                      k, k, direction, POOLED_TEST, max(k - 1, 1))
 
 
 # A trial's interval is a 95% CI only from this many values on: the distribution-free
@@ -229,6 +229,10 @@ class Comparison:
     direction: Direction = Direction.MAXIMIZE
     # The statistic behind the figure, its interval and p (said with them on screens).
     test: str = MEDIANS_TEST
+    # The degrees of freedom of the interval's Student t (rounds − 1), None when it is not
+    # a t interval (a normal or bootstrap one): what more rounds would narrow it to
+    # (kvtune.study.headline) depends on it — t at 1 degree of freedom is 6× the normal's.
+    df: int | None = None
 
     def change(self) -> tuple[float, float, float]:
         """The metric's own relative change, candidate / baseline − 1, with its CI: the
@@ -242,13 +246,13 @@ class Comparison:
 
         return f(self.improvement), f(self.ci_high), f(self.ci_low)
 
-    def as_dict(self) -> dict[str, float | int | str]:
+    def as_dict(self) -> dict[str, float | int | str | None]:
         ch, ch_lo, ch_hi = self.change()
         return {"improvement": self.improvement, "ci_low": self.ci_low, "ci_high": self.ci_high,
                 "change": ch, "change_ci_low": ch_lo, "change_ci_high": ch_hi,
                 "p_value": self.p_value, "n_candidate": self.n_candidate,
                 "n_baseline": self.n_baseline, "direction": self.direction,
-                "test": self.test}
+                "test": self.test, "df": self.df}
 
 
 def compare(candidate: Sequence[float], baseline: Sequence[float], direction: Direction,
@@ -323,7 +327,7 @@ def compare_rounds(candidate: Mapping[int, float], baseline: Mapping[int, float]
     t = mean / se
     p = float(2 * special.stdtr(n - 1, -abs(t)) if two_sided else special.stdtr(n - 1, -t))
     return Comparison(math.expm1(mean), math.expm1(mean - h), math.expm1(mean + h), p, n, n,
-                      direction, PAIRED_TEST)
+                      direction, PAIRED_TEST, n - 1)
 
 
 def _positive(v: float | None) -> bool:

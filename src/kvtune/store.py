@@ -292,7 +292,7 @@ NUMBER_FIELDS = frozenset({
     "achieved_rate", "alpha", "cpu", "pid", "bound", "bound_us", "burst_rate", "capacity", "change",
     "change_ci_high", "change_ci_low", "ci_high", "ci_level", "ci_low",
     "ci_simultaneous_over", "client_late", "client_utilization", "cost_us_per_request",
-    "detectable_improvement", "drift_cov", "first_rounds", "good_windows",
+    "detectable_improvement", "df", "drift_cov", "first_rounds", "good_windows",
     "improvement", "latency_us", "limit_rate", "max_rounds", "measurements", "median",
     "n", "n_baseline", "n_candidate", "noise_sd", "offered_rate", "others", "p50_us",
     "p_adjusted", "p_value", "planned_rounds", "quantile", "rounds", "schedule_lag_p99_us",
