@@ -21,6 +21,7 @@ from support.studies import SYNTHETIC_CAPACITY
 from kvtune.errors import TrialFailed, UserError
 from kvtune.load import driver_for
 from kvtune.load.kvload import build_argv, search_ci, search_result, search_steps
+from kvtune.present import number
 from kvtune.spec import StudySpec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -155,24 +156,39 @@ def test_the_verdict_says_both_capacities_and_the_slo() -> None:
 
 
 def test_the_verdicts_two_capacities_are_the_ones_its_change_is_the_ratio_of() -> None:
-    # A capacity's change is the ratio of the pooled figures (each search's knee with its
-    # interval); the rounds' medians can move the other way. The line says the pooled
-    # figures, as the "Best configuration" table does: never "55,479 → 58,887, −2.8%".
-    from kvtune.study.confirm import MetricChange, candidate_text
+    """A capacity's change is paired by round (each round's log ratio, pooled); the rounds'
+    medians, or each arm's searches pooled on their own, can move the other way. The line
+    says the baseline's pooled capacity and the candidate's as that times the change, as
+    the "Best configuration" table does: never "55,438 → 54,774 req/s, +0.2%"."""
+    from kvtune.metrics import Direction
+    from kvtune.spec import EvaluationSpec
+    from kvtune.study.confirm import Arm, verdict
 
-    row = {"name": "trial 1", "comparison": {"change": -0.028, "change_ci_low": -0.998,
-                                             "change_ci_high": 460.3},
-           "objective_significant": False, "p_adjusted": 0.6, "tradeoffs": [],
-           "constraints": [], "metrics": {"capacity": 58_887.0}}
-    ch = MetricChange("capacity", "maximize", 55_859.0, 53_967.0, -0.028, (-0.998, 460.3),
-                      0.6, False, (2, 2))
-    text = candidate_text(row, "capacity", {"capacity": ch}, ("p99_us <= 1000", 55_479.0))
-    assert text.startswith("trial 1: capacity 55,859 → 53,967 req/s at p99_us <= 1000, −2.8%"), \
-        text
-    m = re.search(r"capacity ([\d,]+) → ([\d,]+) req/s at [^,]+, ([+−])", text)
-    assert m is not None, text
+    def arm(name: str, knees: list[tuple[float, float, float]]) -> Arm:
+        a = Arm(name, {"k": name})
+        for r, (v, lo, hi) in enumerate(knees):
+            a.metrics.append({"capacity": v, "capacity_ci_low": lo, "capacity_ci_high": hi})
+            a.rounds.append(r)
+            a.samples.append(v)
+        return a
+
+    base = arm("baseline", [(50_000, 48_000, 52_000), (60_000, 57_000, 63_000),
+                            (57_000, 50_000, 64_000), (56_000, 55_000, 57_000)])
+    cand = arm("trial 1", [(52_000, 50_000, 54_000), (58_000, 56_000, 60_000),
+                           (50_000, 45_000, 55_000), (57_000, 56_000, 58_000)])
+    out = verdict(base, [({"trial": 1, "config": {"k": "c"}, "search_value": 1.0}, cand)],
+                  "capacity", Direction.MAXIMIZE, EvaluationSpec(confirm_rounds=4), 0, (),
+                  "p99_us <= 1000")
+    row = out["candidates"][0]
+    m = re.search(r"capacity ([\d,]+) → ([\d,]+) req/s at p99_us <= 1000, ([+−])([\d.]+)%",
+                  row["text"])
+    assert m is not None, row["text"]
     before, after = (float(g.replace(",", "")) for g in m.group(1, 2))
-    assert (after < before) == (m.group(3) == "−"), text
+    change = float(m.group(4)) / 100 * (1 if m.group(3) == "+" else -1)
+    assert after / before - 1 == pytest.approx(change, abs=0.001), row["text"]
+    ch = row["changes"]["capacity"]  # what the table and the report show
+    assert ch["candidate"] / ch["baseline"] - 1 == pytest.approx(ch["change"], rel=1e-9)
+    assert (number(ch["baseline"]), number(ch["candidate"])) == m.group(1, 2)
 
 
 # -- on a real memcached ---------------------------------------------------------------------

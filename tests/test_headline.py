@@ -217,3 +217,51 @@ def test_a_confirmation_that_never_measured_the_defaults_decides_nothing() -> No
     conf["baseline"]["samples"] = [100.0]
     cand["comparison"] = _comp(-0.1, -0.3, 0.1, n=1)
     assert _decide(conf).text != DEFAULTS_UNMEASURED
+
+
+def _confirmed(cand: list[float], alpha: float = 0.05, min_improvement: float = 0.0,
+               constraints: tuple[str, ...] = (), p99: float = 500.0) -> Any:
+    """A confirmation as `kvtune tune` stores it: 5 rounds of the baseline (ops/s ~100,
+    p99 500 µs) and of one candidate, through `confirm.verdict`."""
+    from kvtune.metrics import Direction
+    from kvtune.spec import EvaluationSpec, parse_constraint
+    from kvtune.study.confirm import Arm, verdict
+
+    def arm(name: str, vals: list[float], p: float) -> Arm:
+        a = Arm(name, {"k": name})
+        for r, v in enumerate(vals):
+            a.metrics.append({"ops_per_sec": v, "p99_us": p + r})
+            a.rounds.append(r)
+            a.samples.append(v)
+        return a
+
+    ev = EvaluationSpec(confirm_rounds=5, alpha=alpha, min_improvement=min_improvement)
+    out = verdict(arm("baseline", [100, 101, 99, 100, 100], 500.0),
+                  [({"trial": 1, "config": {"k": "c"}, "search_value": 1.0},
+                    arm("cand", cand, p99))],
+                  "ops_per_sec", Direction.MAXIMIZE, ev, 0,
+                  [parse_constraint(c) for c in constraints])
+    return decide(build("confirmation", out), None, metric="ops_per_sec",
+                  direction="maximize", study="s", seconds_per_rep=3.0)
+
+
+def test_a_candidate_shown_better_but_blocked_is_never_more_rounds() -> None:
+    """Its interval excludes no change: "more rounds would settle it" and "its interval
+    still spans no change" would both be false. The headline names what blocked it."""
+    h = _confirmed([120, 121, 119, 120.5, 120], constraints=("p99_us <= 1.1 * baseline",),
+                   p99=900.0)
+    assert h.action == "keep_defaults", h.text
+    assert "but p99_us <= 1.1 * baseline: significantly violated" in h.text, h.text
+    assert "more rounds" not in h.text and "spans no change" not in h.why
+    h = _confirmed([104, 104.5, 103, 104.2, 103.8], min_improvement=0.05)
+    assert h.action == "keep_defaults", h.text
+    assert "evaluation.min_improvement" in h.text and not h.settle, h.text
+
+
+def test_a_candidate_whose_interval_clears_but_not_the_studys_alpha_is_not_decided() -> None:
+    # The rounds' log ratios give t = 3.28 at 4 degrees of freedom: the 95% interval
+    # excludes no change (t > 2.78), the one-sided p is above 0.01 (t < 3.75).
+    h = _confirmed([103, 101.5, 102, 100.5, 102.5], alpha=0.01)
+    assert h.action == "not_decided", h.text
+    assert "is not below the study's alpha (0.01)" in h.text
+    assert "spans no change" not in h.why

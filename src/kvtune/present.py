@@ -383,6 +383,19 @@ def change_record(metric: str, change_fraction: float | None, direction: Directi
                                     level)}
 
 
+def search_change_record(metric: str, change_fraction: float | None,
+                         direction: Direction | None) -> dict[str, Any]:
+    """A search trial's change against its baseline, for JSON: the figure and no claim
+    (one noisy measurement each, no interval: no "better" or "worse"), worded as the trial
+    table says it: {"metric", "change", "ci": None, "direction", "verdict": None, "text":
+    "ops_per_sec +12.0%, not confirmed"}."""
+    c = as_number(change_fraction)
+    return {"metric": metric, "change": c, "ci": None, "direction": direction,
+            "verdict": None,
+            "text": f"{metric} {pct(change_fraction)}, not confirmed" if c is not None
+            else f"{metric} {MISSING}"}
+
+
 def fmt(v: Any) -> str:
     """A value as a configuration writes it (knob values, trial figures): None and NaN as
     "-", booleans as the study file spells them (true/false), floats to 4 significant

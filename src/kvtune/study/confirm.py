@@ -458,8 +458,11 @@ def verdict(base: Arm, cands: list[tuple[dict[str, Any], Arm]], metric: str, dir
             pooled = (pooled_value(base), pooled_value(arm)) if metric == "capacity" \
                 else (None, None)
             if pooled[0] is not None and pooled[1] is not None:
-                # A capacity's figures are the pooled ones its change is the ratio of.
-                obj.baseline, obj.candidate, obj.change = pooled[0], pooled[1], ch
+                # A capacity's figures are the ones its change is the ratio of: the
+                # baseline's pooled capacity, and the candidate's as the baseline's times the
+                # change. The candidate's searches pooled on their own can disagree with a
+                # change paired by round, even in sign (55,438 → 54,774 beside +0.2%).
+                obj.baseline, obj.candidate, obj.change = pooled[0], pooled[0] * (1 + ch), ch
             obj.significant = obj.significant and not lo <= 0 <= hi
         checks = [check_constraint(k, base, arm, seed, objective=metric) for k in constraints]
         blocked = [k for k in checks if k.status == "violated"]

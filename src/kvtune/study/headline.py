@@ -244,6 +244,35 @@ def decide(confirmation: Confirmation | None, ablation: Ablation | None,
         return Headline("keep_defaults", f"Keep the defaults: {name} was not measured in "
                         "enough rounds to compare.", comparison=rec_c,
                         why="its confirmation rounds failed")
+    if lo > 0:
+        # Its interval excludes no change, yet it is not recommended: a constraint it
+        # breaks, the study's own test (Holm at its alpha), or its smallest gain worth
+        # shipping — said as such, never "more rounds" for an interval that spans nothing.
+        violated = [k.text or k.constraint for k in best.constraints
+                    if k.status == "violated"]
+        if violated:
+            return Headline("keep_defaults",
+                            f"Keep the defaults: the best candidate, {name}, measured {text}, "
+                            f"but {'; '.join(violated)}.",
+                            comparison=rec_c,
+                            why="a candidate that breaks a constraint of the study is not "
+                                "shipped, whatever it gains")
+        p_adj, alpha = best.p_adjusted, conf.alpha
+        if p_adj is not None and alpha is not None and p_adj >= alpha:
+            return Headline("not_decided",
+                            f"Not decided: the best candidate, {name}, measured {text}, but "
+                            f"its Holm-adjusted p ({present.p_value(p_adj)}) is not below the "
+                            f"study's alpha ({alpha:g}).",
+                            comparison=rec_c,
+                            why="the study asks for its alpha across the candidates (Holm); "
+                                "an interval that excludes no change is not that test",
+                            settle="more confirmation rounds (evaluation.confirm_rounds) or "
+                                   "fewer candidates (evaluation.confirm_top)")
+        return Headline("keep_defaults",
+                        f"Keep the defaults: the best candidate, {name}, measured {text}, "
+                        "below the smallest gain the study ships (evaluation.min_improvement).",
+                        comparison=rec_c,
+                        why="its interval does not clear evaluation.min_improvement")
     # What more measuring would take to show this gain, if it is real.
     need = rounds_to_show(best_gain, lo, hi, n, comp.df, comp.ci_level)
     more = max(1, int(need) - n) if need != math.inf else None
@@ -252,7 +281,9 @@ def decide(confirmation: Confirmation | None, ablation: Ablation | None,
                         f"Keep the defaults: the best candidate, {name}, measured {text}; a "
                         "gain that small is below what this host's noise can show.",
                         comparison=rec_c,
-                        why=f"showing it would take about {need} rounds per arm",
+                        why=(f"showing it would take about {int(need)} rounds per arm"
+                             if need != math.inf else
+                             "no number of rounds at this spread would show it"),
                         settle=None)
     arms = 1 + len(conf.candidates)
     return Headline("not_decided",

@@ -66,7 +66,7 @@ def collect(store: Store, name: str) -> dict[str, Any]:
             _vs_nearest_baseline([tr for tr in trials if tr["fingerprint"] == fp], b,
                                  [d for d in drift if d.fingerprint in (None, fp)],
                                  direction)
-    from kvtune.present import change_fraction, change_record
+    from kvtune.present import change_fraction, search_change_record
     from kvtune.study.stored import stored_spec
 
     attrs = study.user_attrs  # read (and checked) once: each read is a query and a deep copy
@@ -74,9 +74,10 @@ def collect(store: Store, name: str) -> dict[str, Any]:
 
     for tr in trials:  # the metric's own change against its baseline, as shown (present.py)
         if tr.get("baseline_ref") is not None:
-            tr["change"] = change_record(spec.get("objective", {}).get("metric") or "value",
-                                         change_fraction(tr["baseline_ref"], tr["value"]),
-                                         direction)
+            # A figure, no claim: the search measured no interval of the change.
+            tr["change"] = search_change_record(
+                spec.get("objective", {}).get("metric") or "value",
+                change_fraction(tr["baseline_ref"], tr["value"]), direction)
     confirmation = store.document(name, Confirmation)
     ablation = store.document(name, Ablation)
     metric = spec.get("objective", {}).get("metric")
