@@ -49,7 +49,7 @@ from kvtune.report.memory import section as memory_section
 from kvtune.report.summary import change_cell, change_word, trial_columns
 from kvtune.report.workers import html_section as workers_section
 from kvtune.store import config_key
-from kvtune.study.headline import Headline, decide
+from kvtune.study.headline import Headline
 from kvtune.study.record import stored_eval
 
 _CSS = """
@@ -181,16 +181,15 @@ def _pareto(conf: Confirmation | None) -> str:
 
 
 def headline_of(data: StudyData) -> Headline:
-    """The study's headline from what it stored (kvtune.study.headline.decide)."""
-    base = next((t for t in data.trials if t.user_attrs.get("kind") == "baseline"), None)
-    failed = None
-    if base is not None and base.value is None:
-        failed = str(base.user_attrs.get("failed") or "its repetitions failed")
-    measured = any(t.user_attrs.get("kind") == "trial" and t.value is not None
-                   for t in data.trials)
-    return decide(data.confirmation, data.ablation, metric=data.metric,
-                  direction=data.direction, study=data.name, baseline_failed=failed,
-                  measured=measured)
+    """The study's headline from what it stored: the same call as `kvtune tune`'s and
+    `show`'s (kvtune.study.result.study_headline), so that the report says what they say."""
+    from kvtune.study.result import study_headline
+
+    trials = [{"kind": t.user_attrs.get("kind"), "state": t.state.name,
+               "value": t.values[0] if t.values else None,
+               "failed": t.user_attrs.get("failed")} for t in data.trials]
+    return study_headline(trials, data.confirmation, data.ablation, metric=data.metric,
+                          direction=data.direction, study=data.name, engine=data.engine)
 
 
 def _verdict(data: StudyData) -> str:

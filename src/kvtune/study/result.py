@@ -14,6 +14,7 @@ from kvtune.documents import Ablation, Confirmation, Drift, NoiseFloor
 from kvtune.errors import UserError
 from kvtune.metrics import Direction
 from kvtune.store import Store, check_trial_attrs, config_key
+from kvtune.study.headline import Headline
 from kvtune.study.record import stored_eval
 
 
@@ -81,17 +82,8 @@ def collect(store: Store, name: str) -> dict[str, Any]:
     confirmation = store.document(name, Confirmation)
     ablation = store.document(name, Ablation)
     metric = spec.get("objective", {}).get("metric")
-    failed_base = next((t for t in trials if t["kind"] == "baseline"
-                        and t["state"] != "COMPLETE" and t["failed"]), None)
-    from kvtune.study.headline import decide
-
-    headline = decide(confirmation, ablation, metric=str(metric or "value"),
-                      direction=direction, study=name,
-                      baseline_failed=None if base is not None or failed_base is None
-                      else str(failed_base["failed"]),
-                      measured=any(t["kind"] == "trial" and t["value"] is not None
-                                   for t in trials),
-                      seconds_per_rep=_seconds_per_rep(store, name))
+    headline = study_headline(trials, confirmation, ablation, metric=str(metric or "value"),
+                              direction=direction, study=name, engine=store.engine)
     return {
         "study": name, "storage": store.url, "direction": direction,
         "headline": headline.as_dict(),
@@ -109,7 +101,29 @@ def collect(store: Store, name: str) -> dict[str, Any]:
     }
 
 
-def _seconds_per_rep(store: Store, name: str) -> float | None:
+def study_headline(trials: list[dict[str, Any]], confirmation: Confirmation | None,
+                   ablation: Ablation | None, *, metric: str, direction: Direction,
+                   study: str, engine: Any = None) -> Headline:
+    """The study's headline (kvtune.study.headline.decide) from its trials (dicts with
+    kind, state, value, failed), its stored confirmation and ablation: the one call every
+    screen's headline comes from (`kvtune tune`/`show` through `collect`, the report).
+    `engine`: the results database's, for how long a repetition takes (None: not said)."""
+    from kvtune.study.headline import decide
+
+    base = next((t for t in trials if t["kind"] == "baseline" and t["state"] == "COMPLETE"),
+                None)
+    failed_base = next((t for t in trials if t["kind"] == "baseline"
+                        and t["state"] != "COMPLETE" and t["failed"]), None)
+    return decide(confirmation, ablation, metric=metric, direction=direction, study=study,
+                  baseline_failed=None if base is not None or failed_base is None
+                  else str(failed_base["failed"]),
+                  measured=any(t["kind"] == "trial" and t["value"] is not None
+                               for t in trials),
+                  seconds_per_rep=_seconds_per_rep(engine, study) if engine is not None
+                  else None)
+
+
+def _seconds_per_rep(engine: Any, name: str) -> float | None:
     """How long one repetition of the study took, start to start (the median gap between
     stored repetitions, gaps of more than ten minutes left out: a pause, not a
     repetition); None without two."""
@@ -119,7 +133,7 @@ def _seconds_per_rep(store: Store, name: str) -> float | None:
 
     q = (sa.select(REPETITIONS.c.created).where(REPETITIONS.c.study == name)
          .order_by(REPETITIONS.c.id))
-    with store.engine.connect() as c:
+    with engine.connect() as c:
         ts = [r[0] for r in c.execute(q) if isinstance(r[0], int | float)]
     gaps = sorted(b - a for a, b in itertools.pairwise(ts) if 0 < b - a < 600)
     return gaps[len(gaps) // 2] if gaps else None
