@@ -533,3 +533,60 @@ def test_a_prior_quieter_than_this_host_is_dropped(tmp_path: Path,
     assert n == 5
     warm = results_of(tmp_path / "noisy.db", "noisy", "warm_start")[-1]
     assert warm["prior_rejected"]["cov"] > 0.0002 and "noise_pooled" not in warm
+
+
+def test_a_capacity_entry_keeps_the_figures_its_change_is_the_ratio_of() -> None:
+    """`library show`'s knees and `library list`'s change, from one confirmation: the
+    baseline's capacity pooled over its confirmation searches with that pooled interval,
+    the recommendation's as that times the change (not the rounds' medians, nor one
+    search's interval beside them)."""
+    from types import SimpleNamespace
+
+    from kvtune.documents import build
+    from kvtune.library.record import _capacity
+    from kvtune.metrics import Direction
+    from kvtune.spec import EvaluationSpec
+    from kvtune.stats import pool_intervals
+    from kvtune.store import config_key
+    from kvtune.study.confirm import Arm, verdict
+
+    base_knees = [(50_000, 48_000, 52_000), (60_000, 57_000, 63_000),
+                  (57_000, 50_000, 64_000), (56_000, 55_000, 57_000)]
+    cand_knees = [(60_000, 58_000, 62_000), (70_000, 68_000, 72_000),
+                  (66_000, 62_000, 70_000), (66_000, 65_000, 67_000)]
+
+    def arm(name: str, cfg: dict[str, Any], knees: list[tuple[int, int, int]]) -> Arm:
+        a = Arm(name, cfg)
+        for r, (v, lo, hi) in enumerate(knees):
+            a.metrics.append({"capacity": v, "capacity_ci_low": lo, "capacity_ci_high": hi})
+            a.rounds.append(r)
+            a.samples.append(v)
+        return a
+
+    base_cfg, cand_cfg = {"memcached.threads": 4}, {"memcached.threads": 2}
+    conf = build("confirmation", verdict(
+        arm("baseline", base_cfg, base_knees),
+        [({"trial": 1, "config": cand_cfg, "search_value": 1.0},
+          arm("trial 1", cand_cfg, cand_knees))],
+        "capacity", Direction.MAXIMIZE, EvaluationSpec(confirm_rounds=4), 0, (),
+        "p99_us <= 1000"))
+    assert conf.recommended is not None  # +17%, every round
+    reps = [{"kind": "confirm", "config_key": config_key(cfg), "status": "ok",
+             "metrics": {"capacity": v}, "raw": {"load": {"ci": [lo, hi]}}}
+            for cfg, knees in ((base_cfg, base_knees), (cand_cfg, cand_knees))
+            for v, lo, hi in knees]
+
+    class Store:
+        def repetitions(self, study: str, kind: str | None = None) -> list[dict[str, Any]]:
+            return [r for r in reps if kind is None or r["kind"] == kind]
+
+    run = SimpleNamespace(spec=SimpleNamespace(study="s", capacity=SimpleNamespace(
+        slo="p99_us <= 1000")), store=Store(), baseline_eval=None)
+    cap = _capacity(run, conf)  # type: ignore[arg-type]
+    assert cap is not None and cap.recommended_knee is not None
+    ch = conf.recommended.changes["capacity"]
+    assert cap.knee == ch.baseline and cap.recommended_knee == pytest.approx(ch.candidate)
+    assert cap.recommended_knee / cap.knee - 1 == pytest.approx(ch.change)
+    pooled = pool_intervals([float(v) for v, _, _ in base_knees],
+                            [(float(lo), float(hi)) for _, lo, hi in base_knees])
+    assert cap.ci == pytest.approx(pooled.ci) and cap.ci[0] <= cap.knee <= cap.ci[1]

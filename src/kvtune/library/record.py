@@ -113,13 +113,26 @@ def _capacity(run: Run, result: Confirmation) -> Capacity | None:
     if knee is None or knee <= 0:
         return None
     rec = _num(result.recommended.metrics.get("capacity")) if result.recommended else None
-    curve: list[CurvePoint] = []
     ci = None
+    # The figures the confirmation's change is the ratio of (kvtune.study.confirm: the
+    # baseline's pooled capacity, the candidate's as that times the change), not the
+    # rounds' medians, with the interval of that pooled figure (its confirmation
+    # searches'), not one search's.
+    shown = result.recommended or result.leading()
+    change = shown.changes.get("capacity") if shown is not None else None
+    pooled = _num(change.baseline) if change is not None else None
+    if change is not None and pooled is not None and pooled > 0:
+        knee = pooled
+        if result.recommended is not None:
+            rec = _num(change.candidate)
+        ci = _pooled_ci(run, result)
+    curve: list[CurvePoint] = []
     for rep in reversed(run.store.repetitions(run.spec.study, kind="baseline")):
         doc = (rep.get("raw") or {}).get("load")
         steps = search_steps(doc)
         if steps:
-            ci = search_ci(doc)
+            if change is None:  # no confirmation of it: the last search's own interval
+                ci = search_ci(doc)
             for s in sorted(steps, key=lambda s: s.get("rate") or 0)[:200]:
                 rate, lat = _num(s.get("rate")), _num(s.get("latency_us"))
                 if rate is not None and rate >= 0:
@@ -131,6 +144,31 @@ def _capacity(run: Run, result: Confirmation) -> Capacity | None:
     return Capacity(slo=str(cap.slo), knee=knee, ci=ci,
                     recommended_knee=rec if rec is not None and rec > 0 else None,
                     curve=curve)
+
+
+def _pooled_ci(run: Run, result: Confirmation) -> tuple[float, float] | None:
+    """The 95% interval of the baseline's capacity pooled over its confirmation searches
+    (kvtune.stats.pool_intervals, as the confirmation pooled it); None without them."""
+    from kvtune.load.kvload import search_ci
+    from kvtune.stats import pool_intervals
+    from kvtune.store import config_key
+
+    if result.baseline is None:
+        return None
+    key = config_key(dict(result.baseline.config))
+    knees, cis = [], []
+    for rep in run.store.repetitions(run.spec.study, kind="confirm"):
+        if rep.get("config_key") != key or rep.get("status") == "failed":
+            continue
+        v = _num((rep.get("metrics") or {}).get("capacity"))
+        ci = search_ci((rep.get("raw") or {}).get("load"))
+        if v is not None and v > 0 and ci is not None and ci[0] > 0 and ci[1] > 0:
+            knees.append(v)
+            cis.append(ci)
+    if not knees:
+        return None
+    lo, hi = pool_intervals(knees, cis).ci
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
 
 
 def _search(run: Run) -> Search:
