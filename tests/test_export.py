@@ -147,9 +147,36 @@ def test_minimal_configuration_from_the_ablation(in_tmp: Path) -> None:
     text = (in_tmp / "min/memcached/memcached.conf").read_text()
     assert re.search(r"^-t 2$", text, re.M) and re.search(r"^-m 256$", text, re.M)
     assert "-R 64" not in text and not (in_tmp / "min/sysctl.d").exists()
+    assert "derived, not measured on its own" in rec.source  # no choice measured it alone
     url2 = make_study(in_tmp, "noabl", "memcached", MC_BASE, MC_REC, confirmed=True)
     with pytest.raises(NoRecommendation, match="no ablation"):
         recommendation(Store(url2), "noabl", minimal=True)
+
+
+@pytest.mark.parallel
+def test_a_minimal_configuration_measured_alone_is_exported_with_its_own_change(
+        in_tmp: Path) -> None:
+    """The ablation measured the smaller change alone against the defaults: `--minimal`'s
+    header quotes that change (as the headline "Ship only …" does), not the whole
+    configuration's gain as if it were the smaller one's, nor "not measured on its own"."""
+    from kvtune.present import change_record
+
+    minimal = {"memcached.threads": 2}
+    abl = {"schema": 2, "minimal_changes": minimal, "minimal_config": {**MC_BASE, **minimal},
+           "skipped": None,
+           "choice": {"chosen": "minimal", "changes": minimal,
+                      "config": {**MC_BASE, **minimal}, "measured": True, "rounds": 6,
+                      "minimal_gain": change_record("ops_per_sec", 0.171, "maximize",
+                                                    ci=(0.09, 0.25))}}
+    url = make_study(in_tmp, "mini2", "memcached", MC_BASE, MC_REC, confirmed=True,
+                     ablation=abl, args=["-m", "256"])
+    rec = recommendation(Store(url), "mini2", minimal=True)
+    assert rec.source.startswith("MINIMAL configuration from the ablation: only "
+                                 "memcached.threads, measured alone against the defaults: "
+                                 "ops_per_sec +17.1% (95% CI +9.0% … +25.0%), better"), \
+        rec.source
+    assert "not measured on its own" not in rec.source
+    assert rec.config["memcached.threads"] == 2
 
 
 @pytest.mark.parallel

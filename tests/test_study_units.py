@@ -394,6 +394,12 @@ def test_a_detected_drift_withdraws_the_noise_floors_promise() -> None:
     assert "not comparable" in text and "nearest" in text
     assert "no longer holds" in text and "after trial 9" in text
     assert store.put and store.put[0][0] == "drift"
+    # Said as `kvtune show` says the stored record: the three figures formatted together.
+    from kvtune.present import with_interval
+
+    ch = rec["change"]
+    point, span = with_interval(ch["change"], ch["change_ci_low"], ch["change_ci_high"])
+    assert f"moved by {point} (95% CI {span})" in text, text
 
 
 class _SpoilingSession:

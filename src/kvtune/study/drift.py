@@ -68,9 +68,11 @@ class DriftCheck:
         if moved:
             when = "at the end of the search" if after_trial is None else \
                 f"after trial {after_trial}"
+            # The three figures formatted together, as `kvtune show` says them.
+            point, span = present.with_interval(ch, lo, hi)
             self.console.print(
                 f"  [yellow]drift:[/] {when} the baseline's {self.evaluator.metric} moved by "
-                f"{present.pct(ch)} (95% CI {present.pct(lo)} … {present.pct(hi)}). Search values "
+                f"{point} (95% CI {span}). Search values "
                 f"measured at "
                 "different times are not comparable: each trial is compared with the "
                 "baseline measurement nearest to it (kvtune show), and only the "
