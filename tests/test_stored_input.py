@@ -8,6 +8,7 @@ import importlib
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -285,3 +286,77 @@ def test_an_ssh_config_another_user_could_change_is_refused(
     monkeypatch.setenv("KVTUNE_SSH_CONFIG", "/dev/null")
     with pytest.raises(Untrusted, match="not a regular file"):
         ssh_config()
+
+
+# -- a configuration read back from storage, before it is measured -------------------------
+
+# A trial a results database could hold (anyone with the file could write it): memcached's
+# hashpower as text that would put an extstore file where it says in the `-o` list.
+EVIL = {"memcached.threads": 4, "memcached.hashpower": "16,ext_path=/etc/cron.d/x:64m"}
+
+
+def _space() -> Any:
+    from kvtune.knobs import catalog
+    from kvtune.space import Space
+
+    knobs = tuple(catalog.lookup(n) for n in ("memcached.threads", "memcached.hashpower"))
+    return Space(knobs, {"memcached.threads": 4, "memcached.hashpower": 16})
+
+
+def test_a_stored_configuration_outside_the_space_is_refused_naming_the_knob() -> None:
+    space = _space()
+    space.check({"memcached.threads": 2, "memcached.hashpower": 20}, "trial 1")  # fits
+    for cfg, words in ((EVIL, "memcached.hashpower='16,ext_path"),
+                       ({"memcached.threads": 4}, "memcached.hashpower: missing"),
+                       ({**EVIL, "memcached.hashpower": 16, "x.y": 1}, "'x.y': not a knob"),
+                       ({"memcached.threads": True, "memcached.hashpower": 16},
+                        "memcached.threads=True is outside")):
+        with pytest.raises(UserError) as e:
+            space.check(cfg, "study 's' in sqlite:///r.db, stored trial 1")
+        text = str(e.value) + " ".join(e.value.problems)
+        assert "stored trial 1" in text and words in text, text
+    with pytest.raises(UserError, match="not a mapping"):
+        space.check(["memcached.threads"], "trial 1")  # type: ignore[arg-type]
+
+
+def test_the_confirmation_refuses_a_stored_candidate_before_measuring_anything() -> None:
+    """The confirmation picks its candidates from stored trials: each is checked against
+    the study's space before the first repetition (nothing started), naming the trial."""
+    import optuna
+
+    from kvtune.spec import EvaluationSpec
+    from kvtune.study.confirm import confirm
+
+    space = _space()
+    trials = [optuna.trial.create_trial(
+        value=v, user_attrs={"kind": kind, "config": cfg, "violations": [0.0]})
+        for kind, cfg, v in (("baseline", dict(space.baseline), 100.0),
+                             ("trial", EVIL, 1e9))]
+    for i, t in enumerate(trials):
+        t.number = i
+    measured: list[Any] = []
+
+    def measure(config: dict[str, Any]) -> Any:
+        measured.append(config)
+        raise AssertionError("measured")
+
+    with pytest.raises(UserError, match="stored trial 1: the configuration does not fit"):
+        confirm(trials, dict(space.baseline), "ops_per_sec", "maximize",
+                EvaluationSpec(confirm_rounds=2), 0, measure, check=space.check)
+    assert not measured
+
+
+def test_a_session_refuses_a_configuration_outside_its_space_before_applying_it() -> None:
+    """The last gate before a server's argv and the kernel's files: whatever asks a session
+    to start a server (a resumed study, a fleet's peer, a library's warm start) with a
+    value outside its knob's domain gets UserError, and nothing is applied."""
+    from kvtune.measure.session import Session
+    from kvtune.spec import StudySpec
+
+    spec = StudySpec.model_validate({
+        "study": "s", "target": {"kind": "memcached"},
+        "knobs": ["memcached.threads", "memcached.hashpower"]})
+    session = Session(spec, list(_space().knobs), None)
+    session.space = _space()
+    with pytest.raises(UserError, match="does not fit the study's knob space"):
+        session.prepare_start(EVIL)

@@ -58,6 +58,24 @@ class Space:
         """A fresh, mutable copy of the baseline configuration."""
         return dict(self.baseline)
 
+    def check(self, config: Mapping[str, Any], where: str) -> None:
+        """`config` (one read back from a results database, a library, a fleet's peers:
+        input) holds every knob of the space, each value in its knob's domain, and nothing
+        else; UserError (exit 2) naming `where` and each misfit otherwise. Only such a
+        value reaches a server's argv, a `-o` list or a kernel file."""
+        if not isinstance(config, Mapping):
+            raise UserError(f"{where}: the configuration is not a mapping of knobs to values")
+        bad = [f"{k.name}: missing" for k in self.knobs if k.name not in config]
+        bad += [f"{k.name}={config[k.name]!r} is outside {k.domain.describe()}"
+                for k in self.knobs if k.name in config
+                and not k.domain.contains(config[k.name])]
+        known = set(self.names)
+        bad += [f"{str(name)[:64]!r}: not a knob of this study" for name in config
+                if name not in known]
+        if bad:
+            raise UserError(f"{where}: the configuration does not fit the study's knob space "
+                            "(nothing of it was applied or started)", bad)
+
     # -- Optuna ----------------------------------------------------------------------------
 
     def suggest(self, trial: optuna.Trial) -> Config:

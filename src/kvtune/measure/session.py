@@ -149,7 +149,10 @@ class Session:
                     raise TrialFailed(f"knob {k.name}: the write did not take: {e}") from None
 
     def prepare_start(self, config: Config) -> Launch:
-        """Apply `config`'s host knobs and cgroup files; the launch its server starts with."""
+        """Apply `config`'s host knobs and cgroup files; the launch its server starts with.
+        A configuration that does not fit the study's space (one read back from storage)
+        is refused before anything is applied (UserError)."""
+        self._space().check(config, "the configuration to measure")
         self.apply_host(config)
         launch = self.launch_for(config)
         if self.cgroup is not None:

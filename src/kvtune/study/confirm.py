@@ -556,12 +556,18 @@ def confirm(trials: Sequence[optuna.trial.FrozenTrial], baseline: dict[str, Any]
             metric: str, direction: Direction, ev: EvaluationSpec, seed: int, measure: Measure,
             on_start: Callable[[int], None] | None = None,
             on_rep: Callable[[], None] | None = None,
-            constraints: Sequence[Constraint] = (), slo: str | None = None) -> dict[str, Any]:
+            constraints: Sequence[Constraint] = (), slo: str | None = None,
+            check: Callable[[dict[str, Any], str], None] | None = None) -> dict[str, Any]:
     """The whole confirmation of a finished search (`trials`); the result as stored.
-    `slo`: the SLO a capacity objective keeps, said in each candidate's line."""
+    `slo`: the SLO a capacity objective keeps, said in each candidate's line. `check`:
+    called with each candidate's configuration (read back from storage: input) and where
+    it came from before anything is measured; it raises to refuse one."""
     cands = candidates(trials, baseline, direction, ev.confirm_top)
     if not cands:
         return {"recommended": None, "candidates": [], "verdict": NO_CANDIDATE}
+    for c in cands:
+        if check is not None:
+            check(c["config"], f"stored trial {c['trial']}")
     base = Arm("baseline", baseline)
     arms = [(c, Arm(f"trial {c['trial']}", c["config"])) for c in cands]
     if on_start:
@@ -680,15 +686,21 @@ def confirm_front(study: optuna.Study, baseline: dict[str, Any],
                   objectives: Sequence[tuple[str, str]], ev: EvaluationSpec, seed: int,
                   measure: Measure, on_start: Callable[[int], None] | None = None,
                   on_rep: Callable[[], None] | None = None,
-                  constraints: Sequence[Constraint] = ()) -> dict[str, Any]:
+                  constraints: Sequence[Constraint] = (),
+                  check: Callable[[dict[str, Any], str], None] | None = None
+                  ) -> dict[str, Any]:
     """The confirmation of a Pareto study: its front's candidates (at most
-    `confirm_top`, spread along the front) and the baseline in interleaved rounds."""
+    `confirm_top`, spread along the front) and the baseline in interleaved rounds.
+    `check`: as `confirm`'s."""
     cands = pareto_candidates(study.get_trials(deepcopy=False), baseline,
                               [d for _, d in objectives], ev.confirm_top)
     if not cands:
         return {"multi": True, "recommended": None, "candidates": [], "front": [],
                 "objectives": [{"metric": m, "direction": d} for m, d in objectives],
                 "verdict": NO_CANDIDATE}
+    for c in cands:
+        if check is not None:
+            check(c["config"], f"stored trial {c['trial']}")
     base = Arm("baseline", baseline)
     arms = [(c, Arm(f"trial {c['trial']}", c["config"])) for c in cands]
     if on_start:

@@ -372,6 +372,12 @@ class ConfirmationPhase:
     def __init__(self, context: PhaseContext) -> None:
         self.context = context
 
+    def _check(self, config: dict[str, Any], where: str) -> None:
+        """A candidate read back from the results database fits the study's space (it
+        came from storage, which anyone with the file or the database could have written)."""
+        self.context.space.check(config, f"study {self.context.name!r} in "
+                                         f"{self.context.store.url}, {where}")
+
     def run(self, study: optuna.Study, confirmed_by: str | None = None) -> Confirmation:
         c = self.context
         spec, ev = c.spec, c.spec.evaluation
@@ -390,7 +396,7 @@ class ConfirmationPhase:
                     study, baseline,
                     [(o.metric, o.resolved_direction) for o in spec.objective.all], ev,
                     spec.seed, measure, start, lambda: prog.advance(task),
-                    constraints=spec.parsed_constraints)
+                    constraints=spec.parsed_constraints, check=self._check)
             else:
                 # This host fingerprint's trials only (a heterogeneous study's other hosts
                 # have their own baseline and confirmation).
@@ -399,7 +405,7 @@ class ConfirmationPhase:
                 result = confirmation.confirm(
                     own, baseline, c.metric, c.direction, ev, spec.seed, measure, start,
                     lambda: prog.advance(task), constraints=spec.parsed_constraints,
-                    slo=str(cap.slo) if (cap := spec.capacity) else None)
+                    slo=str(cap.slo) if (cap := spec.capacity) else None, check=self._check)
         doc: Confirmation = documents.build("confirmation", result)  # typed once, as stored
         if confirmed_by is not None:
             doc = doc.model_copy(update={"confirmed_by": confirmed_by,
