@@ -360,3 +360,28 @@ def test_a_session_refuses_a_configuration_outside_its_space_before_applying_it(
     session.space = _space()
     with pytest.raises(UserError, match="does not fit the study's knob space"):
         session.prepare_start(EVIL)
+
+
+@pytest.mark.parametrize("change,check", [
+    ({"objective": "ops_per_sec"}, lambda d: d["objective"] == {"metric": "ops_per_sec"}),
+    ({"objective": ["ops_per_sec", "p99_us"]},
+     lambda d: d["objective"]["metric"] == "ops_per_sec"
+     and d["objective"]["also"] == [{"metric": "p99_us"}]),
+    ({"load": {"mode": "open", "rate": "50k", "duration": "2s", "connections": "8"}},
+     lambda d: d["load"]["rate"] == 50_000.0 and d["load"]["duration"] == 2.0
+     and d["load"]["connections"] == 8),
+    ({"target": {"kind": "memcached", "port": "11211"}},
+     lambda d: d["target"]["port"] == 11211),
+])
+def test_readers_of_a_stored_study_file_get_its_validated_form(
+        change: dict[str, Any], check: Any) -> None:
+    """A form the schema accepts and normalises (an objective as a name or a list, "50k")
+    reaches show, export, report and verify normalised, as a study file's would: read raw,
+    they ended in "'str' object has no attribute 'get'" or "Unknown format code 'g'"."""
+    raw = {"study": "s", "target": {"kind": "memcached"}, "knobs": ["memcached.threads"],
+           "load": {"mode": "closed"}, "objective": "ops_per_sec", **change,
+           "storage": "sqlite:///r.db"}
+    stored = stored_spec({"spec": raw}, "s", "sqlite:///r.db")
+    assert check(stored.data), stored.data
+    assert stored.data["storage"] == "sqlite:///r.db"
+    assert "evaluation" not in stored.data  # no defaults added: the fields the study set

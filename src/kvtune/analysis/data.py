@@ -148,7 +148,11 @@ def load(store: Store, name: str) -> StudyData:
     # The study's attributes, read (and checked, store.CheckedStorage) once: each read of
     # `study.user_attrs` is a query, a check of every attribute and a deep copy.
     attrs = study.user_attrs
-    spec = attrs.get("spec", {}) or {}
+    # The stored study file, checked and normalised as a study file is (a results
+    # database is input: kvtune.study.stored) before anything here reads it.
+    from kvtune.study.stored import stored_spec
+
+    spec = stored_spec(attrs, name, store.url).data
     sig = attrs.get("signature", {}) or {}
     metric = spec.get("objective", {}).get("metric") or sig.get("metric") or "value"
     data = StudyData(

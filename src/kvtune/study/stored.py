@@ -25,8 +25,9 @@ _KNOB = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")  # a knob's name, as a study fi
 
 @dataclass(frozen=True)
 class StoredStudy:
-    """A stored study file, checked: `data` the document as stored (its storage URL, kept
-    masked, left out), `spec` its validated form (None when the study stored none)."""
+    """A stored study file, checked: `data` its validated form as a document (the fields
+    it set, normalised; its masked storage URL kept as stored), `spec` its validated form
+    (None when the study stored none)."""
 
     data: dict[str, Any]
     spec: StudySpec | None
@@ -62,7 +63,14 @@ def stored_spec(attrs: Mapping[str, Any], study: str, storage: str) -> StoredStu
                         "database was changed?)")
     data = {k: v for k, v in raw.items() if k != "storage"}  # kept masked: not a URL
     spec = check_stored(data, f"{where}: the stored study file")
-    return StoredStudy(dict(raw), spec, text)
+    # What readers get is the validated form, not the stored text: the forms the schema
+    # accepts and normalises (an objective as a bare name or a list, a rate of "50k", a
+    # duration of "2s") arrive normalised (a mapping, 50000.0, 2.0 s), as a study file's
+    # would; only the fields the study set (no defaults added).
+    checked = spec.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    if isinstance(raw.get("storage"), str):
+        checked["storage"] = raw["storage"]
+    return StoredStudy(checked, spec, text)
 
 
 def sweep_knob(key: str, study: str, storage: str) -> str:
