@@ -385,3 +385,27 @@ def test_readers_of_a_stored_study_file_get_its_validated_form(
     assert check(stored.data), stored.data
     assert stored.data["storage"] == "sqlite:///r.db"
     assert "evaluation" not in stored.data  # no defaults added: the fields the study set
+
+
+@pytest.mark.parametrize("domain,words", [
+    ({}, "has no known type"),
+    ({"type": "zzz"}, "has no known type"),
+    ({"type": "int", "low": 5, "high": 1}, "low 5 is above high 1"),
+    ({"type": "int", "low": "a", "high": "b"}, "has a low that is not a finite number"),
+    ({"type": "categorical", "choices": 5}, "has choices that are not a list"),
+    ({"type": "categorical", "choices": [[1]]}, "has choices that are not a list"),
+    ("int", "is not a mapping"),
+])
+def test_a_stored_domain_that_is_not_one_is_refused_naming_the_knob(domain: Any,
+                                                                     words: str) -> None:
+    """The stored space (each knob's searched domain) is read by export's checks and the
+    report: a tampered one is refused naming the knob, never a KeyError or TypeError."""
+    from kvtune.space import stored_domains
+
+    good = {"type": "int", "low": 1, "high": 4}
+    assert stored_domains({"domains": {"memcached.threads": good}}, "study 's'")[
+        "memcached.threads"].contains(2)
+    with pytest.raises(UserError) as e:
+        stored_domains({"domains": {"memcached.threads": domain}}, "study 's' in r.db")
+    assert "study 's' in r.db" in str(e.value) and "'memcached.threads'" in str(e.value)
+    assert words in str(e.value), str(e.value)

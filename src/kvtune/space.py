@@ -12,6 +12,7 @@ read back with the same domains.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -113,11 +114,49 @@ def domain_from_json(data: Mapping[str, Any]) -> Domain:
                   tuple(data.get("special") or ()))
 
 
-def stored_domains(data: Mapping[str, Any] | None) -> dict[str, Domain]:
-    """The domains of a stored space (`Space.as_json`), by knob name; empty when absent."""
+def _scalar(v: Any) -> bool:
+    return v is None or isinstance(v, str | bool) or (
+        isinstance(v, int | float) and math.isfinite(v))
+
+
+def stored_domain(name: str, data: Any, where: str) -> Domain:
+    """One knob's domain as a results database stored it (input): a known type, finite
+    bounds, scalar choices and special values; UserError naming the knob otherwise."""
+    def bad(why: str) -> UserError:
+        return UserError(f"{where}: the stored domain of knob {str(name)[:64]!r} {why} (the "
+                         "results database was changed?); nothing was written")
+
+    if not isinstance(data, Mapping):
+        raise bad("is not a mapping")
+    if data.get("type") not in ("int", "float", "categorical", "bool"):
+        raise bad("has no known type (int, float, categorical, bool)")
+    for key in ("low", "high", "step"):
+        v = data.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
+                              or not math.isfinite(v)):
+            raise bad(f"has a {key} that is not a finite number")
+    for key in ("choices", "special"):
+        v = data.get(key)
+        if v is not None and (not isinstance(v, list | tuple) or len(v) > 10_000
+                              or not all(_scalar(x) for x in v)):
+            raise bad(f"has {key} that are not a list of plain values")
+    try:
+        return domain_from_json(data)
+    except (TypeError, ValueError) as e:
+        raise bad(f"is not a domain: {e}") from None
+
+
+def stored_domains(data: Mapping[str, Any] | None, where: str = "the stored space"
+                   ) -> dict[str, Domain]:
+    """The domains of a stored space (`Space.as_json`), by knob name, each checked
+    (`stored_domain`); empty when absent."""
     if not data:
         return {}
-    return {name: domain_from_json(d) for name, d in (data.get("domains") or {}).items()}
+    if not isinstance(data, Mapping) or not isinstance(data.get("domains") or {}, Mapping):
+        raise UserError(f"{where}: the stored space is not a mapping of knobs to domains "
+                        "(the results database was changed?); nothing was written")
+    return {name: stored_domain(name, d, where)
+            for name, d in (data.get("domains") or {}).items()}
 
 
 # -- building ------------------------------------------------------------------------------

@@ -99,10 +99,11 @@ def _knob_from_domain(name: str, d: Domain) -> KnobInfo:
     return KnobInfo(name, d.type, log=d.log, special=tuple(d.special))
 
 
-def _knobs(attrs: dict[str, Any], trials: list[optuna.trial.FrozenTrial]) -> list[KnobInfo]:
+def _knobs(attrs: dict[str, Any], trials: list[optuna.trial.FrozenTrial],
+           where: str = "the stored space") -> list[KnobInfo]:
     """The study's knobs with the domains it searched (stored by the study in its attributes
     `attrs`); for a study stored before kvtune kept them, the trials' distributions."""
-    domains = stored_domains(attrs.get("space"))
+    domains = stored_domains(attrs.get("space"), where)
     if domains:
         return [_knob_from_domain(n, d) for n, d in domains.items()]
     knobs: dict[str, KnobInfo] = {}
@@ -158,7 +159,8 @@ def load(store: Store, name: str) -> StudyData:
     data = StudyData(
         engine=store.engine, name=name, metric=metric,
         direction=Direction(study.directions[0].name.lower()), study=study,
-        trials=trials, reps=store.repetitions(name), knobs=_knobs(attrs, trials), spec=spec,
+        trials=trials, reps=store.repetitions(name),
+        knobs=_knobs(attrs, trials, f"study {name!r} in {store.url}"), spec=spec,
         host=attrs.get("host", {}) or {},
         baseline=attrs.get("baseline", {}) or {},
         noise_floor=store.document(name, NoiseFloor),

@@ -220,7 +220,7 @@ def check_domains(rec: Recommendation, space: dict[str, Any] | None) -> None:
     which holds the baseline's special values): anything else is not what was measured."""
     from kvtune.space import stored_domains
 
-    domains = stored_domains(space)
+    domains = stored_domains(space, f"study {rec.study!r}")
     bad = [f"{k}={v!r} is outside {domains[k].describe()}" for k, v in rec.config.items()
            if k in domains and not domains[k].contains(v)]
     if bad:
