@@ -409,3 +409,33 @@ def test_a_stored_domain_that_is_not_one_is_refused_naming_the_knob(domain: Any,
         stored_domains({"domains": {"memcached.threads": domain}}, "study 's' in r.db")
     assert "study 's' in r.db" in str(e.value) and "'memcached.threads'" in str(e.value)
     assert words in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("knee", [-4, 0, "x", float("inf"), True, 1e12])
+def test_a_resumed_studys_stored_knee_is_a_rate_or_refused(knee: Any) -> None:
+    """A resumed capacity study takes back the knee its warm start stored, which sets its
+    searches' rates (kvload's --search-range): one that is not a request rate is refused
+    naming the study and the storage, before anything is measured."""
+    from types import SimpleNamespace
+
+    import optuna
+
+    from kvtune.library.warm import WarmStart
+
+    class Store:
+        url = "sqlite:///r.db"
+
+        def last_result(self, study: str, key: str) -> Any:
+            return {"mode": "warm", "knee": knee}
+
+    study = optuna.create_study()
+    study.add_trial(optuna.trial.create_trial(value=1.0))  # resumed: a finished trial
+    run = SimpleNamespace(spec=SimpleNamespace(study="s"), store=Store())
+    warm = WarmStart(run)  # type: ignore[arg-type]
+    with pytest.raises(UserError, match=r"study 's' in sqlite:///r.db: the stored warm "
+                                        r"start: its knee .* is not a request rate"):
+        warm.prepare(study)
+    good = WarmStart(SimpleNamespace(spec=SimpleNamespace(study="s"), store=type(
+        "S", (), {"url": "u", "last_result": lambda self, s, k: {"knee": 52_000}})()))  # type: ignore[arg-type]
+    good.prepare(study)
+    assert good.knee == 52_000.0

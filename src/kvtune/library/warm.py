@@ -31,6 +31,7 @@ from rich.markup import escape
 
 from kvtune import present
 from kvtune.documents import Confirmation
+from kvtune.errors import UserError
 from kvtune.library.entry import Entry
 from kvtune.library.nearest import Found, context_of, neighbours
 from kvtune.library.store import Library, LibraryUnavailable, open_library
@@ -94,7 +95,8 @@ class WarmStart:
             old = run.store.last_result(spec.study, "warm_start")
             if isinstance(old, dict):
                 self.record = old
-                self.knee = old.get("knee")
+                self.knee = _stored_knee(old.get("knee"), f"study {spec.study!r} in "
+                                         f"{run.store.url}: the stored warm start")
             return
         try:
             self._prepare()
@@ -210,6 +212,10 @@ class WarmStart:
         from kvtune.quantities import MAX_RATE
 
         lo, hi = self.knee / BRACKET, min(self.knee * BRACKET, MAX_RATE)
+        if not 0 < lo < hi <= MAX_RATE:  # a knee from the library: input, like a study file
+            self.say(f"  capacity: the neighbour's knee {present.figure(self.knee)} req/s "
+                     "gives no range of rates: not used")
+            return
         obj.rates = (lo, hi)
         driver = run.session.load_driver
         if driver is not None and hasattr(driver, "capacity"):  # built with the old rates
@@ -377,3 +383,19 @@ def fit(space: Space, changes: dict[str, Any]) -> tuple[dict[str, Any], list[str
         except (ValueError, TypeError):
             bad.append(f"{k}={v!r} (outside {knob.domain.describe()})")
     return config, bad
+
+
+def _stored_knee(value: Any, where: str) -> float | None:
+    """A knee a resumed study stored with its warm start (input: a results database anyone
+    with the file could change): None, or a finite request rate within kvload's range;
+    UserError naming `where` otherwise (nothing is measured: it sets the searches' rates)."""
+    from kvtune.quantities import MAX_RATE
+
+    if value is None:
+        return None
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not math.isfinite(value) or not 0 < value <= MAX_RATE):
+        raise UserError(f"{where}: its knee {str(value)[:64]!r} is not a request rate "
+                        f"(0 < knee <= {MAX_RATE:g} req/s; the results database was "
+                        "changed?); nothing was measured")
+    return float(value)
