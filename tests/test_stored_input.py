@@ -439,3 +439,22 @@ def test_a_resumed_studys_stored_knee_is_a_rate_or_refused(knee: Any) -> None:
         "S", (), {"url": "u", "last_result": lambda self, s, k: {"knee": 52_000}})()))  # type: ignore[arg-type]
     good.prepare(study)
     assert good.knee == 52_000.0
+
+
+def test_one_line_values_keep_to_one_line() -> None:
+    """`$` also matches before a final newline: every one-line check is a full match, so a
+    value read back from storage cannot carry a line break into a file kvtune writes (a
+    CPU list into a systemd drop-in's CPUAffinity=, a word into a rollback, a study's name
+    into an export's paths)."""
+    from kvtune.cpulist import parse_cpus
+    from kvtune.export import _fits
+    from kvtune.knobs import catalog
+
+    assert parse_cpus("0, 2-3") == [0, 2, 3]
+    for text in ("0,\n1", "0\n", "1\n-2", "0\r"):
+        with pytest.raises(ValueError):
+            parse_cpus(text)
+    knob = catalog.lookup("memcached.threads")  # a baseline word a host could have had
+    assert _fits(knob, "never", False) and not _fits(knob, "never\n", False)
+    assert refusal("/sys/devices/system/cpu/cpu0/cpuidle/state1/disable") is None
+    assert refusal("/sys/devices/system/cpu/cpu0/cpuidle/state1/disable\n") is not None

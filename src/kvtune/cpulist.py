@@ -8,7 +8,9 @@ from __future__ import annotations
 import re
 
 MAX_CPU = 8191  # the kernel's largest NR_CPUS - 1; kvload's own bound is CPU_SETSIZE - 1
-_PART = re.compile(r"^\s*(\d{1,5})(?:\s*-\s*(\d{1,5}))?\s*$")
+# Spaces and tabs around a part, never a line break (a CPU list lands on one line of a
+# systemd drop-in: "0,\n1" would write a second line).
+_PART = re.compile(r"[ \t]*(\d{1,5})(?:[ \t]*-[ \t]*(\d{1,5}))?[ \t]*")
 FORMS = "a CPU list such as 0, 0-1 or 0,2-3"
 
 
@@ -20,7 +22,7 @@ def parse_cpus(text: str, limit: int = MAX_CPU) -> list[int]:
         raise ValueError(f"{str(text)[:40]!r} is not {FORMS}")
     out: list[int] = []
     for part in text.split(","):
-        m = _PART.match(part)
+        m = _PART.fullmatch(part)
         if not m:
             what = "an empty part" if not part.strip() else \
                 f"{part.strip()[:20]!r} is not a CPU number or range"

@@ -252,7 +252,7 @@ def _fits(knob: Knob, value: Any, recommended: bool) -> bool:
     if isinstance(value, int | float):
         return knob.domain.type in ("int", "float") and math.isfinite(value) and (
             knob.domain.type == "float" or float(value).is_integer())
-    return isinstance(value, str) and bool(_WORD.match(value))
+    return isinstance(value, str) and bool(_WORD.fullmatch(value))
 
 
 def check_values(rec: Recommendation) -> None:
@@ -267,7 +267,7 @@ def check_values(rec: Recommendation) -> None:
     from kvtune.cpulist import parse_cpus
 
     bad = []
-    if not _STUDY.match(rec.study):
+    if not _STUDY.fullmatch(rec.study):
         bad.append("the study's name is not a study name (letters, digits, _ . -)")
     for knob, value, base in rec.knobs():
         if not _fits(knob, value, True):
@@ -292,7 +292,7 @@ def check_values(rec: Recommendation) -> None:
         except ValueError as e:
             bad.append(f"target.cpus: {e}")
     if bad:
-        raise UserError(f"{rec.study if _STUDY.match(rec.study) else 'the study'}: the "
+        raise UserError(f"{rec.study if _STUDY.fullmatch(rec.study) else 'the study'}: the "
                         "configuration to export does not pass the knob catalog's checks "
                         "(nothing was written)", bad)
 

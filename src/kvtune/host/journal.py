@@ -523,7 +523,7 @@ def check_state(state: dict[str, Any], allowed_roots: tuple[Path, ...] = ALLOWED
             problems.append(f"{at}: {d!r} is outside the writable roots")
         elif any(Path(real) == r or r in Path(real).parents for r in ALLOWED_ROOTS) and (
                 not real.startswith(hostpaths.CGROUP_ROOT)
-                or not hostpaths.KVTUNE_CGROUP.match(Path(real).name)):
+                or not hostpaths.KVTUNE_CGROUP.fullmatch(Path(real).name)):
             problems.append(f"{at}: {d} is not a cgroup kvtune creates (kvtune-PID under "
                             f"{hostpaths.CGROUP_ROOT})")
     for i, proc in enumerate(lists["processes"]):

@@ -476,6 +476,6 @@ _PLOT_ID = re.compile(r"^plot-[a-z]+(-[a-z]+)*(-[0-9]+)*$")
 def plot_id(div_id: str) -> str:
     """`div_id` for Plotly's `to_html`, which writes it into the page unescaped: a fixed
     word and indices only (never a stored knob name or value). ValueError otherwise."""
-    if not _PLOT_ID.match(div_id):
+    if not _PLOT_ID.fullmatch(div_id):
         raise ValueError(f"plot id {div_id!r} is not a fixed name with indices")
     return div_id

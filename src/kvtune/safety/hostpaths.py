@@ -132,7 +132,7 @@ def refusal(host_path: str) -> str | None:
             if p == prefix or (prefix.endswith(("/", "_")) and p.startswith(prefix)):
                 return why
         return None
-    if p in _MODULE_OK or _CPUIDLE_OK.match(p):
+    if p in _MODULE_OK or _CPUIDLE_OK.fullmatch(p):
         return None
     for prefix, why in DENY_SYS_TREES.items():
         if p == prefix.rstrip("/") or p.startswith(prefix):
@@ -186,7 +186,7 @@ def write_refusal(host_path: str) -> str | None:
     which it creates, writes and removes)."""
     if host_path.startswith(CGROUP_ROOT):
         parts = host_path[len(CGROUP_ROOT):].split("/")
-        if any(KVTUNE_CGROUP.match(p) for p in parts):
+        if any(KVTUNE_CGROUP.fullmatch(p) for p in parts):
             return None
         return "is a cgroup file outside kvtune's own cgroups (kvtune-PID)"
     return refusal(host_path)
@@ -195,7 +195,7 @@ def write_refusal(host_path: str) -> str | None:
 def check_sysfs_text(path: str) -> None:
     """A study file's sysfs path, lexically (ValueError): absolute, under /sys, no `.` or
     `..` components, no doubled or trailing slash, plain characters, not denied."""
-    if not _SYSFS_CHARS.match(path):
+    if not _SYSFS_CHARS.fullmatch(path):
         raise ValueError(f"sysfs path {path!r} must be under /sys/ and plain (letters, digits "
                          "and _ . : @ + , - /)")
     parts = path.split("/")[1:]

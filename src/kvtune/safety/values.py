@@ -119,7 +119,7 @@ def check_inline_values(ks: KnobSpec, target_kind: str, target: Any) -> None:
         applier.check_inline(str(arg), ks.name, values, is_bool, target)
         return
     for v in values:
-        if isinstance(v, str) and not _HOST_VALUE.match(v):
+        if isinstance(v, str) and not _HOST_VALUE.fullmatch(v):
             raise ValueError(f"{ks.name}: {v!r} is not a value for a kernel file "
                              "(printable text, at most 256 characters)")
 

@@ -77,7 +77,7 @@ def sweep_knob(key: str, study: str, storage: str) -> str:
     """The knob of a stored sweep's result key (`sweep:KNOB`), when it is a knob's name;
     UserError otherwise (a report puts it in headings and plots)."""
     knob = key.split(":", 1)[1] if ":" in key else ""
-    if not _KNOB.match(knob):
+    if not _KNOB.fullmatch(knob):
         raise UserError(f"study {study!r} in {storage}: a stored sweep's knob is not a "
                         "knob's name (the results database was changed?); nothing was "
                         "written")

@@ -109,14 +109,14 @@ def _histograms(reply: Any) -> dict[str, list[list[float]]]:
 def normal(value: str) -> str:
     """A directive's value as CONFIG GET shows it: sizes in bytes, words lower-case."""
     v = " ".join(value.strip().strip('"').split()).lower()
-    m = _SIZE.match(v)
+    m = _SIZE.fullmatch(v)
     if m:
         return str(int(m.group(1)) * _UNITS[m.group(2)])
     return v
 
 
 def _check_directive(name: str) -> None:
-    if not _NAME.match(name) or name in NEVER or name.startswith("tls-"):
+    if not _NAME.fullmatch(name) or name in NEVER or name.startswith("tls-"):
         raise ValueError(f"directive {name!r} is not one a canary rollback sets")
 
 
@@ -187,7 +187,7 @@ class Reader:
         new, old = read_conf(change), read_conf(current)
         out: dict[str, tuple[str, str | None]] = {}
         for d in sorted(set(new) | set(old)):
-            if d in NEVER or d.startswith("tls-") or not _NAME.match(d):
+            if d in NEVER or d.startswith("tls-") or not _NAME.fullmatch(d):
                 continue
             a, b = new.get(d), old.get(d)
             if a is None:

@@ -139,7 +139,7 @@ _FEATURE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
 def _feature_text(name: str, on: bool) -> str:
     """What is written for one feature: its name, or NO_ and its name; never other text
     (an undo replays the name from a journal file)."""
-    if not _FEATURE.match(name) or name.startswith("NO_"):
+    if not _FEATURE.fullmatch(name) or name.startswith("NO_"):
         raise ValueError(f"{name!r} is not a scheduler feature's name")
     return name if on else f"NO_{name}"
 
