@@ -84,6 +84,11 @@ def test_ablation_two_carriers_and_minimize() -> None:
     assert res["knobs"][0]["knob"] == "synthetic.x"  # the larger share first
     assert res["knobs"][0]["revert"]["verdict"] == "worse"
     assert res["gain"]["change"] < 0 and res["gain"]["verdict"] == "better"
+    # The whole recommendation's gain is said with its interval (paired by round), which
+    # its word follows: never "better" from the sign of one ratio of medians.
+    lo, hi = res["gain"]["ci"]
+    assert lo <= res["gain"]["change"] <= hi < 0, res["gain"]
+    assert "95% CI" in res["gain"]["text"], res["gain"]
     assert 0.8 < res["shares_sum"] < 1.2
 
 

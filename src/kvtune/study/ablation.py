@@ -267,7 +267,17 @@ def analyse(rec_arm: Arm, base_arm: Arm, arms: list[tuple[str, Arm]],
                      "revert": change_record(metric, rev, direction, ci=tuple(rev_ci),
                                              significant=significant)})
     rows.sort(key=lambda r: -(r["share"] if not math.isnan(r["share"]) else -math.inf))
-    gain = change_fraction(_med(base), _med(rec_arm.samples[:n0]))
+    # The recommendation against the defaults over the first rounds, paired by round as
+    # every other change here: its figure with its interval, so that its word ("better")
+    # follows an interval, never the sign of one ratio of medians.
+    rec_rounds = dict(list(rec_arm.samples_by_round().items())[:n0])
+    base_rounds = dict(list(base_arm.samples_by_round().items())[:n0])
+    whole = compare_rounds(rec_rounds, base_rounds, direction, level=0.95, two_sided=True)
+    if math.isnan(whole.improvement):
+        gain, gain_ci = change_fraction(_med(base), _med(rec_arm.samples[:n0])), None
+    else:
+        ch, ch_lo, ch_hi = whole.change()
+        gain, gain_ci = ch, (ch_lo, ch_hi)
     carries = [r["knob"] for r in rows if r["effect"] == "carries"]
     minimal = {k: recommended[k] for k in carries}
     shares = [r["share"] for r in rows if not math.isnan(r["share"])]
@@ -278,7 +288,8 @@ def analyse(rec_arm: Arm, base_arm: Arm, arms: list[tuple[str, Arm]],
         "share_threshold": share,
         "changes": {r["knob"]: {"baseline": r["baseline"], "recommended": r["recommended"]}
                     for r in rows},
-        "gain": change_record(metric, gain, direction),
+        "gain": change_record(metric, gain, direction, ci=gain_ci,
+                              significant=None if gain_ci is not None else False),
         "baseline_samples": list(base), "recommended_samples": list(rec_arm.samples),
         "knobs": rows, "carries": carries,
         "hurts": [r["knob"] for r in rows if r["effect"] == "hurts"],
