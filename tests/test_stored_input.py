@@ -451,7 +451,8 @@ def test_one_line_values_keep_to_one_line() -> None:
     from kvtune.knobs import catalog
 
     assert parse_cpus("0, 2-3") == [0, 2, 3]
-    for text in ("0,\n1", "0\n", "1\n-2", "0\r"):
+    assert parse_cpus("0-1\n") == [0, 1]  # a line read from a file: around the list only
+    for text in ("0,\n1", "1\n-2", "0,\r1", "0\n,1"):
         with pytest.raises(ValueError):
             parse_cpus(text)
     knob = catalog.lookup("memcached.threads")  # a baseline word a host could have had

@@ -898,7 +898,9 @@ def report(
         return
     # A damaged stored trial or result is refused here (exit 2), never hidden behind the
     # sweeps-only page.
-    data = load(store, name)
+    from kvtune.study.stored import checked_spec
+
+    data = load(store, name, checked_spec)
     path = write(data, output, within, analyse(data, within, importance))
     size = path.stat().st_size / 1e6
     out.print(f"wrote {escape(path)} ({size:.1f} MB, self-contained; open it in any browser)")

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 
 MAX_CPU = 8191  # the kernel's largest NR_CPUS - 1; kvload's own bound is CPU_SETSIZE - 1
-# Spaces and tabs around a part, never a line break (a CPU list lands on one line of a
-# systemd drop-in: "0,\n1" would write a second line).
+# Spaces and tabs around a part, never a line break within the list (it lands on one line
+# of a systemd drop-in: "0,\n1" would write a second line).
 _PART = re.compile(r"[ \t]*(\d{1,5})(?:[ \t]*-[ \t]*(\d{1,5}))?[ \t]*")
 FORMS = "a CPU list such as 0, 0-1 or 0,2-3"
 
@@ -21,7 +21,9 @@ def parse_cpus(text: str, limit: int = MAX_CPU) -> list[int]:
     if not isinstance(text, str) or len(text) > 4096:
         raise ValueError(f"{str(text)[:40]!r} is not {FORMS}")
     out: list[int] = []
-    for part in text.split(","):
+    # Whitespace around the whole list (a line read from a file); inside it, spaces and
+    # tabs only (a part's `_PART`).
+    for part in text.strip().split(","):
         m = _PART.fullmatch(part)
         if not m:
             what = "an empty part" if not part.strip() else \

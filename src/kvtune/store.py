@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -20,6 +21,11 @@ from kvtune import documents, present
 from kvtune.errors import UserError
 
 if TYPE_CHECKING:
+    from collections.abc import Container
+
+    from optuna.study._frozen import FrozenStudy
+    from optuna.trial import TrialState
+
     from kvtune.spec import StudySpec
 
 D = TypeVar("D", bound=documents.Document)
@@ -132,8 +138,7 @@ class Store:
             where = f"study {study!r} in {self.url}, repetition #{d.get('id')}"
             for k in ("params", "metrics", "raw"):
                 d[k] = _loads(d[k], where)
-            check_document({"metrics": d["metrics"]}, where)
-            out.append(d)
+            out.append(check_repetition(d, where))
         return out
 
     def put_result(self, study: str, key: str, data: Any) -> None:
@@ -299,9 +304,15 @@ NUMBER_FIELDS = frozenset({
     "search_value", "seconds", "share", "shares_sum", "steal", "trial", "window_s",
     "windows", "after_trial",
 })
-# Fields that hold a list of figures (or nulls).
+# Fields that hold a list of figures (or nulls; a trial's `violations` attribute, one per
+# constraint, holds numbers only: `check_trial_attrs`).
 NUMBER_LISTS = frozenset({"samples", "values", "ci", "share_ci", "looks", "levels",
-                          "baseline_samples", "recommended_samples"})
+                          "baseline_samples", "recommended_samples", "violations"})
+# Fields that hold a list of text (a command line).
+TEXT_LISTS = frozenset({"argv"})
+# Fields that hold a mapping (or null): a repetition's measurement (`load`), its telemetry
+# and the server's statistics.
+OBJECT_FIELDS = frozenset({"telemetry", "load", "server_stats"})
 # Fields that map names to figures (or nulls; a repetition's metrics also hold its verdict
 # in words).
 NUMBER_MAPS = frozenset({"metrics", "cov", "robust_cov"})
@@ -311,6 +322,11 @@ CONFIG_FIELDS = frozenset({"config", "changes", "minimal_changes", "minimal_conf
                            "baseline_value", "value", "baseline", "recommended"})
 MAX_DEPTH = 32
 MAX_STRING = 20_000
+# Text with a control character other than a newline or a tab.
+_NOT_PLAIN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# What passes every rule as it is (a figure or null: every field holds one; bool is not).
+_FIGURES = frozenset({int, float, type(None)})
+_SHAPED = OBJECT_FIELDS | TEXT_LISTS
 
 
 def _is_number(v: Any) -> bool:
@@ -324,16 +340,35 @@ def check_document(doc: Any, where: str) -> Any:
     return doc
 
 
-def _check(v: Any, where: str, path: str, name: str | None, depth: int) -> None:
-    def refuse(what: str) -> UserError:
-        return UserError(f"{where}: the stored field {path or '(the document)'} {what} (the "
+def _shape(v: Any, name: str | None) -> str | None:
+    """What is wrong with `v` as field `name` of the shapes `TEXT_LISTS` and
+    `OBJECT_FIELDS` give (None: nothing)."""
+    if v is None:
+        return None
+    if name in OBJECT_FIELDS and not isinstance(v, dict):
+        return f"is {_short(v)}, not a mapping"
+    if name in TEXT_LISTS and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+        return f"is {_short(v)}, not a list of text"
+    return None
+
+
+def _check(v: Any, where: str, path: str, name: str | None, depth: int,
+           typed: bool = True) -> None:
+    """Check `v` (field `name`, at `path`); `typed`: the rules by field name apply (without
+    it, only plain text, text keys and the depth: a document of another program's own
+    names, as a repetition's telemetry)."""
+    def refuse(what: str, at: str | None = None) -> UserError:
+        at = path if at is None else at
+        return UserError(f"{where}: the stored field {at or '(the document)'} {what} (the "
                          "results database was changed?); nothing was written")
+
+    if not typed:
+        name = None
 
     if depth > MAX_DEPTH:
         raise refuse(f"is nested deeper than {MAX_DEPTH} levels")
     if isinstance(v, str):
-        if len(v) > MAX_STRING or any((ord(c) < 0x20 and c not in "\n\t")
-                                      or 0x7f <= ord(c) < 0xa0 for c in v):
+        if len(v) > MAX_STRING or _NOT_PLAIN.search(v):
             raise refuse("is not plain text (control characters, or longer than "
                          f"{present.figure(MAX_STRING)} characters)")
         if name in NUMBER_FIELDS and name not in CONFIG_FIELDS:
@@ -346,7 +381,9 @@ def _check(v: Any, where: str, path: str, name: str | None, depth: int) -> None:
             bad = next(x for x in v if not _is_number(x))
             raise refuse(f"holds {_short(bad)}, not a number")
         for i, x in enumerate(v):
-            _check(x, where, f"{path}[{i}]", name, depth + 1)
+            if type(x) in _FIGURES and depth < MAX_DEPTH:
+                continue  # a figure is every field's figure (a field of figures' too)
+            _check(x, where, f"{path}[{i}]", name, depth + 1, typed)
         return
     if isinstance(v, dict):
         if name in NUMBER_MAPS:  # figures, and a repetition's verdict words
@@ -356,8 +393,16 @@ def _check(v: Any, where: str, path: str, name: str | None, depth: int) -> None:
         for k, x in v.items():
             if not isinstance(k, str):
                 raise refuse("has a key that is not text")
-            _check(x, where, f"{path}.{k}" if path else k, None if name in CONFIG_FIELDS
-                   and name not in ("baseline", "recommended") else k, depth + 1)
+            sub = None if name in CONFIG_FIELDS and name not in ("baseline", "recommended") \
+                else k
+            wrong = _shape(x, sub) if typed and sub in _SHAPED else None
+            if wrong:
+                raise refuse(wrong, f"{path}.{k}" if path else k)
+            if depth < MAX_DEPTH and (type(x) in _FIGURES or (
+                    type(x) is str and len(x) <= MAX_STRING and not _NOT_PLAIN.search(x)
+                    and not (typed and sub in NUMBER_FIELDS))):
+                continue  # a figure is every field's figure; plain text, a field of text's
+            _check(x, where, f"{path}.{k}" if path else k, sub, depth + 1, typed)
         return
 
 
@@ -404,8 +449,9 @@ def check_study_attrs(attrs: Any, where: str) -> Any:
 
 def check_trial_attrs(attrs: Any, where: str) -> Any:
     """A trial's stored attributes when its configuration is a mapping of single values,
-    its kind text and every field typed as `check_document` types it; UserError naming
-    `where` and the attribute otherwise."""
+    its kind, worker and host fingerprint text, its violations a list of numbers
+    (one per constraint: each reader compares them with 0) and every field typed as
+    `check_document` types it; UserError naming `where` and the attribute otherwise."""
     def refuse(key: str, what: str) -> UserError:
         return UserError(f"{where}: the stored {key} {what} (the results database was "
                          "changed?); nothing was written")
@@ -417,10 +463,78 @@ def check_trial_attrs(attrs: Any, where: str) -> Any:
             not isinstance(x, str | int | float | bool) and x is not None
             for x in config.values())):
         raise refuse("config", "is not a configuration (knob: single value)")
-    if attrs.get("kind") is not None and not isinstance(attrs["kind"], str):
-        raise refuse("kind", "is not text")
+    for key in ("kind", "worker", "fingerprint"):
+        if attrs.get(key) is not None and not isinstance(attrs[key], str):
+            raise refuse(key, f"is not text ({_short(attrs[key])})")
+    if "violations" in attrs:
+        v = attrs["violations"]
+        # Numbers, infinite and NaN included: kvtune writes an infinite one itself (a
+        # saturated run's p99 against its bound), and each reader compares it with 0.
+        if not isinstance(v, list) or not all(
+                isinstance(x, int | float) and not isinstance(x, bool) for x in v):
+            raise refuse("violations", f"are {_short(v)}, not a list of numbers "
+                         "(one per constraint)")
     _check(attrs, where, "", None, 0)
     return attrs
+
+
+def check_repetition(rep: dict[str, Any], where: str) -> dict[str, Any]:
+    """A stored repetition (its `params`, `metrics` and `raw` parsed) when its
+    configuration is a mapping of single values, its metrics a mapping of figures (or
+    verdict words) and its raw record a mapping whose fields have their types
+    (`check_document`: the command line a list of text; the measurement, the telemetry and
+    the server's statistics mappings). The telemetry holds the sampler's own records (its
+    `samples` are rows, not figures): it is checked as plain text under text keys, its
+    parts the report reads mappings. UserError naming `where` and the field otherwise."""
+    def refuse(key: str, what: str) -> UserError:
+        return UserError(f"{where}: the stored {key} {what} (the results database was "
+                         "changed?); nothing was written")
+
+    for key in ("params", "metrics", "raw"):
+        if not isinstance(rep.get(key), dict):
+            raise refuse(key, f"is {_short(rep.get(key))}, not a mapping")
+    if any(not isinstance(x, str | int | float | bool) and x is not None
+           for x in rep["params"].values()):
+        raise refuse("params", "is not a configuration (knob: single value)")
+    _check(rep["params"], where, "params", "config", 0)
+    check_document({"metrics": rep["metrics"]}, where)
+    raw = rep["raw"]
+    tel = raw.get("telemetry")
+    check_document({k: v for k, v in raw.items() if k != "telemetry"}
+                   if tel is not None else raw, where)
+    wrong = _shape(tel, "telemetry")
+    if wrong:
+        raise refuse("field telemetry", wrong)
+    if tel is not None:
+        for part in ("samples", "server"):
+            if tel.get(part) is not None and not isinstance(tel[part], dict):
+                raise refuse(f"field telemetry.{part}", f"is {_short(tel[part])}, "
+                             "not a mapping")
+        rows = (tel.get("samples") or {}).get("samples")
+        if rows is not None and not (isinstance(rows, list)
+                                     and all(isinstance(r, dict) for r in rows)):
+            raise refuse("field telemetry.samples.samples", "is not a list of mappings")
+        _check(tel, where, "telemetry", None, 1, typed=False)
+    return rep
+
+
+# What Optuna raises reading a row of its own tables it did not write: a JSON text that is
+# not JSON (ValueError), a distribution it does not know (ValueError, KeyError), a
+# categorical index outside its choices (IndexError), a value missing from a finished trial
+# (AssertionError), a state or direction that is none of its names (LookupError), a column
+# of the wrong type (TypeError, ValueError, SQLAlchemy's errors). LookupError covers
+# KeyError and IndexError, ValueError json.JSONDecodeError.
+_UNREADABLE = (ValueError, TypeError, LookupError, AssertionError, RecursionError,
+               sa.exc.SQLAlchemyError)
+
+
+class _TrialUnreadable(UserError):
+    """A trial Optuna cannot build from its rows (`CheckedStorage`): the reading method
+    names the study."""
+
+    def __init__(self, why: str, study_id: Any, number: Any) -> None:
+        super().__init__(f"trial {number}: the stored trials cannot be read: {why}")
+        self.why, self.study_id, self.number = why, study_id, number
 
 
 class CheckedStorage(optuna.storages.RDBStorage):
@@ -428,17 +542,118 @@ class CheckedStorage(optuna.storages.RDBStorage):
     `study.user_attrs` asks) passes `check_study_attrs` first: one place, whichever command
     reads them. A subclass (Optuna's public storage class), not a method replaced on an
     instance. (A trial's attributes are checked where the screens read a study:
-    `kvtune.analysis.load`.)"""
+    `kvtune.analysis.load`.)
+
+    Optuna's own tables are input too: each read that parses them (a study's attributes
+    and directions, every trial: what `load_study`, `study.trials`, `get_trials` and
+    `get_trial` go through) turns what Optuna raises on a row it did not write
+    (`_UNREADABLE`) into UserError naming the storage, the study and the trial. The same
+    queries: only the errors are caught. Optuna's KeyError for a study or trial that is not
+    there is left as it is (its callers tell "no study named ...")."""
 
     where = "the results database"  # the masked URL, for messages (Store sets it)
 
-    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
-        attrs = super().get_study_user_attrs(study_id)
+    def _name(self, study_id: Any) -> str | None:
+        try:  # only for a message
+            return str(super().get_study_name_from_id(study_id))
+        except Exception:
+            return None
+
+    def _unreadable(self, e: BaseException, study_id: Any = None,
+                    what: str = "trials") -> UserError:
+        """UserError for `e` raised reading the `what` of study `study_id` (None: not
+        known), the storage and the study named, no password shown."""
+        from sqlalchemy.engine import make_url
+
+        if isinstance(e, _TrialUnreadable):
+            why, study_id, trial = e.why, e.study_id, f", trial {e.number}"
+        else:
+            why, trial = _why(e), ""
         try:
-            name = str(self.get_study_name_from_id(study_id))
-        except Exception:  # only for the message
-            name = str(study_id)
+            password = make_url(self.url).password
+        except Exception:
+            password = None
+        if password:
+            why = why.replace(str(password), "***")
+        name = None if study_id is None else self._name(study_id)
+        place = self.where if name is None else f"study {name!r} in {self.where}"
+        # A database that answers with an error (a lock, a lost connection) is not said to
+        # have been changed.
+        hint = "" if isinstance(e, sa.exc.DBAPIError) else \
+            " (the results database was changed?)"
+        return UserError(f"{place}{trial}: the stored {what} cannot be read: {why}{hint}; "
+                         "nothing was written")
+
+    def _build_frozen_trial_from_trial_model(self, trial: Any) -> optuna.trial.FrozenTrial:
+        try:
+            return super()._build_frozen_trial_from_trial_model(trial)
+        except _UNREADABLE as e:
+            raise _TrialUnreadable(_why(e), getattr(trial, "study_id", None),
+                                   getattr(trial, "number", None)) from None
+
+    def _get_trials(self, study_id: int, states: Container[TrialState] | None,
+                    included_trial_ids: set[int], trial_id_greater_than: int,
+                    ) -> list[optuna.trial.FrozenTrial]:
+        try:
+            return super()._get_trials(study_id, states, included_trial_ids,
+                                       trial_id_greater_than)
+        except _TrialUnreadable as e:
+            raise self._unreadable(e) from None
+        except KeyError:  # no such study
+            raise
+        except _UNREADABLE as e:
+            raise self._unreadable(e, study_id) from None
+
+    def get_trial(self, trial_id: int) -> optuna.trial.FrozenTrial:
+        try:
+            return super().get_trial(trial_id)
+        except _TrialUnreadable as e:
+            raise self._unreadable(e) from None
+        except KeyError:  # no such trial
+            raise
+        except _UNREADABLE as e:
+            raise self._unreadable(e) from None
+
+    def get_study_directions(self, study_id: int) -> list[optuna.study.StudyDirection]:
+        try:
+            return super().get_study_directions(study_id)
+        except KeyError:  # no such study
+            raise
+        except _UNREADABLE as e:
+            raise self._unreadable(e, study_id, "study") from None
+
+    def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
+        try:
+            return super().get_study_system_attrs(study_id)
+        except KeyError:  # no such study
+            raise
+        except _UNREADABLE as e:
+            raise self._unreadable(e, study_id, "study attributes") from None
+
+    def get_all_studies(self) -> list[FrozenStudy]:
+        try:
+            return super().get_all_studies()
+        except _UNREADABLE as e:
+            raise self._unreadable(e, what="studies") from None
+
+    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
+        try:
+            attrs = super().get_study_user_attrs(study_id)
+        except KeyError:  # no such study
+            raise
+        except _UNREADABLE as e:
+            raise self._unreadable(e, study_id, "study attributes") from None
+        name = self._name(study_id) or str(study_id)
         return check_study_attrs(attrs, f"study {name!r} in {self.where}")
+
+
+def _why(e: BaseException) -> str:
+    """One line of what `e` says (a driver's own error when SQLAlchemy wraps one), plain
+    text: the stored text it may quote is shown, never obeyed."""
+    text = str(getattr(e, "orig", None) or e).strip()
+    line = text.splitlines()[0] if text else ""
+    line = (f"{type(e).__name__}: {line}" if line else type(e).__name__).translate(_CONTROLS)
+    return line if len(line) <= 300 else line[:297] + "..."
 
 
 def _short(v: Any) -> str:

@@ -25,14 +25,14 @@ from kvtune.analysis.sensitivity import Curve, sensitivity
 from kvtune.analysis.zones import Zone, zones
 
 
-def load(store: Any, name: str) -> StudyData:
+def load(store: Any, name: str, spec_of: Any = None) -> StudyData:
     """Study `name` of `store` as the screens read it (`kvtune.analysis.data.load`), every
     trial's stored attributes checked first (`kvtune.store.check_trial_attrs`: a results
     database is input; a configuration that was not a mapping was a traceback in show and
-    the report)."""
+    the report); `spec_of`: as `kvtune.analysis.data.load`'s."""
     from kvtune.store import check_trial_attrs
 
-    data = _load(store, name)
+    data = _load(store, name, spec_of)
     for t in data.trials:
         check_trial_attrs(t.user_attrs, f"study {name!r} in {data.storage}, trial {t.number}")
     return data

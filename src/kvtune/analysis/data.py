@@ -4,6 +4,7 @@ and its results (noise floor, confirmation, sweeps) from kvtune's tables."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,7 +134,12 @@ def _first_objective(t: optuna.trial.FrozenTrial, trial_id: int) -> optuna.trial
         trial_id=trial_id)
 
 
-def load(store: Store, name: str) -> StudyData:
+def load(store: Store, name: str,
+         spec_of: Callable[[Mapping[str, Any], str, str], dict[str, Any]] | None = None
+         ) -> StudyData:
+    """Study `name` of `store`. `spec_of(attrs, name, url)`: the stored study file,
+    checked and normalised (`kvtune.study.stored.stored_spec`, which the screens pass: this
+    package sits below `kvtune.study`); without it, the stored text as it is."""
     try:
         study = store.load_study(name)
     except KeyError:
@@ -150,12 +156,13 @@ def load(store: Store, name: str) -> StudyData:
     # `study.user_attrs` is a query, a check of every attribute and a deep copy.
     attrs = study.user_attrs
     # The stored study file, checked and normalised as a study file is (a results
-    # database is input: kvtune.study.stored) before anything here reads it.
-    from kvtune.study.stored import stored_spec
-
-    spec = stored_spec(attrs, name, store.url).data
+    # database is input) before anything here reads it.
+    spec = spec_of(attrs, name, store.url) if spec_of is not None else \
+        dict(attrs.get("spec") or {})
     sig = attrs.get("signature", {}) or {}
-    metric = spec.get("objective", {}).get("metric") or sig.get("metric") or "value"
+    objective = spec.get("objective")
+    metric = (objective.get("metric") if isinstance(objective, dict) else None) \
+        or sig.get("metric") or "value"
     data = StudyData(
         engine=store.engine, name=name, metric=metric,
         direction=Direction(study.directions[0].name.lower()), study=study,

@@ -129,10 +129,12 @@ class Library:
             raise LibraryUnavailable(f"library {self.url}: {_why(e)}") from None
         for rid, data in rows:
             try:
+                if not isinstance(data, str | bytes):  # a row's text may be NULL, a number
+                    raise TypeError(f"the entry is not JSON text ({str(data)[:40]})")
                 if len(data) > MAX_ENTRY_BYTES:
                     raise ValueError(f"more than {MAX_ENTRY_BYTES // 1024} KiB")
                 out.entries.append(parse(json.loads(data)))
-            except (ValueError, RecursionError) as e:
+            except (ValueError, TypeError, RecursionError) as e:
                 out.invalid.append((str(rid)[:32], str(e)[:300]))
         return out
 

@@ -410,9 +410,10 @@ def _analysis(store: Store, name: str, top: int = 8) -> dict[str, Any] | None:
     objective (with their baseline and best values), as in `kvtune report`."""
     from kvtune.analysis import analyse, load
     from kvtune.report.compare import comparison
+    from kvtune.study.stored import checked_spec
 
     try:
-        data = load(store, name)
+        data = load(store, name, checked_spec)
         a = analyse(data)
         cmp = comparison(data)
     except (ValueError, RuntimeError, KeyError, TypeError) as e:

@@ -73,6 +73,12 @@ def stored_spec(attrs: Mapping[str, Any], study: str, storage: str) -> StoredStu
     return StoredStudy(checked, spec, text)
 
 
+def checked_spec(attrs: Mapping[str, Any], study: str, storage: str) -> dict[str, Any]:
+    """`stored_spec`'s document: what the screens hand `kvtune.analysis.load` to read a
+    study's stored study file with (that package sits below this one)."""
+    return stored_spec(attrs, study, storage).data
+
+
 def sweep_knob(key: str, study: str, storage: str) -> str:
     """The knob of a stored sweep's result key (`sweep:KNOB`), when it is a knob's name;
     UserError otherwise (a report puts it in headings and plots)."""
