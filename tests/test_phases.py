@@ -317,3 +317,24 @@ def test_a_fleet_worker_judges_relative_constraints_by_the_baseline_it_waited_fo
     assert c.evaluator.noise_cov is not None  # the stored noise floor
     bound = [k.baseline for k in c.evaluator.policy.constraints]
     assert bound == [pytest.approx(measured.metrics["ops_per_sec"])]
+
+
+@pytest.mark.parametrize("attrs,words", [
+    ({"violations": "x"}, "stored violations"),
+    ({"fingerprint": ["fp-1"]}, "stored fingerprint"),
+])
+def test_a_resumed_or_confirmed_studys_trials_are_checked_before_they_are_compared(
+        tmp_path: Path, attrs: dict[str, Any], words: str) -> None:
+    """A resumed study reads its finished trials back, the confirmation picks from them:
+    a trial attribute of the wrong type is refused naming the trial (it was a TypeError in
+    `read_back` and in the confirmation's candidates)."""
+    c = context(tmp_path)
+    study = optuna.create_study(study_name=c.name, storage=c.store.storage,
+                                direction=c.direction.text)
+    study.add_trial(optuna.trial.create_trial(
+        value=1.0, user_attrs={"kind": "trial", "config": dict(c.space.baseline),
+                               "violations": [0.0], "fingerprint": "fp-1", **attrs}))
+    with pytest.raises(UserError, match=rf"study 'ph' in .*, trial 0: the {words}"):
+        phases.read_back(c, study)
+    with pytest.raises(UserError, match=rf"trial 0: the {words}"):
+        phases.ConfirmationPhase(c).run(study)

@@ -234,6 +234,20 @@ class Resumed:
     incumbent: Evaluation | None
 
 
+def checked_trials(c: PhaseContext, study: optuna.Study,
+                   states: tuple[optuna.trial.TrialState, ...] | None = None
+                   ) -> list[optuna.trial.FrozenTrial]:
+    """The study's trials read back from storage (input: a resumed study's, a fleet's
+    peers'), each one's attributes checked as the screens check them
+    (`kvtune.store.check_trial_attrs`) before a phase compares or measures them again."""
+    from kvtune.store import check_trial_attrs
+
+    trials = study.get_trials(deepcopy=False, states=states)
+    for t in trials:
+        check_trial_attrs(t.user_attrs, f"study {c.name!r} in {c.store.url}, trial {t.number}")
+    return trials
+
+
 def read_back(context: PhaseContext, study: optuna.Study,
               known: Evaluation | None = None) -> Resumed:
     """The baseline and the incumbent of this host fingerprint's finished trials (another
@@ -243,7 +257,7 @@ def read_back(context: PhaseContext, study: optuna.Study,
     c = context
     baseline = known
     best: Evaluation | None = None
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+    for t in checked_trials(c, study, (optuna.trial.TrialState.COMPLETE,)):
         if t.user_attrs.get("fingerprint", c.fingerprint) != c.fingerprint:
             continue  # another host's: never compared with this host's
         e = evaluation_of(t, c.metric)
@@ -392,6 +406,7 @@ class ConfirmationPhase:
                 prog.update(task, total=ev.confirm_rounds * (n + 1))
 
             if spec.objective.multi:
+                checked_trials(c, study)  # what the front is chosen from: checked first
                 result = confirmation.confirm_front(
                     study, baseline,
                     [(o.metric, o.resolved_direction) for o in spec.objective.all], ev,
@@ -400,7 +415,7 @@ class ConfirmationPhase:
             else:
                 # This host fingerprint's trials only (a heterogeneous study's other hosts
                 # have their own baseline and confirmation).
-                own = [t for t in study.get_trials(deepcopy=False)
+                own = [t for t in checked_trials(c, study)
                        if t.user_attrs.get("fingerprint", c.fingerprint) == c.fingerprint]
                 result = confirmation.confirm(
                     own, baseline, c.metric, c.direction, ev, spec.seed, measure, start,
