@@ -247,7 +247,10 @@ def test_capture_of_memcached_recovers_the_known_workload_and_replays(
         assert doc["rate"] == pytest.approx(8000, rel=0.1)
         assert sorted(v for v, _ in parse_weighted(doc["value_size"])) == [100, 1000]
         assert sorted(v for v, _ in parse_weighted(doc["key_size"])) == [12, 30]
-        assert sorted(v for v, _ in parse_weighted(doc["ttl"])) == [0, 600]
+        # memcached's watcher logs a store's remaining TTL: one second less when its
+        # clock (a tick a second, on its own thread) moved between the store and the log.
+        ttls = dict(parse_weighted(doc["ttl"]))
+        assert {0, 600} <= set(ttls) <= {0, 599, 600} and ttls.get(599, 0) < 0.1, doc["ttl"]
         assert doc["about"]["captured"]["seen_fraction"] > 0.95
         assert "increase_pct" in doc["about"]["captured"]["capture_cost"]
         d = kvtune("workload", "describe", str(out), "--html", str(tmp_path / "w.html"))
@@ -418,7 +421,11 @@ def test_a_live_capture_keeps_its_trace(tmp_path: Path, memcached_bin: str,
         assert len(rows) == pytest.approx(8000, rel=0.1)
         sets = [r for r in rows if r[1] == "s"]
         assert abs(len(sets) / len(rows) - 0.25) < 0.03
-        assert {(r[4], r[5]) for r in sets} == {("700", "120")}
+        # memcached's watcher logs a store's remaining TTL (its expiry less its clock,
+        # which ticks once a second, on its own thread): 119 when the tick fell between
+        # the store and its log line (CI's run 59), never anything else.
+        stored = {(r[4], r[5]) for r in sets}
+        assert ("700", "120") in stored and stored <= {("700", "120"), ("700", "119")}, stored
         assert {r[4] for r in rows if r[1] == "g"} <= {"700", "0"}
         assert not re.search(r",0{3,}\d+,", kept.read_text())  # kvload's keys never in clear
         res = subprocess.run([kvload_bin, "--server", f"127.0.0.1:{port}", "--trace",
