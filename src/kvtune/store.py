@@ -7,6 +7,7 @@ study. Nothing measured is ever lost: a repetition is written as soon as it ends
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -21,7 +22,7 @@ from kvtune import documents, present
 from kvtune.errors import UserError
 
 if TYPE_CHECKING:
-    from collections.abc import Container
+    from collections.abc import Container, Iterator
 
     from optuna.study._frozen import FrozenStudy
     from optuna.trial import TrialState
@@ -559,6 +560,20 @@ class CheckedStorage(optuna.storages.RDBStorage):
         except Exception:
             return None
 
+    @contextlib.contextmanager
+    def _reading(self, study_id: Any = None, what: str = "trials") -> Iterator[None]:
+        """Optuna's read of the `what` of study `study_id` inside: what it raises building
+        a row it did not write becomes `_unreadable`'s UserError; "no such study or trial"
+        (KeyError) stays Optuna's."""
+        try:
+            yield
+        except _TrialUnreadable as e:
+            raise self._unreadable(e) from None
+        except KeyError:
+            raise
+        except _UNREADABLE as e:
+            raise self._unreadable(e, study_id, what) from None
+
     def _unreadable(self, e: BaseException, study_id: Any = None,
                     what: str = "trials") -> UserError:
         """UserError for `e` raised reading the `what` of study `study_id` (None: not
@@ -594,55 +609,29 @@ class CheckedStorage(optuna.storages.RDBStorage):
     def _get_trials(self, study_id: int, states: Container[TrialState] | None,
                     included_trial_ids: set[int], trial_id_greater_than: int,
                     ) -> list[optuna.trial.FrozenTrial]:
-        try:
+        with self._reading(study_id):
             return super()._get_trials(study_id, states, included_trial_ids,
                                        trial_id_greater_than)
-        except _TrialUnreadable as e:
-            raise self._unreadable(e) from None
-        except KeyError:  # no such study
-            raise
-        except _UNREADABLE as e:
-            raise self._unreadable(e, study_id) from None
 
     def get_trial(self, trial_id: int) -> optuna.trial.FrozenTrial:
-        try:
+        with self._reading():
             return super().get_trial(trial_id)
-        except _TrialUnreadable as e:
-            raise self._unreadable(e) from None
-        except KeyError:  # no such trial
-            raise
-        except _UNREADABLE as e:
-            raise self._unreadable(e) from None
 
     def get_study_directions(self, study_id: int) -> list[optuna.study.StudyDirection]:
-        try:
+        with self._reading(study_id, "study"):
             return super().get_study_directions(study_id)
-        except KeyError:  # no such study
-            raise
-        except _UNREADABLE as e:
-            raise self._unreadable(e, study_id, "study") from None
 
     def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
-        try:
+        with self._reading(study_id, "study attributes"):
             return super().get_study_system_attrs(study_id)
-        except KeyError:  # no such study
-            raise
-        except _UNREADABLE as e:
-            raise self._unreadable(e, study_id, "study attributes") from None
 
     def get_all_studies(self) -> list[FrozenStudy]:
-        try:
+        with self._reading(what="studies"):
             return super().get_all_studies()
-        except _UNREADABLE as e:
-            raise self._unreadable(e, what="studies") from None
 
     def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
-        try:
+        with self._reading(study_id, "study attributes"):
             attrs = super().get_study_user_attrs(study_id)
-        except KeyError:  # no such study
-            raise
-        except _UNREADABLE as e:
-            raise self._unreadable(e, study_id, "study attributes") from None
         name = self._name(study_id) or str(study_id)
         return check_study_attrs(attrs, f"study {name!r} in {self.where}")
 
