@@ -138,9 +138,10 @@ lint-python: setup
 
 lint-rust: setup
 	@cargo fmt --manifest-path kvload/Cargo.toml --check
-	@# A target directory of its own: clippy's checks share nothing with the release build's
-	@# artifacts, and cargo's lock on a shared one would make it wait for the tests' build.
-	@CARGO_TARGET_DIR=kvload/target/lint cargo clippy $(CARGO_FLAGS) -- -D warnings
+	@# kvload/target, shared with the release build: clippy's checks reuse its build scripts
+	@# and procedural macros (19 -> 13 s of CPU; beside the tests' build in make test, cargo's
+	@# lock runs the two one after the other while lint and install use the CPUs).
+	@cargo clippy $(CARGO_FLAGS) -- -D warnings
 
 bench: kvload
 	@bench/kvload/run.sh
