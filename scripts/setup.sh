@@ -86,19 +86,47 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ kvload/pyproject.to
   echo "setup: installing kvtune and its dependencies into .venv"
   log=$(mktemp)
   # The installs go through uv (from PyPI, into .venv; `uv pip` is pip's interface): it
-  # resolves, downloads and unpacks in parallel, where pip took 14 s of one CPU here beside
-  # cargo's build (a fresh environment's install: 1.5 s). .venv keeps its own pip for whoever
-  # uses it, and `make test-install` installs the wheels with pip, as people do.
+  # resolves, downloads and unpacks in parallel, where pip took 14 s of one CPU beside
+  # cargo's build. uv reads neither pip's configuration nor its certificate setting: it is
+  # given the system's certificates (where pip is told to find them, PIP_CERT, and where a
+  # TLS-inspecting proxy's authority is) and pip's index and find-links settings from the
+  # environment; should it fail all the same, pip installs instead, said. .venv keeps its
+  # own pip, and `make test-install` installs the wheels with pip, as people do.
   # kvtune depends on the kvload package (kvload/pyproject.toml: the binary in a platform
   # wheel, built here with maturin); the checkout's own cargo build is what runs from the
   # checkout (kvtune.load.kvload.find_kvload), the wheel satisfies the dependency.
-  # --no-compile (uv's default): the thousands of modules of the dependencies kvtune never
-  # imports (most of plotly's) are not compiled; what the tests import is compiled once,
-  # when first run. kvtune's dependencies but kvload first, while cargo builds kvload (the
-  # index would be asked for kvload otherwise); the editable install below then finds them.
+  # Nothing is compiled at install (uv's default, pip's --no-compile): the thousands of
+  # modules of the dependencies kvtune never imports (most of plotly's) are not; what the
+  # tests import is compiled once, when first run. kvtune's dependencies but kvload first,
+  # while cargo builds kvload (the index would be asked for kvload otherwise); the editable
+  # install then finds them.
+  export UV_NATIVE_TLS=1
+  if [ -n "${PIP_INDEX_URL:-}" ]; then export UV_DEFAULT_INDEX=${UV_DEFAULT_INDEX:-$PIP_INDEX_URL}; fi
+  if [ -n "${PIP_EXTRA_INDEX_URL:-}" ]; then export UV_INDEX=${UV_INDEX:-$PIP_EXTRA_INDEX_URL}; fi
+  if [ -n "${PIP_FIND_LINKS:-}" ] && [ -d "$PIP_FIND_LINKS" ]; then
+    export UV_FIND_LINKS=${UV_FIND_LINKS:-$PIP_FIND_LINKS}
+  fi
+  use_uv=yes
+  exec 3>&2
+  # pyinstall [--again] ARGS: uv, else pip (--again: over an installed version, without deps)
+  pyinstall() {
+    local again=()
+    if [ "$1" = --again ]; then shift; again=(--no-deps); fi
+    if [ -n "$use_uv" ]; then
+      local err
+      if err=$(.venv/bin/uv pip install --python .venv/bin/python -q \
+                 ${again:+--reinstall} "${again[@]}" "$@" 2>&1); then
+        return 0
+      fi
+      echo "setup: uv could not install (${err##*$'\n'}): pip installs instead" >&3
+      use_uv=
+    fi
+    .venv/bin/pip install -q --disable-pip-version-check --no-compile \
+      ${again:+--force-reinstall} "${again[@]}" "$@"
+  }
   reqs=$(mktemp)
-  uv() { .venv/bin/uv pip "$1" --python .venv/bin/python -q "${@:2}"; }
-  if ! { .venv/bin/pip install -q --disable-pip-version-check 'uv>=0.4,<1' &&
+  if ! { { .venv/bin/pip install -q --disable-pip-version-check 'uv>=0.5,<1' ||
+           { echo "setup: uv could not be installed: pip installs instead" >&3; use_uv=; }; } &&
          .venv/bin/python -c '
 import tomllib
 p = tomllib.load(open("pyproject.toml", "rb"))["project"]
@@ -106,12 +134,12 @@ extra = p["optional-dependencies"]
 for r in p["dependencies"] + extra["dev"] + extra["dashboard"] + extra["postgres"]:
     if not r.lower().startswith("kvload"):
         print(r)' >"$reqs" &&
-         uv install -r "$reqs" &&
+         pyinstall -r "$reqs" &&
          { [ -z "$cargo_pid" ] || wait "$cargo_pid" || true; } &&
          rm -rf build/kvload-wheel &&
          .venv/bin/maturin build --release -m kvload/Cargo.toml --out build/kvload-wheel &&
-         uv install --reinstall --no-deps build/kvload-wheel/kvload-*.whl &&
-         uv install -e '.[dev,dashboard,postgres]'
+         pyinstall --again build/kvload-wheel/kvload-*.whl &&
+         pyinstall -e '.[dev,dashboard,postgres]'
        } >"$log" 2>&1; then
     cat "$log" >&2
     rm -f "$log" "$reqs"
