@@ -10,7 +10,8 @@ import re
 MAX_CPU = 8191  # the kernel's largest NR_CPUS - 1; kvload's own bound is CPU_SETSIZE - 1
 # Spaces and tabs around a part, never a line break within the list (it lands on one line
 # of a systemd drop-in: "0,\n1" would write a second line).
-_PART = re.compile(r"[ \t]*(\d{1,5})(?:[ \t]*-[ \t]*(\d{1,5}))?[ \t]*")
+# ASCII digits only (`\d` would take any script's: "\u0661" is not CPU 1).
+_PART = re.compile(r"[ \t]*([0-9]{1,5})(?:[ \t]*-[ \t]*([0-9]{1,5}))?[ \t]*")
 FORMS = "a CPU list such as 0, 0-1 or 0,2-3"
 
 

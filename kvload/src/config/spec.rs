@@ -574,26 +574,35 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
 /// it before a range is expanded, so `0-3000000000` is refused, never allocated.
 pub const MAX_CPUS: usize = libc::CPU_SETSIZE as usize;
 
-/// Parses a CPU list such as `1`, `0-1,3` (CPUs 0 to MAX_CPUS - 1).
+/// Parses a CPU list such as `1`, `0-1,3` (CPUs 0 to MAX_CPUS - 1). Whitespace around the
+/// whole list (a line read from a file); inside it, spaces and tabs only around a part or
+/// a range's ends, never a line break ("0,\n1" would be two lines of a systemd drop-in):
+/// kvtune's parser (kvtune.cpulist) has the same grammar, tests/grammar.json checks both.
 pub fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
     let mut cpus = Vec::new();
-    let bad = || format!("invalid CPU list '{s}' (expected e.g. 1 or 0-1,3)");
+    let bad = || {
+        format!(
+            "invalid CPU list '{}' (expected e.g. 1 or 0-1,3)",
+            s.escape_debug()
+        )
+    };
+    let blank = |c: char| c == ' ' || c == '\t';
     let cpu = |t: &str| -> Result<usize, String> {
-        let t = t.trim();
+        let t = t.trim_matches(blank);
         if t.is_empty() || t.len() > 10 || !t.bytes().all(|b| b.is_ascii_digit()) {
             return Err(bad());
         }
         let c: usize = t.parse().map_err(|_| bad())?;
         if c >= MAX_CPUS {
             return Err(format!(
-                "CPU {c} in '{s}' is out of range (CPUs 0 to {})",
+                "CPU {c} in '{}' is out of range (CPUs 0 to {})",
+                s.escape_debug(),
                 MAX_CPUS - 1
             ));
         }
         Ok(c)
     };
-    for part in s.split(',') {
-        let part = part.trim();
+    for part in s.trim().split(',') {
         if let Some((a, b)) = part.split_once('-') {
             let (a, b) = (cpu(a)?, cpu(b)?);
             if a > b {
@@ -604,7 +613,10 @@ pub fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
             cpus.push(cpu(part)?);
         }
         if cpus.len() > MAX_CPUS {
-            return Err(format!("CPU list '{s}' names more than {MAX_CPUS} CPUs"));
+            return Err(format!(
+                "CPU list '{}' names more than {MAX_CPUS} CPUs",
+                s.escape_debug()
+            ));
         }
     }
     let mut sorted = cpus.clone();
