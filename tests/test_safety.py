@@ -18,6 +18,7 @@ from kvtune.knobs import catalog
 from kvtune.knobs.appliers.base import HostContext
 from kvtune.knobs.appliers.hostfile import HostFile, Location
 from kvtune.knobs.resolve import resolve_knobs
+from kvtune.load.kvload import KvloadDriver
 from kvtune.safety.binary import find_server_binary
 from kvtune.safety.hostpaths import refusal, resolve
 from kvtune.safety.storage import check_url, mask
@@ -115,6 +116,21 @@ def test_safe_memcached_args_are_accepted(args: list[str]) -> None:
 ])
 def test_safe_redis_args_are_accepted(args: list[str]) -> None:
     RedisTarget.check_args(args)
+
+
+@pytest.mark.parametrize(("check", "args"), [
+    (MemcachedTarget.check_args, ["-t", "\u0664"]),  # ARABIC-INDIC DIGIT FOUR
+    (MemcachedTarget.check_args, ["-m", "\uff16\uff14"]),  # FULLWIDTH 6 4
+    (MemcachedTarget.check_args, ["-o", "hashpower=\u0661\u0666"]),
+    (MemcachedTarget.check_args, ["-o", "slab_sizes=96-\u0661\u0662\u0668"]),
+    (RedisTarget.check_args, ["--hz", "\u0661\u0660"]),
+    (KvloadDriver.check_extra_args, ["--spin-us", "\u0665"]),
+])
+def test_an_argument_value_in_another_scripts_digits_is_refused(check, args: list[str]) -> None:
+    """A value lands in the server's or kvload's argv, where only ASCII digits are digits
+    (strtol, Redis's config parser, clap): Python's `\\d` would take any script's."""
+    with pytest.raises(ValueError, match="not a valid value"):
+        check(args)
 
 
 def test_catalog_memcached_knobs_are_on_the_allow_lists() -> None:

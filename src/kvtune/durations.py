@@ -21,13 +21,13 @@ from typing import Any
 UNITS: dict[str, float] = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0,
                            "m": 60.0, "h": 3600.0}
 _UNIT = "|".join(sorted(map(re.escape, UNITS), key=len, reverse=True))
-_DURATION = re.compile(rf"^\s*(\d{{1,30}}(?:\.\d{{1,30}})?)\s*({_UNIT})?\s*$")
+_DURATION = re.compile(rf"^\s*([0-9]{{1,30}}(?:\.[0-9]{{1,30}})?)\s*({_UNIT})?\s*$")
 
 
 def pattern(digits: int = 30) -> str:
     """The grammar as regex text for one word (an argv value: no blanks), at most `digits`
     digits on each side of the point; it matches nothing `parse_duration` refuses."""
-    return rf"\d{{1,{digits}}}(?:\.\d{{1,{digits}}})?(?:{_UNIT})?"
+    return rf"[0-9]{{1,{digits}}}(?:\.[0-9]{{1,{digits}}})?(?:{_UNIT})?"
 
 FORMS = "a duration such as 10s, 500ms, 250us or 2m (units ns, us, ms, s, m, h; a bare " \
         "number is seconds)"

@@ -18,7 +18,7 @@ MAX_RATE = 1e7  # req/s: kvload's largest open-loop rate
 MAX_RELATIVE_TTL = 30 * 24 * 3600
 
 # A plain decimal number: digits, at most one point with digits on both sides.
-NUMBER = r"\d{1,30}(?:\.\d{1,30})?"
+NUMBER = r"[0-9]{1,30}(?:\.[0-9]{1,30})?"
 _RATE = re.compile(rf"^\s*({NUMBER})([kKM]?)\s*$")
 RATE_FORMS = "a rate such as 50000, 50k or 1.5M"
 

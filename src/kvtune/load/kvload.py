@@ -48,8 +48,8 @@ HOST_VERDICTS = ("host_disturbed", "host_changed")
 # reads (--workload). Flag -> pattern of its value (None: takes no value).
 _DURATION = durations.pattern(6)  # kvload's units, at most 6 digits each side
 SAFE_EXTRA_ARGS: dict[str, str | None] = {
-    "--timeout": _DURATION, "--spin-us": r"\d{1,6}", "--max-outstanding": r"\d{1,5}",
-    "--max-item-size": r"\d{1,10}[KMkm]?", "--realtime": None,
+    "--timeout": _DURATION, "--spin-us": r"[0-9]{1,6}", "--max-outstanding": r"[0-9]{1,5}",
+    "--max-item-size": r"[0-9]{1,10}[KMkm]?", "--realtime": None,
 }
 
 

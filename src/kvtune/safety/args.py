@@ -19,7 +19,9 @@ def listing(names: Any) -> str:
 
 
 def check_value(value: str, pattern: str, what: str) -> None:
-    if not re.fullmatch(pattern, value):
+    # ASCII: `\d` or `\w` in a pattern would take any script's digits and letters, which
+    # no server or kvload reads as such.
+    if not re.fullmatch(pattern, value, flags=re.ASCII):
         raise ValueError(f"{what}: {value!r} is not a valid value (expected {pattern}); "
                          "values may not add arguments or options")
 

@@ -13,9 +13,9 @@ from kvtune.safety import args as scan
 from kvtune.targets.base import ServerTarget
 from kvtune.telemetry.sampler import parse_number
 
-_INT = r"\d{1,12}"
-_FLOAT = r"\d{1,12}(\.\d{1,12})?"
-_SIZE = r"\d{1,12}[kKmMgG]?"
+_INT = r"[0-9]{1,12}"
+_FLOAT = r"[0-9]{1,12}(\.[0-9]{1,12})?"
+_SIZE = r"[0-9]{1,12}[kKmMgG]?"
 
 
 class MemcachedTarget(ServerTarget):
@@ -77,7 +77,7 @@ class MemcachedTarget(ServerTarget):
                          "read_buf_mem_limit", "resp_obj_mem_limit"), _INT),
         **dict.fromkeys(("slab_automove_ratio", "hot_max_factor", "warm_max_factor"), _FLOAT),
         "hash_algorithm": "murmur3|jenkins|xxh3",
-        "slab_sizes": r"\d+(-\d+){0,63}",
+        "slab_sizes": r"[0-9]+(-[0-9]+){0,63}",
         **dict.fromkeys(("no_hashexpand", "maxconns_fast", "no_maxconns_fast", "slab_reassign",
                          "no_slab_reassign", "lru_crawler", "no_lru_crawler", "lru_maintainer",
                          "no_lru_maintainer", "modern", "no_modern", "lru_segmented",

@@ -29,7 +29,7 @@ NEVER = frozenset({"dir", "dbfilename", "logfile", "appendfilename", "appenddirn
                    "unixsocket", "pidfile", "aclfile", "include", "loadmodule", "bind",
                    "port", "requirepass", "masterauth", "rename-command"})
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,63}$")
-_SIZE = re.compile(r"^(\d+)(k|kb|m|mb|g|gb)?$")
+_SIZE = re.compile(r"^([0-9]+)(k|kb|m|mb|g|gb)?$")
 _UNITS = {None: 1, "k": 1000, "kb": 1024, "m": 1000**2, "mb": 1024**2, "g": 1000**3,
           "gb": 1024**3}
 

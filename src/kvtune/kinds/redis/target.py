@@ -9,8 +9,8 @@ from kvtune.knobs.appliers.base import Launch
 from kvtune.safety import args as scan
 from kvtune.targets.base import ServerTarget
 
-_INT = r"\d{1,12}"
-_SIZE = r"\d{1,12}([kmg]b?|b)?"
+_INT = r"[0-9]{1,12}"
+_SIZE = r"[0-9]{1,12}([kmg]b?|b)?"
 
 
 def resp_command(*args: str) -> bytes:
@@ -53,7 +53,7 @@ class RedisTarget(ServerTarget):
             "active-defrag-cycle-max", "active-defrag-max-scan-fields", "lfu-log-factor",
             "lfu-decay-time"), _INT),
         **dict.fromkeys(("list-max-listpack-size", "list-max-ziplist-size",
-                         "slowlog-log-slower-than"), r"-?\d{1,12}"),
+                         "slowlog-log-slower-than"), r"-?[0-9]{1,12}"),
         **dict.fromkeys((
             "dynamic-hz", "io-threads-do-reads", "activerehashing", "activedefrag",
             "lazyfree-lazy-eviction", "lazyfree-lazy-expire", "lazyfree-lazy-server-del",

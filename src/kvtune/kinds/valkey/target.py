@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from kvtune.kinds.redis.target import RedisTarget
 
-_INT = r"\d{1,12}"
+_INT = r"[0-9]{1,12}"
 
 
 class ValkeyTarget(RedisTarget):
