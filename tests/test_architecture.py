@@ -411,6 +411,28 @@ def _adhoc_figures(path: Path) -> list[tuple[int, str]]:
     return found
 
 
+def _isdigit_calls(path: Path) -> list[tuple[int, str]]:
+    """Where `path` asks `str.isdigit` (or isnumeric, isdecimal) itself: true of any
+    script's digits and of superscripts, which int() reads as other numbers or refuses."""
+    return [(node.lineno, node.func.attr) for node in _nodes(path)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("isdigit", "isnumeric", "isdecimal")]
+
+
+def test_whole_numbers_are_told_by_one_function(tmp_path: Path) -> None:
+    """`kvtune.quantities.is_count` (ASCII digits) decides what int() may read: a port
+    given as `127.0.0.1:\u00b2` or COLUMNS=\u00b2 was a traceback."""
+    from kvtune.quantities import is_count
+
+    offenders = _offenders(_isdigit_calls, lambda p: p == PKG / "quantities.py")
+    assert not offenders, offenders
+    f = tmp_path / "m.py"
+    f.write_text('a = "1".isdigit()\nb = "1".isnumeric() or "1".isdecimal()\n')
+    assert [w for _, w in _isdigit_calls(f)] == ["isdigit", "isnumeric", "isdecimal"]
+    assert [is_count(t) for t in ("11211", "0", "", "\u00b2", "\u0664", "1 ", "-1")] == \
+        [True, True, False, False, False, False, False]
+
+
 def test_figures_go_through_present(tmp_path: Path) -> None:
     offenders = _offenders(_adhoc_figures, lambda p: p == PKG / "present.py")
     assert not offenders, offenders

@@ -387,6 +387,9 @@ def test_a_session_killed_while_watching_leaves_nothing_to_restore(
 
 @pytest.mark.parametrize(("args", "says"), [
     (["--canary", "10.0.0.1:11211", "--control", "11212"], "not a loopback address"),
+    # digits int() refuses ("²") or reads as others ("\u0661\u0661\u0662\u0661\u0661")
+    (["--canary", "127.0.0.1:\u00b2", "--control", "11212"], "is not a TCP port"),
+    (["--canary", "11211", "--control", "\u0661\u0661\u0662\u0661\u0662"], "is not a TCP port"),
     (["--canary", "11211", "--control", "11211"], "named twice"),
     (["--canary", "11211", "--canary", "11213", "--control", "11212"], "pair up"),
     (["--canary", "11211", "--control", "11212", "--guardrail", "p99 worse"], "write METRIC"),

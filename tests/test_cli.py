@@ -100,3 +100,8 @@ def test_each_invocation_writes_in_its_own_environments_colours_and_width(
     w_lines = (wide.stdout + wide.stderr).splitlines()
     assert max(map(len, n_lines)) <= 40 < len(missing) + 20, n_lines
     assert len(w_lines) < len(n_lines), (w_lines, n_lines)
+    # A COLUMNS that is not a width in ASCII digits is as good as none (it was a traceback:
+    # "\u00b2".isdigit() holds, int() refuses it).
+    for odd in ("\u00b2", "\u0664\u0660", "-1", "wide"):
+        r = cli("check", missing, env={"COLUMNS": odd, "LINES": odd, "FORCE_COLOR": None})
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (odd, r.stderr)

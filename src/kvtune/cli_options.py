@@ -16,6 +16,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from kvtune.errors import UserError
+from kvtune.quantities import is_count
 from kvtune.safety.text import Console
 
 T = TypeVar("T")
@@ -60,7 +61,7 @@ def width(stream: Any) -> int | None:
     """The width a console writes at: COLUMNS when set, else the terminal's, else (piped)
     PIPED_WIDTH, so that a table stays readable in a log."""
     columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
+    if is_count(columns) and int(columns) > 0:
         return int(columns)
     try:
         if stream.isatty():
@@ -70,6 +71,16 @@ def width(stream: Any) -> int | None:
     return PIPED_WIDTH
 
 
+def sane_size_environment() -> None:
+    """COLUMNS or LINES that is not a count in ASCII digits is dropped from the environment,
+    as if unset: rich reads each with `isdigit()` then `int()`, and COLUMNS=\u00b2 or
+    LINES=\u00b3 was a traceback before kvtune said anything."""
+    for name in ("COLUMNS", "LINES"):
+        if not is_count(os.environ.get(name, "0")):
+            del os.environ[name]
+
+
+sane_size_environment()
 out = Console(width=width(sys.stdout))
 err = Console(stderr=True, width=width(sys.stderr))
 
@@ -80,6 +91,7 @@ def fit_consoles() -> None:
     runs `main` more than once (the tests, in process), or one forked from a process that
     imported kvtune under another environment, writes as a fresh `kvtune` would. In place:
     modules hold these two objects."""
+    sane_size_environment()
     Console.__init__(out, width=width(sys.stdout))
     Console.__init__(err, stderr=True, width=width(sys.stderr))
 

@@ -13,6 +13,14 @@ from __future__ import annotations
 import math
 import re
 
+
+def is_count(text: str) -> bool:
+    """Whether `text` is a whole number in ASCII digits ("0", "11211"), what `int()` reads
+    as the number it shows: `str.isdigit` is true of any script's digits and of
+    superscripts ("²", which `int()` refuses: a traceback; "٤", which it reads as 4)."""
+    return text.isascii() and text.isdigit()
+
+
 MAX_RATE = 1e7  # req/s: kvload's largest open-loop rate
 # The memcache protocol reads a TTL above 30 days as an absolute Unix time.
 MAX_RELATIVE_TTL = 30 * 24 * 3600

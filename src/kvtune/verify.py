@@ -27,6 +27,7 @@ from kvtune.cpulist import parse_cpus
 from kvtune.errors import UserError
 from kvtune.export.base import Recommendation
 from kvtune.export.systemd import placement_entries
+from kvtune.quantities import is_count
 from kvtune.safety import programs
 from kvtune.safety.programs import Program
 
@@ -110,7 +111,7 @@ def server_pids(kind: str | None, binary: Program | None = None,
             return []
     pids = []
     for d in proc.iterdir():
-        if d.name.isdigit() and runs_binary(int(d.name), binary, proc):
+        if is_count(d.name) and runs_binary(int(d.name), binary, proc):
             pids.append(int(d.name))
     return sorted(pids)
 
@@ -194,7 +195,7 @@ def expected_port(rec: Recommendation, port: int | None) -> int:
         return int(target["port"])
     for line in (rec.previous_text or "").splitlines():
         words = line.split()
-        if len(words) == 2 and words[0] in ("-p", "port") and words[1].isdigit():
+        if len(words) == 2 and words[0] in ("-p", "port") and is_count(words[1]):
             return int(words[1])
     k = kinds.find(rec.target)
     return k.default_port if k is not None else 0

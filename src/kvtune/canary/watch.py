@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol
 from kvtune import kind_registry as kinds
 from kvtune.errors import UserError
 from kvtune.metrics import Direction
+from kvtune.quantities import is_count
 from kvtune.telemetry.sampler import StatsConn
 
 
@@ -132,7 +133,7 @@ def parse_server(text: str, role: str) -> Server:
     if not loop:
         raise UserError(f"--{role} {text}: {host!r} is not a loopback address; kvtune canary "
                         "watches and rolls back servers on this host (127.0.0.1:PORT)")
-    if not port.isdigit() or not 0 < int(port) < 65536:
+    if not is_count(port) or not 0 < int(port) < 65536:
         raise UserError(f"--{role} {text}: {port!r} is not a TCP port")
     return Server(role, host, int(port))
 

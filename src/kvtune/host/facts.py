@@ -12,6 +12,7 @@ from typing import Any
 
 from kvtune import roots
 from kvtune.host.fs import HostFS
+from kvtune.quantities import is_count
 
 THP_ENABLED = f"{roots.THP}/enabled"
 
@@ -152,7 +153,7 @@ def _cpu_times(fs: HostFS) -> tuple[int, int]:
 def _proc_ticks(proc: Path) -> dict[int, tuple[str, int]]:
     out: dict[int, tuple[str, int]] = {}
     for d in proc.iterdir():
-        if not d.name.isdigit():
+        if not is_count(d.name):
             continue
         try:
             raw = (d / "stat").read_text()

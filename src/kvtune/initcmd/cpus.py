@@ -25,6 +25,7 @@ from pathlib import Path
 
 from kvtune import roots
 from kvtune.cpulist import parse_cpus
+from kvtune.quantities import is_count
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ def read_topology(sys_root: str = roots.SYS) -> Topology:
     except OSError:
         names = []
     for name in names:
-        if name.startswith("node") and name[4:].isdigit():
+        if name.startswith("node") and is_count(name[4:]):
             text = _read(node_dir / name / "cpulist")
             if text and text.strip():
                 nodes[int(name[4:])] = tuple(c for c in parse_cpus(text.strip()) if c in online)

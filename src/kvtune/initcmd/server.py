@@ -25,6 +25,7 @@ from kvtune import kind_registry as kinds
 from kvtune import roots
 from kvtune.errors import UserError
 from kvtune.initcmd.cpus import process_cpus
+from kvtune.quantities import is_count
 
 MAX_PROC_TEXT = 1 << 16  # /proc/PID/cmdline and status are far smaller
 
@@ -124,7 +125,7 @@ def listening_ports(pid: int) -> list[int]:
             continue
         for ln in lines:
             f = ln.split()
-            if len(f) > 9 and f[3] == "0A" and f[9].isdigit() and int(f[9]) in mine:
+            if len(f) > 9 and f[3] == "0A" and is_count(f[9]) and int(f[9]) in mine:
                 ports.add(int(f[1].rsplit(":", 1)[1], 16))
     return sorted(ports)
 
@@ -140,7 +141,7 @@ def pid_on_port(port: int) -> int:
     found = []
     denied = False
     for d in Path(roots.PROC).iterdir():
-        if not d.name.isdigit():
+        if not is_count(d.name):
             continue
         try:
             if socket_inodes(int(d.name)) & inodes:

@@ -27,6 +27,7 @@ import numpy as np
 from kvtune import present
 from kvtune.errors import TrialFailed, UserError
 from kvtune.load.base import METRICS, LoadDriver, LoadResult
+from kvtune.quantities import is_count
 
 if TYPE_CHECKING:
     from kvtune.spec import LoadSpec
@@ -71,7 +72,7 @@ class CacheAsideDriver(LoadDriver):
         from kvtune.mrc import requests as rq
 
         host, _, port = address.rpartition(":")
-        if host not in ("127.0.0.1", "localhost", "::1", "[::1]") or not port.isdigit():
+        if host not in ("127.0.0.1", "localhost", "::1", "[::1]") or not is_count(port):
             raise UserError(f"load.tool cache-aside replays to a server on 127.0.0.1, not "
                             f"{address}")
         s = self.spec

@@ -16,6 +16,8 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
+from kvtune.quantities import is_count
+
 _URL = re.compile(r"ssh://(?P<user>[^@/?#\s]*)@(?P<host>\[[^\]/]*\]|[^:/?#@\s\[\]]*)"
                   r"(?::(?P<port>[^/?#\s]*))?")
 _USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
@@ -95,7 +97,7 @@ def _dns_name(text: str) -> str:
     labels = name.split(".")
     if not name or len(name) > 253 or not all(_LABEL.fullmatch(x) for x in labels):
         raise ValueError(f"{text!r} is neither an IP address nor a DNS name")
-    if labels[-1].isdigit():
+    if is_count(labels[-1]):
         raise ValueError(f"{text!r} is not an IP address (and a DNS name does not end in a "
                          "number)")
     return name
@@ -104,7 +106,7 @@ def _dns_name(text: str) -> str:
 def _port(text: str | None) -> int:
     if text is None:
         return 22
-    if not text.isdigit() or len(text) > 5 or not 1 <= int(text) <= 65535:
+    if not is_count(text) or len(text) > 5 or not 1 <= int(text) <= 65535:
         raise ValueError(f"port {text!r} is not a number from 1 to 65535")
     return int(text)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from kvtune.errors import UserError
 from kvtune.host.journal import register_undo
+from kvtune.quantities import is_count
 from kvtune.telemetry.sampler import StatsConn, parse_number
 
 # the requests a server answered: every verb's counter (cmd_get counts each key of a multiget)
@@ -150,7 +151,7 @@ def _memory_mb(name: str, value: str) -> int:
     if name != "-m":
         raise UserError(f"memcached {name}: only -m changes while memcached runs")
     v = value.strip()
-    if not v.isdigit() or not 0 < int(v) <= 1 << 20:
+    if not is_count(v) or not 0 < int(v) <= 1 << 20:
         raise UserError(f"memcached -m {value!r}: not a memory limit in MB")
     return int(v)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from kvtune.quantities import is_count
 from kvtune.telemetry.sampler import StatsConn, parse_number
 
 # stats counter -> metric name
@@ -66,11 +67,11 @@ def slab_table(stats: dict[str, Any]) -> list[dict[str, float]]:
     rows: dict[int, dict[str, float]] = {}
     for key, v in (stats.get("slabs") or {}).items():
         cls, _, name = str(key).partition(":")
-        if cls.isdigit() and name in SLAB_FIELDS and _num(v) is not None:
+        if is_count(cls) and name in SLAB_FIELDS and _num(v) is not None:
             rows.setdefault(int(cls), {})[name] = float(v)
     for key, v in (stats.get("items") or {}).items():
         parts = str(key).split(":")
-        if len(parts) == 3 and parts[0] == "items" and parts[1].isdigit() \
+        if len(parts) == 3 and parts[0] == "items" and is_count(parts[1]) \
                 and parts[2] in ITEM_FIELDS and _num(v) is not None:
             rows.setdefault(int(parts[1]), {})[parts[2]] = float(v)
     return [{"class": float(c), **rows[c]} for c in sorted(rows)]
@@ -132,11 +133,11 @@ def memcached_sample(conn: StatsConn) -> dict[str, Any]:
     classes: dict[str, dict[str, Any]] = {}
     for key, v in slabs.items():
         cls, _, name = key.partition(":")
-        if name in MC_SLAB and cls.isdigit():
+        if name in MC_SLAB and is_count(cls):
             classes.setdefault(cls, {})[name] = parse_number(v)
     for key, v in items.items():  # items:<class>:<name>
         _, cls, name = ([*key.split(":", 2), "", ""])[:3]
-        if name in MC_ITEMS and cls.isdigit():
+        if name in MC_ITEMS and is_count(cls):
             classes.setdefault(cls, {})[f"items_{name}"] = parse_number(v)
     return {"stats": stats, "slabs": classes}
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvtune.kinds.base import Digest
+from kvtune.quantities import is_count
 from kvtune.telemetry.sampler import StatsConn, parse_number
 
 # INFO field -> metric name (after the kind's prefix)
@@ -43,10 +44,10 @@ _FIELDS = {
 def _keyspace(info: dict[str, Any]) -> float | None:
     total = None
     for k, v in info.items():
-        if k.startswith("db") and k[2:].isdigit() and isinstance(v, str):
+        if k.startswith("db") and is_count(k[2:]) and isinstance(v, str):
             for part in v.split(","):
                 name, _, n = part.partition("=")
-                if name == "keys" and n.isdigit():
+                if name == "keys" and is_count(n):
                     total = (total or 0.0) + float(n)
     return total
 

@@ -40,6 +40,7 @@ from kvtune.knobs.appliers.base import (
 )
 from kvtune.knobs.appliers.hostfile import HostFile, Location
 from kvtune.knobs.domain import Value
+from kvtune.quantities import is_count
 
 # The kernel's "no constraint" value of the CPU latency request (PM_QOS_DEFAULT_VALUE).
 NO_REQUEST = 2_000_000_000
@@ -196,7 +197,7 @@ class CpuidleDisable(Applier):
         if ctx.cpus:
             return sorted(ctx.cpus)
         return sorted(int(p.name[3:]) for p in ctx.fs.path(roots.CPU_DEVICES).glob("cpu[0-9]*")
-                      if p.name[3:].isdigit() and (p / "cpuidle").is_dir())
+                      if is_count(p.name[3:]) and (p / "cpuidle").is_dir())
 
     def check(self, ctx: HostContext) -> Availability:
         cpus = self._cpus(ctx)
