@@ -192,6 +192,19 @@ def test_sampled_policy_curve_and_the_smallest_memory() -> None:
     assert c.smallest_memory(0.9999)[0] is None
 
 
+def test_a_model_draws_with_the_size_grammar_it_was_checked_with() -> None:
+    """The sizes a workload file may hold (kvtune.quantities: G and B suffixes, a table's
+    key counts with K) are the ones its requests are drawn with: a checked 1G or
+    table:1K:1 had no curve ("a size ... is needed")."""
+    v, w = rq._weighted("1G", "value_size")
+    assert v.tolist() == [float(1 << 30)] and w.tolist() == [1.0]
+    v, _ = rq._weighted("list:100B:1,2g:1", "value_size")
+    assert v.tolist() == [100.0, float(2 << 30)]
+    assert len(rq.popularity_weights("table:1K:1", 1024)) == 1024
+    with pytest.raises(UserError, match="popularity"):
+        rq.popularity_weights("hotset:1e999:0.5", 100)  # an overflow said, never raised
+
+
 def test_bad_trace_is_named_by_line(tmp_path: Path) -> None:
     p = tmp_path / "t.trace"
     p.write_text("# kvtune-trace/1\n# t_us,verb,key,key_len,value_len,ttl\n"

@@ -38,8 +38,10 @@ def parse_duration(v: Any, *, zero: bool = False) -> float:
     naming the forms when `v` is not one; 0 only with `zero` (no warm-up), else a
     duration is positive."""
     if isinstance(v, int | float) and not isinstance(v, bool):
-        if not math.isfinite(v) or abs(v) > 1e12:
-            raise ValueError(f"{v} is not a finite duration")
+        # abs() first: a 400-digit int is beyond any float (isfinite would overflow)
+        if abs(v) > 1e12 or not math.isfinite(v):
+            said = str(v)[:40] if abs(v) < 1e40 or v != v else "a number beyond 10^40"
+            raise ValueError(f"{said} is not a finite duration of at most 10^12 s")
         n = float(v)
     elif isinstance(v, str):
         m = _DURATION.match(v)

@@ -585,12 +585,12 @@ def parse_constraint(text: str) -> Constraint:
         except ValueError as e:
             raise ValueError(f"{text!r}: {e}") from None
     try:
-        if bound is not None:
-            return Constraint(metric=metric, op=op, bound=float(bound))
-        return Constraint(metric=metric, op=op, bound=1.0 if alone else float(factor),
-                          relative=True)
+        number = float(bound) if bound is not None else 1.0 if alone else float(factor)
     except ValueError:
         raise ValueError(f"{text!r}: {bound or factor!r} is not a number") from None
+    if not math.isfinite(number):  # '1e999' or 400 digits: no trial could ever meet it
+        raise ValueError(f"{text!r}: {(bound or factor or '')[:40]!r} is beyond any number")
+    return Constraint(metric=metric, op=op, bound=number, relative=bound is None)
 
 
 class BudgetSpec(_Model):

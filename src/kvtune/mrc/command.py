@@ -66,6 +66,13 @@ def _mib(n: float | None) -> str:
     return view.mib(n)
 
 
+def _number(v: Any) -> float:
+    """A JSON number (float() alone took the text '1_0' as 10); ValueError otherwise."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError("not a number")
+    return float(v)
+
+
 def read_measured(path: str, model: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Measured points (bench/mrc/check_real.py's --json: rows with memory_mb and
     measured, and the server kind), to put on the plot of the curve of their kind. With
@@ -75,13 +82,15 @@ def read_measured(path: str, model: dict[str, Any] | None = None) -> list[dict[s
     try:
         doc = json.loads(data)
         rows = doc["rows"] if isinstance(doc, dict) else doc
-        pts: list[dict[str, Any]] = [{"memory": int(float(r["memory_mb"]) * (1 << 20)),
-                "measured": float(r["measured"]), "kind": str(r.get("kind", "")),
+        pts: list[dict[str, Any]] = [{"memory": int(_number(r["memory_mb"]) * (1 << 20)),
+                "measured": _number(r["measured"]), "kind": str(r.get("kind", "")),
                 "workload": str(r.get("workload", ""))} for r in rows]
         named = doc.get("workloads") if isinstance(doc, dict) else None
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
         raise UserError(f"--measured {path}: not the JSON of bench/mrc/check_real.py (rows "
                         "with memory_mb and measured)") from None
+    if not all(0 < p["memory"] <= 1 << 50 for p in pts):
+        raise UserError(f"--measured {path}: a memory_mb that is not a size above 0")
     if not all(0 <= float(p["measured"]) <= 1 for p in pts):
         raise UserError(f"--measured {path}: a measured hit ratio outside [0, 1]")
     if model is not None and isinstance(named, dict):

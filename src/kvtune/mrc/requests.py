@@ -25,6 +25,7 @@ import numpy as np
 
 from kvtune import present
 from kvtune.errors import UserError
+from kvtune.quantities import parse_size
 from kvtune.safety.files import ReadRefused, note_input, open_input
 
 GET, SET, DELETE = 0, 1, 2
@@ -239,9 +240,10 @@ def _weighted(spec: object, what: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _size(x: str) -> float:
-    x = x.strip()
-    mult = {"K": 1024, "k": 1024, "M": 1 << 20, "m": 1 << 20}.get(x[-1:], 1)
-    return float(x[:-1]) * mult if mult != 1 else float(x)
+    """A size in kvload's grammar (kvtune.quantities: N, NK, NM, NG, NB): the one the
+    workload file was checked with (this took K and M only, so a checked 1G or 100B had
+    no curve)."""
+    return float(parse_size(x))
 
 
 def popularity_weights(spec: str, keys: int) -> np.ndarray:
@@ -261,7 +263,7 @@ def popularity_weights(spec: str, keys: int) -> np.ndarray:
             w[:hot] = fr / hot
         elif s.startswith("table:"):
             parts = [p.split(":") for p in s[6:].split(",") if p]
-            counts = [int(a) for a, _ in parts]
+            counts = [parse_size(a) for a, _ in parts]
             masses = [float(b) for _, b in parts]
             if sum(counts) > MAX_MODEL_REQUESTS * 5:
                 raise UserError("workload model: popularity table of "
@@ -271,7 +273,7 @@ def popularity_weights(spec: str, keys: int) -> np.ndarray:
                                 if c > 0])
         else:
             raise ValueError
-    except (ValueError, TypeError, ZeroDivisionError):
+    except (ValueError, TypeError, ZeroDivisionError, OverflowError):
         raise UserError(f"workload model: popularity {s[:40]!r}: uniform, zipf:S, "
                         "hotset:K:R or table:KEYS:MASS,... is needed") from None
     if not np.isfinite(w).all() or w.sum() <= 0:

@@ -5,6 +5,7 @@ server starts. Its `server` key is refused: load goes to the server kvtune start
 from __future__ import annotations
 
 import json
+import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,30 @@ BUCKET_KEYS = {"keys", "value_size", "ttl"}
 MAX_KEY_BUCKETS = 4096  # kvload's bound (kvload/src/config/spec.rs)
 
 
+class NotKvloadJson(ValueError):
+    """JSON that Python's parser takes and kvload's (serde_json) refuses."""
+
+
+def _no_constant(word: str) -> Any:
+    raise NotKvloadJson(f"{word} is not a JSON number")
+
+
+def _no_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise NotKvloadJson(f"key {k[:40]!r} given twice")
+        out[k] = v
+    return out
+
+
+def strict_json(text: str) -> Any:
+    """JSON as kvload's parser (serde_json) reads it: NaN and Infinity are not JSON, and a
+    key given twice is refused (Python's json took both, the last winning; serde refuses
+    the file). ValueError otherwise."""
+    return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_twice)
+
+
 def check_workload_file(name: str) -> dict[str, Any]:
     """The workload file `name`, parsed, when kvload may read it: a regular file outside
     /proc, /sys and /dev of at most MAX_BYTES (read with that bound), with known keys and
@@ -41,7 +66,9 @@ def check_workload_file(name: str) -> dict[str, Any]:
         raise ValueError(str(e).removeprefix("workload file: ")) from None
     try:
         text = data.decode("utf-8")
-        doc: Any = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
+        doc: Any = tomllib.loads(text) if p.suffix == ".toml" else strict_json(text)
+    except NotKvloadJson as e:
+        raise ValueError(f"{name}: {e} (kvload's JSON parser refuses the file)") from None
     except (UnicodeDecodeError, ValueError, RecursionError):
         kind = "TOML" if p.suffix == ".toml" else "JSON"
         raise ValueError(f"{name} is not a {kind} workload file (see docs/kvload.md)") \
@@ -163,22 +190,61 @@ def value_problem(key: str, value: Any) -> str | None:
     if key in _GRAMMAR:
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             return "not a string or a number"
-        text = format(value, "g") if isinstance(value, float) else str(value)
-        if len(text) > 200_000 or not re.fullmatch(_GRAMMAR[key], text):
+        text = _as_kvload_reads(value)
+        if text is None or len(text) > 200_000 or not re.fullmatch(_GRAMMAR[key], text):
             return "not in the form kvload reads (docs/kvload.md)"
-        if text.startswith(("list:", "table:")):
-            weights = [float(p.split(":")[1]) for p in text.split(":", 1)[1].split(",")]
-            if sum(weights) <= 0:
-                return "no positive weight"
-            if text.startswith("table:") and any(
-                    parse_size(p.split(":")[0]) == 0 for p in text[6:].split(",")):
-                return "a bucket of 0 keys"
+        problem = _weights_problem(key, text)
+        if problem:
+            return problem
+        if text.startswith("table:") and any(
+                parse_size(p.split(":")[0]) == 0 for p in text[6:].split(",")):
+            return "a bucket of 0 keys"
         if key == "ttl":
             top = max((parse_size(p.split(":")[0]) for p in text[5:].split(",")) if
                       text.startswith("list:") else [int(text)])
             if top > MAX_RELATIVE_TTL:
                 return "a TTL beyond 30 days (the memcache protocol reads it as an absolute time)"
         return size_problem(key, text)
+    return None
+
+
+def _as_kvload_reads(value: str | int | float) -> str | None:
+    """A value as the text kvload parses from it (kvload's `Scalar::as_string`: a number
+    with no fraction as an integer, another as written), None for no number kvload reads
+    (NaN, an infinity, an integer beyond 64 bits)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        if value.is_integer():
+            value = int(value)
+        else:
+            return repr(value)
+    return str(value) if abs(value) < 2**63 else None
+
+
+def _weights_problem(key: str, text: str) -> str | None:
+    """kvload's rules for the numbers inside a value that matches its grammar
+    (kvload/src/config/spec.rs: Mix::parse, Popularity::parse, parse_weighted): every
+    weight finite (1e999 is infinite), a mix and a list with a positive total, a Zipf
+    exponent finite, a hot set's key fraction inside (0, 1) and its request fraction in
+    [0, 1]. None when kvload takes it."""
+    if key == "mix" or text.startswith(("list:", "table:")):
+        body = text if key == "mix" else text.split(":", 1)[1]
+        weights = [float(p.split(":")[1]) for p in body.split(",")]
+        if not all(math.isfinite(w) for w in weights):
+            return "a weight beyond any number (kvload reads it as infinite)"
+        if sum(weights) <= 0:
+            return "no positive weight"
+    elif text.startswith("zipf:"):
+        if not math.isfinite(float(text[5:])):
+            return "a Zipf exponent beyond any number"
+    elif text.startswith("hotset:"):
+        k, r = (float(x) for x in text[7:].split(":"))
+        if not (0 < k < 1 and 0 <= r <= 1):
+            return "a hot set's key fraction must be inside (0, 1) and its request " \
+                   "fraction in [0, 1]"
     return None
 
 

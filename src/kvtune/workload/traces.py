@@ -33,6 +33,7 @@ from typing import IO, Any
 
 from kvtune import present
 from kvtune.errors import UserError
+from kvtune.quantities import is_count
 from kvtune.safety.files import ReadRefused, note_input, open_input
 from kvtune.workload.model import ModelBuilder
 
@@ -181,6 +182,13 @@ def import_trace(fmt: str, path: str, *, start: float | None = None,
         raise UserError(f"unknown trace format {fmt!r} (known: {', '.join(FORMATS)})")
     if not 0 < key_sample <= 1:
         raise UserError(f"--key-sample {key_sample}: a fraction in (0, 1]")
+    for name, v in (("--start", start), ("--end", end)):
+        # NaN compares false with everything (it passed `end <= start`: a model with a
+        # rate of NaN, which kvload's JSON parser refuses); an infinity is no window.
+        if v is not None and not (math.isfinite(v) and v >= 0):
+            raise UserError(f"{name} {v}: seconds from the trace's start, a number >= 0")
+    if not 0 <= max_bad < 1:  # NaN too
+        raise UserError(f"--max-bad {max_bad}: a fraction in [0, 1)")
     if start is not None and end is not None and end <= start:
         raise UserError(f"--end {end} is not after --start {start}")
     b = ModelBuilder(source=f"{fmt} trace {os.path.basename(path)}", trace=trace)
@@ -288,13 +296,16 @@ def import_trace(fmt: str, path: str, *, start: float | None = None,
 
 
 def _int(v: str, what: str, top: int | None = None) -> int:
-    """A field as a count, bounded by `top`; the message names the field, never its text."""
-    try:
-        x = int(v)
-    except ValueError:
-        raise ValueError(f"{what} is not an integer") from None
-    if x < 0:
-        raise ValueError(f"{what} {x} is negative")
+    """A field as a count of at most 18 ASCII digits (a timestamp in seconds or
+    microseconds, a size, a TTL), bounded by `top`; the message names the field, never its
+    text. (int() alone took '1_000', '+5', any script's digits and 400-digit numbers, which
+    a float of the timestamp then overflowed.)"""
+    t = v.strip()
+    if t.startswith("-") and is_count(t[1:]):
+        raise ValueError(f"{what} is negative")
+    if not is_count(t) or len(t) > 18:
+        raise ValueError(f"{what} is not an integer (at most 18 digits 0-9)")
+    x = int(t)
     if top is not None and x > top:
         raise ValueError(f"{what} {x} is more than {present.figure(top)}")
     return x
