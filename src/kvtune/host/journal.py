@@ -87,16 +87,43 @@ UndoFn = Callable[[dict[str, Any]], str]
 class _Undo:
     fn: UndoFn
     module: str
+    check: Callable[[dict[str, Any]], object] | None = None
 
 
 _UNDO: dict[str, _Undo] = {}
 
 
-def register_undo(kind: str, fn: UndoFn) -> None:
+def register_undo(kind: str, fn: UndoFn,
+                  check: Callable[[dict[str, Any]], object] | None = None) -> None:
     """Register how to undo changes of `kind`: `fn(args)` puts back what was changed and
     returns a detail for people ("policy SCHED_OTHER restored"); it raises OSError or
-    ValueError when it cannot. It must be safe to call again (restore may be retried)."""
-    _UNDO[kind] = _Undo(fn, getattr(fn, "__module__", "") or "")
+    ValueError when it cannot. It must be safe to call again (restore may be retried).
+    `check(args)` raises ValueError for arguments `fn` would refuse: a journal is checked
+    whole, entry by entry, before anything is put back (`check_state`)."""
+    _UNDO[kind] = _Undo(fn, getattr(fn, "__module__", "") or "", check)
+
+
+def undo_port(args: dict[str, Any]) -> int:
+    """The TCP port of an undo's arguments (a journal is input: int() took '1_1211' and
+    6379.9); ValueError unless an integer from 1 to 65535."""
+    port = args.get("port")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ValueError(f"port {str(port)[:20]!r} is not a TCP port")
+    return port
+
+
+def undo_value(args: dict[str, Any]) -> str:
+    """The setting an undo puts back: text or an integer of at most 1,024 characters
+    without control characters (it becomes one argument of a server's command)."""
+    value = args.get("value")
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError("the value to put back is not text")
+    if isinstance(value, int) and abs(value) >= 10**100:
+        raise ValueError("the value to put back is a number of more than 100 digits")
+    text = str(value)  # may be empty: Redis's `save ""`
+    if len(text) > 1024 or any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise ValueError("the value to put back is not one line of at most 1,024 characters")
+    return text
 
 
 # Where each undo kind is registered: after a crash the restoring process has not imported
@@ -501,6 +528,11 @@ def check_state(state: dict[str, Any], allowed_roots: tuple[Path, ...] = ALLOWED
                 problems.append(f"{at}: an undo entry needs a kind, a module and args")
             elif _undo_fn(kind) is None:  # imports only the modules of UNDO_MODULES
                 problems.append(f"{at}: undo kind {kind!r} is not one kvtune registers")
+            elif (check := _UNDO[kind].check) is not None:
+                try:
+                    check(args)
+                except ValueError as err:
+                    problems.append(f"{at} ({kind}): {str(err)[:200]}")
         else:
             p, original, reader = e.get("path"), e.get("original"), e.get("reader", "plain")
             if not isinstance(p, str) or not isinstance(original, str) or \

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvtune.errors import UserError
-from kvtune.host.journal import register_undo
+from kvtune.host.journal import register_undo, undo_port, undo_value
 from kvtune.quantities import is_count
 from kvtune.telemetry.sampler import StatsConn, parse_number
 
@@ -159,15 +159,18 @@ def _memory_mb(name: str, value: str) -> int:
 READER = Reader()
 
 
-def _undo(args: dict[str, Any]) -> str:
-    """Put back the memory limit a killed canary session had changed (journal undo)."""
-    port, value = int(args["port"]), str(args["value"])
-    if not 0 < port < 65536:
-        raise ValueError(f"port {port} is not a TCP port")
+def _undo_args(args: dict[str, Any]) -> tuple[int, int]:
+    """(port, memory limit in MB) of a journaled undo, checked (a journal is input)."""
+    port, value = undo_port(args), undo_value(args)
     try:
-        mb = _memory_mb(str(args["directive"]), value)
+        return port, _memory_mb(str(args.get("directive")), value)
     except UserError as e:
         raise ValueError(str(e)) from None
+
+
+def _undo(args: dict[str, Any]) -> str:
+    """Put back the memory limit a killed canary session had changed (journal undo)."""
+    port, mb = _undo_args(args)
     conn = StatsConn("127.0.0.1", port)
     try:
         READER.set_setting(conn, "-m", str(mb))
@@ -181,4 +184,4 @@ def _undo(args: dict[str, Any]) -> str:
     return f"-m {mb} put back on 127.0.0.1:{port}"
 
 
-register_undo("canary-memcached", _undo)
+register_undo("canary-memcached", _undo, _undo_args)

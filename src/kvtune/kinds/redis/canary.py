@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from kvtune.errors import UserError
-from kvtune.host.journal import register_undo
+from kvtune.host.journal import register_undo, undo_port, undo_value
 from kvtune.kinds.redis.export import read_conf
 from kvtune.telemetry.sampler import StatsConn, parse_number
 
@@ -200,12 +200,18 @@ class Reader:
 READER = Reader()
 
 
+def _undo_args(args: dict[str, Any]) -> tuple[int, str, str]:
+    """(port, directive, value) of a journaled undo, checked (a journal is input)."""
+    name = args.get("directive")
+    if not isinstance(name, str):
+        raise ValueError("the directive to put back is not text")
+    _check_directive(name)
+    return undo_port(args), name, undo_value(args)
+
+
 def _undo(args: dict[str, Any]) -> str:
     """Put back a directive a killed canary session had changed (journal undo)."""
-    port, name, value = int(args["port"]), str(args["directive"]), str(args["value"])
-    if not 0 < port < 65536:
-        raise ValueError(f"port {port} is not a TCP port")
-    _check_directive(name)
+    port, name, value = _undo_args(args)
     conn = StatsConn("127.0.0.1", port)
     try:
         command(conn, "CONFIG", "SET", name, value)
@@ -219,4 +225,4 @@ def _undo(args: dict[str, Any]) -> str:
     return f"{name} {value!r} put back on 127.0.0.1:{port}"
 
 
-register_undo("canary-config", _undo)
+register_undo("canary-config", _undo, _undo_args)
