@@ -1030,15 +1030,14 @@ def workload_import(
     from kvtune.workload.capture import check_output, check_trace_output, write_model
     from kvtune.workload.describe import lines
     from kvtune.workload.trace import TraceWriter
-    from kvtune.workload.traces import import_trace
+    from kvtune.workload.traces import check_import_options, import_trace
 
     # The trace is this run's input: -o and --keep-trace may not name it, however spelled
     # (compared by device and inode: sub/../x.csv, a link, a hard link).
     note_input(str(trace))
     path = check_output(str(output))
     trace_path = check_trace_output(str(keep_trace) if keep_trace else None, path)
-    if not 0 <= max_bad < 1:
-        raise UserError(f"--max-bad {max_bad}: a fraction in [0, 1)")
+    check_import_options(fmt, start, end, key_sample, max_bad)
     # Both formats stamp whole seconds.
     writer = TraceWriter(trace_path, whole_seconds=True) if trace_path else None
     try:

@@ -40,7 +40,7 @@ def parse_duration(v: Any, *, zero: bool = False) -> float:
     if isinstance(v, int | float) and not isinstance(v, bool):
         # abs() first: a 400-digit int is beyond any float (isfinite would overflow)
         if abs(v) > 1e12 or not math.isfinite(v):
-            said = str(v)[:40] if abs(v) < 1e40 or v != v else "a number beyond 10^40"
+            said = str(v) if isinstance(v, float) or abs(v) < 10**40 else "a number beyond 10^40"
             raise ValueError(f"{said} is not a finite duration of at most 10^12 s")
         n = float(v)
     elif isinstance(v, str):

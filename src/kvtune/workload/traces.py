@@ -173,11 +173,10 @@ def _lines(raw: IO[bytes], path: str) -> Iterator[tuple[int, str]]:
         raise UserError(f"{path}: cannot read past line {n}: {type(e).__name__}") from None
 
 
-def import_trace(fmt: str, path: str, *, start: float | None = None,
-                 end: float | None = None, key_sample: float = 1.0,
-                 max_bad: float = 0.01, trace: Any = None,
-                 progress: Callable[[ImportStats], None] | None = None
-                 ) -> tuple[dict[str, Any], ImportStats]:
+def check_import_options(fmt: str, start: float | None, end: float | None,
+                         key_sample: float, max_bad: float) -> None:
+    """UserError naming the option `import_trace` cannot take; `kvtune workload import`
+    asks before it creates anything."""
     if fmt not in FORMATS:
         raise UserError(f"unknown trace format {fmt!r} (known: {', '.join(FORMATS)})")
     if not 0 < key_sample <= 1:
@@ -191,6 +190,14 @@ def import_trace(fmt: str, path: str, *, start: float | None = None,
         raise UserError(f"--max-bad {max_bad}: a fraction in [0, 1)")
     if start is not None and end is not None and end <= start:
         raise UserError(f"--end {end} is not after --start {start}")
+
+
+def import_trace(fmt: str, path: str, *, start: float | None = None,
+                 end: float | None = None, key_sample: float = 1.0,
+                 max_bad: float = 0.01, trace: Any = None,
+                 progress: Callable[[ImportStats], None] | None = None
+                 ) -> tuple[dict[str, Any], ImportStats]:
+    check_import_options(fmt, start, end, key_sample, max_bad)
     b = ModelBuilder(source=f"{fmt} trace {os.path.basename(path)}", trace=trace)
     st = ImportStats()
     cut = int(key_sample * (1 << 64))
